@@ -1,0 +1,3 @@
+//! The `echostore` command (in progress).
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! EchoStore (in progress).

@@ -1,0 +1,1 @@
+//! Embedded Valkey (in progress).
