@@ -1,1 +1,78 @@
-//! EchoStore (in progress).
+//! EchoStore for Rust: an actor-based, in-process cache that never lets a herd of misses
+//! stampede the source of truth.
+//!
+//! Each table has an **owner** actor whose **flights** map admits one load per id: concurrent
+//! misses on one id join the flight already running and all receive its one answer. Reads hit a
+//! caller-side **L1** first, without touching the owner. Behind L1 sits **Valkey as L2**, where a
+//! **regeneration lock** (`SET lock:… <token> NX PX <ms>`) elects one process to read the source;
+//! the others follow the table's [`LoserPolicy`]. The invariant: exactly one source read per key
+//! per expiry, across every process sharing the Valkey.
+//!
+//! # Map (and the Elixir EchoStore counterpart)
+//!
+//! - `store` — [`Store`]: the Valkey connection and the supervisor (the application tree).
+//! - `config` — [`TableBuilder`]: a table's settings and their checks.
+//! - `table` — [`Table`]: the typed handle; L1 reads on the caller's task (the ETS read path).
+//! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations.
+//! - `flights` — the flights map: one load per id, its waiters, `coalesced`.
+//! - `fill` — what one flight does: L2, the lock, the loader, fail-safe.
+//! - `l1` — L1 behind a small trait, quick_cache or moka (ETS with read concurrency).
+//! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
+//! - `lock` — the regeneration lock: acquire, fenced write, token-checked release.
+//! - `losers` — [`LoserPolicy`] and the poll loop.
+//! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, postcard payload.
+//! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
+//! - `supervisor` — restarts a crashed owner.
+//! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`.
+//! - `fetched` — [`Fetched`] and [`Origin`]: what a read returns (`:hit | :l2 | :fill`).
+//! - `error` — the one [`Error`].
+//!
+//! # Example
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> echostore::Result<()> {
+//! use std::time::Duration;
+//! use echostore::{LoserPolicy, Store};
+//!
+//! let store = Store::builder().valkey("redis://127.0.0.1:6379").build().await?;
+//! let users = store
+//!     .table::<u64, String>("users")
+//!     .ttl(Duration::from_secs(60))
+//!     .stale_for(Duration::from_secs(300))
+//!     .losers(LoserPolicy::ServeStale)
+//!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+//!     .start()
+//!     .await?;
+//! let name = users.get(&42).await?;
+//! # Ok(()) }
+//! ```
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+mod breaker;
+mod config;
+mod envelope;
+mod error;
+mod fetched;
+mod fill;
+mod flights;
+mod key;
+mod l1;
+mod l2;
+mod lock;
+mod losers;
+mod owner;
+mod stats;
+mod store;
+mod supervisor;
+mod table;
+
+pub use config::TableBuilder;
+pub use error::{Error, Result, SharedError};
+pub use fetched::{Fetched, Origin};
+pub use key::{Key, MAX_ID_BYTES, Value};
+pub use l1::L1Backend;
+pub use lock::{ACQUIRE_OR_READ_SCRIPT, FENCED_WRITE_SCRIPT, RELEASE_SCRIPT, new_token};
+pub use losers::LoserPolicy;
+pub use stats::TableStats;
+pub use store::{Store, StoreBuilder};
+pub use table::Table;

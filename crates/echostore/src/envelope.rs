@@ -1,0 +1,151 @@
+//! The envelope: how a value is laid out in Valkey.
+//!
+//! ```text
+//! byte 0      format (1)
+//! bytes 1..9  fresh_until, unix ms, little-endian u64   (the logical life: written_at + ttl ± jitter)
+//! bytes 9..17 written_at,  unix ms, little-endian u64
+//! bytes 17..  the value, serde-encoded with postcard
+//! ```
+//!
+//! postcard is a compact, non-self-describing binary codec with a stable, documented wire format
+//! (1.0) and no unsafe code; it keeps small values small, which matters when a herd of processes
+//! reads them. The key's `PX` carries the physical life (`ttl + stale_for`); between `fresh_until`
+//! and that expiry the copy is stale. Bytes that do not decode — a foreign format byte, a short
+//! header, a payload of another type — are a [`DecodeError`], which the fill counts and treats as a
+//! miss; they never panic.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+
+/// The only layout this version writes and reads.
+const FORMAT: u8 = 1;
+const HEADER: usize = 17;
+
+/// A value read back from Valkey with its timestamps.
+#[derive(Debug)]
+pub(crate) struct Envelope<V> {
+    /// End of the logical life, unix ms.
+    pub(crate) fresh_until_ms: u64,
+    /// When the fill wrote it, unix ms.
+    pub(crate) written_at_ms: u64,
+    /// The decoded value.
+    pub(crate) value: V,
+}
+
+impl<V> Envelope<V> {
+    /// `true` while `now_ms` is inside the logical life.
+    pub(crate) fn is_fresh(&self, now_ms: u64) -> bool {
+        now_ms < self.fresh_until_ms
+    }
+}
+
+/// Why stored bytes are not a value of this table.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    #[error("{0} bytes is shorter than the {HEADER}-byte header")]
+    Short(usize),
+    #[error("unknown envelope format {0}")]
+    Format(u8),
+    #[error("payload: {0}")]
+    Payload(#[from] postcard::Error),
+}
+
+/// Encodes `value` behind its header; refuses encodings over `max_bytes` with [`Error::TooLarge`].
+pub(crate) fn encode<V: Serialize>(
+    value: &V,
+    fresh_until_ms: u64,
+    written_at_ms: u64,
+    max_bytes: usize,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT);
+    out.extend_from_slice(&fresh_until_ms.to_le_bytes());
+    out.extend_from_slice(&written_at_ms.to_le_bytes());
+    let out = postcard::to_extend(value, out).map_err(|e| Error::Codec(e.to_string().into()))?;
+    if out.len() > max_bytes {
+        return Err(Error::TooLarge {
+            size: out.len(),
+            max: max_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// Decodes bytes read from a value key.
+pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, DecodeError> {
+    if bytes.len() < HEADER {
+        return Err(DecodeError::Short(bytes.len()));
+    }
+    if bytes[0] != FORMAT {
+        return Err(DecodeError::Format(bytes[0]));
+    }
+    let word = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let value = postcard::from_bytes(&bytes[HEADER..])?;
+    Ok(Envelope {
+        fresh_until_ms: word(1),
+        written_at_ms: word(9),
+        value,
+    })
+}
+
+/// Wall-clock now in unix milliseconds: envelopes are compared across processes, so they use
+/// the wall clock, not a monotonic one.
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value survives the round trip with its timestamps.
+    #[test]
+    fn round_trips() {
+        let bytes = encode(&("hello".to_string(), 7u32), 2000, 1000, 1 << 20).expect("encodes");
+        let env: Envelope<(String, u32)> = decode(&bytes).expect("decodes");
+        assert_eq!(env.value, ("hello".to_string(), 7));
+        assert_eq!((env.fresh_until_ms, env.written_at_ms), (2000, 1000));
+        assert!(env.is_fresh(1999) && !env.is_fresh(2000));
+    }
+
+    /// Truncated, foreign and mistyped bytes are errors, never panics.
+    #[test]
+    fn bad_bytes_are_errors() {
+        let bytes = encode(&"a long enough string".to_string(), 1, 1, 1 << 20).expect("encodes");
+        for cut in 0..bytes.len() {
+            let _ = decode::<String>(&bytes[..cut]);
+        }
+        assert!(matches!(
+            decode::<String>(&bytes[..5]),
+            Err(DecodeError::Short(5))
+        ));
+        let mut foreign = bytes.clone();
+        foreign[0] = 9;
+        assert!(matches!(
+            decode::<String>(&foreign),
+            Err(DecodeError::Format(9))
+        ));
+        assert!(decode::<Vec<u64>>(&bytes).is_err() || decode::<(u64, u64, u64)>(&bytes).is_err());
+    }
+
+    /// An encoding over the limit is refused with its size.
+    #[test]
+    fn over_the_limit_is_too_large() {
+        let big = vec![7u8; 100];
+        assert!(matches!(
+            encode(&big, 1, 1, 50),
+            Err(Error::TooLarge { size, max: 50 }) if size > 100
+        ));
+    }
+}

@@ -1,0 +1,64 @@
+//! What a read returns: the value and where it came from.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the answer to a read came from, like the Elixir EchoStore's `:hit | :l2 | :fill`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum Origin {
+    /// This process's L1, on the caller's task.
+    L1,
+    /// A fresh copy on Valkey, read by this caller's flight.
+    L2,
+    /// The loader: this caller's flight read the source.
+    Loaded,
+    /// Another caller's flight, already running for the same id, which this caller joined.
+    /// Stale and default answers keep their own origin, so a joined caller still learns that.
+    Coalesced,
+    /// A stale copy: another process held the lock and the table serves stale, or the loader
+    /// failed and the table is fail-safe. [`Fetched::stale_by`] says how stale.
+    Stale,
+    /// The loser policy's placeholder; it was written to no cache.
+    Default,
+}
+
+/// A value with its [`Origin`], from [`Table::fetch`](crate::Table::fetch).
+#[derive(Debug)]
+pub struct Fetched<V> {
+    /// The value, shared with every other caller that received the same answer.
+    pub value: Arc<V>,
+    /// Where it came from.
+    pub origin: Origin,
+    /// For a stale answer: how long past its freshness the copy was when served.
+    pub stale_by: Option<Duration>,
+}
+
+impl<V> Clone for Fetched<V> {
+    fn clone(&self) -> Self {
+        Fetched {
+            value: Arc::clone(&self.value),
+            origin: self.origin,
+            stale_by: self.stale_by,
+        }
+    }
+}
+
+impl<V> Fetched<V> {
+    pub(crate) fn new(value: Arc<V>, origin: Origin) -> Self {
+        Fetched {
+            value,
+            origin,
+            stale_by: None,
+        }
+    }
+
+    /// The same answer as seen by a caller that joined the flight instead of leading it.
+    pub(crate) fn for_joiner(&self) -> Self {
+        let mut joined = self.clone();
+        if matches!(self.origin, Origin::L2 | Origin::Loaded | Origin::L1) {
+            joined.origin = Origin::Coalesced;
+        }
+        joined
+    }
+}

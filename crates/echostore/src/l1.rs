@@ -1,0 +1,126 @@
+//! L1: the caller-side, in-process copy of recent values — EchoStore's stand-in for an ETS table
+//! with read concurrency.
+//!
+//! A read of L1 runs on the caller's own task and never touches the owner. Entries carry the
+//! instant they stop being fresh and the instant they stop being servable as stale; an entry past
+//! its freshness is a miss for `get`, but the fill may still serve it as a stale copy (fail-safe).
+//! Two backends sit behind [`L1Cache`]: quick_cache (the default; a hit costs tens of nanoseconds)
+//! and moka (about a microsecond a hit on this machine class; see `docs/benchmarks.md`). Both are
+//! bounded by the table's `l1_capacity` and evict on their own when full.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::key::Key;
+
+/// Which cache library holds a table's L1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum L1Backend {
+    /// `quick_cache::sync::Cache` (S3-FIFO-like, sharded): the fastest hit; the default.
+    #[default]
+    QuickCache,
+    /// `moka::sync::Cache` (TinyLFU): the design card's original choice, slower per hit.
+    Moka,
+}
+
+/// One cached value and its life.
+pub(crate) struct Entry<V> {
+    /// The value every reader shares.
+    pub(crate) value: Arc<V>,
+    /// Fresh strictly before this instant.
+    pub(crate) fresh_until: Instant,
+    /// Servable as a stale copy strictly before this instant.
+    pub(crate) stale_until: Instant,
+}
+
+impl<V> Clone for Entry<V> {
+    fn clone(&self) -> Self {
+        Entry {
+            value: Arc::clone(&self.value),
+            fresh_until: self.fresh_until,
+            stale_until: self.stale_until,
+        }
+    }
+}
+
+impl<V> Entry<V> {
+    /// `true` while the entry may answer a `get`.
+    #[inline]
+    pub(crate) fn is_fresh(&self, now: Instant) -> bool {
+        now < self.fresh_until
+    }
+
+    /// `true` while the entry may stand in as a stale copy.
+    pub(crate) fn is_servable_stale(&self, now: Instant) -> bool {
+        now < self.stale_until
+    }
+}
+
+/// The small interface both L1 backends implement.
+pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
+    /// The entry for `id`, fresh or not.
+    fn get(&self, id: &K) -> Option<Entry<V>>;
+    /// Stores or replaces the entry for `id`; may evict others to stay within capacity.
+    fn insert(&self, id: K, entry: Entry<V>);
+    /// Drops the entry for `id`, if any.
+    fn remove(&self, id: &K);
+    /// Entries held now.
+    fn len(&self) -> u64;
+}
+
+/// Builds the L1 of one table.
+pub(crate) fn build<K: Key, V: Send + Sync + 'static>(
+    backend: L1Backend,
+    capacity: usize,
+) -> Arc<dyn L1Cache<K, V>> {
+    match backend {
+        L1Backend::QuickCache => Arc::new(QuickCacheL1(quick_cache::sync::Cache::new(capacity))),
+        L1Backend::Moka => Arc::new(MokaL1(moka::sync::Cache::new(capacity as u64))),
+    }
+}
+
+struct QuickCacheL1<K: Key, V>(quick_cache::sync::Cache<K, Entry<V>>);
+
+impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
+    #[inline]
+    fn get(&self, id: &K) -> Option<Entry<V>> {
+        self.0.get(id)
+    }
+
+    fn insert(&self, id: K, entry: Entry<V>) {
+        self.0.insert(id, entry);
+    }
+
+    fn remove(&self, id: &K) {
+        self.0.remove(id);
+    }
+
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+}
+
+struct MokaL1<K: Key, V: Send + Sync + 'static>(moka::sync::Cache<K, Entry<V>>);
+
+impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
+    #[inline]
+    fn get(&self, id: &K) -> Option<Entry<V>> {
+        self.0.get(id)
+    }
+
+    fn insert(&self, id: K, entry: Entry<V>) {
+        self.0.insert(id, entry);
+    }
+
+    fn remove(&self, id: &K) {
+        self.0.invalidate(id);
+    }
+
+    fn len(&self) -> u64 {
+        // moka applies evictions lazily; settle them so the gauge is exact.
+        self.0.run_pending_tasks();
+        self.0.entry_count()
+    }
+}

@@ -1,0 +1,167 @@
+//! The table's counters: atomics inside, a plain [`TableStats`] snapshot outside.
+//!
+//! The L1 hit counter is bumped on every hit by every caller thread, so it is striped: each thread
+//! adds to its own cache-line-padded slot and a snapshot sums the slots. Two threads hitting L1 at
+//! once never write the same cache line. The other counters move on misses, fills and lock events,
+//! which already cost a message or a round trip, so one padded block of plain atomics is enough.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use crossbeam_utils::CachePadded;
+use serde::Serialize;
+
+/// Slots of the striped L1 hit counter; more than the threads that usually hit one table at once.
+const STRIPES: usize = 16;
+
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's slot, handed out round-robin the first time the thread counts a hit.
+    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Relaxed) % STRIPES;
+}
+
+/// A counter that many threads bump without sharing a cache line.
+pub(crate) struct StripedCounter {
+    slots: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl StripedCounter {
+    fn new() -> Self {
+        StripedCounter {
+            slots: (0..STRIPES)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// Adds one to this thread's slot.
+    #[inline]
+    pub(crate) fn incr(&self) {
+        let slot = STRIPE.with(|s| *s);
+        self.slots[slot].fetch_add(1, Relaxed);
+    }
+
+    fn sum(&self) -> u64 {
+        self.slots.iter().map(|s| s.load(Relaxed)).sum()
+    }
+}
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident, )*) => {
+        /// The non-hot counters, one atomic each.
+        #[derive(Default)]
+        pub(crate) struct Counters {
+            $( pub(crate) $name: AtomicU64, )*
+        }
+
+        /// A snapshot of one table's counters, from [`Table::stats`](crate::Table::stats).
+        ///
+        /// Counters only grow; `in_flight` and `l1_len` are gauges read at snapshot time.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+        #[non_exhaustive]
+        pub struct TableStats {
+            /// Gets answered from this process's L1 without a miss.
+            pub l1_hits: u64,
+            $( $(#[$doc])* pub $name: u64, )*
+            /// Flights running now (ids being filled).
+            pub in_flight: u64,
+            /// Entries in L1 now (fresh or not yet evicted).
+            pub l1_len: u64,
+        }
+
+        impl Stats {
+            /// Reads every counter once; `l1_len` comes from the caller, which owns L1.
+            pub(crate) fn snapshot(&self, l1_len: u64) -> TableStats {
+                let c = &self.counters;
+                TableStats {
+                    l1_hits: self.l1_hits.sum(),
+                    $( $name: c.$name.load(Relaxed), )*
+                    in_flight: self.in_flight.load(Relaxed),
+                    l1_len,
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Flights answered by a fresh value found on Valkey.
+    l2_hits,
+    /// Loader calls: reads of the source of truth.
+    source_reads,
+    /// Callers that joined a flight already running for their id.
+    coalesced,
+    /// Regeneration locks this table won.
+    lock_won,
+    /// Regeneration locks this table found held by another fill.
+    lock_lost,
+    /// Answers served from a stale copy (serve-stale losers and fail-safe).
+    stale_served,
+    /// Answers that were the loser policy's default placeholder.
+    defaults_served,
+    /// Losers that failed fast with `LockBusy`.
+    failed_fast,
+    /// Sleeps of polling losers.
+    poll_waits,
+    /// Token-checked releases that deleted this fill's own lock.
+    released,
+    /// Token-checked releases that found another token (or none) and deleted nothing.
+    release_skipped,
+    /// Fenced writes refused because the lock no longer held this fill's token.
+    fenced_write_skipped,
+    /// Flights that ended in an error for their waiters.
+    errors,
+    /// Valkey operations that failed (refused, timed out, or skipped while the breaker is open).
+    l2_errors,
+    /// L2 values that did not decode (treated as misses).
+    decode_errors,
+    /// Loads cut off by the table's `load_timeout`.
+    load_timeouts,
+    /// Loader failures answered with a stale copy instead (fail-safe).
+    fail_safe_served,
+    /// Times the supervisor restarted this table's owner after it crashed.
+    owner_restarts,
+}
+
+/// All counters of one table.
+pub(crate) struct Stats {
+    /// Striped: bumped on every L1 hit.
+    pub(crate) l1_hits: StripedCounter,
+    /// Kept off the stripes' cache lines.
+    pub(crate) counters: CachePadded<Counters>,
+    /// Gauge maintained by the owner.
+    pub(crate) in_flight: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn new() -> Self {
+        Stats {
+            l1_hits: StripedCounter::new(),
+            counters: CachePadded::new(Counters::default()),
+            in_flight: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Adds one to a counter: `bump(&c.lock_won)`.
+#[inline]
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hits from many threads all land in the sum.
+    #[test]
+    fn striped_hits_sum_across_threads() {
+        let stats = Stats::new();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| (0..1000).for_each(|_| stats.l1_hits.incr()));
+            }
+        });
+        assert_eq!(stats.snapshot(0).l1_hits, 8000);
+    }
+}

@@ -1,0 +1,129 @@
+//! The store: the Valkey connection and the supervisor that every table of a process shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef};
+
+use crate::config::TableBuilder;
+use crate::error::{Error, Result};
+use crate::key::{Key, Value};
+use crate::l2::L2;
+use crate::supervisor::{Supervisor, SupervisorMsg};
+
+struct StoreInner {
+    l2: Option<L2>,
+    supervisor: ActorRef<SupervisorMsg>,
+}
+
+impl Drop for StoreInner {
+    fn drop(&mut self) {
+        // Every table holds the store, so no owner is left to supervise.
+        self.supervisor.stop(None);
+    }
+}
+
+/// One process's EchoStore: an optional Valkey connection and a supervisor for the table owners.
+///
+/// `Store` is `Clone` and cheap to clone (an `Arc`). Build one per process with
+/// [`Store::builder`], then start tables with [`Store::table`].
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<StoreInner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("valkey", &self.inner.l2.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Starts configuring a store.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder {
+            valkey: None,
+            timeout: Duration::from_secs(1),
+            cooldown: Duration::from_secs(1),
+            require: false,
+        }
+    }
+
+    /// Starts configuring a table named `name` with ids `K` and values `V`.
+    pub fn table<K: Key, V: Value>(&self, name: &str) -> TableBuilder<K, V> {
+        TableBuilder::new(self.clone(), name)
+    }
+
+    /// `true` when a Valkey is configured but currently unreachable (the breaker is open): tables
+    /// serve from L1 and their loaders, with single-flight per process only.
+    pub fn is_degraded(&self) -> bool {
+        self.inner.l2.as_ref().is_some_and(L2::is_degraded)
+    }
+
+    pub(crate) fn l2(&self) -> Option<&L2> {
+        self.inner.l2.as_ref()
+    }
+
+    pub(crate) fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
+        &self.inner.supervisor
+    }
+}
+
+/// Configures a [`Store`].
+#[derive(Debug, Clone)]
+#[must_use = "a store is made by build().await"]
+pub struct StoreBuilder {
+    valkey: Option<String>,
+    timeout: Duration,
+    cooldown: Duration,
+    require: bool,
+}
+
+impl StoreBuilder {
+    /// Use the Valkey at `url` (`redis://[user:password@]host:port[/db]`) as L2 and for the
+    /// regeneration lock. Without it, tables are L1 + owner + loader.
+    pub fn valkey(mut self, url: impl Into<String>) -> Self {
+        self.valkey = Some(url.into());
+        self
+    }
+
+    /// Connect and response timeout for Valkey calls (default 1 s).
+    pub fn valkey_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// After Valkey fails to answer, how long calls skip it before one trial (default 1 s).
+    pub fn breaker_cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = cooldown;
+        self
+    }
+
+    /// Fail `build()` when Valkey does not answer a PING, instead of starting degraded.
+    pub fn require_valkey(mut self, require: bool) -> Self {
+        self.require = require;
+        self
+    }
+
+    /// Connects (lazily, unless required) and starts the supervisor.
+    ///
+    /// With an unreachable Valkey this succeeds in degraded mode (logged) unless
+    /// [`require_valkey`](Self::require_valkey) is set; a malformed URL is always an error.
+    pub async fn build(self) -> Result<Store> {
+        if self.timeout.is_zero() {
+            return Err(Error::InvalidConfig("valkey_timeout must be above zero".into()));
+        }
+        let l2 = match &self.valkey {
+            Some(url) => Some(L2::connect(url, self.timeout, self.cooldown, self.require).await?),
+            None => None,
+        };
+        let (supervisor, _) = Actor::spawn(None, Supervisor, ())
+            .await
+            .map_err(|_| Error::Stopped)?;
+        Ok(Store {
+            inner: Arc::new(StoreInner { l2, supervisor }),
+        })
+    }
+}
