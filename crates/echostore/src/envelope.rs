@@ -50,6 +50,8 @@ pub(crate) enum DecodeError {
     Short(usize),
     #[error("unknown envelope format {0}")]
     Format(u8),
+    #[error("{0} bytes left over after the payload (a value of another type?)")]
+    Trailing(usize),
     #[error("payload: {0}")]
     Payload(#[from] postcard::Error),
 }
@@ -88,7 +90,10 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
         b.copy_from_slice(&bytes[at..at + 8]);
         u64::from_le_bytes(b)
     };
-    let value = postcard::from_bytes(&bytes[HEADER..])?;
+    let (value, rest) = postcard::take_from_bytes(&bytes[HEADER..])?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Trailing(rest.len()));
+    }
     Ok(Envelope {
         fresh_until_ms: word(1),
         written_at_ms: word(9),
@@ -136,7 +141,9 @@ mod tests {
             decode::<String>(&foreign),
             Err(DecodeError::Format(9))
         ));
-        assert!(decode::<Vec<u64>>(&bytes).is_err() || decode::<(u64, u64, u64)>(&bytes).is_err());
+        let number = encode(&300u32, 1, 1, 1 << 20).expect("encodes");
+        assert!(decode::<String>(&number).is_err(), "a number is not a string");
+        assert!(matches!(decode::<u8>(&bytes), Err(DecodeError::Trailing(_))));
     }
 
     /// An encoding over the limit is refused with its size.

@@ -1,0 +1,100 @@
+//! `put` and `invalidate` that arrive while a fill is in flight win over it: the fill still
+//! answers its own waiters, but its value is stored nowhere.
+
+mod common;
+
+use common::{BACKENDS, Source, until_stats};
+use echostore::{Origin, Store};
+
+/// A put during a fill: the fill's caller gets the loaded value, everyone after gets the put's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_during_a_fill_wins() {
+    for backend in BACKENDS {
+        let source = Source::gated();
+        let store = Store::builder().build().await.expect("store");
+        let table = store
+            .table::<u64, String>("put-wins")
+            .l1_backend(backend)
+            .loader(source.loader())
+            .start()
+            .await
+            .expect("table");
+
+        let leader = tokio::spawn({
+            let table = table.clone();
+            async move { table.fetch(&1).await }
+        });
+        until_stats("the fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+        table.put(&1, "from-put".into()).await.expect("put");
+        source.release();
+
+        let led = leader.await.expect("task").expect("answer");
+        assert_eq!(*led.value, "value-1-1", "{backend:?}: the fill answers its own waiter");
+        let after = table.fetch(&1).await.expect("get");
+        assert_eq!(*after.value, "from-put", "{backend:?}: the put won");
+        assert_eq!(after.origin, Origin::L1);
+        assert_eq!(source.calls(), 1);
+        assert_eq!(table.stats().in_flight, 0);
+    }
+}
+
+/// An invalidate during a fill: the fill's value is not stored, so the next get reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidate_during_a_fill_keeps_its_value_out() {
+    for backend in BACKENDS {
+        let source = Source::gated();
+        let store = Store::builder().build().await.expect("store");
+        let table = store
+            .table::<u64, String>("invalidate-wins")
+            .l1_backend(backend)
+            .loader(source.loader())
+            .start()
+            .await
+            .expect("table");
+
+        let leader = tokio::spawn({
+            let table = table.clone();
+            async move { table.get(&1).await }
+        });
+        until_stats("the fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+        table.invalidate(&1).await.expect("invalidate");
+        source.release();
+
+        assert_eq!(*leader.await.expect("task").expect("answer"), "value-1-1");
+        let after = table.fetch(&1).await.expect("get");
+        assert_eq!(after.origin, Origin::Loaded, "{backend:?}: the old fill was not stored");
+        assert_eq!(*after.value, "value-1-2");
+        assert_eq!(source.calls(), 2);
+    }
+}
+
+/// A miss after an invalidate does not join the overtaken flight: it starts its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_after_an_invalidate_starts_a_new_flight() {
+    let source = Source::gated();
+    let store = Store::builder().build().await.expect("store");
+    let table = store
+        .table::<u64, String>("fresh-flight")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table");
+
+    let old = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&1).await }
+    });
+    until_stats("the first fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+    table.invalidate(&1).await.expect("invalidate");
+    let new = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&1).await }
+    });
+    until_stats("both flights exist", || table.stats(), |s| s.in_flight == 2).await;
+    assert_eq!(table.stats().coalesced, 0, "the new miss did not join the old flight");
+    source.release();
+    old.await.expect("task").expect("old answer");
+    new.await.expect("task").expect("new answer");
+    assert_eq!(source.calls(), 2);
+    assert_eq!(table.stats().in_flight, 0);
+}
