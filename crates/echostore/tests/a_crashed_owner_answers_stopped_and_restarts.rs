@@ -1,0 +1,84 @@
+//! An owner that crashes answers its callers `Error::Stopped` at once and is restarted by the
+//! store's supervisor; the table keeps serving.
+
+mod common;
+
+use std::hash::{Hash, Hasher};
+
+use common::{Source, until, until_stats};
+use echostore::{Error, Key, Store};
+
+/// An id whose equality panics when two *different* callers' copies of the poisoned id meet: the
+/// owner compares ids in its flights map, so a second caller's miss on the poisoned id crashes the
+/// owner — a user `Key` bug. (The second field tells the callers' copies apart.)
+#[derive(Debug, Clone)]
+struct Touchy(u64, u8);
+
+const POISON: u64 = 666;
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        assert!(
+            !(self.0 == POISON && other.0 == POISON && self.1 != other.1),
+            "Touchy::eq on the poisoned id"
+        );
+        self.0 == other.0
+    }
+}
+impl Eq for Touchy {}
+impl Hash for Touchy {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+impl Key for Touchy {
+    fn render(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.0.to_string().into_bytes().into()
+    }
+}
+
+/// Waiters of the dead owner get `Stopped` (no hang); the restarted owner serves the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_owner_answers_stopped_and_is_restarted() {
+    let source = Source::gated();
+    let store = Store::builder().build().await.expect("store");
+    let loader = source.loader();
+    let table = store
+        .table::<Touchy, String>("touchy")
+        .loader(move |id: Touchy| loader(id.0))
+        .start()
+        .await
+        .expect("table");
+
+    let first = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&Touchy(POISON, 1)).await }
+    });
+    until_stats("the first flight runs", || table.stats(), |s| s.in_flight == 1).await;
+    // The second miss makes the owner compare two poisoned ids: it panics.
+    let second = table.get(&Touchy(POISON, 2)).await;
+    assert!(matches!(second, Err(Error::Stopped)), "{second:?}");
+    let first = first.await.expect("task");
+    assert!(matches!(first, Err(Error::Stopped)), "{first:?}");
+
+    until("the supervisor restarted the owner", || table.stats().owner_restarts == 1).await;
+    source.release();
+    assert_eq!(*table.get(&Touchy(1, 0)).await.expect("served by the new owner"), "value-1-2");
+    assert_eq!(table.stats().in_flight, 0);
+}
+
+/// Dropping every handle stops the owner for good: it is not restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_table_stops_its_owner() {
+    let store = Store::builder().build().await.expect("store");
+    let table = store
+        .table::<u64, u64>("dropped")
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
+        .start()
+        .await
+        .expect("table");
+    let clone = table.clone();
+    drop(table);
+    assert_eq!(*clone.get(&9).await.expect("a clone keeps it alive"), 9);
+    drop(clone);
+}
