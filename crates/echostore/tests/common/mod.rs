@@ -96,3 +96,27 @@ pub async fn until_stats(
 ) {
     until(what, || cond(&stats())).await
 }
+
+/// A private, real Valkey for one test (killed on drop).
+pub fn valkey() -> embedded_valkey::EmbeddedValkey {
+    embedded_valkey::EmbeddedValkey::start().expect("a real valkey-server for the test")
+}
+
+/// A plain client connection, standing in for another process or an operator.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// A store on `url`.
+pub async fn store_on(url: &str) -> echostore::Store {
+    echostore::Store::builder()
+        .valkey(url)
+        .require_valkey(true)
+        .build()
+        .await
+        .expect("store on valkey")
+}

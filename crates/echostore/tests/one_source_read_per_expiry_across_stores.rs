@@ -1,0 +1,105 @@
+//! Over Valkey, a herd becomes one source read: inside one store through the flights map, and
+//! across stores (own owners, own L1s, own connections) through the regeneration lock.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Source, store_on, until, valkey};
+use echostore::{Fetched, Origin, Table, TableStats};
+use tokio::sync::Barrier;
+
+async fn table_on(url: &str, source: &Source) -> Table<u64, String> {
+    store_on(url)
+        .await
+        .table::<u64, String>("hot")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table")
+}
+
+/// Starts `per_table` gets of `id` on each table at once (behind one barrier).
+fn fire(tables: &[Table<u64, String>], per_table: usize, id: u64) -> Vec<tokio::task::JoinHandle<echostore::Result<Fetched<String>>>> {
+    let barrier = Arc::new(Barrier::new(tables.len() * per_table));
+    tables
+        .iter()
+        .flat_map(|t| (0..per_table).map(move |_| t.clone()))
+        .map(|table| {
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                table.fetch(&id).await
+            })
+        })
+        .collect()
+}
+
+fn total(tables: &[Table<u64, String>]) -> TableStats {
+    let mut sum = TableStats::default();
+    for s in tables.iter().map(Table::stats) {
+        sum.source_reads += s.source_reads;
+        sum.coalesced += s.coalesced;
+        sum.lock_won += s.lock_won;
+        sum.lock_lost += s.lock_lost;
+        sum.released += s.released;
+        sum.l2_hits += s.l2_hits;
+        sum.in_flight += s.in_flight;
+    }
+    sum
+}
+
+/// One store, 1,000 concurrent misses: one source read, one lock won and released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_store_reads_the_source_once() {
+    let valkey = valkey();
+    let source = Source::gated();
+    let table = table_on(&valkey.url(), &source).await;
+
+    let callers = fire(std::slice::from_ref(&table), 1000, 1);
+    until("every caller joined", || table.stats().coalesced == 999).await;
+    source.release();
+    for c in callers {
+        assert_eq!(*c.await.expect("task").expect("value").value, "value-1-1");
+    }
+    let s = table.stats();
+    assert_eq!(source.calls(), 1, "the loader ran exactly once");
+    assert_eq!((s.source_reads, s.lock_won, s.released), (1, 1, 1));
+    assert_eq!(s.lock_lost, 0);
+}
+
+/// Four stores on one Valkey, 250 misses each: one source read in all, three locks lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_stores_read_the_source_once() {
+    let valkey = valkey();
+    let source = Source::gated();
+    let mut tables = Vec::new();
+    for _ in 0..4 {
+        tables.push(table_on(&valkey.url(), &source).await);
+    }
+
+    let callers = fire(&tables, 250, 2);
+    // The winner holds the source until every other flight has lost the lock and every caller
+    // has joined its store's flight.
+    until("three stores lost the lock and 996 callers joined", || {
+        let s = total(&tables);
+        s.lock_lost == 3 && s.coalesced == 996
+    })
+    .await;
+    source.release();
+    let mut origins = std::collections::HashMap::new();
+    for c in callers {
+        let answer = c.await.expect("task").expect("value");
+        assert_eq!(*answer.value, "value-2-1", "everyone got the one answer");
+        *origins.entry(answer.origin).or_insert(0) += 1;
+    }
+    let s = total(&tables);
+    assert_eq!(source.calls(), 1, "exactly one source read across four stores");
+    assert_eq!(s.source_reads, 1);
+    assert_eq!((s.lock_won, s.lock_lost, s.coalesced), (1, 3, 996));
+    assert_eq!(s.l2_hits, 3, "each losing store's flight read the winner's value");
+    assert_eq!(origins.get(&Origin::Loaded), Some(&1));
+    assert_eq!(origins.get(&Origin::L2), Some(&3));
+    assert_eq!(origins.get(&Origin::Coalesced), Some(&996));
+    assert_eq!(s.in_flight, 0);
+}
