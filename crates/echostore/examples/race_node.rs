@@ -1,0 +1,81 @@
+//! One node of a cross-process stampede: run several of these at once against one Valkey and
+//! the source is read once in all.
+//!
+//! ```text
+//! race_node <valkey-url> <nodes> <requests> <run-id>
+//! ```
+//!
+//! The node waits until `<nodes>` nodes have checked in (a counter on Valkey), then fires
+//! `<requests>` concurrent gets of one hot key. Its loader counts each source read on Valkey
+//! itself (`INCR race:<run-id>:source_reads`) and takes 200 ms, like a slow query. It prints its
+//! table's counters as one JSON line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use echostore::{LoserPolicy, Store};
+use redis::AsyncCommands;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, url, nodes, requests, run] = &args[..] else {
+        return Err("usage: race_node <valkey-url> <nodes> <requests> <run-id>".into());
+    };
+    let (nodes, requests): (u64, usize) = (nodes.parse()?, requests.parse()?);
+    let counter = format!("race:{run}:source_reads");
+    let source = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+
+    let store = Store::builder().valkey(url.as_str()).require_valkey(true).build().await?;
+    let table = store
+        .table::<String, String>("race")
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_secs(30),
+        })
+        .loader(move |id: String| {
+            let mut source = source.clone();
+            let counter = counter.clone();
+            async move {
+                let read: u64 = source.incr(&counter, 1).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok::<_, redis::RedisError>(format!("{id} read #{read}"))
+            }
+        })
+        .start()
+        .await?;
+
+    // Check in, then wait for the other nodes so the herds overlap.
+    let mut conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let ready = format!("race:{run}:ready");
+    let _: u64 = conn.incr(&ready, 1).await?;
+    while conn.get::<_, u64>(&ready).await? < nodes {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(requests));
+    let key = format!("hot-{run}");
+    let gets: Vec<_> = (0..requests)
+        .map(|_| {
+            let table = table.clone();
+            let barrier = Arc::clone(&barrier);
+            let key = key.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                table.get(&key).await
+            })
+        })
+        .collect();
+    let mut answers = std::collections::BTreeSet::new();
+    for get in gets {
+        answers.insert(get.await?.map(|v| v.to_string())?);
+    }
+    let mut line = serde_json::to_value(table.stats())?;
+    line["answers"] = serde_json::json!(answers);
+    println!("{line}");
+    Ok(())
+}
