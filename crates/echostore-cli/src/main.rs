@@ -1,3 +1,147 @@
-//! The `echostore` command (in progress).
+//! The `echostore` command: the readouts of the cache-stampede course page, measured live.
+//!
+//! Each subcommand is one readout of the seed page, run for real against a Valkey: `race` (the
+//! regeneration-lock race and what its losers do), `release` (the token-checked release of the
+//! lock), `hit-cost` (the L1 hit against the L2 round trip, and the in-process herd), and `valkey`
+//! (an embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
+//! private embedded Valkey and stop it when they finish.
 
-fn main() {}
+mod duration;
+mod hit_cost;
+mod output;
+mod race;
+mod release;
+mod valkey;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The error every readout returns: a message for the user, never a panic.
+pub(crate) type CliError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The result type of the readouts.
+pub(crate) type CliResult<T> = Result<T, CliError>;
+
+/// Live readouts of EchoStore's stampede defence: the lock race, the token-checked release and
+/// the hit cost, measured against a real Valkey.
+#[derive(Debug, Parser)]
+#[command(name = "echostore", version, about, long_about = None)]
+struct Cli {
+    /// Use the Valkey at this URL (redis://host:port/) instead of starting an embedded one.
+    #[arg(long, global = true, value_name = "URL")]
+    valkey: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The lock race: N requests on M nodes miss one hot key at once; one reads the source.
+    Race(race::RaceArgs),
+    /// The token-checked release: compare-and-delete the lock, owned or re-acquired by another.
+    Release(release::ReleaseArgs),
+    /// The cache hit cost: L1 hit against the L2 GET round trip, and the in-process herd.
+    HitCost(hit_cost::HitCostArgs),
+    /// Start an embedded Valkey, print its URL and keep it running until Ctrl-C.
+    Valkey,
+}
+
+/// What a readout tells `main` about how to exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The readout ran and its invariant held.
+    Held,
+    /// The readout ran and its invariant failed (the readout already said so).
+    Failed,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return report(format!("cannot start the async runtime: {e}").into()),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(Outcome::Held) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::FAILURE,
+        Err(e) => report(e),
+    }
+}
+
+async fn run(cli: Cli) -> CliResult<Outcome> {
+    let url = cli.valkey.as_deref();
+    let readout = async {
+        // Each readout holds its target until it ends: dropping an embedded Valkey stops it.
+        match &cli.command {
+            Command::Race(args) => race::run(&valkey::Target::open(url).await?, args).await,
+            Command::Release(args) => release::run(&valkey::Target::open(url).await?, args).await,
+            Command::HitCost(args) => hit_cost::run(&valkey::Target::open(url).await?, args).await,
+            Command::Valkey if url.is_some() => {
+                Err("`echostore valkey` starts its own Valkey; drop --valkey".into())
+            }
+            Command::Valkey => valkey::serve().await.map(|()| Outcome::Held),
+        }
+    };
+    if let Command::Valkey = cli.command {
+        // `valkey` waits for the signal itself and stops cleanly on it.
+        return readout.await;
+    }
+    // A readout stopped by a signal drops its future, and with it any embedded Valkey.
+    tokio::select! {
+        outcome = readout => outcome,
+        signal = interrupted() => {
+            signal?;
+            Err("interrupted: the readout was stopped before it finished".into())
+        }
+    }
+}
+
+/// Resolves on Ctrl-C, and on Unix also on SIGTERM and SIGHUP.
+pub(crate) async fn interrupted() -> CliResult<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut hangup = signal(SignalKind::hangup())?;
+        tokio::select! {
+            ctrl_c = tokio::signal::ctrl_c() => ctrl_c?,
+            _ = terminate.recv() => {}
+            _ = hangup.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+/// Prints `error: …` with the chain of causes and returns the failure exit code.
+fn report(error: CliError) -> ExitCode {
+    let mut message = format!("error: {error}");
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // Many errors already quote their cause in their own message.
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(&format!("\n  caused by: {cause_text}"));
+        }
+        source = cause.source();
+    }
+    eprintln!("{message}");
+    ExitCode::FAILURE
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `warn`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,555 @@
+//! The lock race (the seed's §1 and §2 readout): `--requests` requests spread over `--nodes`
+//! independent stores miss one hot key at the same instant. Inside a node they coalesce onto one
+//! flight; across nodes the flights race for `SET lock:race:{<key>} <token> NX PX`, one wins and
+//! reads the source, the others follow the loser policy (poll, serve stale, default, fail fast).
+//! The readout names the source reads (the invariant: exactly one), what the losers did (the
+//! nodes' summed [`TableStats`]), the staleness served and the latency, winner's node apart.
+//!
+//! Each node is its own [`Store`]: its own owner, L1 and Valkey connection, as separate processes
+//! would have. A fresh random key per run keeps earlier runs out of the race.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use echostore::{Error, LoserPolicy, Origin, Store, Table, TableStats};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Barrier;
+use tokio::time::Instant;
+
+use crate::output::{self, Latency, Spinner};
+use crate::valkey::Target;
+use crate::{CliResult, Outcome, duration};
+
+/// The table every node of the race opens.
+const TABLE: &str = "race";
+
+/// Logical life of the previous copy laid down for `--losers stale`.
+const PREFILL_TTL: Duration = Duration::from_millis(20);
+
+/// How long a stale copy stays servable, for the prefill and the race tables alike.
+const STALE_FOR: Duration = Duration::from_secs(60);
+
+/// Flags of `echostore race`.
+#[derive(Debug, Args)]
+pub(crate) struct RaceArgs {
+    /// What the requests that lose the lock do.
+    #[arg(long, value_enum, default_value_t = Losers::Poll)]
+    losers: Losers,
+
+    /// Independent stores (like separate processes) sharing the one Valkey.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    nodes: u32,
+
+    /// Requests in the herd, spread evenly over the nodes; all miss the hot key at once.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    requests: u32,
+
+    /// How long one read of the source takes, e.g. 50ms or 1s.
+    #[arg(long, default_value = "50ms", value_parser = duration::parse)]
+    source_latency: Duration,
+
+    /// Print one JSON object instead of the readout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The loser policy, as chosen on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Losers {
+    /// Sleep briefly and re-read the cache until the winner's fill lands.
+    Poll,
+    /// Serve the previous (stale) copy at once while the winner rebuilds.
+    Stale,
+    /// Serve a placeholder at once; it is cached nowhere.
+    Default,
+    /// Fail at once with LockBusy.
+    FailFast,
+}
+
+impl Losers {
+    fn name(self) -> &'static str {
+        match self {
+            Losers::Poll => "poll",
+            Losers::Stale => "stale",
+            Losers::Default => "default",
+            Losers::FailFast => "fail-fast",
+        }
+    }
+}
+
+/// What the race caches: a body, and who produced it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Payload {
+    /// A recognisable text: the fresh read, the previous copy or the placeholder.
+    body: String,
+    /// The node whose loader produced it, if a loader did.
+    loaded_by: Option<u32>,
+}
+
+impl Payload {
+    const PLACEHOLDER: &'static str = "placeholder: the default while another node rebuilds";
+    const PREVIOUS: &'static str = "previous copy, kept past its ttl";
+}
+
+/// How one request of the herd ended.
+struct Answer {
+    node: u32,
+    latency: Duration,
+    result: Result<(Origin, Option<Duration>), Error>,
+}
+
+/// The answers of the herd by where they came from.
+#[derive(Debug, Default, Serialize)]
+struct Answers {
+    l1: u64,
+    l2: u64,
+    loaded: u64,
+    coalesced: u64,
+    stale: u64,
+    default: u64,
+    /// Origins this readout does not know by name (the enum may grow).
+    other: u64,
+    lock_busy: u64,
+    other_errors: u64,
+}
+
+/// One node's share of the race.
+#[derive(Debug, Serialize)]
+struct NodeReport {
+    node: u32,
+    requests: u64,
+    latency_ms: Latency,
+    stats: TableStats,
+}
+
+/// The readout, as printed with `--json`.
+#[derive(Debug, Serialize)]
+struct RaceReport {
+    readout: &'static str,
+    losers: &'static str,
+    nodes: u32,
+    requests: u32,
+    source_latency_ms: f64,
+    valkey: String,
+    key: String,
+    source_reads: u64,
+    invariant_held: bool,
+    coalesced: u64,
+    lock_won: u64,
+    lock_lost: u64,
+    poll_waits: u64,
+    l2_hits: u64,
+    stale_served: u64,
+    defaults_served: u64,
+    failed_fast: u64,
+    released: u64,
+    release_skipped: u64,
+    errors: u64,
+    max_staleness_ms: f64,
+    answers: Answers,
+    first_error: Option<String>,
+    latency_ms: Latency,
+    winner_node: Option<u32>,
+    latency_winner_node_ms: Latency,
+    latency_other_nodes_ms: Latency,
+    per_node: Vec<NodeReport>,
+    verdict: String,
+}
+
+/// Runs the race and prints its readout.
+pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> {
+    if args.requests < args.nodes {
+        return Err(format!(
+            "--requests {} is fewer than --nodes {}: every node needs at least one request",
+            args.requests, args.nodes
+        )
+        .into());
+    }
+    let spinner = Spinner::start(!args.json, "lock race: starting the nodes");
+    let report = race(target, args, &spinner).await;
+    spinner.finish();
+    let report = report?;
+    if args.json {
+        output::print_json(&report)?;
+    } else {
+        print_human(&report, args, target);
+    }
+    Ok(if report.invariant_held {
+        Outcome::Held
+    } else {
+        Outcome::Failed
+    })
+}
+
+async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<RaceReport> {
+    let key = format!("hot-{:016x}", rand::random::<u64>());
+    if args.losers == Losers::Stale {
+        spinner.say("lock race: laying down a stale copy");
+        prefill(target, &key).await?;
+    }
+
+    let source_reads = Arc::new(AtomicU64::new(0));
+    let mut nodes = Vec::with_capacity(args.nodes as usize);
+    for node in 0..args.nodes {
+        nodes.push(start_node(target, node, args, Arc::clone(&source_reads)).await?);
+    }
+
+    spinner.say("lock race: the herd is missing the hot key");
+    let answers = herd(&nodes, &key, args.requests).await?;
+
+    let stats: Vec<TableStats> = nodes.iter().map(Table::stats).collect();
+    // Leave nothing behind on the user's Valkey: the value (the winner released the lock).
+    if let Some(first) = nodes.first() {
+        first
+            .invalidate(&key)
+            .await
+            .map_err(|e| format!("cleaning up the race key: {e}"))?;
+    }
+    Ok(summarise(
+        target,
+        args,
+        key,
+        source_reads.load(Ordering::SeqCst),
+        &stats,
+        &answers,
+    ))
+}
+
+/// Lays down a copy of the hot key whose logical life has already passed, for serve-stale.
+async fn prefill(target: &Target, key: &str) -> CliResult<()> {
+    let store = Store::builder()
+        .valkey(target.url())
+        .require_valkey(true)
+        .build()
+        .await?;
+    let table = store
+        .table::<String, Payload>(TABLE)
+        .ttl(PREFILL_TTL)
+        .jitter(0.0)
+        .stale_for(STALE_FOR)
+        .loader(|_id: String| async {
+            Err::<Payload, _>(std::io::Error::other("the prefill table never loads"))
+        })
+        .start()
+        .await?;
+    let previous = Payload {
+        body: Payload::PREVIOUS.to_owned(),
+        loaded_by: None,
+    };
+    table
+        .put(&key.to_owned(), previous)
+        .await
+        .map_err(|e| format!("laying down the stale copy: {e}"))?;
+    // `fresh_until` was stamped before `put` returned: one ttl (and a ms of rounding) from now
+    // the copy is stale on Valkey, and stays servable for STALE_FOR.
+    tokio::time::sleep(PREFILL_TTL + Duration::from_millis(2)).await;
+    Ok(())
+}
+
+/// One node: its own store and table, a loader that counts into the shared `source_reads`.
+async fn start_node(
+    target: &Target,
+    node: u32,
+    args: &RaceArgs,
+    source_reads: Arc<AtomicU64>,
+) -> CliResult<Table<String, Payload>> {
+    let store = Store::builder()
+        .valkey(target.url())
+        .require_valkey(true)
+        .build()
+        .await
+        .map_err(|e| format!("starting node {node}: {e}"))?;
+    // The lock outlives any read of the source, so the winner never loses it mid-rebuild.
+    let lock_ttl = (args.source_latency * 4).max(Duration::from_secs(5));
+    let policy = match args.losers {
+        Losers::Poll => LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: lock_ttl,
+        },
+        Losers::Stale => LoserPolicy::ServeStale,
+        Losers::Default => LoserPolicy::Default(Payload {
+            body: Payload::PLACEHOLDER.to_owned(),
+            loaded_by: None,
+        }),
+        Losers::FailFast => LoserPolicy::FailFast,
+    };
+    let stale_for = match args.losers {
+        Losers::Stale => STALE_FOR,
+        _ => Duration::ZERO,
+    };
+    let latency = args.source_latency;
+    let table = store
+        .table::<String, Payload>(TABLE)
+        .ttl(Duration::from_secs(60))
+        .jitter(0.0)
+        .stale_for(stale_for)
+        .lock_ttl(lock_ttl)
+        .losers(policy)
+        .loader(move |_id: String| {
+            let source_reads = Arc::clone(&source_reads);
+            async move {
+                source_reads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(latency).await;
+                Ok::<_, std::io::Error>(Payload {
+                    body: "fresh from the source".to_owned(),
+                    loaded_by: Some(node),
+                })
+            }
+        })
+        .start()
+        .await
+        .map_err(|e| format!("starting node {node}'s table: {e}"))?;
+    Ok(table)
+}
+
+/// Fires `requests` fetches of `key`, round-robin over the nodes, released together by a barrier.
+async fn herd(
+    nodes: &[Table<String, Payload>],
+    key: &str,
+    requests: u32,
+) -> CliResult<Vec<Answer>> {
+    let barrier = Arc::new(Barrier::new(requests as usize));
+    let key = key.to_owned();
+    let tasks: Vec<_> = (0..requests)
+        .map(|i| {
+            let node = i % nodes.len() as u32;
+            let table = nodes[node as usize].clone();
+            let barrier = Arc::clone(&barrier);
+            let key = key.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let started = Instant::now();
+                let result = table.fetch(&key).await;
+                Answer {
+                    node,
+                    latency: started.elapsed(),
+                    result: result.map(|f| (f.origin, f.stale_by)),
+                }
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for joined in futures::future::join_all(tasks).await {
+        answers.push(joined.map_err(|e| format!("a request task failed: {e}"))?);
+    }
+    Ok(answers)
+}
+
+fn summarise(
+    target: &Target,
+    args: &RaceArgs,
+    key: String,
+    source_reads: u64,
+    stats: &[TableStats],
+    answers: &[Answer],
+) -> RaceReport {
+    let sum = |f: fn(&TableStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let winner_node = stats.iter().position(|s| s.lock_won >= 1).map(|i| i as u32);
+
+    let mut tally = Answers::default();
+    let mut first_error = None;
+    let mut max_stale = Duration::ZERO;
+    let mut all = output::histogram();
+    let mut winner_side = output::histogram();
+    let mut other_side = output::histogram();
+    let mut per_node: Vec<_> = (0..args.nodes).map(|_| output::histogram()).collect();
+    for answer in answers {
+        output::record(&mut all, answer.latency);
+        output::record(&mut per_node[answer.node as usize], answer.latency);
+        if Some(answer.node) == winner_node {
+            output::record(&mut winner_side, answer.latency);
+        } else {
+            output::record(&mut other_side, answer.latency);
+        }
+        match &answer.result {
+            Ok((origin, stale_by)) => {
+                match origin {
+                    Origin::L1 => tally.l1 += 1,
+                    Origin::L2 => tally.l2 += 1,
+                    Origin::Loaded => tally.loaded += 1,
+                    Origin::Coalesced => tally.coalesced += 1,
+                    Origin::Stale => tally.stale += 1,
+                    Origin::Default => tally.default += 1,
+                    _ => tally.other += 1,
+                }
+                if let Some(by) = stale_by {
+                    max_stale = max_stale.max(*by);
+                }
+            }
+            Err(e) if e.is_lock_busy() => tally.lock_busy += 1,
+            Err(e) => {
+                tally.other_errors += 1;
+                first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+
+    let invariant_held = source_reads == 1;
+    let mut report = RaceReport {
+        readout: "race",
+        losers: args.losers.name(),
+        nodes: args.nodes,
+        requests: args.requests,
+        source_latency_ms: output::round3(args.source_latency.as_secs_f64() * 1000.0),
+        valkey: target.shown_url(),
+        key,
+        source_reads,
+        invariant_held,
+        coalesced: sum(|s| s.coalesced),
+        lock_won: sum(|s| s.lock_won),
+        lock_lost: sum(|s| s.lock_lost),
+        poll_waits: sum(|s| s.poll_waits),
+        l2_hits: sum(|s| s.l2_hits),
+        stale_served: sum(|s| s.stale_served),
+        defaults_served: sum(|s| s.defaults_served),
+        failed_fast: sum(|s| s.failed_fast),
+        released: sum(|s| s.released),
+        release_skipped: sum(|s| s.release_skipped),
+        errors: sum(|s| s.errors),
+        max_staleness_ms: output::round3(max_stale.as_secs_f64() * 1000.0),
+        answers: tally,
+        first_error,
+        latency_ms: Latency::of(&all),
+        winner_node,
+        latency_winner_node_ms: Latency::of(&winner_side),
+        latency_other_nodes_ms: Latency::of(&other_side),
+        per_node: stats
+            .iter()
+            .zip(&per_node)
+            .enumerate()
+            .map(|(node, (stats, h))| NodeReport {
+                node: node as u32,
+                requests: h.len(),
+                latency_ms: Latency::of(h),
+                stats: *stats,
+            })
+            .collect(),
+        verdict: String::new(),
+    };
+    report.verdict = verdict(&report, args.losers);
+    report
+}
+
+/// The one-line verdict: did the stampede become one read, and what did the losers get.
+fn verdict(r: &RaceReport, losers: Losers) -> String {
+    let reads = |n: u64| {
+        if n == 1 {
+            "source read"
+        } else {
+            "source reads"
+        }
+    };
+    if !r.invariant_held {
+        return format!(
+            "INVARIANT FAILED: {} {} for {} requests (exactly 1 was expected)",
+            r.source_reads,
+            reads(r.source_reads),
+            r.requests
+        );
+    }
+    let losers_got = if r.nodes == 1 {
+        "one node alone: every other request coalesced onto its flight".to_owned()
+    } else {
+        match losers {
+            Losers::Poll => "the losers polled and read the winner's fresh value".to_owned(),
+            Losers::Stale => format!(
+                "the losers served the stale copy at once, at most {} ms stale",
+                output::ms(r.max_staleness_ms)
+            ),
+            Losers::Default => "the losers got the placeholder at once".to_owned(),
+            Losers::FailFast => "the losers failed fast with LockBusy".to_owned(),
+        }
+    };
+    format!(
+        "1 source read for {} requests: the stampede became one read; {losers_got}.",
+        r.requests
+    )
+}
+
+fn print_human(r: &RaceReport, args: &RaceArgs, target: &Target) {
+    let a = &r.answers;
+    println!(
+        "lock race · losers: {} · {} requests on {} nodes miss one hot key at once · source {}",
+        r.losers,
+        r.requests,
+        r.nodes,
+        duration::render(args.source_latency)
+    );
+    println!("  {} · key {TABLE}:{{{}}}", target.describe(), r.key);
+    println!();
+    let winner = match r.winner_node {
+        Some(n) => format!("← the winner, node {n} (lock_won = 1)"),
+        None => "← no node won the lock".to_owned(),
+    };
+    println!("  source reads        {:<10} {winner}", r.source_reads);
+    println!(
+        "  the losers          {:<10} coalesced in-process onto their node's one flight",
+        r.coalesced
+    );
+    println!(
+        "                      {:<10} flights on the other nodes lost the lock (SET NX → nil)",
+        r.lock_lost
+    );
+    println!(
+        "                      {:<10} polls (poll_waits) · {} read the winner's value from Valkey (l2_hits)",
+        r.poll_waits, r.l2_hits
+    );
+    println!(
+        "                      {:<10} served stale · {} got the default · {} failed fast",
+        r.stale_served, r.defaults_served, r.failed_fast
+    );
+    let staleness = if a.stale == 0 {
+        "none: no answer was stale".to_owned()
+    } else {
+        format!(
+            "{} ms at most ({} answers were the stale copy)",
+            output::ms(r.max_staleness_ms),
+            a.stale
+        )
+    };
+    println!("  staleness served    {staleness}");
+    println!(
+        "  latency             {}   (all {})",
+        r.latency_ms.line(),
+        r.latency_ms.count
+    );
+    if let Some(n) = r.winner_node {
+        println!(
+            "    winner's node {n:<3} {}   ({} requests)",
+            r.latency_winner_node_ms.line(),
+            r.latency_winner_node_ms.count
+        );
+    }
+    if r.latency_other_nodes_ms.count > 0 {
+        println!(
+            "    other nodes       {}   ({} requests)",
+            r.latency_other_nodes_ms.line(),
+            r.latency_other_nodes_ms.count
+        );
+    }
+    let mut got = vec![
+        format!("{} loaded", a.loaded),
+        format!("{} coalesced", a.coalesced),
+    ];
+    for (n, what) in [
+        (a.l1, "from L1"),
+        (a.l2, "from Valkey"),
+        (a.stale, "stale"),
+        (a.default, "placeholder"),
+        (a.other, "from elsewhere"),
+        (a.lock_busy, "LockBusy"),
+        (a.other_errors, "other errors"),
+    ] {
+        if n > 0 {
+            got.push(format!("{n} {what}"));
+        }
+    }
+    println!("  answers             {}", got.join(" · "));
+    if let Some(e) = &r.first_error {
+        println!("  first error         {e}");
+    }
+    println!();
+    println!("{}", r.verdict);
+}

@@ -1,0 +1,130 @@
+//! Where the readouts find their Valkey: the `--valkey URL` the user gave, checked with a PING, or
+//! a private embedded Valkey started for the run and stopped when the [`Target`] is dropped. Also
+//! the `valkey` subcommand, which keeps an embedded Valkey running until Ctrl-C.
+
+use std::time::Duration;
+
+use embedded_valkey::EmbeddedValkey;
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
+
+use crate::CliResult;
+
+/// How long connecting to, and each answer from, Valkey may take before the readout gives up.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The Valkey a readout runs against.
+pub(crate) struct Target {
+    url: String,
+    /// Kept alive for the readout; dropping it stops the server.
+    embedded: Option<EmbeddedValkey>,
+}
+
+impl Target {
+    /// Checks `url` with a PING, or starts an embedded Valkey when there is none.
+    pub(crate) async fn open(url: Option<&str>) -> CliResult<Target> {
+        let target = match url {
+            Some(url) => Target {
+                url: url.to_owned(),
+                embedded: None,
+            },
+            None => {
+                let server = tokio::task::spawn_blocking(EmbeddedValkey::start)
+                    .await
+                    .map_err(|e| format!("starting an embedded Valkey: {e}"))?
+                    .map_err(|e| format!("cannot start an embedded Valkey: {e}"))?;
+                Target {
+                    url: server.url(),
+                    embedded: Some(server),
+                }
+            }
+        };
+        let mut conn = target.connect().await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| format!("Valkey at {} does not answer PING: {e}", target.shown_url()))?;
+        Ok(target)
+    }
+
+    /// The URL to hand to `Store::builder().valkey(..)`.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL with any password hidden, and whether the server is embedded.
+    pub(crate) fn describe(&self) -> String {
+        match &self.embedded {
+            Some(_) => format!("embedded Valkey at {}", self.shown_url()),
+            None => format!("Valkey at {}", self.shown_url()),
+        }
+    }
+
+    /// The URL with the password (if any) replaced by `***`.
+    pub(crate) fn shown_url(&self) -> String {
+        redact(&self.url)
+    }
+
+    /// A new multiplexed connection, with connect and response timeouts.
+    pub(crate) async fn connect(&self) -> CliResult<MultiplexedConnection> {
+        let client = redis::Client::open(self.url.as_str())
+            .map_err(|e| format!("invalid Valkey URL {}: {e}", self.shown_url()))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| format!("cannot reach Valkey at {}: {e}", self.shown_url()))?;
+        Ok(conn)
+    }
+}
+
+/// Hides the password of `redis://user:password@host`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => format!("{scheme}://***@{host}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// `echostore valkey`: start an embedded Valkey, print its URL, wait for Ctrl-C, stop it.
+pub(crate) async fn serve() -> CliResult<()> {
+    let server = tokio::task::spawn_blocking(EmbeddedValkey::start)
+        .await
+        .map_err(|e| format!("starting an embedded Valkey: {e}"))?
+        .map_err(|e| format!("cannot start an embedded Valkey: {e}"))?;
+    println!("{}", server.url());
+    eprintln!(
+        "embedded Valkey running (pid {}, {}); Ctrl-C stops it",
+        server
+            .pid()
+            .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+        server.binary().display()
+    );
+    crate::interrupted()
+        .await
+        .map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
+    drop(server);
+    eprintln!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A password in the URL never reaches the output.
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact("redis://u:secret@h:1/"), "redis://u:***@h:1/");
+        assert_eq!(redact("redis://secret@h:1/"), "redis://***@h:1/");
+        assert_eq!(redact("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+    }
+}

@@ -1,0 +1,190 @@
+//! The readouts end to end: the built `echostore` binary, small sizes, `--json`, a real Valkey.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `echostore <args>` and parses its one JSON object; the exit code must be success.
+fn readout(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_echostore"))
+        .args(args)
+        .output()
+        .expect("the echostore binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "echostore {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "echostore {args:?} printed no single JSON object ({e}):\n{stdout}\nstderr: {stderr}"
+        )
+    })
+}
+
+/// A small race with the given loser policy.
+fn race(losers: &str) -> Value {
+    readout(&[
+        "race",
+        "--losers",
+        losers,
+        "--nodes",
+        "2",
+        "--requests",
+        "50",
+        "--source-latency",
+        "20ms",
+        "--json",
+    ])
+}
+
+/// A number field of a readout.
+fn num(v: &Value, field: &str) -> f64 {
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} is not a number in {v}"))
+}
+
+/// Fields every race readout carries, with the invariant: one source read.
+fn assert_race_shape(v: &Value) {
+    for field in [
+        "source_reads",
+        "coalesced",
+        "lock_lost",
+        "stale_served",
+        "defaults_served",
+        "failed_fast",
+        "max_staleness_ms",
+    ] {
+        num(v, field);
+    }
+    for q in ["p50", "p99", "max"] {
+        assert!(v["latency_ms"][q].is_number(), "latency_ms.{q} in {v}");
+    }
+    assert_eq!(num(v, "source_reads"), 1.0, "{v}");
+    assert_eq!(v["invariant_held"], true);
+    assert_eq!(num(v, "lock_won"), 1.0, "{v}");
+    assert!(
+        num(v, "lock_lost") >= 1.0,
+        "the other node lost the lock: {v}"
+    );
+    assert!(
+        num(v, "coalesced") >= 1.0,
+        "requests coalesced in-process: {v}"
+    );
+}
+
+/// Polling losers: one source read, the loser node polled until the winner's value landed.
+#[test]
+fn race_poll_reads_the_source_once_and_polls() {
+    let v = race("poll");
+    assert_race_shape(&v);
+    assert!(num(&v, "poll_waits") >= 1.0, "{v}");
+    assert_eq!(num(&v, "stale_served"), 0.0);
+    assert_eq!(num(&v, "failed_fast"), 0.0);
+    assert_eq!(v["answers"]["other_errors"], 0, "{v}");
+}
+
+/// Serve-stale losers: one source read, the loser node served the stale copy with a staleness.
+#[test]
+fn race_stale_reads_the_source_once_and_serves_stale() {
+    let v = race("stale");
+    assert_race_shape(&v);
+    assert!(num(&v, "stale_served") >= 1.0, "{v}");
+    assert!(num(&v, "max_staleness_ms") > 0.0, "{v}");
+    assert!(v["answers"]["stale"].as_u64().unwrap_or(0) >= 1, "{v}");
+}
+
+/// Default losers: one source read, the loser node got the placeholder.
+#[test]
+fn race_default_reads_the_source_once_and_serves_the_placeholder() {
+    let v = race("default");
+    assert_race_shape(&v);
+    assert!(num(&v, "defaults_served") >= 1.0, "{v}");
+    assert!(v["answers"]["default"].as_u64().unwrap_or(0) >= 1, "{v}");
+}
+
+/// Fail-fast losers: one source read, the loser node failed fast with LockBusy.
+#[test]
+fn race_fail_fast_reads_the_source_once_and_fails_fast() {
+    let v = race("fail-fast");
+    assert_race_shape(&v);
+    assert!(num(&v, "failed_fast") >= 1.0, "{v}");
+    assert!(v["answers"]["lock_busy"].as_u64().unwrap_or(0) >= 1, "{v}");
+}
+
+/// An owned lock: the tokens are equal and the DEL fires.
+#[test]
+fn release_of_an_owned_lock_fires_the_del() {
+    let v = readout(&["release", "--state", "owned", "--json"]);
+    assert_eq!(v["comparison"], "equal", "{v}");
+    assert_eq!(v["script_returned"], 1, "{v}");
+    assert_eq!(v["del_fired"], true, "{v}");
+    assert_eq!(v["lock_after"], "gone", "{v}");
+    assert!(v["lock_value_after"].is_null(), "{v}");
+}
+
+/// A re-acquired lock: the tokens differ, the DEL does not fire, the other holder keeps it.
+#[test]
+fn release_of_a_reacquired_lock_leaves_the_other_holder() {
+    let v = readout(&["release", "--state", "reacquired", "--json"]);
+    assert_eq!(v["comparison"], "differs", "{v}");
+    assert_eq!(v["script_returned"], 0, "{v}");
+    assert_eq!(v["del_fired"], false, "{v}");
+    assert_eq!(v["lock_after"], "still the other holder's", "{v}");
+    assert_eq!(v["lock_value_after"], v["other_token"], "{v}");
+    assert_ne!(v["lock_value_after"], v["token"], "{v}");
+}
+
+/// The hit cost parses and every figure is positive.
+#[test]
+fn hit_cost_reports_positive_figures() {
+    let v = readout(&["hit-cost", "--keys", "2000", "--herd", "500", "--json"]);
+    for backend in ["quick_cache", "moka"] {
+        assert!(
+            v["l1_hit"][backend]["ns"].as_f64().unwrap_or(0.0) > 0.0,
+            "{v}"
+        );
+        assert!(
+            v["l1_hit"][backend]["reads_per_sec"].as_u64().unwrap_or(0) > 0,
+            "{v}"
+        );
+    }
+    assert!(
+        v["l2_get_us"]["median"].as_f64().unwrap_or(0.0) > 0.0,
+        "{v}"
+    );
+    assert!(num(&v, "ratio_l2_over_l1") > 0.0, "{v}");
+    assert!(v["herd"]["store_ms"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
+    assert!(
+        v["herd"]["baseline_ms"].as_f64().unwrap_or(0.0) > 0.0,
+        "{v}"
+    );
+    assert!(
+        v["herd"]["ratio_store_over_baseline"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0,
+        "{v}"
+    );
+    assert_eq!(
+        v["herd"]["store_source_reads"], v["rounds"],
+        "one read per herd round: {v}"
+    );
+    assert_eq!(v["herd"]["baseline_source_reads"], v["rounds"], "{v}");
+}
+
+/// An unreachable `--valkey` is a clear error, not a panic.
+#[test]
+fn unreachable_valkey_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_echostore"))
+        .args(["--valkey", "redis://127.0.0.1:1/", "release", "--json"])
+        .output()
+        .expect("the echostore binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.starts_with("error: cannot reach Valkey"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
