@@ -28,7 +28,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .get_multiplexed_async_connection()
         .await?;
 
-    let store = Store::builder().valkey(url.as_str()).require_valkey(true).build().await?;
+    let store = Store::builder()
+        .valkey(url.as_str())
+        .require_valkey(true)
+        .build()
+        .await?;
     let table = store
         .table::<String, String>("race")
         .losers(LoserPolicy::Poll {

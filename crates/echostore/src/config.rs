@@ -19,11 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::time::Instant;
 
 use crate::error::{Error, Result, SharedError};
 use crate::key::{Key, Value, validate_table_name};
-use crate::l1::L1Backend;
+use crate::l1::{Entry, L1Backend};
 use crate::losers::LoserPolicy;
 use crate::store::Store;
 use crate::table::Table;
@@ -52,10 +51,9 @@ pub(crate) struct Life {
 }
 
 impl Life {
-    /// L1's `(fresh_until, stale_until)` for a value stored at `now`.
-    pub(crate) fn entry(&self, now: Instant) -> (Instant, Instant) {
-        let fresh_until = now + self.fresh_for;
-        (fresh_until, fresh_until + self.stale_for)
+    /// The L1 entry of a value stored now.
+    pub(crate) fn entry<V>(&self, value: Arc<V>) -> Entry<V> {
+        Entry::new(value, self.fresh_for, self.stale_for)
     }
 
     /// Valkey's `PX`: the physical life, fresh plus stale.
@@ -198,10 +196,15 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// [`Error::InvalidConfig`] for a missing loader or a setting that cannot work.
     pub async fn start(self) -> Result<Table<K, V>> {
         validate_table_name(&self.name)?;
-        let loader = self.loader.ok_or_else(|| {
-            Error::InvalidConfig(format!("table {:?} has no loader", self.name))
-        })?;
-        let invalid = |what: String| Err(Error::InvalidConfig(format!("table {:?}: {what}", self.name)));
+        let loader = self
+            .loader
+            .ok_or_else(|| Error::InvalidConfig(format!("table {:?} has no loader", self.name)))?;
+        let invalid = |what: String| {
+            Err(Error::InvalidConfig(format!(
+                "table {:?}: {what}",
+                self.name
+            )))
+        };
         if !(0.0..=0.5).contains(&self.jitter) {
             return invalid(format!("jitter {} is outside 0.0..=0.5", self.jitter));
         }

@@ -142,8 +142,14 @@ mod tests {
             Err(DecodeError::Format(9))
         ));
         let number = encode(&300u32, 1, 1, 1 << 20).expect("encodes");
-        assert!(decode::<String>(&number).is_err(), "a number is not a string");
-        assert!(matches!(decode::<u8>(&bytes), Err(DecodeError::Trailing(_))));
+        assert!(
+            decode::<String>(&number).is_err(),
+            "a number is not a string"
+        );
+        assert!(matches!(
+            decode::<u8>(&bytes),
+            Err(DecodeError::Trailing(_))
+        ));
     }
 
     /// An encoding over the limit is refused with its size.

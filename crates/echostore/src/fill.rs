@@ -45,14 +45,10 @@ pub(crate) struct Filled<V> {
 }
 
 impl<V> Filled<V> {
-    fn fresh(value: Arc<V>, origin: Origin, entry_life: (Instant, Instant)) -> Self {
+    fn fresh(entry: Entry<V>, origin: Origin) -> Self {
         Filled {
-            keep: Some(Entry {
-                value: Arc::clone(&value),
-                fresh_until: entry_life.0,
-                stale_until: entry_life.1,
-            }),
-            fetched: Fetched::new(value, origin),
+            fetched: Fetched::new(Arc::clone(&entry.value), origin),
+            keep: Some(entry),
         }
     }
 
@@ -185,7 +181,7 @@ async fn win<K: Key, V: Value>(
     };
     release(core, l2, names, token).await;
     Ok(if keep {
-        Filled::fresh(value, Origin::Loaded, life.entry(Instant::now()))
+        Filled::fresh(life.entry(value), Origin::Loaded)
     } else {
         Filled::answer_only(value, Origin::Loaded, None)
     })
@@ -195,12 +191,8 @@ async fn win<K: Key, V: Value>(
 async fn load_here<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<Filled<V>> {
     match load(core, id).await {
         Ok(value) => {
-            let life = core.config.life();
-            Ok(Filled::fresh(
-                Arc::new(value),
-                Origin::Loaded,
-                life.entry(Instant::now()),
-            ))
+            let entry = core.config.life().entry(Arc::new(value));
+            Ok(Filled::fresh(entry, Origin::Loaded))
         }
         Err(e) => fail_safe(core, id, e, None),
     }
@@ -258,17 +250,10 @@ fn fail_safe<K: Key, V: Value>(
     }
     let served = match stale {
         Some(env) => stale_answer(env),
-        None => {
-            let now = Instant::now();
-            match core.l1.get(id) {
-                Some(entry) if entry.is_servable_stale(now) => Filled::answer_only(
-                    entry.value,
-                    Origin::Stale,
-                    Some(now.saturating_duration_since(entry.fresh_until)),
-                ),
-                _ => return Err(error),
-            }
-        }
+        None => match core.l1.get(id).and_then(|e| Some((e.stale_by()?, e.value))) {
+            Some((stale_by, value)) => Filled::answer_only(value, Origin::Stale, Some(stale_by)),
+            None => return Err(error),
+        },
     };
     bump(&core.stats.counters.fail_safe_served);
     bump(&core.stats.counters.stale_served);
@@ -291,14 +276,9 @@ fn decode<K: Key, V: Value>(core: &TableCore<K, V>, bytes: Option<Vec<u8>>) -> O
 /// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.
 fn l2_hit<K: Key, V: Value>(core: &TableCore<K, V>, env: Envelope<V>) -> Filled<V> {
     bump(&core.stats.counters.l2_hits);
-    let now = Instant::now();
     let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
-    let fresh_until = now + left;
-    Filled::fresh(
-        Arc::new(env.value),
-        Origin::L2,
-        (fresh_until, fresh_until + core.config.stale_for),
-    )
+    let entry = Entry::new(Arc::new(env.value), left, core.config.stale_for);
+    Filled::fresh(entry, Origin::L2)
 }
 
 fn stale_answer<V>(env: Envelope<V>) -> Filled<V> {

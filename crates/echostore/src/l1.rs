@@ -2,15 +2,18 @@
 //! with read concurrency.
 //!
 //! A read of L1 runs on the caller's own task and never touches the owner. Entries carry the
-//! instant they stop being fresh and the instant they stop being servable as stale; an entry past
-//! its freshness is a miss for `get`, but the fill may still serve it as a stale copy (fail-safe).
+//! deadline of their freshness (checked cheaply, see [`crate::clock`]) and the instant they stop
+//! being servable as stale; an entry past its freshness is a miss for `get`, but the fill may still
+//! serve it as a stale copy (fail-safe).
 //! Two backends sit behind [`L1Cache`]: quick_cache (the default; a hit costs tens of nanoseconds)
 //! and moka (about a microsecond a hit on this machine class; see `docs/benchmarks.md`). Both are
 //! bounded by the table's `l1_capacity` and evict on their own when full.
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::clock::Deadline;
 
 use crate::key::Key;
 
@@ -29,10 +32,10 @@ pub enum L1Backend {
 pub(crate) struct Entry<V> {
     /// The value every reader shares.
     pub(crate) value: Arc<V>,
-    /// Fresh strictly before this instant.
-    pub(crate) fresh_until: Instant,
+    /// Fresh until then.
+    fresh_until: Deadline,
     /// Servable as a stale copy strictly before this instant.
-    pub(crate) stale_until: Instant,
+    stale_until: Instant,
 }
 
 impl<V> Clone for Entry<V> {
@@ -46,15 +49,26 @@ impl<V> Clone for Entry<V> {
 }
 
 impl<V> Entry<V> {
-    /// `true` while the entry may answer a `get`.
-    #[inline]
-    pub(crate) fn is_fresh(&self, now: Instant) -> bool {
-        now < self.fresh_until
+    /// An entry fresh for `fresh_for` from now, then servable as stale for `stale_for` more.
+    pub(crate) fn new(value: Arc<V>, fresh_for: Duration, stale_for: Duration) -> Self {
+        let fresh_until = Deadline::after(fresh_for);
+        Entry {
+            value,
+            fresh_until,
+            stale_until: fresh_until.instant() + stale_for,
+        }
     }
 
-    /// `true` while the entry may stand in as a stale copy.
-    pub(crate) fn is_servable_stale(&self, now: Instant) -> bool {
-        now < self.stale_until
+    /// `true` while the entry may answer a `get`.
+    #[inline]
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.fresh_until.is_ahead()
+    }
+
+    /// `Some(how long past its freshness)` while the entry may stand in as a stale copy.
+    pub(crate) fn stale_by(&self) -> Option<Duration> {
+        let now = Instant::now();
+        (now < self.stale_until).then(|| now.saturating_duration_since(self.fresh_until.instant()))
     }
 }
 

@@ -68,7 +68,9 @@ impl L2 {
         match ping {
             Ok(_) => {}
             Err(e) if require => return Err(e),
-            Err(e) => tracing::warn!(error = %e, "valkey unreachable at build; serving degraded (L1 + loader) until it answers"),
+            Err(e) => {
+                tracing::warn!(error = %e, "valkey unreachable at build; serving degraded (L1 + loader) until it answers")
+            }
         }
         Ok(l2)
     }
@@ -102,14 +104,19 @@ impl L2 {
         context: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        self.run(context, |mut c| async move { invocation.invoke_async(&mut c).await })
-            .await
+        self.run(context, |mut c| async move {
+            invocation.invoke_async(&mut c).await
+        })
+        .await
     }
 
     /// `GET <value key>`.
     pub(crate) async fn get(&self, names: &KeyNames) -> Result<Option<Vec<u8>>> {
-        self.run("GET value", |mut c| async move { c.get(&names.value).await })
-            .await
+        self.run(
+            "GET value",
+            |mut c| async move { c.get(&names.value).await },
+        )
+        .await
     }
 
     /// `GET <value key>` and `EXISTS <lock key>` in one pipeline: what a polling loser looks at.
@@ -128,7 +135,9 @@ impl L2 {
     pub(crate) async fn put(&self, names: &KeyNames, envelope: Vec<u8>, px: u64) -> Result<()> {
         let mut inv = self.put.prepare_invoke();
         inv.key(&names.value).key(&names.lock).arg(envelope).arg(px);
-        self.script::<i64>("put (SET value, DEL lock)", inv).await.map(drop)
+        self.script::<i64>("put (SET value, DEL lock)", inv)
+            .await
+            .map(drop)
     }
 
     /// Drops the value and the lock: a fill in flight can no longer write its older value back.

@@ -16,7 +16,8 @@
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations.
 //! - `flights` — the flights map: one load per id, its waiters, `coalesced`.
 //! - `fill` — what one flight does: L2, the lock, the loader, fail-safe.
-//! - `l1` — L1 behind a small trait, quick_cache or moka (ETS with read concurrency).
+//! - `l1` — L1 behind a small trait, quick_cache or moka (ETS with read concurrency); `clock`
+//!   tells its entries' freshness without a serialising clock read.
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
 //! - `lock` — the regeneration lock: acquire, fenced write, token-checked release.
 //! - `losers` — [`LoserPolicy`] and the poll loop.
@@ -49,6 +50,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod breaker;
+mod clock;
 mod config;
 mod envelope;
 mod error;

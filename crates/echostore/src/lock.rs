@@ -79,7 +79,10 @@ pub(crate) async fn acquire_or_read(
     lock_ttl_ms: u64,
 ) -> Result<Acquired> {
     let mut inv = l2.lock_scripts.acquire_or_read.prepare_invoke();
-    inv.key(&names.value).key(&names.lock).arg(token).arg(lock_ttl_ms);
+    inv.key(&names.value)
+        .key(&names.lock)
+        .arg(token)
+        .arg(lock_ttl_ms);
     let (won, value): (i64, Option<Vec<u8>>) = l2.script("acquire (SET lock NX PX)", inv).await?;
     Ok(Acquired {
         won: won == 1,
@@ -107,11 +110,7 @@ pub(crate) async fn fenced_write(
 }
 
 /// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing deleted.
-pub(crate) async fn release(
-    l2: &L2,
-    names: &KeyNames,
-    token: &str,
-) -> Result<bool> {
+pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
     let mut inv = l2.lock_scripts.release.prepare_invoke();
     inv.key(&names.lock).arg(token);
     let deleted: i64 = l2.script("release (token-checked DEL)", inv).await?;

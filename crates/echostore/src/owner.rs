@@ -15,7 +15,6 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
@@ -151,7 +150,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     fn fill(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
         // The race may have been won between the caller's miss and this message.
         if let Some(entry) = self.core.l1.get(&id)
-            && entry.is_fresh(Instant::now())
+            && entry.is_fresh()
         {
             self.core.stats.l1_hits.incr();
             if !reply.is_closed() {

@@ -113,7 +113,9 @@ impl StoreBuilder {
     /// [`require_valkey`](Self::require_valkey) is set; a malformed URL is always an error.
     pub async fn build(self) -> Result<Store> {
         if self.timeout.is_zero() {
-            return Err(Error::InvalidConfig("valkey_timeout must be above zero".into()));
+            return Err(Error::InvalidConfig(
+                "valkey_timeout must be above zero".into(),
+            ));
         }
         let l2 = match &self.valkey {
             Some(url) => Some(L2::connect(url, self.timeout, self.cooldown, self.require).await?),

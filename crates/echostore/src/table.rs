@@ -9,14 +9,13 @@ use std::sync::{Arc, RwLock, Weak};
 use futures::FutureExt;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
-use tokio::time::Instant;
 
 use crate::config::{Loader, TableConfig};
 use crate::envelope::{self, unix_ms};
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::{self, Entry, L1Backend, L1Cache};
+use crate::l1::{self, L1Backend, L1Cache};
 use crate::l2::L2;
 use crate::owner::{L2Write, Owner, OwnerMsg};
 use crate::stats::{Stats, TableStats, bump};
@@ -168,7 +167,7 @@ impl<K: Key, V: Value> Table<K, V> {
     pub async fn fetch(&self, id: &K) -> Result<Fetched<V>> {
         let core = &self.inner.core;
         if let Some(entry) = core.l1.get(id)
-            && entry.is_fresh(Instant::now())
+            && entry.is_fresh()
         {
             core.stats.l1_hits.incr();
             return Ok(Fetched::new(entry.value, Origin::L1));
@@ -203,12 +202,7 @@ impl<K: Key, V: Value> Table<K, V> {
                 })
             }
         };
-        let (fresh_until, stale_until) = life.entry(Instant::now());
-        let entry = Entry {
-            value,
-            fresh_until,
-            stale_until,
-        };
+        let entry = life.entry(value);
         let id = id.clone();
         self.call(move |reply| OwnerMsg::Put {
             id,
@@ -254,7 +248,9 @@ impl<K: Key, V: Value> Table<K, V> {
 }
 
 fn current<K, V>(slot: &OwnerSlot<K, V>) -> ActorRef<OwnerMsg<K, V>> {
-    slot.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    slot.read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
 }
 
 /// How the supervisor replaces this table's owner after a crash.
@@ -268,7 +264,9 @@ fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, slot: Weak<OwnerSlot<
                 .await
                 .ok()?;
             bump(&core.stats.counters.owner_restarts);
-            *slot.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = owner.clone();
+            *slot
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = owner.clone();
             Some(owner.get_cell())
         })
     })

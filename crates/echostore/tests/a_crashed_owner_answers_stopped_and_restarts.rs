@@ -54,16 +54,30 @@ async fn a_crashed_owner_answers_stopped_and_is_restarted() {
         let table = table.clone();
         async move { table.get(&Touchy(POISON, 1)).await }
     });
-    until_stats("the first flight runs", || table.stats(), |s| s.in_flight == 1).await;
+    until_stats(
+        "the first flight runs",
+        || table.stats(),
+        |s| s.in_flight == 1,
+    )
+    .await;
     // The second miss makes the owner compare two poisoned ids: it panics.
     let second = table.get(&Touchy(POISON, 2)).await;
     assert!(matches!(second, Err(Error::Stopped)), "{second:?}");
     let first = first.await.expect("task");
     assert!(matches!(first, Err(Error::Stopped)), "{first:?}");
 
-    until("the supervisor restarted the owner", || table.stats().owner_restarts == 1).await;
+    until("the supervisor restarted the owner", || {
+        table.stats().owner_restarts == 1
+    })
+    .await;
     source.release();
-    assert_eq!(*table.get(&Touchy(1, 0)).await.expect("served by the new owner"), "value-1-2");
+    assert_eq!(
+        *table
+            .get(&Touchy(1, 0))
+            .await
+            .expect("served by the new owner"),
+        "value-1-2"
+    );
     assert_eq!(table.stats().in_flight, 0);
 }
 

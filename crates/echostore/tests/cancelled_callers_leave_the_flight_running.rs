@@ -26,7 +26,12 @@ async fn dropped_callers_do_not_cancel_the_flight() {
                 tokio::spawn(async move { table.get(&3).await })
             })
             .collect();
-        until_stats("all ten are waiting", || table.stats(), |s| s.coalesced == 9).await;
+        until_stats(
+            "all ten are waiting",
+            || table.stats(),
+            |s| s.coalesced == 9,
+        )
+        .await;
         let mut callers = callers.into_iter();
         let stayer = callers.next().expect("ten callers");
         for quitter in callers {
@@ -37,7 +42,11 @@ async fn dropped_callers_do_not_cancel_the_flight() {
 
         assert_eq!(*stayer.await.expect("task").expect("value"), "value-3-1");
         assert_eq!(source.calls(), 1);
-        assert_eq!(table.stats().in_flight, 0, "{backend:?}: no flight or waiter left");
+        assert_eq!(
+            table.stats().in_flight,
+            0,
+            "{backend:?}: no flight or waiter left"
+        );
     }
 }
 
@@ -57,7 +66,12 @@ async fn a_flight_everyone_left_still_fills_the_cache() {
         let table = table.clone();
         async move { table.get(&5).await }
     });
-    until_stats("the fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+    until_stats(
+        "the fill is in flight",
+        || table.stats(),
+        |s| s.in_flight == 1,
+    )
+    .await;
     caller.abort();
     let _ = caller.await;
     source.release();

@@ -12,7 +12,11 @@ const HERD: usize = 1000;
 
 /// Fires `HERD` gets of one id at once (behind a barrier) and waits until all of them have
 /// joined the flight before the source answers; returns every caller's answer.
-async fn herd(table: &Table<u64, String>, source: &Source, id: u64) -> Vec<echostore::Fetched<String>> {
+async fn herd(
+    table: &Table<u64, String>,
+    source: &Source,
+    id: u64,
+) -> Vec<echostore::Fetched<String>> {
     let barrier = Arc::new(Barrier::new(HERD));
     let callers: Vec<_> = (0..HERD)
         .map(|_| {
@@ -25,9 +29,11 @@ async fn herd(table: &Table<u64, String>, source: &Source, id: u64) -> Vec<echos
         })
         .collect();
     let before = table.stats().coalesced;
-    until_stats("every caller joined the flight", || table.stats(), |s| {
-        s.coalesced - before == (HERD - 1) as u64
-    })
+    until_stats(
+        "every caller joined the flight",
+        || table.stats(),
+        |s| s.coalesced - before == (HERD - 1) as u64,
+    )
     .await;
     source.release();
     let mut answers = Vec::with_capacity(HERD);
@@ -53,22 +59,40 @@ async fn a_thousand_misses_read_the_source_once() {
 
         let answers = herd(&table, &source, 7).await;
 
-        assert_eq!(source.calls(), 1, "{backend:?}: the loader ran exactly once");
+        assert_eq!(
+            source.calls(),
+            1,
+            "{backend:?}: the loader ran exactly once"
+        );
         let first = &answers[0].value;
         assert!(
             answers.iter().all(|a| Arc::ptr_eq(&a.value, first)),
             "{backend:?}: every caller holds the same Arc"
         );
-        let led = answers.iter().filter(|a| a.origin == Origin::Loaded).count();
-        let joined = answers.iter().filter(|a| a.origin == Origin::Coalesced).count();
-        assert_eq!((led, joined), (1, HERD - 1), "{backend:?}: one leader, the rest joined");
+        let led = answers
+            .iter()
+            .filter(|a| a.origin == Origin::Loaded)
+            .count();
+        let joined = answers
+            .iter()
+            .filter(|a| a.origin == Origin::Coalesced)
+            .count();
+        assert_eq!(
+            (led, joined),
+            (1, HERD - 1),
+            "{backend:?}: one leader, the rest joined"
+        );
         let stats = table.stats();
         assert_eq!(stats.source_reads, 1);
         assert_eq!(stats.coalesced, (HERD - 1) as u64);
         assert_eq!(stats.in_flight, 0, "{backend:?}: the flight is gone");
 
         let again = table.fetch(&7).await.expect("hit");
-        assert_eq!(again.origin, Origin::L1, "{backend:?}: the next get is an L1 hit");
+        assert_eq!(
+            again.origin,
+            Origin::L1,
+            "{backend:?}: the next get is an L1 hit"
+        );
         assert!(Arc::ptr_eq(&again.value, first));
         assert_eq!(table.stats().l1_hits, 1);
         assert_eq!(source.calls(), 1);

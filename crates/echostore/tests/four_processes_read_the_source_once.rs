@@ -12,7 +12,10 @@ use redis::AsyncCommands;
 /// The `race_node` example next to this test binary, built first if this run did not build it.
 fn race_node() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
     let node = profile_dir.join("examples").join("race_node");
     if !node.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -52,9 +55,17 @@ async fn four_processes_read_the_source_once() {
     }
 
     let mut conn = raw(&valkey.url()).await;
-    let reads: u64 = conn.get(format!("race:{run}:source_reads")).await.expect("GET counter");
+    let reads: u64 = conn
+        .get(format!("race:{run}:source_reads"))
+        .await
+        .expect("GET counter");
     assert_eq!(reads, 1, "exactly one source read across four processes");
-    let sum = |field: &str| lines.iter().map(|l| l[field].as_u64().expect(field)).sum::<u64>();
+    let sum = |field: &str| {
+        lines
+            .iter()
+            .map(|l| l[field].as_u64().expect(field))
+            .sum::<u64>()
+    };
     assert_eq!(sum("source_reads"), 1);
     assert_eq!(sum("lock_won"), 1);
     assert_eq!(

@@ -42,18 +42,30 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
         async move { t.get(&id).await }
     });
     until("the winner reads the source", || source.calls() == 1).await;
-    let token: String = conn.get(LOCK).await.expect("the lock is held under DESIGN.md's name");
+    let token: String = conn
+        .get(LOCK)
+        .await
+        .expect("the lock is held under DESIGN.md's name");
     assert_eq!(token.len(), 32, "128 bits as hex: {token}");
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
     let lock_pttl: i64 = conn.pttl(LOCK).await.expect("PTTL");
-    assert!(lock_pttl > 0 && lock_pttl <= 5000, "lock PX is lock_ttl: {lock_pttl}");
+    assert!(
+        lock_pttl > 0 && lock_pttl <= 5000,
+        "lock PX is lock_ttl: {lock_pttl}"
+    );
     source.release();
     fill.await.expect("task").expect("value");
 
-    assert!(!conn.exists::<_, bool>(LOCK).await.expect("EXISTS"), "released");
+    assert!(
+        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        "released"
+    );
     let pttl: i64 = conn.pttl(VALUE).await.expect("PTTL");
     let physical = 360_000;
-    assert!(pttl <= physical && pttl > physical - 5_000, "PTTL {pttl} ≈ ttl + stale_for");
+    assert!(
+        pttl <= physical && pttl > physical - 5_000,
+        "PTTL {pttl} ≈ ttl + stale_for"
+    );
 
     let bytes: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(bytes[0], 1, "envelope format byte");
@@ -83,7 +95,10 @@ async fn put_writes_through_and_invalidate_removes_both_keys() {
     let _: () = conn.set_ex(LOCK, "someone", 30).await.expect("SET lock");
     t.invalidate(&id).await.expect("invalidate");
     assert!(!conn.exists::<_, bool>(VALUE).await.expect("EXISTS"));
-    assert!(!conn.exists::<_, bool>(LOCK).await.expect("EXISTS"), "an in-flight fill cannot write back");
+    assert!(
+        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        "an in-flight fill cannot write back"
+    );
     assert_eq!(t.fetch(&id).await.expect("reload").origin, Origin::Loaded);
 }
 
@@ -107,7 +122,11 @@ async fn a_put_beats_a_fill_in_flight_on_valkey() {
     assert_eq!(*fill.await.expect("task").expect("own answer"), "value-1-1");
     assert_eq!(filler.stats().fenced_write_skipped, 1);
     let fresh = set_table(&valkey.url(), &Source::open()).await;
-    assert_eq!(*fresh.get(&id).await.expect("L2"), "newer", "the put's value stands");
+    assert_eq!(
+        *fresh.get(&id).await.expect("L2"),
+        "newer",
+        "the put's value stands"
+    );
 }
 
 /// Bytes that are not an envelope of this table are a counted miss, overwritten by the fill.

@@ -57,7 +57,10 @@ async fn a_loader_error_reaches_every_waiter_and_is_not_cached() {
         };
         assert!(first.to_string().contains("source down for 1"));
         for e in &errors {
-            assert!(matches!(e, Error::Source(s) if Arc::ptr_eq(s, first)), "one shared error");
+            assert!(
+                matches!(e, Error::Source(s) if Arc::ptr_eq(s, first)),
+                "one shared error"
+            );
         }
         assert_eq!(table.stats().errors, 1);
 
@@ -91,7 +94,10 @@ async fn a_panicking_loader_fails_its_waiters_and_the_table_keeps_serving() {
         .collect();
     for w in waiters {
         let err = w.await.expect("task").expect_err("the loader panicked");
-        assert!(matches!(&err, Error::LoaderPanicked(m) if m.contains("unlucky id 13")), "{err}");
+        assert!(
+            matches!(&err, Error::LoaderPanicked(m) if m.contains("unlucky id 13")),
+            "{err}"
+        );
         assert!(err.is_source());
     }
     assert_eq!(*table.get(&4).await.expect("the table still serves"), 8);
@@ -105,10 +111,12 @@ async fn a_loader_panicking_synchronously_is_caught() {
     let store = Store::builder().build().await.expect("store");
     let table = store
         .table::<u64, u64>("panics-early")
-        .loader(|id: u64| -> std::future::Ready<Result<u64, std::io::Error>> {
-            assert!(id != 13, "refused {id}");
-            std::future::ready(Ok(id))
-        })
+        .loader(
+            |id: u64| -> std::future::Ready<Result<u64, std::io::Error>> {
+                assert!(id != 13, "refused {id}");
+                std::future::ready(Ok(id))
+            },
+        )
         .start()
         .await
         .expect("table");

@@ -67,14 +67,26 @@ async fn default_is_served_and_never_cached() {
     let mut conn = raw(&valkey.url()).await;
     hold_lock(&mut conn, 30_000).await;
     let source = Source::open();
-    let t = table(&valkey.url(), &source, LoserPolicy::Default("placeholder".into())).await;
+    let t = table(
+        &valkey.url(),
+        &source,
+        LoserPolicy::Default("placeholder".into()),
+    )
+    .await;
 
     for _ in 0..2 {
         let f = t.fetch(&1).await.expect("default");
-        assert_eq!((f.origin, f.value.as_str()), (Origin::Default, "placeholder"));
+        assert_eq!(
+            (f.origin, f.value.as_str()),
+            (Origin::Default, "placeholder")
+        );
     }
     let s = t.stats();
-    assert_eq!((s.defaults_served, s.l1_hits, s.source_reads), (2, 0, 0), "not in L1");
+    assert_eq!(
+        (s.defaults_served, s.l1_hits, s.source_reads),
+        (2, 0, 0),
+        "not in L1"
+    );
     assert_eq!(s.l1_len, 0);
     let stored: Option<Vec<u8>> = conn.get(VALUE).await.expect("GET");
     assert_eq!(stored, None, "not on Valkey");
@@ -99,13 +111,20 @@ async fn serve_stale_serves_the_stale_copy_while_the_winner_rebuilds() {
         .expect("writer");
     writer.get(&1).await.expect("first fill");
     let written = std::time::Instant::now();
-    until("the copy's logical life is over", || written.elapsed() > Duration::from_millis(40)).await;
+    until("the copy's logical life is over", || {
+        written.elapsed() > Duration::from_millis(40)
+    })
+    .await;
     hold_lock(&mut conn, 30_000).await; // another process is rebuilding
 
     let t = table(&valkey.url(), &source, LoserPolicy::ServeStale).await;
     let f = t.fetch(&1).await.expect("stale");
     assert_eq!((f.origin, f.value.as_str()), (Origin::Stale, "value-1-1"));
-    assert!(f.stale_by.is_some_and(|d| d > Duration::ZERO), "{:?}", f.stale_by);
+    assert!(
+        f.stale_by.is_some_and(|d| d > Duration::ZERO),
+        "{:?}",
+        f.stale_by
+    );
     let s = t.stats();
     assert_eq!((s.stale_served, s.lock_lost, s.source_reads), (1, 1, 0));
     assert_eq!(source.calls(), 1, "only the earlier fill read the source");
@@ -130,7 +149,10 @@ async fn serve_stale_without_a_copy_polls_for_the_winner() {
     winner.put(&1, "from-the-winner".into()).await.expect("put");
 
     let f = waiting.await.expect("task").expect("value");
-    assert_eq!((f.origin, f.value.as_str()), (Origin::L2, "from-the-winner"));
+    assert_eq!(
+        (f.origin, f.value.as_str()),
+        (Origin::L2, "from-the-winner")
+    );
     assert_eq!(source.calls(), 0, "the loser never read the source");
 }
 
@@ -156,7 +178,10 @@ async fn poll_returns_the_winners_value() {
     winner.put(&1, "from-the-winner".into()).await.expect("put");
 
     let f = waiting.await.expect("task").expect("value");
-    assert_eq!((f.origin, f.value.as_str()), (Origin::L2, "from-the-winner"));
+    assert_eq!(
+        (f.origin, f.value.as_str()),
+        (Origin::L2, "from-the-winner")
+    );
     let s = t.stats();
     assert_eq!((s.source_reads, s.lock_lost, s.lock_won), (0, 1, 0));
     assert_eq!(s.l2_hits, 1);
@@ -177,7 +202,10 @@ async fn poll_times_out_with_wait_timeout() {
     let t = table(&valkey.url(), &source, policy).await;
 
     let err = t.get(&1).await.expect_err("timed out");
-    assert!(matches!(err, Error::WaitTimeout { waited } if waited == up_to), "{err}");
+    assert!(
+        matches!(err, Error::WaitTimeout { waited } if waited == up_to),
+        "{err}"
+    );
     assert!(t.stats().poll_waits >= 1);
     assert_eq!(source.calls(), 0);
 }

@@ -20,7 +20,11 @@ async fn table_on(url: &str, source: &Source) -> Table<u64, String> {
 }
 
 /// Starts `per_table` gets of `id` on each table at once (behind one barrier).
-fn fire(tables: &[Table<u64, String>], per_table: usize, id: u64) -> Vec<tokio::task::JoinHandle<echostore::Result<Fetched<String>>>> {
+fn fire(
+    tables: &[Table<u64, String>],
+    per_table: usize,
+    id: u64,
+) -> Vec<tokio::task::JoinHandle<echostore::Result<Fetched<String>>>> {
     let barrier = Arc::new(Barrier::new(tables.len() * per_table));
     tables
         .iter()
@@ -94,10 +98,17 @@ async fn four_stores_read_the_source_once() {
         *origins.entry(answer.origin).or_insert(0) += 1;
     }
     let s = total(&tables);
-    assert_eq!(source.calls(), 1, "exactly one source read across four stores");
+    assert_eq!(
+        source.calls(),
+        1,
+        "exactly one source read across four stores"
+    );
     assert_eq!(s.source_reads, 1);
     assert_eq!((s.lock_won, s.lock_lost, s.coalesced), (1, 3, 996));
-    assert_eq!(s.l2_hits, 3, "each losing store's flight read the winner's value");
+    assert_eq!(
+        s.l2_hits, 3,
+        "each losing store's flight read the winner's value"
+    );
     assert_eq!(origins.get(&Origin::Loaded), Some(&1));
     assert_eq!(origins.get(&Origin::L2), Some(&3));
     assert_eq!(origins.get(&Origin::Coalesced), Some(&996));

@@ -34,7 +34,10 @@ async fn release_never_deletes_another_holders_lock() {
         let id = id.clone();
         async move { a.fetch(&id).await }
     });
-    until("A holds the lock and reads the source", || source.calls() == 1).await;
+    until("A holds the lock and reads the source", || {
+        source.calls() == 1
+    })
+    .await;
     // A's rebuild runs long: its PX expires...
     let mut probe = conn.clone();
     let mut gone = false;
@@ -56,14 +59,23 @@ async fn release_never_deletes_another_holders_lock() {
     assert_eq!(b.as_deref(), Some("OK"));
 
     source.release(); // A finishes: fenced write, then token-checked release.
-    let answer = rebuild.await.expect("task").expect("A still answers its waiter");
-    assert_eq!((answer.origin, answer.value.as_str()), (Origin::Loaded, "value-1-1"));
+    let answer = rebuild
+        .await
+        .expect("task")
+        .expect("A still answers its waiter");
+    assert_eq!(
+        (answer.origin, answer.value.as_str()),
+        (Origin::Loaded, "value-1-1")
+    );
 
     let lock: Option<String> = conn.get(lock_key).await.expect("GET lock");
     assert_eq!(lock.as_deref(), Some(b_token), "B's lock still exists");
     let value: Option<Vec<u8>> = conn.get("set:{EMS0ODMggk1d5N}").await.expect("GET value");
     assert_eq!(value, None, "A's late write did not land");
     let s = a.stats();
-    assert_eq!((s.fenced_write_skipped, s.release_skipped, s.released), (1, 1, 0));
+    assert_eq!(
+        (s.fenced_write_skipped, s.release_skipped, s.released),
+        (1, 1, 0)
+    );
     assert_eq!(s.l1_len, 0, "a fenced-out value is not kept in L1 either");
 }

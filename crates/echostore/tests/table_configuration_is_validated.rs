@@ -13,18 +13,34 @@ async fn ok(id: u64) -> Result<u64, std::io::Error> {
 async fn invalid_table_names_are_refused() {
     let store = Store::builder().build().await.expect("store");
     let long = "n".repeat(65);
-    for bad in ["", "with space", "brace{", "colon:x", "lock:x", long.as_str(), "ü"] {
+    for bad in [
+        "",
+        "with space",
+        "brace{",
+        "colon:x",
+        "lock:x",
+        long.as_str(),
+        "ü",
+    ] {
         let err = store
             .table::<u64, u64>(bad)
             .loader(ok)
             .start()
             .await
             .expect_err("refused");
-        assert!(matches!(&err, Error::InvalidName(n) if n == bad), "{bad:?}: {err}");
+        assert!(
+            matches!(&err, Error::InvalidName(n) if n == bad),
+            "{bad:?}: {err}"
+        );
         assert!(err.to_string().contains("[A-Za-z0-9_.-]"));
     }
     for good in ["users", "a.b-c_d", "0"] {
-        store.table::<u64, u64>(good).loader(ok).start().await.expect(good);
+        store
+            .table::<u64, u64>(good)
+            .loader(ok)
+            .start()
+            .await
+            .expect(good);
     }
 }
 
@@ -32,8 +48,15 @@ async fn invalid_table_names_are_refused() {
 #[tokio::test]
 async fn missing_loader_and_bad_settings_are_refused() {
     let store = Store::builder().build().await.expect("store");
-    let err = store.table::<u64, u64>("t").start().await.expect_err("no loader");
-    assert!(matches!(&err, Error::InvalidConfig(m) if m.contains("no loader")), "{err}");
+    let err = store
+        .table::<u64, u64>("t")
+        .start()
+        .await
+        .expect_err("no loader");
+    assert!(
+        matches!(&err, Error::InvalidConfig(m) if m.contains("no loader")),
+        "{err}"
+    );
 
     for jitter in [-0.1, 0.51, f64::NAN] {
         let err = store
@@ -43,7 +66,10 @@ async fn missing_loader_and_bad_settings_are_refused() {
             .start()
             .await
             .expect_err("bad jitter");
-        assert!(matches!(&err, Error::InvalidConfig(m) if m.contains("jitter")), "{err}");
+        assert!(
+            matches!(&err, Error::InvalidConfig(m) if m.contains("jitter")),
+            "{err}"
+        );
     }
     let zero_poll = LoserPolicy::Poll {
         every: Duration::ZERO,

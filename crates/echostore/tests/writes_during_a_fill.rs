@@ -24,12 +24,20 @@ async fn a_put_during_a_fill_wins() {
             let table = table.clone();
             async move { table.fetch(&1).await }
         });
-        until_stats("the fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+        until_stats(
+            "the fill is in flight",
+            || table.stats(),
+            |s| s.in_flight == 1,
+        )
+        .await;
         table.put(&1, "from-put".into()).await.expect("put");
         source.release();
 
         let led = leader.await.expect("task").expect("answer");
-        assert_eq!(*led.value, "value-1-1", "{backend:?}: the fill answers its own waiter");
+        assert_eq!(
+            *led.value, "value-1-1",
+            "{backend:?}: the fill answers its own waiter"
+        );
         let after = table.fetch(&1).await.expect("get");
         assert_eq!(*after.value, "from-put", "{backend:?}: the put won");
         assert_eq!(after.origin, Origin::L1);
@@ -56,13 +64,22 @@ async fn an_invalidate_during_a_fill_keeps_its_value_out() {
             let table = table.clone();
             async move { table.get(&1).await }
         });
-        until_stats("the fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+        until_stats(
+            "the fill is in flight",
+            || table.stats(),
+            |s| s.in_flight == 1,
+        )
+        .await;
         table.invalidate(&1).await.expect("invalidate");
         source.release();
 
         assert_eq!(*leader.await.expect("task").expect("answer"), "value-1-1");
         let after = table.fetch(&1).await.expect("get");
-        assert_eq!(after.origin, Origin::Loaded, "{backend:?}: the old fill was not stored");
+        assert_eq!(
+            after.origin,
+            Origin::Loaded,
+            "{backend:?}: the old fill was not stored"
+        );
         assert_eq!(*after.value, "value-1-2");
         assert_eq!(source.calls(), 2);
     }
@@ -84,14 +101,23 @@ async fn a_miss_after_an_invalidate_starts_a_new_flight() {
         let table = table.clone();
         async move { table.get(&1).await }
     });
-    until_stats("the first fill is in flight", || table.stats(), |s| s.in_flight == 1).await;
+    until_stats(
+        "the first fill is in flight",
+        || table.stats(),
+        |s| s.in_flight == 1,
+    )
+    .await;
     table.invalidate(&1).await.expect("invalidate");
     let new = tokio::spawn({
         let table = table.clone();
         async move { table.get(&1).await }
     });
     until_stats("both flights exist", || table.stats(), |s| s.in_flight == 2).await;
-    assert_eq!(table.stats().coalesced, 0, "the new miss did not join the old flight");
+    assert_eq!(
+        table.stats().coalesced,
+        0,
+        "the new miss did not join the old flight"
+    );
     source.release();
     old.await.expect("task").expect("old answer");
     new.await.expect("task").expect("new answer");

@@ -83,7 +83,10 @@ impl Source {
 pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

@@ -1,0 +1,73 @@
+//! L1's clock: "is this entry still fresh?" without a serialising clock read on the hit path.
+//!
+//! A precise monotonic read (`Instant::now()`, `rdtsc` behind a fence in the vDSO) costs ~25 ns
+//! on its own, and its fence stops the CPU from overlapping the cache misses of neighbouring
+//! lookups: measured here, it tripled the cost of an L1 hit over 100k random keys. So a
+//! [`Deadline`] keeps two forms of one instant: a *coarse* one, checked against the kernel's
+//! coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a plain memory read, a few ms of resolution),
+//! set [`MARGIN`] early; and the *precise* one. An entry the coarse clock shows well before its
+//! deadline is fresh for certain; only entries within `MARGIN` of expiry pay for the precise read.
+//! Expiry stays exact to the precise clock.
+
+use std::time::{Duration, Instant};
+
+/// More than the coarse clock can lag the precise one (one kernel tick, 1–10 ms).
+const MARGIN: Duration = Duration::from_millis(25);
+
+fn coarse_now() -> u64 {
+    // Not `now()`: that also stores into a process-wide cell, one shared line for every hit.
+    coarsetime::Instant::now_without_cache_update().as_ticks()
+}
+
+/// A point in time that the hit path can test cheaply.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    /// Coarse-clock ticks before which the deadline has certainly not passed.
+    coarse: u64,
+    precise: Instant,
+}
+
+impl Deadline {
+    /// `life` from now.
+    pub(crate) fn after(life: Duration) -> Self {
+        let precise = Instant::now() + life;
+        let coarse = match life.checked_sub(MARGIN) {
+            // The coarse clock never runs ahead of the precise one, so `coarse_now + early`
+            // is at or before `precise - MARGIN`.
+            Some(early) => {
+                coarse_now().saturating_add(coarsetime::Duration::from(early).as_ticks())
+            }
+            None => 0, // too close to call coarsely: always check precisely
+        };
+        Deadline { coarse, precise }
+    }
+
+    /// `true` while the deadline has not passed.
+    #[inline]
+    pub(crate) fn is_ahead(&self) -> bool {
+        coarse_now() < self.coarse || Instant::now() < self.precise
+    }
+
+    /// The precise instant.
+    pub(crate) fn instant(&self) -> Instant {
+        self.precise
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deadline an hour away is ahead; one in the past, or zero long, is not.
+    #[test]
+    fn deadlines_pass_exactly() {
+        assert!(Deadline::after(Duration::from_secs(3600)).is_ahead());
+        assert!(!Deadline::after(Duration::ZERO).is_ahead());
+        let start = Instant::now();
+        let short = Deadline::after(Duration::from_millis(30));
+        while short.is_ahead() {
+            std::hint::spin_loop();
+        }
+        assert!(start.elapsed() >= Duration::from_millis(30), "never early");
+    }
+}
