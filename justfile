@@ -1,0 +1,26 @@
+# EchoStore for Rust: the everyday recipes. `just --list` shows them.
+
+# Run every test (provisions a private valkey-server on first use).
+test:
+    cargo test --workspace
+
+# Formatting check and clippy with warnings as errors.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# The criterion benches (L1 hit, L2 GET, herd); figures go in docs/benchmarks.md.
+bench:
+    cargo bench -p echostore-benches
+
+# The stampede race readout against an embedded Valkey; pass flags, e.g. `just race --losers stale`.
+race *ARGS:
+    cargo run --release -p echostore-cli -- race {{ARGS}}
+
+# A private Valkey for manual experiments, until Ctrl-C.
+valkey:
+    cargo run --release -p echostore-cli -- valkey
+
+# What CI runs.
+ci:
+    bash .ci/run
