@@ -10,6 +10,7 @@
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
 //! | `load_timeout` | none | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
+//! | `soft_timeout` | none | past it, waiters get the stale copy (if any) while the load goes on |
 //! | `fail_safe` | off | serve a stale copy instead of a loader error |
 //! | `max_value_bytes` | 16 MiB | larger encodings are refused with `TooLarge` and nothing is written |
 
@@ -39,6 +40,7 @@ pub(crate) struct TableConfig<V> {
     pub(crate) lock_ttl: Duration,
     pub(crate) losers: LoserPolicy<Arc<V>>,
     pub(crate) load_timeout: Option<Duration>,
+    pub(crate) soft_timeout: Option<Duration>,
     pub(crate) fail_safe: bool,
     pub(crate) max_value_bytes: usize,
 }
@@ -90,6 +92,7 @@ pub struct TableBuilder<K, V> {
     l1_capacity: usize,
     l1_backend: L1Backend,
     load_timeout: Option<Duration>,
+    soft_timeout: Option<Duration>,
     fail_safe: bool,
     max_value_bytes: usize,
     loader: Option<Loader<K, V>>,
@@ -109,6 +112,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_capacity: 100_000,
             l1_backend: L1Backend::default(),
             load_timeout: None,
+            soft_timeout: None,
             fail_safe: false,
             max_value_bytes: 16 << 20,
             loader: None,
@@ -161,6 +165,13 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// Cut a load off after `limit`: its waiters get `Error::LoadTimeout`, the lock is released.
     pub fn load_timeout(mut self, limit: Duration) -> Self {
         self.load_timeout = Some(limit);
+        self
+    }
+
+    /// After `after`, answer the waiters with the stale copy (Valkey's, else L1's) if there is one,
+    /// while the load goes on and fills the cache when it finishes. Shorter than `load_timeout`.
+    pub fn soft_timeout(mut self, after: Duration) -> Self {
+        self.soft_timeout = Some(after);
         self
     }
 
@@ -223,6 +234,11 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         if self.load_timeout.is_some_and(|t| t.is_zero()) {
             return invalid("load_timeout must be above zero".into());
         }
+        if let Some(soft) = self.soft_timeout
+            && (soft.is_zero() || self.load_timeout.is_some_and(|hard| soft >= hard))
+        {
+            return invalid("soft_timeout must be above zero and below load_timeout".into());
+        }
         let losers = match self.losers {
             LoserPolicy::Poll { every, .. } if every.is_zero() => {
                 return invalid("LoserPolicy::Poll needs every > 0".into());
@@ -239,6 +255,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             lock_ttl: self.lock_ttl,
             losers,
             load_timeout: self.load_timeout,
+            soft_timeout: self.soft_timeout,
             fail_safe: self.fail_safe,
             max_value_bytes: self.max_value_bytes,
         };

@@ -62,18 +62,68 @@ impl<V> Filled<V> {
     }
 }
 
-/// Runs one flight for `id`.
-pub(crate) async fn fill<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<Filled<V>> {
+/// Answers a flight's waiters before the flight ends (the soft timeout's stale copy).
+pub(crate) type Early<'a, V> = &'a (dyn Fn(Fetched<V>) + Send + Sync);
+
+/// A copy past its freshness that may still be served.
+struct Stale<V> {
+    value: Arc<V>,
+    /// When its freshness ended.
+    since: std::time::Instant,
+}
+
+impl<V> Stale<V> {
+    fn from_envelope(env: Envelope<V>) -> Self {
+        let now_ms = unix_ms();
+        tracing::trace!(
+            written_ms_ago = now_ms.saturating_sub(env.written_at_ms),
+            "a stale copy on valkey"
+        );
+        let past = Duration::from_millis(now_ms.saturating_sub(env.fresh_until_ms));
+        let now = std::time::Instant::now();
+        Stale {
+            value: Arc::new(env.value),
+            since: now.checked_sub(past).unwrap_or(now),
+        }
+    }
+
+    fn fetched(&self) -> Fetched<V> {
+        let mut fetched = Fetched::new(Arc::clone(&self.value), Origin::Stale);
+        fetched.stale_by = Some(self.since.elapsed());
+        fetched
+    }
+
+    fn answer(&self) -> Filled<V> {
+        Filled {
+            fetched: self.fetched(),
+            keep: None,
+        }
+    }
+}
+
+/// Runs one flight for `id`. `early` answers the waiters before the flight ends, when the soft
+/// timeout serves a stale copy while the load goes on.
+pub(crate) async fn fill<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    id: &K,
+    early: Early<'_, V>,
+) -> Result<Filled<V>> {
     let Some(l2) = &core.l2 else {
-        return load_here(core, id).await;
+        return load_here(core, id, early).await;
     };
     let names = KeyNames::new(&core.name, id)?;
     let mut stale = match l2.get(&names).await {
         Ok(bytes) => match decode(core, bytes) {
             Some(env) if env.is_fresh(unix_ms()) => return Ok(l2_hit(core, env)),
-            seen => seen,
+            seen => seen.map(Stale::from_envelope),
         },
-        Err(e) => return degraded(core, id, e).await,
+        Err(e) if is_wrong_type(&e) => {
+            // Something else (a hash, a list…) sits under the value key: a miss, overwritten below.
+            bump(&core.stats.counters.decode_errors);
+            tracing::warn!(table = %core.name, id = ?id, "value key holds another Valkey type: treated as a miss");
+            None
+        }
+        Err(e) => return degraded(core, id, e, early).await,
     };
     let mut deadline = None;
     loop {
@@ -81,7 +131,7 @@ pub(crate) async fn fill<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Re
         let lock_ttl_ms = core.config.lock_ttl.as_millis() as u64;
         let acquired = match lock::acquire_or_read(l2, &names, &token, lock_ttl_ms).await {
             Ok(a) => a,
-            Err(e) => return degraded(core, id, e).await,
+            Err(e) => return degraded(core, id, e, early).await,
         };
         match decode(core, acquired.value) {
             Some(env) if env.is_fresh(unix_ms()) => {
@@ -91,12 +141,12 @@ pub(crate) async fn fill<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Re
                 }
                 return Ok(l2_hit(core, env));
             }
-            Some(env) => stale = Some(env),
+            Some(env) => stale = Some(Stale::from_envelope(env)),
             None => {}
         }
         if acquired.won {
             bump(&core.stats.counters.lock_won);
-            return win(core, l2, id, &names, &token, stale).await;
+            return win(core, l2, id, &names, &token, stale, early).await;
         }
         bump(&core.stats.counters.lock_lost);
         let (every, up_to) = match &core.config.losers {
@@ -112,10 +162,10 @@ pub(crate) async fn fill<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Re
                     None,
                 ));
             }
-            LoserPolicy::ServeStale => match stale.take() {
-                Some(env) => {
+            LoserPolicy::ServeStale => match &stale {
+                Some(copy) => {
                     bump(&core.stats.counters.stale_served);
-                    return Ok(stale_answer(env));
+                    return Ok(copy.answer());
                 }
                 None => (STALE_FALLBACK_POLL, core.config.lock_ttl),
             },
@@ -128,9 +178,12 @@ pub(crate) async fn fill<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Re
         .await;
         match polled {
             Ok(PollEnd::Fresh(env)) => return Ok(l2_hit(core, env)),
-            Ok(PollEnd::LockFree(seen)) => stale = seen.or(stale), // the holder died: contend again
+            Ok(PollEnd::LockFree(seen)) => {
+                // The holder died (or gave up): contend again.
+                stale = seen.map(Stale::from_envelope).or(stale);
+            }
             Ok(PollEnd::TimedOut) => return Err(Error::WaitTimeout { waited: up_to }),
-            Err(e) => return degraded(core, id, e).await,
+            Err(e) => return degraded(core, id, e, early).await,
         }
     }
 }
@@ -142,9 +195,10 @@ async fn win<K: Key, V: Value>(
     id: &K,
     names: &KeyNames,
     token: &str,
-    stale: Option<Envelope<V>>,
+    stale: Option<Stale<V>>,
+    early: Early<'_, V>,
 ) -> Result<Filled<V>> {
-    let loaded = load(core, id).await;
+    let loaded = load_softly(core, id, stale.as_ref(), early).await;
     let value = match loaded {
         Ok(value) => Arc::new(value),
         Err(e) => {
@@ -188,13 +242,53 @@ async fn win<K: Key, V: Value>(
 }
 
 /// The fill without Valkey (none configured, or unreachable): the loader alone.
-async fn load_here<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<Filled<V>> {
-    match load(core, id).await {
+async fn load_here<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    id: &K,
+    early: Early<'_, V>,
+) -> Result<Filled<V>> {
+    let stale = l1_stale(core, id);
+    match load_softly(core, id, stale.as_ref(), early).await {
         Ok(value) => {
             let entry = core.config.life().entry(Arc::new(value));
             Ok(Filled::fresh(entry, Origin::Loaded))
         }
-        Err(e) => fail_safe(core, id, e, None),
+        Err(e) => fail_safe(core, id, e, stale),
+    }
+}
+
+/// L1's own copy of `id`, if it is past freshness but still within `stale_for`.
+fn l1_stale<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Option<Stale<V>> {
+    let entry = core.l1.get(id)?;
+    let stale_by = entry.stale_by()?;
+    let now = std::time::Instant::now();
+    Some(Stale {
+        value: entry.value,
+        since: now.checked_sub(stale_by).unwrap_or(now),
+    })
+}
+
+/// The load under the table's soft timeout: once it has run that long and a stale copy is at
+/// hand, the waiters get the stale copy now and the load goes on to fill the cache.
+async fn load_softly<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    id: &K,
+    stale: Option<&Stale<V>>,
+    early: Early<'_, V>,
+) -> Result<V> {
+    let load = load(core, id);
+    let (Some(soft), Some(stale)) = (core.config.soft_timeout, stale) else {
+        return load.await;
+    };
+    tokio::pin!(load);
+    tokio::select! {
+        done = &mut load => done,
+        () = tokio::time::sleep(soft) => {
+            bump(&core.stats.counters.soft_timeouts);
+            bump(&core.stats.counters.stale_served);
+            early(stale.fetched());
+            load.await
+        }
     }
 }
 
@@ -203,6 +297,7 @@ async fn degraded<K: Key, V: Value>(
     core: &TableCore<K, V>,
     id: &K,
     error: Error,
+    early: Early<'_, V>,
 ) -> Result<Filled<V>> {
     bump(&core.stats.counters.l2_errors);
     if matches!(error, Error::ValkeyUnavailable) {
@@ -210,7 +305,7 @@ async fn degraded<K: Key, V: Value>(
     } else {
         tracing::warn!(table = %core.name, id = ?id, error = %error, "valkey failed mid-fill: loading in-process");
     }
-    load_here(core, id).await
+    load_here(core, id, early).await
 }
 
 /// One source read, with the table's timeout, a panic turned into an error.
@@ -243,18 +338,15 @@ fn fail_safe<K: Key, V: Value>(
     core: &TableCore<K, V>,
     id: &K,
     error: Error,
-    stale: Option<Envelope<V>>,
+    stale: Option<Stale<V>>,
 ) -> Result<Filled<V>> {
     if !core.config.fail_safe {
         return Err(error);
     }
-    let served = match stale {
-        Some(env) => stale_answer(env),
-        None => match core.l1.get(id).and_then(|e| Some((e.stale_by()?, e.value))) {
-            Some((stale_by, value)) => Filled::answer_only(value, Origin::Stale, Some(stale_by)),
-            None => return Err(error),
-        },
+    let Some(copy) = stale.or_else(|| l1_stale(core, id)) else {
+        return Err(error);
     };
+    let served = copy.answer();
     bump(&core.stats.counters.fail_safe_served);
     bump(&core.stats.counters.stale_served);
     tracing::warn!(table = %core.name, id = ?id, error = %error, "load failed: served a stale copy (fail-safe)");
@@ -281,17 +373,6 @@ fn l2_hit<K: Key, V: Value>(core: &TableCore<K, V>, env: Envelope<V>) -> Filled<
     Filled::fresh(entry, Origin::L2)
 }
 
-fn stale_answer<V>(env: Envelope<V>) -> Filled<V> {
-    let now_ms = unix_ms();
-    let stale_by = Duration::from_millis(now_ms.saturating_sub(env.fresh_until_ms));
-    tracing::trace!(
-        age_ms = now_ms.saturating_sub(env.written_at_ms),
-        stale_by_ms = stale_by.as_millis() as u64,
-        "serving a stale copy"
-    );
-    Filled::answer_only(Arc::new(env.value), Origin::Stale, Some(stale_by))
-}
-
 /// The token-checked release, counted; a failure only logs (the lock expires on its own).
 async fn release<K: Key, V: Value>(core: &TableCore<K, V>, l2: &L2, names: &KeyNames, token: &str) {
     match lock::release(l2, names, token).await {
@@ -302,6 +383,11 @@ async fn release<K: Key, V: Value>(core: &TableCore<K, V>, l2: &L2, names: &KeyN
             tracing::warn!(table = %core.name, error = %e, "release failed; the lock will expire by its PX");
         }
     }
+}
+
+/// `WRONGTYPE`: the key holds a hash, a list… rather than a string.
+fn is_wrong_type(error: &Error) -> bool {
+    matches!(error, Error::Valkey { source, .. } if source.code() == Some("WRONGTYPE"))
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {

@@ -38,10 +38,11 @@ impl<V> Flight<V> {
         self.waiters.len()
     }
 
-    /// Sends the one answer to every waiter still listening: the leader sees the flight's origin,
-    /// the joiners see `Coalesced` (stale and default answers keep their origin).
-    pub(crate) fn answer(self, outcome: &Result<Fetched<V>>) {
-        let mut waiters = self.waiters.into_iter();
+    /// Sends the one answer to every waiter still listening, and forgets them: the leader sees the
+    /// flight's origin, the joiners see `Coalesced` (stale and default answers keep their origin).
+    /// A flight answered early (soft timeout) keeps running for callers that join later.
+    pub(crate) fn answer(&mut self, outcome: &Result<Fetched<V>>) {
+        let mut waiters = std::mem::take(&mut self.waiters).into_iter();
         if let Some(leader) = waiters.next()
             && !leader.is_closed()
         {
@@ -109,6 +110,14 @@ impl<K: Eq + Hash + Clone, V> Flights<K, V> {
     /// The current flight for `id`, if any.
     pub(crate) fn current_mut(&mut self, id: &K) -> Option<&mut Flight<V>> {
         self.current.get_mut(id)
+    }
+
+    /// The flight `fid` of `id`, current or detached, without removing it.
+    pub(crate) fn get_mut(&mut self, id: &K, fid: FlightId) -> Option<&mut Flight<V>> {
+        match self.current.get_mut(id) {
+            Some(flight) if flight.id == fid => Some(flight),
+            _ => self.detached.get_mut(&fid),
+        }
     }
 
     /// A `put` or `invalidate` overtook the flight for `id`: it keeps its waiters but stops being

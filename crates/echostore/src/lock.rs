@@ -16,7 +16,8 @@ use crate::l2::L2;
 pub const ACQUIRE_OR_READ_SCRIPT: &str = r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms
 local won = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])
-local value = redis.call('GET', KEYS[1])
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' and value.err then value = false end -- another type: a miss
 if won then return {1, value} end
 return {0, value}
 "#;

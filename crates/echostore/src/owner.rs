@@ -42,6 +42,12 @@ pub(crate) enum L2Write {
 pub(crate) enum OwnerMsg<K, V> {
     /// A caller missed L1 (the Elixir `{:fill, id}`).
     Fill { id: K, reply: Reply<V> },
+    /// A flight answers its waiters before it ends (the soft timeout's stale copy).
+    Early {
+        id: K,
+        flight: FlightId,
+        answer: Fetched<V>,
+    },
     /// A flight finished.
     Landed {
         id: K,
@@ -115,6 +121,11 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             OwnerMsg::Fill { id, reply } => state.fill(&myself, id, reply),
+            OwnerMsg::Early { id, flight, answer } => {
+                if let Some(flight) = state.flights.get_mut(&id, flight) {
+                    flight.answer(&Ok(answer));
+                }
+            }
             OwnerMsg::Landed {
                 id,
                 flight,
@@ -179,7 +190,15 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
         tokio::spawn(
             async move {
-                let outcome = AssertUnwindSafe(fill::fill(&core, &id))
+                let early = {
+                    let myself = myself.clone();
+                    let id = id.clone();
+                    move |answer| {
+                        let id = id.clone();
+                        let _ = myself.cast(OwnerMsg::Early { id, flight, answer });
+                    }
+                };
+                let outcome = AssertUnwindSafe(fill::fill(&core, &id, &early))
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
@@ -195,7 +214,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     }
 
     fn landed(&mut self, id: &K, flight: FlightId, outcome: Result<Filled<V>>) {
-        let Some((flight, current)) = self.flights.land(id, flight) else {
+        let Some((mut flight, current)) = self.flights.land(id, flight) else {
             return;
         };
         let answer = match outcome {

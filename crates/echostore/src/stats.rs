@@ -119,6 +119,8 @@ counters! {
     load_timeouts,
     /// Loader failures answered with a stale copy instead (fail-safe).
     fail_safe_served,
+    /// Loads that outran the soft timeout: their waiters got the stale copy while the load went on.
+    soft_timeouts,
     /// Times the supervisor restarted this table's owner after it crashed.
     owner_restarts,
 }
