@@ -148,16 +148,21 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             }
             OwnerMsg::Written { id } => state.written(&myself, id),
         }
-        state
-            .core
-            .stats
-            .in_flight
-            .store(state.flights.len() as u64, Relaxed);
+        state.publish_in_flight();
         Ok(())
     }
 }
 
 impl<K: Key, V: Value> OwnerState<K, V> {
+    /// Updates the `in_flight` gauge; called before answering, so a caller that got its answer
+    /// never sees its own flight still counted.
+    fn publish_in_flight(&self) {
+        self.core
+            .stats
+            .in_flight
+            .store(self.flights.len() as u64, Relaxed);
+    }
+
     fn fill(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
         // The race may have been won between the caller's miss and this message.
         if let Some(entry) = self.core.l1.get(&id)
@@ -217,6 +222,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let Some((mut flight, current)) = self.flights.land(id, flight) else {
             return;
         };
+        self.publish_in_flight();
         let answer = match outcome {
             Ok(filled) => {
                 if current && let Some(entry) = filled.keep {
