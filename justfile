@@ -24,3 +24,11 @@ valkey:
 # What CI runs.
 ci:
     bash .ci/run
+
+# 60 s of random faults over 4 stores (Valkey restarts, loader errors, panics, slow loads); not in CI.
+soak *ARGS:
+    cargo run --release -p echostore-benches --bin soak -- {{ARGS}}
+
+# A million distinct ids through one table: L1 stays bounded; prints peak RSS per backend.
+storm *ARGS:
+    cargo run --release -p echostore-benches --bin storm -- {{ARGS}}
