@@ -44,9 +44,16 @@ async fn l1_and_the_flights_stay_bounded_under_a_million_distinct_ids() {
             peak = peak.max(stream.await.expect("stream"));
         }
         let s = table.stats();
-        assert_eq!(s.source_reads, IDS, "{backend:?}: every distinct id read once");
+        assert_eq!(
+            s.source_reads, IDS,
+            "{backend:?}: every distinct id read once"
+        );
         assert!(peak <= CAPACITY as u64, "{backend:?}: L1 peaked at {peak}");
-        assert!(s.l1_len <= CAPACITY as u64, "{backend:?}: L1 holds {}", s.l1_len);
+        assert!(
+            s.l1_len <= CAPACITY as u64,
+            "{backend:?}: L1 holds {}",
+            s.l1_len
+        );
         assert_eq!(s.in_flight, 0, "{backend:?}: no flight or waiter left");
     }
 }

@@ -26,13 +26,28 @@ async fn odd_ids_are_stored_under_their_exact_names() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let t = text_table(&valkey.url(), "odd").await;
-    for id in ["a{b}c", "x:y:z", "with space", "new\nline", "}leading", "", "ünïcödé"] {
+    for id in [
+        "a{b}c",
+        "x:y:z",
+        "with space",
+        "new\nline",
+        "}leading",
+        "",
+        "ünïcödé",
+    ] {
         let id = id.to_string();
         assert_eq!(*t.get(&id).await.expect("loaded"), format!("v:{id}"));
         let key = format!("odd:{{{id}}}");
-        assert!(conn.exists::<_, bool>(&key).await.expect("EXISTS"), "{key:?} on the wire");
+        assert!(
+            conn.exists::<_, bool>(&key).await.expect("EXISTS"),
+            "{key:?} on the wire"
+        );
         let other = text_table(&valkey.url(), "odd").await;
-        assert_eq!(other.fetch(&id).await.expect("L2").origin, Origin::L2, "{id:?}");
+        assert_eq!(
+            other.fetch(&id).await.expect("L2").origin,
+            Origin::L2,
+            "{id:?}"
+        );
     }
 }
 
@@ -43,10 +58,15 @@ async fn ids_over_the_limit_are_refused() {
     let valkey = valkey();
     let t = text_table(&valkey.url(), "long").await;
     let at_limit = "i".repeat(MAX_ID_BYTES);
-    assert_eq!(*t.get(&at_limit).await.expect("at the limit"), format!("v:{at_limit}"));
+    assert_eq!(
+        *t.get(&at_limit).await.expect("at the limit"),
+        format!("v:{at_limit}")
+    );
     let over = "i".repeat(MAX_ID_BYTES + 1);
     let expect_too_long = |r: echostore::Result<()>| {
-        assert!(matches!(r, Err(Error::IdTooLong { len, max }) if len == MAX_ID_BYTES + 1 && max == MAX_ID_BYTES));
+        assert!(
+            matches!(r, Err(Error::IdTooLong { len, max }) if len == MAX_ID_BYTES + 1 && max == MAX_ID_BYTES)
+        );
     };
     expect_too_long(t.get(&over).await.map(drop));
     expect_too_long(t.put(&over, "x".into()).await);
@@ -64,8 +84,14 @@ async fn values_over_the_limit_are_refused_and_nothing_is_written() {
     let id = "k".to_string();
 
     let err = t.put(&id, "x".repeat(5000)).await.expect_err("too large");
-    assert!(matches!(err, Error::TooLarge { max: 4096, size } if size > 5000), "{err}");
-    assert!(!conn.exists::<_, bool>("big:{k}").await.expect("EXISTS"), "nothing on Valkey");
+    assert!(
+        matches!(err, Error::TooLarge { max: 4096, size } if size > 5000),
+        "{err}"
+    );
+    assert!(
+        !conn.exists::<_, bool>("big:{k}").await.expect("EXISTS"),
+        "nothing on Valkey"
+    );
     assert_eq!(t.stats().l1_len, 0, "nothing in L1");
 
     let huge = store_on(&valkey.url())
@@ -79,7 +105,13 @@ async fn values_over_the_limit_are_refused_and_nothing_is_written() {
     let err = huge.get(&id).await.expect_err("too large");
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
     assert!(!conn.exists::<_, bool>("big:{k}").await.expect("EXISTS"));
-    assert!(!conn.exists::<_, bool>("lock:big:{k}").await.expect("EXISTS"), "lock released");
+    assert!(
+        !conn
+            .exists::<_, bool>("lock:big:{k}")
+            .await
+            .expect("EXISTS"),
+        "lock released"
+    );
     assert_eq!(huge.stats().released, 1);
 }
 
@@ -90,8 +122,20 @@ async fn valkey_error_replies_surface_with_context() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let t = text_table(&valkey.url(), "oom").await;
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("noeviction").query_async(&mut conn).await.expect("CONFIG");
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).query_async(&mut conn).await.expect("CONFIG");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG");
 
     let err = t.put(&"k".to_string(), "v".into()).await.expect_err("OOM");
     let Error::Valkey { context, source } = &err else {
@@ -101,7 +145,10 @@ async fn valkey_error_replies_surface_with_context() {
     assert!(source.to_string().contains("OOM"), "{source}");
     assert!(err.to_string().contains("valkey: put"), "{err}");
 
-    let f = t.fetch(&"other".to_string()).await.expect("a read still answers");
+    let f = t
+        .fetch(&"other".to_string())
+        .await
+        .expect("a read still answers");
     assert_eq!(f.origin, Origin::Loaded);
     assert!(t.stats().l2_errors >= 1);
 }
@@ -111,7 +158,10 @@ async fn valkey_error_replies_surface_with_context() {
 async fn another_valkey_type_under_the_key_is_a_miss_and_gets_overwritten() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let _: () = conn.hset("typed:{k}", "field", "value").await.expect("HSET");
+    let _: () = conn
+        .hset("typed:{k}", "field", "value")
+        .await
+        .expect("HSET");
     let t = text_table(&valkey.url(), "typed").await;
 
     let f = t.fetch(&"k".to_string()).await.expect("loaded");

@@ -3,29 +3,17 @@
 
 mod common;
 
-use common::{BACKENDS, Source, until_stats};
-use echostore::{Origin, Store};
+use common::{BACKENDS, Source, local_table, spawn_fetch, until_stats};
+use echostore::{L1Backend, Origin};
 
 /// Nine of ten callers give up; the tenth gets the value, and the flight leaves nothing behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_callers_do_not_cancel_the_flight() {
     for backend in BACKENDS {
         let source = Source::gated();
-        let store = Store::builder().build().await.expect("store");
-        let table = store
-            .table::<u64, String>("cancel")
-            .l1_backend(backend)
-            .loader(source.loader())
-            .start()
-            .await
-            .expect("table");
+        let table = local_table("cancel", backend, &source).await;
 
-        let callers: Vec<_> = (0..10)
-            .map(|_| {
-                let table = table.clone();
-                tokio::spawn(async move { table.get(&3).await })
-            })
-            .collect();
+        let callers: Vec<_> = (0..10).map(|_| spawn_fetch(&table, 3)).collect();
         until_stats(
             "all ten are waiting",
             || table.stats(),
@@ -40,7 +28,10 @@ async fn dropped_callers_do_not_cancel_the_flight() {
         }
         source.release();
 
-        assert_eq!(*stayer.await.expect("task").expect("value"), "value-3-1");
+        assert_eq!(
+            *stayer.await.expect("task").expect("value").value,
+            "value-3-1"
+        );
         assert_eq!(source.calls(), 1);
         assert_eq!(
             table.stats().in_flight,
@@ -54,18 +45,9 @@ async fn dropped_callers_do_not_cancel_the_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flight_everyone_left_still_fills_the_cache() {
     let source = Source::gated();
-    let store = Store::builder().build().await.expect("store");
-    let table = store
-        .table::<u64, String>("abandoned")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table");
+    let table = local_table("abandoned", L1Backend::QuickCache, &source).await;
 
-    let caller = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&5).await }
-    });
+    let caller = spawn_fetch(&table, 5);
     until_stats(
         "the fill is in flight",
         || table.stats(),

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, store_on, until, valkey};
+use common::{Source, raw, spawn_fetch, store_on, until, valkey};
 use echostore::{Error, LoserPolicy, Origin, Table};
 use redis::AsyncCommands;
 
@@ -139,10 +139,7 @@ async fn serve_stale_without_a_copy_polls_for_the_winner() {
     let source = Source::open();
     let t = table(&valkey.url(), &source, LoserPolicy::ServeStale).await;
 
-    let waiting = tokio::spawn({
-        let t = t.clone();
-        async move { t.fetch(&1).await }
-    });
+    let waiting = spawn_fetch(&t, 1);
     until("the loser is polling", || t.stats().poll_waits > 0).await;
     // The winner (another store) writes the value; a put also drops the lock it held.
     let winner = table(&valkey.url(), &Source::open(), LoserPolicy::FailFast).await;
@@ -169,10 +166,7 @@ async fn poll_returns_the_winners_value() {
     };
     let t = table(&valkey.url(), &source, policy).await;
 
-    let waiting = tokio::spawn({
-        let t = t.clone();
-        async move { t.fetch(&1).await }
-    });
+    let waiting = spawn_fetch(&t, 1);
     until("the loser is polling", || t.stats().poll_waits > 1).await;
     let winner = table(&valkey.url(), &Source::open(), LoserPolicy::FailFast).await;
     winner.put(&1, "from-the-winner".into()).await.expect("put");

@@ -54,12 +54,22 @@ async fn an_unreachable_valkey_at_build_serves_from_the_loader() {
         assert_eq!(*get.await.expect("task").expect("served"), "value-1-1");
     }
     let s = t.stats();
-    assert_eq!(s.source_reads, 1, "single-flight in-process while Valkey is away");
+    assert_eq!(
+        s.source_reads, 1,
+        "single-flight in-process while Valkey is away"
+    );
     assert!(s.l2_errors >= 1);
     assert_eq!(t.fetch(&1).await.expect("hit").origin, Origin::L1);
 
-    let required = Store::builder().valkey(&url).require_valkey(true).build().await;
-    assert!(matches!(required, Err(Error::Valkey { .. })), "require_valkey refuses to start degraded");
+    let required = Store::builder()
+        .valkey(&url)
+        .require_valkey(true)
+        .build()
+        .await;
+    assert!(
+        matches!(required, Err(Error::Valkey { .. })),
+        "require_valkey refuses to start degraded"
+    );
 }
 
 /// A dead endpoint (accepts, then hangs up) costs one connection attempt per cooldown, not one
@@ -91,7 +101,10 @@ async fn a_dead_valkey_costs_one_connection_attempt_per_cooldown() {
     // The client's own background reconnect after the failed PING (one attempt and one retry)
     // may still land; the 2,000 misses themselves add none.
     let attempts = accepted.load(Ordering::SeqCst) - after_build;
-    assert!(attempts <= 2, "{attempts} connection attempts for 2,000 misses");
+    assert!(
+        attempts <= 2,
+        "{attempts} connection attempts for 2,000 misses"
+    );
     assert!(t.stats().l2_errors >= 2000);
 }
 
@@ -115,21 +128,41 @@ async fn valkey_restarted_empty_mid_run_is_picked_up_again() {
     valkey.restart().expect("an empty Valkey on the same port");
     source.release();
     let answer = in_flight.await.expect("task");
-    assert_eq!(*answer.expect("the waiter is answered, not hung"), "value-1-1");
+    assert_eq!(
+        *answer.expect("the waiter is answered, not hung"),
+        "value-1-1"
+    );
 
     // The next misses go back to Valkey once the breaker lets a trial through.
     let mut conn = raw(&url).await;
     let mut id = 100;
     loop {
         t.get(&id).await.expect("served");
-        if conn.exists::<_, bool>(format!("out:{{{id}}}")).await.expect("EXISTS") {
+        if conn
+            .exists::<_, bool>(format!("out:{{{id}}}"))
+            .await
+            .expect("EXISTS")
+        {
             break;
         }
         id += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(!store.is_degraded());
-    let other = Store::builder().valkey(&url).require_valkey(true).build().await.expect("store");
-    let seen = table(&other, &Source::open()).await.fetch(&id).await.expect("L2 hit");
-    assert_eq!(seen.origin, Origin::L2, "the refill landed in the new Valkey");
+    let other = Store::builder()
+        .valkey(&url)
+        .require_valkey(true)
+        .build()
+        .await
+        .expect("store");
+    let seen = table(&other, &Source::open())
+        .await
+        .fetch(&id)
+        .await
+        .expect("L2 hit");
+    assert_eq!(
+        seen.origin,
+        Origin::L2,
+        "the refill landed in the new Valkey"
+    );
 }

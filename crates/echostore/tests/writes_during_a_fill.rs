@@ -3,27 +3,17 @@
 
 mod common;
 
-use common::{BACKENDS, Source, until_stats};
-use echostore::{Origin, Store};
+use common::{BACKENDS, Source, local_table, spawn_fetch, until_stats};
+use echostore::{L1Backend, Origin};
 
 /// A put during a fill: the fill's caller gets the loaded value, everyone after gets the put's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_during_a_fill_wins() {
     for backend in BACKENDS {
         let source = Source::gated();
-        let store = Store::builder().build().await.expect("store");
-        let table = store
-            .table::<u64, String>("put-wins")
-            .l1_backend(backend)
-            .loader(source.loader())
-            .start()
-            .await
-            .expect("table");
+        let table = local_table("put-wins", backend, &source).await;
 
-        let leader = tokio::spawn({
-            let table = table.clone();
-            async move { table.fetch(&1).await }
-        });
+        let leader = spawn_fetch(&table, 1);
         until_stats(
             "the fill is in flight",
             || table.stats(),
@@ -51,19 +41,9 @@ async fn a_put_during_a_fill_wins() {
 async fn an_invalidate_during_a_fill_keeps_its_value_out() {
     for backend in BACKENDS {
         let source = Source::gated();
-        let store = Store::builder().build().await.expect("store");
-        let table = store
-            .table::<u64, String>("invalidate-wins")
-            .l1_backend(backend)
-            .loader(source.loader())
-            .start()
-            .await
-            .expect("table");
+        let table = local_table("invalidate-wins", backend, &source).await;
 
-        let leader = tokio::spawn({
-            let table = table.clone();
-            async move { table.get(&1).await }
-        });
+        let leader = spawn_fetch(&table, 1);
         until_stats(
             "the fill is in flight",
             || table.stats(),
@@ -73,7 +53,10 @@ async fn an_invalidate_during_a_fill_keeps_its_value_out() {
         table.invalidate(&1).await.expect("invalidate");
         source.release();
 
-        assert_eq!(*leader.await.expect("task").expect("answer"), "value-1-1");
+        assert_eq!(
+            *leader.await.expect("task").expect("answer").value,
+            "value-1-1"
+        );
         let after = table.fetch(&1).await.expect("get");
         assert_eq!(
             after.origin,
@@ -89,18 +72,9 @@ async fn an_invalidate_during_a_fill_keeps_its_value_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_after_an_invalidate_starts_a_new_flight() {
     let source = Source::gated();
-    let store = Store::builder().build().await.expect("store");
-    let table = store
-        .table::<u64, String>("fresh-flight")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table");
+    let table = local_table("fresh-flight", L1Backend::QuickCache, &source).await;
 
-    let old = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&1).await }
-    });
+    let old = spawn_fetch(&table, 1);
     until_stats(
         "the first fill is in flight",
         || table.stats(),
@@ -108,10 +82,7 @@ async fn a_miss_after_an_invalidate_starts_a_new_flight() {
     )
     .await;
     table.invalidate(&1).await.expect("invalidate");
-    let new = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&1).await }
-    });
+    let new = spawn_fetch(&table, 1);
     until_stats("both flights exist", || table.stats(), |s| s.in_flight == 2).await;
     assert_eq!(
         table.stats().coalesced,

@@ -123,3 +123,30 @@ pub async fn store_on(url: &str) -> echostore::Store {
         .await
         .expect("store on valkey")
 }
+
+/// A table `u64 -> String` on a store without Valkey, over `source`, on `backend`.
+pub async fn local_table(
+    name: &str,
+    backend: L1Backend,
+    source: &Source,
+) -> echostore::Table<u64, String> {
+    echostore::Store::builder()
+        .build()
+        .await
+        .expect("store")
+        .table::<u64, String>(name)
+        .l1_backend(backend)
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table")
+}
+
+/// `table.fetch(&id)` on a task of its own.
+pub fn spawn_fetch<V: echostore::Value>(
+    table: &echostore::Table<u64, V>,
+    id: u64,
+) -> tokio::task::JoinHandle<echostore::Result<echostore::Fetched<V>>> {
+    let table = table.clone();
+    tokio::spawn(async move { table.fetch(&id).await })
+}
