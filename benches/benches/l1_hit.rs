@@ -10,8 +10,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{L1Backend, Store, Table};
-use echostore_benches::{filled_table, measurement_time, random_ids, runtime, size};
+use echostore_benches::{
+    Samples, filled_table, measurement_time, print_ratio, print_summary, random_ids, runtime, size,
+};
 use futures::FutureExt;
+
+const SAMPLE_SIZE: usize = 100;
 
 fn hit(table: &Table<u64, u64>, id: &u64) -> u64 {
     *table
@@ -22,10 +26,13 @@ fn hit(table: &Table<u64, u64>, id: &u64) -> u64 {
 }
 
 /// Times `iters` hits spread over `threads` threads, each walking `ids` from its own offset.
+///
+/// The figure is wall time: from the first thread's start to the last thread's end, so that two
+/// threads which could not run at the same moment (another process had the other core) show it.
 fn timed(table: &Table<u64, u64>, ids: &[u64], threads: usize, iters: u64) -> Duration {
-    let per_thread = iters / threads as u64;
+    let per_thread = iters.div_ceil(threads as u64);
     let barrier = std::sync::Barrier::new(threads);
-    let elapsed = std::thread::scope(|s| {
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let barrier = &barrier;
@@ -37,18 +44,23 @@ fn timed(table: &Table<u64, u64>, ids: &[u64], threads: usize, iters: u64) -> Du
                         black_box(hit(table, &ids[at]));
                         at = if at + 1 == ids.len() { 0 } else { at + 1 };
                     }
-                    start.elapsed()
+                    (start, Instant::now())
                 })
             })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("bench thread"))
-            .max()
-            .unwrap_or_default()
+            .collect()
     });
-    // Wall time per hit across all threads: the throughput view.
-    elapsed / threads as u32
+    let first = spans.iter().map(|s| s.0).min().expect("a thread");
+    let last = spans.iter().map(|s| s.1).max().expect("a thread");
+    // The throughput view: the wall time of all threads' hits together, scaled to `iters` of
+    // them (criterion divides by `iters`). An earlier version took the slowest thread's own time
+    // and divided it by `threads`: that halved the two-thread figure, and halved it once more
+    // when the threads ran one after the other instead of together.
+    let hits = per_thread * threads as u64;
+    (last - first).mul_f64(iters as f64 / hits as f64)
 }
 
 fn l1_hit(c: &mut Criterion) {
@@ -56,8 +68,11 @@ fn l1_hit(c: &mut Criterion) {
     let keys = size(100_000, 10_000) as u64;
     let ids = random_ids(keys, size(1 << 20, 1 << 16));
     let store = rt.block_on(Store::builder().build()).expect("store");
+    // Each function's samples, kept to print moka against quick_cache from this same run.
+    let mut recorded: Vec<(String, Samples)> = Vec::new();
     let mut group = c.benchmark_group("an L1 hit through Table::get");
     group.measurement_time(measurement_time());
+    group.sample_size(SAMPLE_SIZE);
     group.throughput(Throughput::Elements(1));
     for backend in [L1Backend::QuickCache, L1Backend::Moka] {
         let table = rt.block_on(filled_table(&store, backend, keys));
@@ -66,9 +81,14 @@ fn l1_hit(c: &mut Criterion) {
                 format!("{backend:?} over {keys} random keys"),
                 format!("{threads} thread(s)"),
             );
+            let samples = Samples::default();
             group.bench_function(id, |b| {
-                b.iter_custom(|iters| timed(&table, &ids, threads, iters))
+                b.iter_custom(|iters| samples.record(timed(&table, &ids, threads, iters), iters))
             });
+            recorded.push((
+                format!("{backend:?}, random keys, {threads} thread(s)"),
+                samples,
+            ));
         }
         let hot = [7u64];
         for threads in [1, 2] {
@@ -76,12 +96,31 @@ fn l1_hit(c: &mut Criterion) {
                 format!("{backend:?} on one hot key"),
                 format!("{threads} thread(s)"),
             );
+            let samples = Samples::default();
             group.bench_function(id, |b| {
-                b.iter_custom(|iters| timed(&table, &hot, threads, iters))
+                b.iter_custom(|iters| samples.record(timed(&table, &hot, threads, iters), iters))
             });
+            recorded.push((
+                format!("{backend:?}, one hot key, {threads} thread(s)"),
+                samples,
+            ));
         }
     }
     group.finish();
+
+    println!("\nthe L1 hit, this run (wall time per hit, over all threads' hits):");
+    let summaries: Vec<_> = recorded
+        .iter()
+        .map(|(name, samples)| (name.as_str(), samples.summary(SAMPLE_SIZE)))
+        .collect();
+    for (name, summary) in &summaries {
+        print_summary(name, *summary);
+    }
+    // The first half is quick_cache, the second moka, in the same order.
+    let half = summaries.len() / 2;
+    for (q, m) in summaries[..half].iter().zip(&summaries[half..]) {
+        print_ratio("moka against quick_cache", *m, *q);
+    }
 }
 
 criterion_group! {
