@@ -2,7 +2,9 @@
 //!
 //! A precise monotonic read (`Instant::now()`, `rdtsc` behind a fence in the vDSO) costs ~25 ns
 //! on its own, and its fence stops the CPU from overlapping the cache misses of neighbouring
-//! lookups: measured here, it tripled the cost of an L1 hit over 100k random keys. So a
+//! lookups: in a tight loop of bare L1 lookups over 100k random keys it tripled their cost
+//! (about 75 ns without it, 230 ns with it); through `Table::get` the criterion bench went from
+//! about 280 ns to 230 ns (docs/benchmarks.md). So a
 //! [`Deadline`] keeps two forms of one instant: a *coarse* one, checked against the kernel's
 //! coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a plain memory read, a few ms of resolution),
 //! set [`MARGIN`] early; and the *precise* one. An entry the coarse clock shows well before its
