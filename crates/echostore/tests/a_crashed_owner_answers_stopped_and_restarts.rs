@@ -4,6 +4,7 @@
 mod common;
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use common::{Source, until, until_stats};
 use echostore::{Error, Key, Store};
@@ -81,18 +82,36 @@ async fn a_crashed_owner_answers_stopped_and_is_restarted() {
     assert_eq!(table.stats().in_flight, 0);
 }
 
-/// Dropping every handle stops the owner for good: it is not restarted.
+/// Dropping every handle stops the owner for good: it is not restarted, and everything the
+/// table held (its loader included) is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_table_stops_its_owner() {
     let store = Store::builder().build().await.expect("store");
+    let held_by_the_loader = Arc::new(());
     let table = store
         .table::<u64, u64>("dropped")
-        .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
+        .loader({
+            let held = Arc::clone(&held_by_the_loader);
+            move |id: u64| {
+                let _held = &held;
+                async move { Ok::<_, std::io::Error>(id) }
+            }
+        })
         .start()
         .await
         .expect("table");
     let clone = table.clone();
     drop(table);
     assert_eq!(*clone.get(&9).await.expect("a clone keeps it alive"), 9);
+    assert_eq!(
+        Arc::strong_count(&held_by_the_loader),
+        2,
+        "the table holds its loader"
+    );
     drop(clone);
+    // The owner stops, the supervisor forgets it (no restart), and the table's parts are freed.
+    until("the table's parts were released", || {
+        Arc::strong_count(&held_by_the_loader) == 1
+    })
+    .await;
 }
