@@ -121,9 +121,13 @@ impl<K: Eq + Hash + Clone, V> Flights<K, V> {
     }
 
     /// A `put` or `invalidate` overtook the flight for `id`: it keeps its waiters but stops being
-    /// the id's current flight, and its value will not be stored.
+    /// the id's current flight, and its value will not be stored. A flight still queued behind a
+    /// Valkey write has read nothing yet, so it stays current: it launches after the new write and
+    /// reads what that write left.
     pub(crate) fn detach(&mut self, id: &K) {
-        if let Some(flight) = self.current.remove(id) {
+        if self.current.get(id).is_some_and(|f| f.launched)
+            && let Some(flight) = self.current.remove(id)
+        {
             self.detached.insert(flight.id, flight);
         }
     }

@@ -95,3 +95,54 @@ async fn a_miss_after_an_invalidate_starts_a_new_flight() {
     assert_eq!(source.calls(), 2);
     assert_eq!(table.stats().in_flight, 0);
 }
+
+/// A miss queued behind an invalidation's Valkey write, then overtaken by a put, is not lost: it
+/// launches once both writes have landed and answers with the put's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_queued_behind_writes_is_answered_after_them() {
+    let valkey = common::valkey();
+    let mut conn = common::raw(&valkey.url()).await;
+    let source = Source::open();
+    let table = common::store_on(&valkey.url())
+        .await
+        .table::<u64, String>("queued")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table");
+
+    // Hold every write on Valkey, so the invalidation stays pending.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT PAUSE WRITE");
+    let invalidate = tokio::spawn({
+        let table = table.clone();
+        async move { table.invalidate(&1).await }
+    });
+    let miss = spawn_fetch(&table, 1);
+    until_stats("the miss is queued", || table.stats(), |s| s.in_flight == 1).await;
+    let put = tokio::spawn({
+        let table = table.clone();
+        async move { table.put(&1, "from-put".into()).await }
+    });
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT UNPAUSE");
+
+    invalidate.await.expect("task").expect("invalidate");
+    put.await.expect("task").expect("put");
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), miss)
+        .await
+        .expect("the queued miss is answered, not left hanging")
+        .expect("task")
+        .expect("value");
+    assert_eq!(answer.value.as_str(), "from-put");
+    assert_eq!(source.calls(), 0, "it read the put's value, not the source");
+    assert_eq!(table.stats().in_flight, 0);
+}
