@@ -149,27 +149,9 @@ pub(crate) async fn fill<K: Key, V: Value>(
             return win(core, l2, id, &names, &token, stale, early).await;
         }
         bump(&core.stats.counters.lock_lost);
-        let (every, up_to) = match &core.config.losers {
-            LoserPolicy::FailFast => {
-                bump(&core.stats.counters.failed_fast);
-                return Err(Error::LockBusy);
-            }
-            LoserPolicy::Default(placeholder) => {
-                bump(&core.stats.counters.defaults_served);
-                return Ok(Filled::answer_only(
-                    Arc::clone(placeholder),
-                    Origin::Default,
-                    None,
-                ));
-            }
-            LoserPolicy::ServeStale => match &stale {
-                Some(copy) => {
-                    bump(&core.stats.counters.stale_served);
-                    return Ok(copy.answer());
-                }
-                None => (STALE_FALLBACK_POLL, core.config.lock_ttl),
-            },
-            LoserPolicy::Poll { every, up_to } => (*every, *up_to),
+        let (every, up_to) = match on_lost(core, stale.as_ref()) {
+            Lost::Answer(answer) => return answer,
+            Lost::Poll { every, up_to } => (every, up_to),
         };
         let deadline = *deadline.get_or_insert_with(|| Instant::now() + up_to);
         let polled = losers::poll(l2, &names, every, deadline, &core.stats, |bytes| {
@@ -185,6 +167,42 @@ pub(crate) async fn fill<K: Key, V: Value>(
             Ok(PollEnd::TimedOut) => return Err(Error::WaitTimeout { waited: up_to }),
             Err(e) => return degraded(core, id, e, early).await,
         }
+    }
+}
+
+/// What the table's loser policy makes of a lost lock.
+enum Lost<V> {
+    /// Answer the waiters now.
+    Answer(Result<Filled<V>>),
+    /// Poll the value key.
+    Poll { every: Duration, up_to: Duration },
+}
+
+/// Another process holds the lock: fail fast, serve the default or the stale copy, or poll.
+fn on_lost<K: Key, V: Value>(core: &TableCore<K, V>, stale: Option<&Stale<V>>) -> Lost<V> {
+    let counters = &core.stats.counters;
+    match (&core.config.losers, stale) {
+        (LoserPolicy::FailFast, _) => {
+            bump(&counters.failed_fast);
+            Lost::Answer(Err(Error::LockBusy))
+        }
+        (LoserPolicy::Default(placeholder), _) => {
+            bump(&counters.defaults_served);
+            let placeholder = Arc::clone(placeholder);
+            Lost::Answer(Ok(Filled::answer_only(placeholder, Origin::Default, None)))
+        }
+        (LoserPolicy::ServeStale, Some(copy)) => {
+            bump(&counters.stale_served);
+            Lost::Answer(Ok(copy.answer()))
+        }
+        (LoserPolicy::ServeStale, None) => Lost::Poll {
+            every: STALE_FALLBACK_POLL,
+            up_to: core.config.lock_ttl,
+        },
+        (LoserPolicy::Poll { every, up_to }, _) => Lost::Poll {
+            every: *every,
+            up_to: *up_to,
+        },
     }
 }
 

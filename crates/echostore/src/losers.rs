@@ -8,7 +8,7 @@
 //! | `FailFast` | `Error::LockBusy` at once | wait |
 //!
 //! Whatever the policy, every waiter of the losing flight gets the same answer. This module owns
-//! the policy type and the poll loop; the decision sits in the fill.
+//! the policy type and the poll loop; the fill (`fill::on_lost`) applies the policy.
 
 use std::time::Duration;
 
