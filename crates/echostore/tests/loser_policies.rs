@@ -42,6 +42,25 @@ async fn table(url: &str, source: &Source, policy: LoserPolicy<String>) -> Table
         .expect("table")
 }
 
+/// Holds the lock as another process, starts a fetch on a table with `policy`, waits until it
+/// polls, then has the "winner" (another store) write the value — a put also drops its lock.
+/// Returns the loser's answer and its table.
+async fn lose_then_see_the_winner_write(
+    policy: LoserPolicy<String>,
+    source: &Source,
+) -> (echostore::Fetched<String>, Table<u64, String>) {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    hold_lock(&mut conn, 30_000).await;
+    let t = table(&valkey.url(), source, policy).await;
+
+    let waiting = spawn_fetch(&t, 1);
+    until("the loser is polling", || t.stats().poll_waits > 0).await;
+    let winner = table(&valkey.url(), &Source::open(), LoserPolicy::FailFast).await;
+    winner.put(&1, "from-the-winner".into()).await.expect("put");
+    (waiting.await.expect("task").expect("value"), t)
+}
+
 /// Fail fast: `LockBusy` at once, the other holder's lock untouched, no source read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_fast_returns_lock_busy() {
@@ -133,19 +152,8 @@ async fn serve_stale_serves_the_stale_copy_while_the_winner_rebuilds() {
 /// Serve stale with no stale copy polls, and returns the winner's value once it lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_stale_without_a_copy_polls_for_the_winner() {
-    let valkey = valkey();
-    let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 30_000).await;
     let source = Source::open();
-    let t = table(&valkey.url(), &source, LoserPolicy::ServeStale).await;
-
-    let waiting = spawn_fetch(&t, 1);
-    until("the loser is polling", || t.stats().poll_waits > 0).await;
-    // The winner (another store) writes the value; a put also drops the lock it held.
-    let winner = table(&valkey.url(), &Source::open(), LoserPolicy::FailFast).await;
-    winner.put(&1, "from-the-winner".into()).await.expect("put");
-
-    let f = waiting.await.expect("task").expect("value");
+    let (f, _) = lose_then_see_the_winner_write(LoserPolicy::ServeStale, &source).await;
     assert_eq!(
         (f.origin, f.value.as_str()),
         (Origin::L2, "from-the-winner")
@@ -156,22 +164,12 @@ async fn serve_stale_without_a_copy_polls_for_the_winner() {
 /// Poll: re-reads until the winner's value is fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poll_returns_the_winners_value() {
-    let valkey = valkey();
-    let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 30_000).await;
     let source = Source::open();
     let policy = LoserPolicy::Poll {
         every: Duration::from_millis(5),
         up_to: Duration::from_secs(30),
     };
-    let t = table(&valkey.url(), &source, policy).await;
-
-    let waiting = spawn_fetch(&t, 1);
-    until("the loser is polling", || t.stats().poll_waits > 1).await;
-    let winner = table(&valkey.url(), &Source::open(), LoserPolicy::FailFast).await;
-    winner.put(&1, "from-the-winner".into()).await.expect("put");
-
-    let f = waiting.await.expect("task").expect("value");
+    let (f, t) = lose_then_see_the_winner_write(policy, &source).await;
     assert_eq!(
         (f.origin, f.value.as_str()),
         (Origin::L2, "from-the-winner")
@@ -179,6 +177,7 @@ async fn poll_returns_the_winners_value() {
     let s = t.stats();
     assert_eq!((s.source_reads, s.lock_lost, s.lock_won), (0, 1, 0));
     assert_eq!(s.l2_hits, 1);
+    assert_eq!(source.calls(), 0);
 }
 
 /// Poll gives up after `up_to` with `WaitTimeout`, without reading the source.
