@@ -17,6 +17,8 @@ async fn herd(
     source: &Source,
     id: u64,
 ) -> Vec<echostore::Fetched<String>> {
+    // Read before any caller exists: once spawned, callers join on the worker threads at once.
+    let before = table.stats().coalesced;
     let barrier = Arc::new(Barrier::new(HERD));
     let callers: Vec<_> = (0..HERD)
         .map(|_| {
@@ -28,7 +30,6 @@ async fn herd(
             })
         })
         .collect();
-    let before = table.stats().coalesced;
     until_stats(
         "every caller joined the flight",
         || table.stats(),
