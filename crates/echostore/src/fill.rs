@@ -27,7 +27,7 @@ use crate::envelope::{self, Envelope, unix_ms};
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::Entry;
+use crate::l1::{Entry, L1Cache};
 use crate::l2::L2;
 use crate::lock;
 use crate::losers::{self, LoserPolicy, PollEnd};

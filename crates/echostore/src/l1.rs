@@ -84,18 +84,59 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
     fn len(&self) -> u64;
 }
 
-/// Builds the L1 of one table.
-pub(crate) fn build<K: Key, V: Send + Sync + 'static>(
-    backend: L1Backend,
-    capacity: usize,
-) -> Arc<dyn L1Cache<K, V>> {
-    match backend {
-        L1Backend::QuickCache => Arc::new(QuickCacheL1(quick_cache::sync::Cache::new(capacity))),
-        L1Backend::Moka => Arc::new(MokaL1(moka::sync::Cache::new(capacity as u64))),
+/// The L1 of one table: one of the two backends.
+///
+/// An enum rather than a trait object, so that the hit path is a direct, inlinable call.
+pub(crate) enum L1<K, V> {
+    QuickCache(QuickCacheL1<K, V>),
+    Moka(MokaL1<K, V>),
+}
+
+impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
+    /// An empty L1 on `backend` holding up to `capacity` entries.
+    pub(crate) fn new(backend: L1Backend, capacity: usize) -> Self {
+        match backend {
+            L1Backend::QuickCache => {
+                L1::QuickCache(QuickCacheL1(quick_cache::sync::Cache::new(capacity)))
+            }
+            L1Backend::Moka => L1::Moka(MokaL1(moka::sync::Cache::new(capacity as u64))),
+        }
     }
 }
 
-struct QuickCacheL1<K: Key, V>(quick_cache::sync::Cache<K, Entry<V>>);
+impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
+    #[inline]
+    fn get(&self, id: &K) -> Option<Entry<V>> {
+        match self {
+            L1::QuickCache(l1) => l1.get(id),
+            L1::Moka(l1) => l1.get(id),
+        }
+    }
+
+    fn insert(&self, id: K, entry: Entry<V>) {
+        match self {
+            L1::QuickCache(l1) => l1.insert(id, entry),
+            L1::Moka(l1) => l1.insert(id, entry),
+        }
+    }
+
+    fn remove(&self, id: &K) {
+        match self {
+            L1::QuickCache(l1) => l1.remove(id),
+            L1::Moka(l1) => l1.remove(id),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            L1::QuickCache(l1) => l1.len(),
+            L1::Moka(l1) => l1.len(),
+        }
+    }
+}
+
+/// quick_cache's sync cache.
+pub(crate) struct QuickCacheL1<K, V>(quick_cache::sync::Cache<K, Entry<V>>);
 
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
     #[inline]
@@ -116,7 +157,8 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
     }
 }
 
-struct MokaL1<K: Key, V: Send + Sync + 'static>(moka::sync::Cache<K, Entry<V>>);
+/// moka's sync cache.
+pub(crate) struct MokaL1<K, V>(moka::sync::Cache<K, Entry<V>>);
 
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
     #[inline]

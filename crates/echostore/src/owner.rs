@@ -22,7 +22,7 @@ use crate::fetched::{Fetched, Origin};
 use crate::fill::{self, Filled};
 use crate::flights::{FlightId, Flights, Joined, Reply};
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::Entry;
+use crate::l1::{Entry, L1Cache};
 use crate::stats::bump;
 use crate::table::TableCore;
 

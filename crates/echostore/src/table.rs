@@ -7,6 +7,7 @@
 use std::sync::{Arc, RwLock, Weak};
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 
@@ -15,8 +16,9 @@ use crate::envelope::{self, unix_ms};
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::{self, L1Backend, L1Cache};
+use crate::l1::{L1, L1Backend, L1Cache};
 use crate::l2::L2;
+use crate::lookup::Lookup;
 use crate::owner::{L2Write, Owner, OwnerMsg};
 use crate::stats::{Stats, TableStats, bump};
 use crate::store::Store;
@@ -26,7 +28,7 @@ use crate::supervisor::{Restart, SupervisorMsg};
 pub(crate) struct TableCore<K, V> {
     pub(crate) name: Arc<str>,
     pub(crate) config: TableConfig<V>,
-    pub(crate) l1: Arc<dyn L1Cache<K, V>>,
+    pub(crate) l1: L1<K, V>,
     pub(crate) l2: Option<L2>,
     pub(crate) loader: Loader<K, V>,
     pub(crate) stats: Stats,
@@ -85,7 +87,7 @@ impl<K: Key, V: Value> Table<K, V> {
         let core = Arc::new(TableCore {
             name: Arc::from(name),
             config,
-            l1: l1::build(backend, capacity),
+            l1: L1::new(backend, capacity),
             l2: store.l2().cloned(),
             loader,
             stats: Stats::new(),
@@ -159,26 +161,31 @@ impl<K: Key, V: Value> Table<K, V> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn get(&self, id: &K) -> Result<Arc<V>> {
-        self.fetch(id).await.map(|f| f.value)
+    pub fn get<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Arc<V>>> + Send + 'a {
+        Lookup::new(self, id).map(|answer| answer.map(|fetched| fetched.value))
     }
 
     /// Like [`get`](Self::get), and also says where the answer came from ([`Origin`]).
-    pub async fn fetch(&self, id: &K) -> Result<Fetched<V>> {
-        let core = &self.inner.core;
-        if let Some(entry) = core.l1.get(id)
-            && entry.is_fresh()
-        {
-            core.stats.l1_hits.incr();
-            return Ok(Fetched::new(entry.value, Origin::L1));
-        }
-        // Boxed so that the hit path's future stays small.
-        self.miss(id).boxed().await
+    pub fn fetch<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Fetched<V>>> + Send + 'a {
+        Lookup::new(self, id)
     }
 
-    async fn miss(&self, id: &K) -> Result<Fetched<V>> {
+    /// The L1 hit path, on the caller's task: a fresh entry for `id`, counted, or `None`.
+    #[inline]
+    pub(crate) fn hit(&self, id: &K) -> Option<Fetched<V>> {
+        let core = &self.inner.core;
+        let entry = core.l1.get(id)?;
+        if !entry.is_fresh() {
+            return None;
+        }
+        core.stats.l1_hits.incr();
+        Some(Fetched::new(entry.value, Origin::L1))
+    }
+
+    /// The miss path: a call to the owner, which joins or starts the flight for `id`.
+    pub(crate) fn miss<'a>(&'a self, id: &'a K) -> BoxFuture<'a, Result<Fetched<V>>> {
         let id = id.clone();
-        self.call(move |reply| OwnerMsg::Fill { id, reply }).await
+        self.call(move |reply| OwnerMsg::Fill { id, reply }).boxed()
     }
 
     /// Writes `value` through L1 and Valkey. A fill in flight for `id` still answers its own
