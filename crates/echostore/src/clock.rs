@@ -9,8 +9,11 @@
 //! coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a plain memory read, a few ms of resolution),
 //! set [`MARGIN`] early; and the *precise* one. An entry the coarse clock shows well before its
 //! deadline is fresh for certain; only entries within `MARGIN` of expiry pay for the precise read.
-//! Expiry stays exact to the precise clock.
+//! Expiry stays exact to the precise clock. Both forms are 8 bytes (the precise one as a
+//! [`Moment`]), so an L1 entry stays small: fewer bytes per entry, fewer cache lines and pages for
+//! a hit to miss.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// More than the coarse clock can lag the precise one (one kernel tick, 1–10 ms).
@@ -21,18 +24,45 @@ fn coarse_now() -> u64 {
     coarsetime::Instant::now_without_cache_update().as_ticks()
 }
 
+/// An instant of the precise monotonic clock in 8 bytes: nanoseconds since a process-wide origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Moment(u64);
+
+impl Moment {
+    /// Now, on the precise clock.
+    pub(crate) fn now() -> Self {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        Moment(nanos(Instant::now().saturating_duration_since(origin)))
+    }
+
+    /// `span` after this moment (saturating: far enough in the future is "never").
+    pub(crate) fn after(self, span: Duration) -> Self {
+        Moment(self.0.saturating_add(nanos(span)))
+    }
+
+    /// How long after `earlier` this moment is; zero if it is not after it.
+    pub(crate) fn since(self, earlier: Moment) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+fn nanos(span: Duration) -> u64 {
+    u64::try_from(span.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A point in time that the hit path can test cheaply.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {
     /// Coarse-clock ticks before which the deadline has certainly not passed.
     coarse: u64,
-    precise: Instant,
+    precise: Moment,
 }
 
 impl Deadline {
     /// `life` from now.
     pub(crate) fn after(life: Duration) -> Self {
-        let precise = Instant::now() + life;
+        let precise = Moment::now().after(life);
         let coarse = match life.checked_sub(MARGIN) {
             // The coarse clock never runs ahead of the precise one, so `coarse_now + early`
             // is at or before `precise - MARGIN`.
@@ -47,11 +77,11 @@ impl Deadline {
     /// `true` while the deadline has not passed.
     #[inline]
     pub(crate) fn is_ahead(&self) -> bool {
-        coarse_now() < self.coarse || Instant::now() < self.precise
+        coarse_now() < self.coarse || Moment::now() < self.precise
     }
 
-    /// The precise instant.
-    pub(crate) fn instant(&self) -> Instant {
+    /// The precise moment.
+    pub(crate) fn moment(&self) -> Moment {
         self.precise
     }
 }
