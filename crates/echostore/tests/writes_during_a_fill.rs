@@ -110,6 +110,9 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
         .start()
         .await
         .expect("table");
+    // An earlier value in L1 (and on Valkey): `l1_len` then shows when the owner has taken each
+    // write below, which is all the ordering this test may rely on.
+    table.put(&1, "earlier".into()).await.expect("earlier put");
 
     // Hold every write on Valkey, so the invalidation stays pending.
     let _: () = redis::cmd("CLIENT")
@@ -123,12 +126,28 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
         let table = table.clone();
         async move { table.invalidate(&1).await }
     });
+    // Two spawned tasks reach the owner in no fixed order: the miss goes only once the owner has
+    // taken the invalidation (L1 emptied, its Valkey write pending), so that it is queued.
+    until_stats(
+        "the owner took the invalidation",
+        || table.stats(),
+        |s| s.l1_len == 0,
+    )
+    .await;
     let miss = spawn_fetch(&table, 1);
     until_stats("the miss is queued", || table.stats(), |s| s.in_flight == 1).await;
     let put = tokio::spawn({
         let table = table.clone();
         async move { table.put(&1, "from-put".into()).await }
     });
+    // Valkey resumes only once the owner has taken the put (its value in L1, its write queued),
+    // or the queued miss could launch between the two writes and read the source.
+    until_stats(
+        "the owner took the put",
+        || table.stats(),
+        |s| s.l1_len == 1,
+    )
+    .await;
     let _: () = redis::cmd("CLIENT")
         .arg("UNPAUSE")
         .query_async(&mut conn)
