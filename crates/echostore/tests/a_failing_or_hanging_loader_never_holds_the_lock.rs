@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{raw, store_on, until, valkey};
-use echostore::{Error, Origin, Table};
+use echostore::{Error, LoserPolicy, Origin, Table};
 use redis::AsyncCommands;
 
 const VALUE: &str = "flaky:{1}";
@@ -169,14 +169,44 @@ async fn a_hanging_loader_times_out_and_releases_the_lock() {
     let mut conn = raw(&valkey.url()).await;
     let calls = Arc::new(AtomicUsize::new(0));
     let limit = Duration::from_millis(100);
-    let t = table(&valkey.url(), &calls, |_| None, |b| b.load_timeout(limit)).await;
+    let t = table(
+        &valkey.url(),
+        &calls,
+        |_| None,
+        |b| {
+            b.load_timeout(limit).losers(LoserPolicy::Poll {
+                every: Duration::from_millis(10),
+                up_to: Duration::from_secs(60),
+            })
+        },
+    )
+    .await;
 
+    // Another process holds the lock while the five callers arrive, so their flight polls and
+    // has not started the load: every caller joins it before the 100 ms can run out, however
+    // slowly the callers are scheduled (a caller arriving after the timeout would start a flight
+    // and a load of its own). The flight polls for up to 60 s, longer than `until` may wait.
+    let _: () = redis::cmd("SET")
+        .arg(LOCK)
+        .arg("another-process")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .expect("SET lock");
     let waiters: Vec<_> = (0..5)
         .map(|_| {
             let t = t.clone();
             tokio::spawn(async move { t.get(&1).await })
         })
         .collect();
+    until("all five callers joined the polling flight", || {
+        let s = t.stats();
+        s.coalesced == 4 && s.poll_waits > 0
+    })
+    .await;
+    // The other process gives up without writing: the flight takes the lock and loads.
+    let _: () = conn.del(LOCK).await.expect("DEL lock");
     for w in waiters {
         let err = w.await.expect("task").expect_err("timed out");
         assert!(matches!(err, Error::LoadTimeout(l) if l == limit), "{err}");
