@@ -209,7 +209,7 @@ async fn poll_times_out_with_wait_timeout() {
 async fn a_crashed_winner_is_taken_over_by_a_poller() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 200).await; // the "crashed" winner's lock, expiring on its own
+    hold_lock(&mut conn, 30_000).await; // the "crashed" winner's lock
     let source = Source::open();
     let policy = LoserPolicy::Poll {
         every: Duration::from_millis(10),
@@ -217,7 +217,13 @@ async fn a_crashed_winner_is_taken_over_by_a_poller() {
     };
     let t = table(&valkey.url(), &source, policy).await;
 
-    let f = t.fetch(&1).await.expect("taken over");
+    let taking_over = spawn_fetch(&t, 1);
+    until("the loser is polling", || t.stats().poll_waits > 0).await;
+    // Only now does the crashed winner's lock expire (nothing written): a lock that expired on
+    // a timer of its own could be gone before a slow test's fetch ever met it.
+    let expiring: bool = conn.pexpire(LOCK, 1).await.expect("PEXPIRE");
+    assert!(expiring, "the crashed winner's lock was still there");
+    let f = taking_over.await.expect("task").expect("taken over");
     assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "value-1-1"));
     let s = t.stats();
     assert_eq!((s.lock_lost, s.lock_won, s.source_reads), (1, 1, 1));
