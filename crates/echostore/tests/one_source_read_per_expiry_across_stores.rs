@@ -4,15 +4,24 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::{Source, store_on, until, valkey};
-use echostore::{Fetched, Origin, Table, TableStats};
+use echostore::{Fetched, LoserPolicy, Origin, Table, TableStats};
 use tokio::sync::Barrier;
 
 async fn table_on(url: &str, source: &Source) -> Table<u64, String> {
+    // The winner holds the source until every caller has joined, which `until` allows 30 s on
+    // a loaded machine: neither its lock nor the losers' polling may run out before that (the
+    // defaults, 5 s each, could, and a second source read or a WaitTimeout would follow).
     store_on(url)
         .await
         .table::<u64, String>("hot")
+        .lock_ttl(Duration::from_secs(60))
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_secs(60),
+        })
         .loader(source.loader())
         .start()
         .await
