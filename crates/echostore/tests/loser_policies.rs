@@ -35,6 +35,9 @@ async fn table(url: &str, source: &Source, policy: LoserPolicy<String>) -> Table
         .ttl(Duration::from_secs(60))
         .stale_for(Duration::from_secs(60))
         .jitter(0.0)
+        // A serve-stale loser without a copy polls for up to lock_ttl: 60 s rather than the
+        // default 5 s, so that it outlasts the test's own waits (`until` allows 30 s).
+        .lock_ttl(Duration::from_secs(60))
         .losers(policy)
         .loader(source.loader())
         .start()
