@@ -24,9 +24,14 @@ pub(crate) type Reply<V> = RpcReplyPort<Result<Fetched<V>>>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct FlightId(u64);
 
-/// One load and the callers waiting for it; the first waiter led it.
+/// One load and the callers waiting for it.
 pub(crate) struct Flight<V> {
     pub(crate) id: FlightId,
+    /// The caller whose miss started the flight, until it is answered. Kept apart from the
+    /// joiners, so that pruning callers who gave up, or answering early, never turns a joiner
+    /// into the leader (and its `Coalesced` into the flight's own origin).
+    leader: Option<Reply<V>>,
+    /// The callers who joined it.
     waiters: Vec<Reply<V>>,
     /// `false` while the flight waits for a `put`/`invalidate` of its id to reach Valkey.
     pub(crate) launched: bool,
@@ -35,15 +40,14 @@ pub(crate) struct Flight<V> {
 impl<V> Flight<V> {
     /// How many callers are waiting (including those that gave up and have not been pruned).
     pub(crate) fn waiters(&self) -> usize {
-        self.waiters.len()
+        usize::from(self.leader.is_some()) + self.waiters.len()
     }
 
     /// Sends the one answer to every waiter still listening, and forgets them: the leader sees the
     /// flight's origin, the joiners see `Coalesced` (stale and default answers keep their origin).
     /// A flight answered early (soft timeout) keeps running for callers that join later.
     pub(crate) fn answer(&mut self, outcome: &Result<Fetched<V>>) {
-        let mut waiters = std::mem::take(&mut self.waiters).into_iter();
-        if let Some(leader) = waiters.next()
+        if let Some(leader) = self.leader.take()
             && !leader.is_closed()
         {
             let _ = leader.send(outcome.clone());
@@ -52,7 +56,7 @@ impl<V> Flight<V> {
             Ok(fetched) => Ok(fetched.for_joiner()),
             Err(e) => Err(e.clone()),
         };
-        for waiter in waiters {
+        for waiter in std::mem::take(&mut self.waiters) {
             if !waiter.is_closed() {
                 let _ = waiter.send(joined.clone());
             }
@@ -100,7 +104,8 @@ impl<K: Eq + Hash + Clone, V> Flights<K, V> {
             id.clone(),
             Flight {
                 id: fid,
-                waiters: vec![reply],
+                leader: Some(reply),
+                waiters: Vec::new(),
                 launched: false,
             },
         );

@@ -270,10 +270,12 @@ fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, slot: Weak<OwnerSlot<
             let (owner, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor)
                 .await
                 .ok()?;
-            bump(&core.stats.counters.owner_restarts);
+            // Handles point at the new owner before the restart is counted: a caller who sees
+            // the count is served by the new owner.
             *slot
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = owner.clone();
+            bump(&core.stats.counters.owner_restarts);
             Some(owner.get_cell())
         })
     })

@@ -63,3 +63,33 @@ async fn a_flight_everyone_left_still_fills_the_cache() {
     assert_eq!(next.origin, Origin::L1, "the abandoned flight filled L1");
     assert_eq!(source.calls(), 1);
 }
+
+/// A caller who joins after the flight's leader gave up still learns that it joined: `Coalesced`,
+/// never the flight's own origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_stays_a_joiner_when_the_leader_leaves() {
+    let source = Source::gated();
+    let table = local_table("leader-left", L1Backend::QuickCache, &source).await;
+
+    let leader = spawn_fetch(&table, 4);
+    until_stats(
+        "the leader's flight runs",
+        || table.stats(),
+        |s| s.in_flight == 1,
+    )
+    .await;
+    leader.abort();
+    assert!(leader.await.expect_err("aborted").is_cancelled());
+    let joiner = spawn_fetch(&table, 4);
+    until_stats("the joiner joined", || table.stats(), |s| s.coalesced == 1).await;
+    source.release();
+
+    let answer = joiner.await.expect("task").expect("value");
+    assert_eq!(
+        answer.origin,
+        Origin::Coalesced,
+        "it joined a running flight"
+    );
+    assert_eq!(*answer.value, "value-4-1");
+    assert_eq!(source.calls(), 1, "the loader ran once");
+}
