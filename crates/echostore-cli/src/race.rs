@@ -7,6 +7,11 @@
 //!
 //! Each node is its own [`Store`]: its own owner, L1 and Valkey connection, as separate processes
 //! would have. A fresh random key per run keeps earlier runs out of the race.
+//!
+//! The source answers after `--source-latency`, and not before every other node has met the
+//! winner's lock (up to [`CONTEND_FOR`] more): on a loaded machine a node's flight can start later
+//! than one source read lasts, and then it would find the value instead of racing for it. The
+//! readout is about the race, so the source waits for it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +20,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use echostore::{Error, LoserPolicy, Origin, Store, Table, TableStats};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Barrier;
+use tokio::sync::{Barrier, watch};
 use tokio::time::Instant;
 
 use crate::output::{self, Latency, Spinner};
@@ -30,6 +35,10 @@ const PREFILL_TTL: Duration = Duration::from_millis(20);
 
 /// How long a stale copy stays servable, for the prefill and the race tables alike.
 const STALE_FOR: Duration = Duration::from_secs(60);
+
+/// How long past its latency the source waits for the other nodes to meet the lock. The lock
+/// (at least 5 s, and 4× the source latency) outlasts the latency plus this.
+const CONTEND_FOR: Duration = Duration::from_secs(2);
 
 /// Flags of `echostore race`.
 #[derive(Debug, Args)]
@@ -46,7 +55,8 @@ pub(crate) struct RaceArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     requests: u32,
 
-    /// How long one read of the source takes, e.g. 50ms or 1s.
+    /// How long one read of the source takes at least, e.g. 50ms or 1s (it also waits until
+    /// every other node has met the lock, at most 2 s more).
     #[arg(long, default_value = "50ms", value_parser = duration::parse)]
     source_latency: Duration,
 
@@ -191,13 +201,23 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
     }
 
     let source_reads = Arc::new(AtomicU64::new(0));
+    let (gate, opened) = watch::channel(false);
     let mut nodes = Vec::with_capacity(args.nodes as usize);
     for node in 0..args.nodes {
-        nodes.push(start_node(target, node, args, Arc::clone(&source_reads)).await?);
+        let source = Source {
+            reads: Arc::clone(&source_reads),
+            latency: args.source_latency,
+            opened: opened.clone(),
+        };
+        nodes.push(start_node(target, node, args, source).await?);
     }
 
     spinner.say("lock race: the herd is missing the hot key");
-    let answers = herd(&nodes, &key, args.requests).await?;
+    let (answers, ()) = tokio::join!(
+        herd(&nodes, &key, args.requests),
+        open_once_contended(&nodes, args.requests, &gate)
+    );
+    let answers = answers?;
 
     let stats: Vec<TableStats> = nodes.iter().map(Table::stats).collect();
     // Leave nothing behind on the user's Valkey: the value (the winner released the lock).
@@ -248,12 +268,39 @@ async fn prefill(target: &Target, key: &str) -> CliResult<()> {
     Ok(())
 }
 
-/// One node: its own store and table, a loader that counts into the shared `source_reads`.
+/// The source every node's loader reads: it counts each read, takes `latency`, then waits for
+/// the gate that [`open_once_contended`] opens.
+struct Source {
+    reads: Arc<AtomicU64>,
+    latency: Duration,
+    opened: watch::Receiver<bool>,
+}
+
+/// Opens the source's gate once every node with a request, but the winner, has lost the lock,
+/// or after [`CONTEND_FOR`].
+async fn open_once_contended(
+    nodes: &[Table<String, Payload>],
+    requests: u32,
+    gate: &watch::Sender<bool>,
+) {
+    let others = nodes.len().min(requests as usize).saturating_sub(1) as u64;
+    let give_up = Instant::now() + CONTEND_FOR;
+    while Instant::now() < give_up {
+        let lost: u64 = nodes.iter().map(|n| n.stats().lock_lost).sum();
+        if lost >= others {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    gate.send_replace(true);
+}
+
+/// One node: its own store and table, a loader that reads the shared [`Source`].
 async fn start_node(
     target: &Target,
     node: u32,
     args: &RaceArgs,
-    source_reads: Arc<AtomicU64>,
+    source: Source,
 ) -> CliResult<Table<String, Payload>> {
     let store = Store::builder()
         .valkey(target.url())
@@ -279,7 +326,6 @@ async fn start_node(
         Losers::Stale => STALE_FOR,
         _ => Duration::ZERO,
     };
-    let latency = args.source_latency;
     let table = store
         .table::<String, Payload>(TABLE)
         .ttl(Duration::from_secs(60))
@@ -288,10 +334,14 @@ async fn start_node(
         .lock_ttl(lock_ttl)
         .losers(policy)
         .loader(move |_id: String| {
-            let source_reads = Arc::clone(&source_reads);
+            let reads = Arc::clone(&source.reads);
+            let latency = source.latency;
+            let mut opened = source.opened.clone();
             async move {
-                source_reads.fetch_add(1, Ordering::SeqCst);
+                reads.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(latency).await;
+                // A closed gate (the race is over) opens nothing: read on.
+                let _ = opened.wait_for(|open| *open).await;
                 Ok::<_, std::io::Error>(Payload {
                     body: "fresh from the source".to_owned(),
                     loaded_by: Some(node),
