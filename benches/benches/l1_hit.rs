@@ -1,11 +1,13 @@
 //! What an L1 hit through `Table::get` costs, for both backends, over 100k random keys and one
-//! hot key, on one thread and on two.
+//! hot key, on one thread and on two; and, as the in-run baseline, a bare quick_cache lookup of an
+//! `Arc` over the same keys (the floor the table's hit stands on).
 //!
 //! An L1 hit completes without awaiting, so each get is polled once with `now_or_never` and the
 //! bench times the hit path itself, not an executor.
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -25,11 +27,12 @@ fn hit(table: &Table<u64, u64>, id: &u64) -> u64 {
         .expect("a value")
 }
 
-/// Times `iters` hits spread over `threads` threads, each walking `ids` from its own offset.
+/// Times `iters` calls of `hit` spread over `threads` threads, each walking `ids` from its own
+/// offset.
 ///
 /// The figure is wall time: from the first thread's start to the last thread's end, so that two
 /// threads which could not run at the same moment (another process had the other core) show it.
-fn timed(table: &Table<u64, u64>, ids: &[u64], threads: usize, iters: u64) -> Duration {
+fn timed(hit: &(impl Fn(&u64) -> u64 + Sync), ids: &[u64], threads: usize, iters: u64) -> Duration {
     let per_thread = iters.div_ceil(threads as u64);
     let barrier = std::sync::Barrier::new(threads);
     let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
@@ -41,7 +44,7 @@ fn timed(table: &Table<u64, u64>, ids: &[u64], threads: usize, iters: u64) -> Du
                     let start = Instant::now();
                     let mut at = t * ids.len() / threads;
                     for _ in 0..per_thread {
-                        black_box(hit(table, &ids[at]));
+                        black_box(hit(&ids[at]));
                         at = if at + 1 == ids.len() { 0 } else { at + 1 };
                     }
                     (start, Instant::now())
@@ -74,6 +77,23 @@ fn l1_hit(c: &mut Criterion) {
     group.measurement_time(measurement_time());
     group.sample_size(SAMPLE_SIZE);
     group.throughput(Throughput::Elements(1));
+
+    // The baseline: quick_cache itself, `u64 -> Arc<u64>`, the same capacity and keys.
+    let bare = quick_cache::sync::Cache::<u64, Arc<u64>>::new(keys as usize * 2);
+    for id in 0..keys {
+        bare.insert(id, Arc::new(id.wrapping_mul(31)));
+    }
+    let bare_hit = |id: &u64| *bare.get(id).expect("every key is in the cache");
+    let samples = Samples::default();
+    group.bench_function(
+        BenchmarkId::new(
+            format!("bare quick_cache over {keys} random keys"),
+            "1 thread(s)",
+        ),
+        |b| b.iter_custom(|iters| samples.record(timed(&bare_hit, &ids, 1, iters), iters)),
+    );
+    let baseline = samples;
+
     for backend in [L1Backend::QuickCache, L1Backend::Moka] {
         let table = rt.block_on(filled_table(&store, backend, keys));
         for threads in [1, 2] {
@@ -83,7 +103,9 @@ fn l1_hit(c: &mut Criterion) {
             );
             let samples = Samples::default();
             group.bench_function(id, |b| {
-                b.iter_custom(|iters| samples.record(timed(&table, &ids, threads, iters), iters))
+                b.iter_custom(|iters| {
+                    samples.record(timed(&|id| hit(&table, id), &ids, threads, iters), iters)
+                })
             });
             recorded.push((
                 format!("{backend:?}, random keys, {threads} thread(s)"),
@@ -98,7 +120,9 @@ fn l1_hit(c: &mut Criterion) {
             );
             let samples = Samples::default();
             group.bench_function(id, |b| {
-                b.iter_custom(|iters| samples.record(timed(&table, &hot, threads, iters), iters))
+                b.iter_custom(|iters| {
+                    samples.record(timed(&|id| hit(&table, id), &hot, threads, iters), iters)
+                })
             });
             recorded.push((
                 format!("{backend:?}, one hot key, {threads} thread(s)"),
@@ -109,6 +133,11 @@ fn l1_hit(c: &mut Criterion) {
     group.finish();
 
     println!("\nthe L1 hit, this run (wall time per hit, over all threads' hits):");
+    let bare = baseline.summary(SAMPLE_SIZE);
+    print_summary(
+        "bare quick_cache, Arc values, random keys, 1 thread(s)",
+        bare,
+    );
     let summaries: Vec<_> = recorded
         .iter()
         .map(|(name, samples)| (name.as_str(), samples.summary(SAMPLE_SIZE)))
@@ -121,6 +150,11 @@ fn l1_hit(c: &mut Criterion) {
     for (q, m) in summaries[..half].iter().zip(&summaries[half..]) {
         print_ratio("moka against quick_cache", *m, *q);
     }
+    print_ratio(
+        "the table over bare quick_cache",
+        summaries[0],
+        ("bare quick_cache, random keys, 1 thread(s)", bare),
+    );
 }
 
 criterion_group! {
