@@ -1,16 +1,18 @@
-//! The future a read returns: L1 is checked by a plain function when the future is first polled,
-//! and the owner is called only on a miss.
+//! The future a read returns. L1 is read when the read is made, by a plain function on the
+//! caller's task; the owner is called only on a miss, when the future is first polled.
 //!
-//! Written by hand rather than as an `async fn` for the speed of the hit path. An `async fn`
-//! whose miss branch awaits the owner compiled to a hit path that a tight loop of L1 hits over
-//! 100k random keys ran at about 290 ns a hit on this machine class; this future, doing the same
-//! work, at about 110 ns (the same probe, same table, same run; `docs/benchmarks.md`). A hit is a
-//! chain of dependent cache misses (the hash slot, the entry, the value's reference count); the
-//! CPU can overlap the next hit's misses with this one's only when the code between them is
-//! small, and the `async fn` state machine was not.
+//! Why not an `async fn`, or a future that reads L1 in its first poll: the L1 hit is a chain of
+//! dependent cache misses (the hash slot, the entry, the value's reference count), and a loop of
+//! hits runs fast only when the CPU can start the next hit's chain while this one's is
+//! outstanding — which depends on the code around the lookup. Measured side by side in one
+//! process, on one table of 100k random keys: the lookup inline, about 85 ns a hit; `get` as
+//! this module builds it, about 105 ns; the same work as an `async fn` with an awaiting miss
+//! branch, or as a future that reads L1 in `poll`, 235–400 ns (`docs/benchmarks.md`).
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use futures::future::BoxFuture;
@@ -20,45 +22,84 @@ use crate::fetched::Fetched;
 use crate::key::{Key, Value};
 use crate::table::Table;
 
-/// One read of one id: an L1 hit answers on the first poll; a miss becomes a call to the owner,
-/// which this future then drives.
-///
-/// Dropping it drops only this caller's place in the flight, never the flight.
-pub(crate) struct Lookup<'a, K: Key, V: Value> {
-    table: &'a Table<K, V>,
-    id: &'a K,
-    /// The call to the owner, once L1 has missed.
-    miss: Option<BoxFuture<'a, Result<Fetched<V>>>>,
+/// What a read answers with: the value alone (`get`) or the value and its origin (`fetch`).
+pub(crate) trait Answer<V>: Sized {
+    /// The answer out of a fetched value.
+    fn answer(fetched: Fetched<V>) -> Self;
 }
 
-impl<'a, K: Key, V: Value> Lookup<'a, K, V> {
+impl<V> Answer<V> for Fetched<V> {
+    #[inline]
+    fn answer(fetched: Fetched<V>) -> Self {
+        fetched
+    }
+}
+
+impl<V> Answer<V> for Arc<V> {
+    #[inline]
+    fn answer(fetched: Fetched<V>) -> Self {
+        fetched.value
+    }
+}
+
+/// One read of one id: an L1 hit already holds its answer; a miss becomes a call to the owner
+/// when first polled, which this future then drives.
+///
+/// Dropping it drops only this caller's place in the flight, never the flight. Polled again
+/// after it has answered, it reads again.
+pub(crate) struct Lookup<'a, K: Key, V: Value, A> {
+    table: &'a Table<K, V>,
+    id: &'a K,
+    state: State<'a, V>,
+    answer: PhantomData<fn() -> A>,
+}
+
+enum State<'a, V> {
+    /// L1 answered when the read was made.
+    Hit(Option<Fetched<V>>),
+    /// L1 missed: the call to the owner, once polled.
+    Miss(Option<BoxFuture<'a, Result<Fetched<V>>>>),
+}
+
+impl<'a, K: Key, V: Value, A: Answer<V>> Lookup<'a, K, V, A> {
+    /// Reads L1 now.
+    #[inline]
     pub(crate) fn new(table: &'a Table<K, V>, id: &'a K) -> Self {
+        let state = match table.hit(id) {
+            Some(hit) => State::Hit(Some(hit)),
+            None => State::Miss(None),
+        };
         Lookup {
             table,
             id,
-            miss: None,
+            state,
+            answer: PhantomData,
         }
     }
 }
 
-impl<K: Key, V: Value> Future for Lookup<'_, K, V> {
-    type Output = Result<Fetched<V>>;
+impl<K: Key, V: Value, A: Answer<V>> Future for Lookup<'_, K, V, A> {
+    type Output = Result<A>;
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let miss = match &mut this.miss {
-            Some(miss) => miss,
-            None => {
-                if let Some(hit) = this.table.hit(this.id) {
-                    return Poll::Ready(Ok(hit));
+        loop {
+            match &mut this.state {
+                State::Hit(hit) => match hit.take() {
+                    Some(hit) => return Poll::Ready(Ok(A::answer(hit))),
+                    // Answered already: read again.
+                    None => {
+                        *this = Lookup::new(this.table, this.id);
+                    }
+                },
+                State::Miss(call) => {
+                    let call = call.get_or_insert_with(|| this.table.miss(this.id));
+                    let answer = ready!(call.as_mut().poll(cx));
+                    this.state = State::Hit(None);
+                    return Poll::Ready(answer.map(A::answer));
                 }
-                this.miss.insert(this.table.miss(this.id))
             }
-        };
-        let answer = ready!(miss.as_mut().poll(cx));
-        // Polled again after this, the lookup starts over rather than polling a spent call.
-        this.miss = None;
-        Poll::Ready(answer)
+        }
     }
 }

@@ -126,6 +126,10 @@ impl<K: Key, V: Value> Table<K, V> {
     /// (counted as `coalesced`), and every caller receives the same `Arc` — or the same error.
     /// Dropping the future does not cancel the flight for the others.
     ///
+    /// L1 is read when `get` is called, on the caller's task; a hit's future is ready at once. A
+    /// miss reaches the owner when the future is first polled. (Reading L1 up front keeps the hit
+    /// path a plain function call: see `docs/architecture.md`, "The hit path".)
+    ///
     /// ```
     /// # use std::sync::Arc;
     /// # use std::sync::atomic::{AtomicUsize, Ordering};
@@ -162,7 +166,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// # }
     /// ```
     pub fn get<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Arc<V>>> + Send + 'a {
-        Lookup::new(self, id).map(|answer| answer.map(|fetched| fetched.value))
+        Lookup::new(self, id)
     }
 
     /// Like [`get`](Self::get), and also says where the answer came from ([`Origin`]).
