@@ -62,12 +62,16 @@ pub(crate) struct Deadline {
 impl Deadline {
     /// `life` from now.
     pub(crate) fn after(life: Duration) -> Self {
+        // The coarse clock is read first. It never runs ahead of the precise one, so its start
+        // is at or before the precise start however long this thread is descheduled between
+        // the two reads, and `coarse start + early` is at or before `precise - MARGIN`. (Read
+        // the other way round, a stall between the reads longer than MARGIN put the coarse
+        // deadline after the precise one: "fresh" past the deadline.)
+        let coarse_start = coarse_now();
         let precise = Moment::now().after(life);
         let coarse = match life.checked_sub(MARGIN) {
-            // The coarse clock never runs ahead of the precise one, so `coarse_now + early`
-            // is at or before `precise - MARGIN`.
             Some(early) => {
-                coarse_now().saturating_add(coarsetime::Duration::from(early).as_ticks())
+                coarse_start.saturating_add(coarsetime::Duration::from(early).as_ticks())
             }
             None => 0, // too close to call coarsely: always check precisely
         };

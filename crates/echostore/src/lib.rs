@@ -13,7 +13,8 @@
 //! - `store` — [`Store`]: the Valkey connection and the supervisor (the application tree).
 //! - `config` — [`TableBuilder`]: a table's settings and their checks.
 //! - `table` — [`Table`]: the typed handle; L1 reads on the caller's task (the ETS read path).
-//! - `lookup` — the future a read returns: the L1 hit on first poll, the owner only on a miss.
+//! - `lookup` — the future a read returns: it holds an L1 hit read at the call, and calls the
+//!   owner only on a miss.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations.
 //! - `flights` — the flights map: one load per id, its waiters, `coalesced`.
 //! - `fill` — what one flight does: L2, the lock, the loader, fail-safe.

@@ -1,5 +1,6 @@
 //! The future a read returns. L1 is read when the read is made, by a plain function on the
-//! caller's task; the owner is called only on a miss, when the future is first polled.
+//! caller's task; the owner is called only on a miss, when the future is first polled. A hit's
+//! answer is therefore L1 as it was at the call, however late the future is awaited.
 //!
 //! Why not an `async fn`, or a future that reads L1 in its first poll: the L1 hit is a chain of
 //! dependent cache misses (the hash slot, the entry, the value's reference count), and a loop of

@@ -127,8 +127,11 @@ impl<K: Key, V: Value> Table<K, V> {
     /// Dropping the future does not cancel the flight for the others.
     ///
     /// L1 is read when `get` is called, on the caller's task; a hit's future is ready at once. A
-    /// miss reaches the owner when the future is first polled. (Reading L1 up front keeps the hit
-    /// path a plain function call: see `docs/architecture.md`, "The hit path".)
+    /// miss reaches the owner when the future is first polled. So a future kept and awaited
+    /// later answers with L1 as it was at the call: a `put`, `invalidate` or expiry in between is
+    /// not seen by it, and the hit is counted even if the future is never awaited. (Reading L1
+    /// up front keeps the hit path a plain function call: see `docs/architecture.md`, "The hit
+    /// path".)
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -274,8 +277,7 @@ fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, slot: Weak<OwnerSlot<
             let (owner, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor)
                 .await
                 .ok()?;
-            // Handles point at the new owner before the restart is counted: a caller who sees
-            // the count is served by the new owner.
+            // Handles point at the new owner before the restart is counted.
             *slot
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = owner.clone();
