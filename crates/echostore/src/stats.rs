@@ -69,6 +69,43 @@ macro_rules! counters {
             pub l1_len: u64,
         }
 
+        impl TableStats {
+            /// Every counter and gauge as `(name, value)`, in declaration order: the names are the
+            /// field names (`"l1_hits"`, `"source_reads"`, …), so reports and metrics never repeat
+            /// the list by hand.
+            pub fn counters(&self) -> [(&'static str, u64); COUNTER_COUNT + 3] {
+                [
+                    ("l1_hits", self.l1_hits),
+                    $( (stringify!($name), self.$name), )*
+                    ("in_flight", self.in_flight),
+                    ("l1_len", self.l1_len),
+                ]
+            }
+        }
+
+        impl std::ops::Add for TableStats {
+            type Output = TableStats;
+
+            /// The field-by-field sum of two snapshots (several tables or stores seen as one).
+            fn add(self, other: TableStats) -> TableStats {
+                TableStats {
+                    l1_hits: self.l1_hits + other.l1_hits,
+                    $( $name: self.$name + other.$name, )*
+                    in_flight: self.in_flight + other.in_flight,
+                    l1_len: self.l1_len + other.l1_len,
+                }
+            }
+        }
+
+        impl std::iter::Sum for TableStats {
+            fn sum<I: Iterator<Item = TableStats>>(iter: I) -> TableStats {
+                iter.fold(TableStats::default(), std::ops::Add::add)
+            }
+        }
+
+        /// How many counters the macro declares (besides `l1_hits` and the two gauges).
+        const COUNTER_COUNT: usize = [$( stringify!($name), )*].len();
+
         impl Stats {
             /// Reads every counter once; `l1_len` comes from the caller, which owns L1.
             pub(crate) fn snapshot(&self, l1_len: u64) -> TableStats {
@@ -165,5 +202,32 @@ mod tests {
             }
         });
         assert_eq!(stats.snapshot(0).l1_hits, 8000);
+    }
+
+    /// The named list covers every field once, and the sum adds field by field.
+    #[test]
+    fn counters_are_named_once_and_summed() {
+        let stats = Stats::new();
+        bump(&stats.counters.source_reads);
+        stats.l1_hits.incr();
+        let one = stats.snapshot(3);
+        let two = one + one;
+        let names: Vec<_> = two.counters().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.first(), Some(&"l1_hits"));
+        assert_eq!(names.last(), Some(&"l1_len"));
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "no name twice");
+        let value = |n: &str| {
+            two.counters()
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(value("source_reads"), Some(2));
+        assert_eq!(value("l1_hits"), Some(2));
+        assert_eq!(value("l1_len"), Some(6));
+        assert_eq!([one, one].into_iter().sum::<TableStats>(), two);
     }
 }
