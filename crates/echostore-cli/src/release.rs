@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use echostore::{RELEASE_SCRIPT, new_token};
+use echostore::protocol::{RELEASE_SCRIPT, new_token};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;

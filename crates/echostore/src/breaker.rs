@@ -4,11 +4,26 @@
 //! After a connection-level failure the breaker opens for one cooldown: L2 calls fail at once
 //! without touching the network, and the tables serve from L1 and the loader. When the cooldown
 //! ends, exactly one call is let through as a trial (the others keep failing fast); its success
-//! closes the breaker, its failure opens it for another cooldown. A dead Valkey therefore costs at
+//! closes the breaker, its failure opens it for another cooldown. Only the trial's success closes
+//! it: a call that was already in flight when the breaker opened may still succeed, and that says
+//! nothing about whether Valkey is back, so under partial failure the breaker does not flap. A dead Valkey therefore costs at
 //! most one attempt per cooldown, and a returning one is picked up without restarting anything.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// What [`Breaker::allow`] let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Permit {
+    /// The breaker was closed.
+    Closed,
+    /// The one trial after a cooldown: its success closes the breaker.
+    Trial,
+}
+
+fn nanos(span: Duration) -> u64 {
+    u64::try_from(span.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// A breaker shared by every table of one store.
 pub(crate) struct Breaker {
@@ -31,36 +46,38 @@ impl Breaker {
         self.epoch.elapsed().as_nanos() as u64 + 1
     }
 
-    /// `true` if a call may go to Valkey now. While open, only the first caller after the
-    /// cooldown gets `true` (the trial); it pushes the window forward for everyone else.
-    pub(crate) fn allow(&self) -> bool {
+    /// May a call go to Valkey now? While open, only the first caller after the cooldown gets a
+    /// permit (the [`Permit::Trial`]); it pushes the window forward for everyone else.
+    pub(crate) fn allow(&self) -> Option<Permit> {
         let until = self.open_until.load(Ordering::Acquire);
         if until == 0 {
-            return true;
+            return Some(Permit::Closed);
         }
         let now = self.now();
-        now >= until
+        let trial = now >= until
             && self
                 .open_until
                 .compare_exchange(
                     until,
-                    now + self.cooldown.as_nanos() as u64,
+                    now.saturating_add(nanos(self.cooldown)),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 )
-                .is_ok()
+                .is_ok();
+        trial.then_some(Permit::Trial)
     }
 
-    /// A call reached Valkey: close the breaker.
-    pub(crate) fn succeeded(&self) {
-        if self.open_until.load(Ordering::Relaxed) != 0 {
+    /// A call reached Valkey: a trial's success closes the breaker; any other success leaves it
+    /// as it is.
+    pub(crate) fn succeeded(&self, permit: Permit) {
+        if permit == Permit::Trial {
             self.open_until.store(0, Ordering::Release);
         }
     }
 
     /// A call could not reach Valkey: open the breaker for one cooldown.
     pub(crate) fn failed(&self) {
-        let until = self.now() + self.cooldown.as_nanos() as u64;
+        let until = self.now().saturating_add(nanos(self.cooldown));
         self.open_until.store(until, Ordering::Release);
     }
 
@@ -78,12 +95,31 @@ mod tests {
     #[test]
     fn open_refuses_until_the_cooldown_ends() {
         let b = Breaker::new(Duration::from_secs(3600));
-        assert!(b.allow() && b.allow());
+        assert_eq!(
+            (b.allow(), b.allow()),
+            (Some(Permit::Closed), Some(Permit::Closed))
+        );
         b.failed();
         assert!(b.is_open());
-        assert!(!b.allow());
-        b.succeeded();
-        assert!(b.allow());
+        assert_eq!(b.allow(), None);
+    }
+
+    /// A call let through while closed that succeeds after the breaker opened does not close it;
+    /// the trial's success does.
+    #[test]
+    fn only_the_trial_closes() {
+        let b = Breaker::new(Duration::ZERO);
+        let early = b.allow().expect("closed");
+        b.failed();
+        b.succeeded(early);
+        assert!(
+            b.is_open(),
+            "a call from before the failure closed the breaker"
+        );
+        let trial = b.allow().expect("the cooldown has passed");
+        assert_eq!(trial, Permit::Trial);
+        b.succeeded(trial);
+        assert!(!b.is_open());
     }
 
     /// After the cooldown exactly one trial goes through.
@@ -92,11 +128,11 @@ mod tests {
         let b = Breaker::new(Duration::ZERO);
         b.failed();
         // A zero cooldown has passed by now; the first caller takes the trial.
-        let allowed = (0..10).filter(|_| b.allow()).count();
+        let allowed = (0..10).filter(|_| b.allow().is_some()).count();
         assert!(allowed >= 1, "the trial was never let through");
         let b = Breaker::new(Duration::from_secs(3600));
         b.open_until.store(1, Ordering::Release); // a window that ended long ago
-        let allowed = (0..10).filter(|_| b.allow()).count();
+        let allowed = (0..10).filter(|_| b.allow().is_some()).count();
         assert_eq!(allowed, 1, "exactly one trial per cooldown");
     }
 }

@@ -41,6 +41,11 @@ impl Moment {
         Moment(self.0.saturating_add(nanos(span)))
     }
 
+    /// `span` before this moment (saturating at the process-wide origin).
+    pub(crate) fn before(self, span: Duration) -> Self {
+        Moment(self.0.saturating_sub(nanos(span)))
+    }
+
     /// How long after `earlier` this moment is; zero if it is not after it.
     pub(crate) fn since(self, earlier: Moment) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))

@@ -9,75 +9,42 @@
 //! | `losers` | `Poll { every: 10 ms, up_to: 5 s }` | what a request does when another process holds the lock |
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
-//! | `load_timeout` | none | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
+//! | `load_timeout` | 30 s (`no_load_timeout()` for none) | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
 //! | `soft_timeout` | none | past it, waiters get the stale copy (if any) while the load goes on |
 //! | `fail_safe` | off | serve a stale copy instead of a loader error |
-//! | `max_value_bytes` | 16 MiB | larger encodings are refused with `TooLarge` and nothing is written |
+//! | `max_value_bytes` | 16 MiB | larger encodings are refused with `TooLarge` and nothing is written; larger values read from Valkey are a counted miss |
+//!
+//! Every duration is at most [`MAX_DURATION`] and every count has a range, so no setting can make
+//! later arithmetic overflow: `start()` answers [`Error::InvalidConfig`] naming the setting.
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-
+use crate::core::{Loader, TableConfig, TableCore};
 use crate::error::{Error, Result, SharedError};
 use crate::key::{Key, Value, validate_table_name};
-use crate::l1::{Entry, L1Backend};
+use crate::l1::{L1, L1Backend};
 use crate::losers::LoserPolicy;
+use crate::stats::Stats;
 use crate::store::Store;
 use crate::table::Table;
 
-/// The source of truth for one table: called once per id per expiry.
-pub(crate) type Loader<K, V> =
-    Arc<dyn Fn(K) -> BoxFuture<'static, Result<V, SharedError>> + Send + Sync>;
+/// The longest duration any setting accepts (a year): longer ones are refused at `start()`.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Settings of a started table, checked by `start()`.
-pub(crate) struct TableConfig<V> {
-    pub(crate) ttl: Duration,
-    pub(crate) jitter: f64,
-    pub(crate) stale_for: Duration,
-    pub(crate) lock_ttl: Duration,
-    pub(crate) losers: LoserPolicy<Arc<V>>,
-    pub(crate) load_timeout: Option<Duration>,
-    pub(crate) soft_timeout: Option<Duration>,
-    pub(crate) fail_safe: bool,
-    pub(crate) max_value_bytes: usize,
-}
+/// The largest `max_value_bytes` (Valkey's own limit for one string is 512 MiB).
+const MAX_VALUE_BYTES_LIMIT: usize = 512 << 20;
 
-/// The life of one value being written now.
-pub(crate) struct Life {
-    /// `ttl`, jittered.
-    pub(crate) fresh_for: Duration,
-    pub(crate) stale_for: Duration,
-}
+/// The largest `l1_capacity`.
+const MAX_L1_CAPACITY: usize = 1 << 32;
 
-impl Life {
-    /// The L1 entry of a value stored now.
-    pub(crate) fn entry<V>(&self, value: Arc<V>) -> Entry<V> {
-        Entry::new(value, self.fresh_for, self.stale_for)
-    }
+/// The shortest `lock_ttl`: the lease extends it every third of it.
+const MIN_LOCK_TTL: Duration = Duration::from_millis(3);
 
-    /// Valkey's `PX`: the physical life, fresh plus stale.
-    pub(crate) fn physical_ms(&self) -> u64 {
-        ((self.fresh_for + self.stale_for).as_millis() as u64).max(1)
-    }
-}
-
-impl<V> TableConfig<V> {
-    /// A new value's life: `ttl ± ttl·jitter`, drawn afresh for every write.
-    pub(crate) fn life(&self) -> Life {
-        let spread = if self.jitter > 0.0 {
-            rand::random_range(-self.jitter..=self.jitter)
-        } else {
-            0.0
-        };
-        Life {
-            fresh_for: self.ttl.mul_f64(1.0 + spread),
-            stale_for: self.stale_for,
-        }
-    }
-}
+/// The default `load_timeout`: a hung loader frees its id after this long.
+const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Configures one table; from [`Store::table`]. Ends with [`start`](TableBuilder::start).
 #[must_use = "a table does nothing until start() is awaited"]
@@ -111,7 +78,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             losers: LoserPolicy::DEFAULT_POLL,
             l1_capacity: 100_000,
             l1_backend: L1Backend::default(),
-            load_timeout: None,
+            load_timeout: Some(DEFAULT_LOAD_TIMEOUT),
             soft_timeout: None,
             fail_safe: false,
             max_value_bytes: 16 << 20,
@@ -138,7 +105,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
-    /// `PX` of the regeneration lock (default 5 s): how long a crashed winner can block others.
+    /// `PX` of the regeneration lock (default 5 s, at least 3 ms): how long a crashed winner can
+    /// block others. A live winner extends it every `lock_ttl / 3` while it loads (the lease).
     pub fn lock_ttl(mut self, lock_ttl: Duration) -> Self {
         self.lock_ttl = lock_ttl;
         self
@@ -162,9 +130,18 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
-    /// Cut a load off after `limit`: its waiters get `Error::LoadTimeout`, the lock is released.
+    /// Cut a load off after `limit` (default 30 s): its waiters get `Error::LoadTimeout`, the
+    /// lock is released, and the next miss starts a new load.
     pub fn load_timeout(mut self, limit: Duration) -> Self {
         self.load_timeout = Some(limit);
+        self
+    }
+
+    /// Let loads run for as long as they take. A loader that hangs then holds its id in this
+    /// process until the table is dropped (a second load starts only after a write overtakes it,
+    /// and at most two run at once per id).
+    pub fn no_load_timeout(mut self) -> Self {
+        self.load_timeout = None;
         self
     }
 
@@ -204,69 +181,93 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// Checks the settings and starts the table's owner under the store's supervisor.
     ///
     /// Fails with [`Error::InvalidName`] for a name outside `[A-Za-z0-9_.-]{1,64}` and with
-    /// [`Error::InvalidConfig`] for a missing loader or a setting that cannot work.
+    /// [`Error::InvalidConfig`] for a missing loader or a setting out of its range.
     pub async fn start(self) -> Result<Table<K, V>> {
         validate_table_name(&self.name)?;
-        let loader = self
-            .loader
-            .ok_or_else(|| Error::InvalidConfig(format!("table {:?} has no loader", self.name)))?;
-        let invalid = |what: String| {
-            Err(Error::InvalidConfig(format!(
-                "table {:?}: {what}",
-                self.name
-            )))
+        let invalid = |what: String| Error::InvalidConfig(format!("table {:?}: {what}", self.name));
+        let loader = self.loader.ok_or_else(|| invalid("no loader".into()))?;
+        let durations = [
+            ("ttl", Some(self.ttl)),
+            ("stale_for", Some(self.stale_for)),
+            ("lock_ttl", Some(self.lock_ttl)),
+            ("load_timeout", self.load_timeout),
+            ("soft_timeout", self.soft_timeout),
+        ];
+        let poll = match &self.losers {
+            LoserPolicy::Poll { every, up_to } => {
+                [("Poll.every", Some(*every)), ("Poll.up_to", Some(*up_to))]
+            }
+            _ => [("Poll.every", None), ("Poll.up_to", None)],
         };
-        if !(0.0..=0.5).contains(&self.jitter) {
-            return invalid(format!("jitter {} is outside 0.0..=0.5", self.jitter));
+        for (setting, value) in durations.into_iter().chain(poll) {
+            if let Some(value) = value
+                && value > MAX_DURATION
+            {
+                return Err(invalid(format!(
+                    "{setting} {value:?} is over the limit of {MAX_DURATION:?}"
+                )));
+            }
         }
-        if self.ttl.is_zero() {
-            return invalid("ttl must be above zero".into());
-        }
-        if self.lock_ttl < Duration::from_millis(1) {
-            return invalid("lock_ttl must be at least 1 ms".into());
-        }
-        if self.l1_capacity == 0 {
-            return invalid("l1_capacity must be at least 1".into());
-        }
-        if self.max_value_bytes == 0 {
-            return invalid("max_value_bytes must be at least 1".into());
-        }
-        if self.load_timeout.is_some_and(|t| t.is_zero()) {
-            return invalid("load_timeout must be above zero".into());
-        }
-        if let Some(soft) = self.soft_timeout
-            && (soft.is_zero() || self.load_timeout.is_some_and(|hard| soft >= hard))
-        {
-            return invalid("soft_timeout must be above zero and below load_timeout".into());
+        let checks = [
+            (
+                (0.0..=0.5).contains(&self.jitter),
+                format!("jitter {} is outside 0.0..=0.5", self.jitter),
+            ),
+            (!self.ttl.is_zero(), "ttl must be above zero".into()),
+            (
+                self.lock_ttl >= MIN_LOCK_TTL,
+                format!("lock_ttl must be at least {MIN_LOCK_TTL:?}"),
+            ),
+            (
+                (1..=MAX_L1_CAPACITY).contains(&self.l1_capacity),
+                format!("l1_capacity must be within 1..={MAX_L1_CAPACITY}"),
+            ),
+            (
+                (1..=MAX_VALUE_BYTES_LIMIT).contains(&self.max_value_bytes),
+                format!("max_value_bytes must be within 1..={MAX_VALUE_BYTES_LIMIT}"),
+            ),
+            (
+                self.load_timeout.is_none_or(|t| !t.is_zero()),
+                "load_timeout must be above zero".into(),
+            ),
+            (
+                self.soft_timeout.is_none_or(|soft| {
+                    !soft.is_zero() && self.load_timeout.is_none_or(|hard| soft < hard)
+                }),
+                "soft_timeout must be above zero and below load_timeout".into(),
+            ),
+            (
+                !matches!(self.losers, LoserPolicy::Poll { every, .. } if every.is_zero()),
+                "LoserPolicy::Poll needs every > 0".into(),
+            ),
+        ];
+        if let Some((_, what)) = checks.into_iter().find(|(ok, _)| !ok) {
+            return Err(invalid(what));
         }
         let losers = match self.losers {
-            LoserPolicy::Poll { every, .. } if every.is_zero() => {
-                return invalid("LoserPolicy::Poll needs every > 0".into());
-            }
             LoserPolicy::Poll { every, up_to } => LoserPolicy::Poll { every, up_to },
             LoserPolicy::ServeStale => LoserPolicy::ServeStale,
             LoserPolicy::Default(v) => LoserPolicy::Default(Arc::new(v)),
             LoserPolicy::FailFast => LoserPolicy::FailFast,
         };
-        let config = TableConfig {
-            ttl: self.ttl,
-            jitter: self.jitter,
-            stale_for: self.stale_for,
-            lock_ttl: self.lock_ttl,
-            losers,
-            load_timeout: self.load_timeout,
-            soft_timeout: self.soft_timeout,
-            fail_safe: self.fail_safe,
-            max_value_bytes: self.max_value_bytes,
-        };
-        Table::start(
-            self.store,
-            &self.name,
-            config,
-            self.l1_backend,
-            self.l1_capacity,
+        let core = TableCore {
+            name: Arc::from(self.name.as_str()),
+            config: TableConfig {
+                ttl: self.ttl,
+                jitter: self.jitter,
+                stale_for: self.stale_for,
+                lock_ttl: self.lock_ttl,
+                losers,
+                load_timeout: self.load_timeout,
+                soft_timeout: self.soft_timeout,
+                fail_safe: self.fail_safe,
+                max_value_bytes: self.max_value_bytes,
+            },
+            l1: L1::new(self.l1_backend, self.l1_capacity),
+            l2: self.store.l2().cloned(),
             loader,
-        )
-        .await
+            stats: Stats::new(),
+        };
+        Table::start(self.store, core).await
     }
 }

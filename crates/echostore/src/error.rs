@@ -124,6 +124,11 @@ impl Error {
         matches!(self, Error::Valkey { .. } | Error::ValkeyUnavailable)
     }
 
+    /// `WRONGTYPE`: the key holds a hash, a list… rather than a string.
+    pub(crate) fn is_wrong_type(&self) -> bool {
+        matches!(self, Error::Valkey { source, .. } if source.code() == Some("WRONGTYPE"))
+    }
+
     /// `true` for [`Error::Stopped`].
     pub fn is_stopped(&self) -> bool {
         matches!(self, Error::Stopped)

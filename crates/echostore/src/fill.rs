@@ -1,419 +1,298 @@
-//! The fill: what one flight does to produce an answer for every waiter of an id.
+//! The fill: what one flight does to produce an answer for every waiter of an id, read top to
+//! bottom as the protocol.
 //!
 //! ```text
-//! GET value ── fresh ──▶ L2 hit
-//!    │ missing, stale or undecodable
+//! GETRANGE value ── fresh ──▶ L2 hit
+//!    │ missing, stale, oversized or undecodable
 //!    ▼
-//! acquire-or-read (SET lock token NX PX lock_ttl; GET value)
+//! acquire-or-read (SET lock token NX PX lock_ttl; GETRANGE value)
 //!    ├─ value now fresh ─▶ L2 hit (a winner releases at once)
-//!    ├─ won  ─▶ loader (the one source read) ─▶ fenced write ─▶ token-checked release
+//!    ├─ won  ─▶ loader under the lease (the one source read) ─▶ fenced write ─▶ release
 //!    └─ lost ─▶ loser policy: poll | serve stale | default | fail fast
 //! ```
 //!
-//! Without a Valkey, or while it is unreachable, the fill is just the loader: one source read per
-//! id per expiry in this process. The loader runs under `catch_unwind` and the table's
-//! `load_timeout`, so a panicking or hanging loader fails its waiters instead of hanging them.
-//! Fail-safe tables answer a failed load with a stale copy when one is at hand.
+//! Without a Valkey, when it is unreachable (the breaker open), or when it refuses the acquire
+//! itself (an error reply: then no lock exists to wait for), the fill is just the loader: one
+//! source read per id per expiry in this process. Once this flight has *lost* the lock, an error
+//! is not licence to read the source: the poll retries with backoff until the loser's deadline,
+//! and only an open breaker sends the flight to the in-process load.
 
-use std::any::Any;
-use std::panic::AssertUnwindSafe;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use tokio::time::Instant;
 
+use crate::core::{TableCore, millis};
 use crate::envelope::{self, Envelope, unix_ms};
 use crate::error::{Error, Result};
-use crate::fetched::{Fetched, Origin};
+use crate::fetched::Origin;
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::{Entry, L1Cache};
+use crate::l1::Entry;
 use crate::l2::L2;
-use crate::lock;
-use crate::losers::{self, LoserPolicy, PollEnd};
+use crate::load::{Early, Load};
+use crate::lock::{self, Fenced};
+use crate::losers::{self, Lost, PollEnd};
+use crate::stale::{Filled, Stale};
 use crate::stats::bump;
-use crate::table::TableCore;
 
-/// How often a serve-stale loser with no stale copy polls.
-const STALE_FALLBACK_POLL: Duration = Duration::from_millis(10);
-
-/// A flight's answer, and whether (and until when) the owner may keep it in L1.
-pub(crate) struct Filled<V> {
-    pub(crate) fetched: Fetched<V>,
-    /// `Some` when the value is fresh and may be stored in L1.
-    pub(crate) keep: Option<Entry<V>>,
+/// One flight of one id: the table, the id, and the hook that answers its waiters early.
+pub(crate) struct Fill<'a, K, V> {
+    core: &'a TableCore<K, V>,
+    id: &'a K,
+    load: Load<'a, K, V>,
 }
 
-impl<V> Filled<V> {
-    fn fresh(entry: Entry<V>, origin: Origin) -> Self {
-        Filled {
-            fetched: Fetched::new(Arc::clone(&entry.value), origin),
-            keep: Some(entry),
-        }
-    }
-
-    fn answer_only(value: Arc<V>, origin: Origin, stale_by: Option<Duration>) -> Self {
-        let mut fetched = Fetched::new(value, origin);
-        fetched.stale_by = stale_by;
-        Filled {
-            fetched,
-            keep: None,
-        }
-    }
+/// The id's keys on the store's Valkey.
+struct OnValkey<'a> {
+    l2: &'a L2,
+    names: KeyNames,
 }
 
-/// Answers a flight's waiters before the flight ends (the soft timeout's stale copy).
-pub(crate) type Early<'a, V> = &'a (dyn Fn(Fetched<V>) + Send + Sync);
-
-/// A copy past its freshness that may still be served.
-struct Stale<V> {
-    value: Arc<V>,
-    /// When its freshness ended.
-    since: std::time::Instant,
-}
-
-impl<V> Stale<V> {
-    fn from_envelope(env: Envelope<V>) -> Self {
-        let now_ms = unix_ms();
-        tracing::trace!(
-            written_ms_ago = now_ms.saturating_sub(env.written_at_ms),
-            "a stale copy on valkey"
-        );
-        let past = Duration::from_millis(now_ms.saturating_sub(env.fresh_until_ms));
-        let now = std::time::Instant::now();
-        Stale {
-            value: Arc::new(env.value),
-            since: now.checked_sub(past).unwrap_or(now),
+impl<'a, K: Key, V: Value> Fill<'a, K, V> {
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, early: Early<'a, V>) -> Self {
+        Fill {
+            core,
+            id,
+            load: Load::new(core, id, early),
         }
     }
 
-    fn fetched(&self) -> Fetched<V> {
-        let mut fetched = Fetched::new(Arc::clone(&self.value), Origin::Stale);
-        fetched.stale_by = Some(self.since.elapsed());
-        fetched
-    }
-
-    fn answer(&self) -> Filled<V> {
-        Filled {
-            fetched: self.fetched(),
-            keep: None,
-        }
-    }
-}
-
-/// Runs one flight for `id`. `early` answers the waiters before the flight ends, when the soft
-/// timeout serves a stale copy while the load goes on.
-pub(crate) async fn fill<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    id: &K,
-    early: Early<'_, V>,
-) -> Result<Filled<V>> {
-    let Some(l2) = &core.l2 else {
-        return load_here(core, id, early).await;
-    };
-    let names = KeyNames::new(&core.name, id)?;
-    let mut stale = match l2.get(&names).await {
-        Ok(bytes) => match decode(core, bytes) {
-            Some(env) if env.is_fresh(unix_ms()) => return Ok(l2_hit(core, env)),
-            seen => seen.map(Stale::from_envelope),
-        },
-        Err(e) if is_wrong_type(&e) => {
-            // Something else (a hash, a list…) sits under the value key: a miss, overwritten below.
-            bump(&core.stats.counters.decode_errors);
-            tracing::warn!(table = %core.name, id = ?id, "value key holds another Valkey type: treated as a miss");
-            None
-        }
-        Err(e) => return degraded(core, id, e, early).await,
-    };
-    let mut deadline = None;
-    loop {
-        let token = lock::new_token();
-        let lock_ttl_ms = core.config.lock_ttl.as_millis() as u64;
-        let acquired = match lock::acquire_or_read(l2, &names, &token, lock_ttl_ms).await {
-            Ok(a) => a,
-            Err(e) => return degraded(core, id, e, early).await,
+    /// Runs the flight to its answer.
+    pub(crate) async fn run(self) -> Result<Filled<V>> {
+        let Some(l2) = &self.core.l2 else {
+            return self.load.here().await;
         };
-        match decode(core, acquired.value) {
-            Some(env) if env.is_fresh(unix_ms()) => {
-                // Written an instant ago by the previous holder: no source read.
-                if acquired.won {
-                    release(core, l2, &names, &token).await;
+        let at = OnValkey {
+            l2,
+            names: KeyNames::new(&self.core.name, self.id)?,
+        };
+        let max = self.core.config.max_value_bytes;
+        let stale = match l2.get(&at.names, max).await {
+            Ok(bytes) => match self.decode(bytes) {
+                Some(env) if env.is_fresh(unix_ms()) => return Ok(self.l2_hit(env)),
+                seen => seen.and_then(|env| self.stale(env)),
+            },
+            Err(e) if e.is_wrong_type() => {
+                // Something else (a hash, a list…) sits under the value key: a miss, overwritten below.
+                bump(&self.core.stats.counters.decode_errors);
+                tracing::warn!(table = %self.core.name, id = ?self.id, "value key holds another Valkey type: treated as a miss");
+                None
+            }
+            Err(e) => return self.degraded(e).await,
+        };
+        self.contend(&at, stale).await
+    }
+
+    /// Contends for the lock until this flight wins it, a fresh value appears, the loser policy
+    /// answers, or the deadline passes.
+    async fn contend(&self, at: &OnValkey<'_>, mut stale: Option<Stale<V>>) -> Result<Filled<V>> {
+        let config = &self.core.config;
+        let (lock_ttl_ms, max) = (millis(config.lock_ttl), config.max_value_bytes);
+        let mut deadline = None;
+        loop {
+            let token = lock::new_token();
+            // An acquire that fails (Valkey away, or refusing writes) leaves no lock to wait for:
+            // load in-process, as without Valkey.
+            let acquired =
+                match lock::acquire_or_read(at.l2, &at.names, &token, lock_ttl_ms, max).await {
+                    Ok(acquired) => acquired,
+                    Err(e) => return self.degraded(e).await,
+                };
+            match self.decode(acquired.value) {
+                Some(env) if env.is_fresh(unix_ms()) => {
+                    // Written an instant ago by the previous holder: no source read.
+                    if acquired.won {
+                        self.release(at, &token).await;
+                    }
+                    return Ok(self.l2_hit(env));
                 }
-                return Ok(l2_hit(core, env));
+                Some(env) => stale = self.stale(env).or(stale),
+                None => {}
             }
-            Some(env) => stale = Some(Stale::from_envelope(env)),
-            None => {}
+            if acquired.won {
+                bump(&self.core.stats.counters.lock_won);
+                return self.win(at, &token, stale).await;
+            }
+            bump(&self.core.stats.counters.lock_lost);
+            let (every, up_to) =
+                match config
+                    .losers
+                    .on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl)
+                {
+                    Lost::Answer(answer) => return answer,
+                    Lost::Poll { every, up_to } => (every, up_to),
+                };
+            let until = *deadline.get_or_insert_with(|| Instant::now() + up_to);
+            let polled = losers::poll(
+                at.l2,
+                &at.names,
+                max,
+                every,
+                until,
+                &self.core.stats,
+                |bytes| self.decode(bytes),
+            )
+            .await;
+            match polled {
+                Ok(PollEnd::Fresh(env)) => return Ok(self.l2_hit(env)),
+                // The holder finished, died or gave up, or the id was invalidated: contend again
+                // with what the key holds now (never an older copy that was since removed).
+                Ok(PollEnd::LockFree(seen)) => stale = seen.and_then(|env| self.stale(env)),
+                Ok(PollEnd::TimedOut) => return Err(Error::WaitTimeout { waited: up_to }),
+                Err(e) => return self.degraded(e).await,
+            }
         }
-        if acquired.won {
-            bump(&core.stats.counters.lock_won);
-            return win(core, l2, id, &names, &token, stale, early).await;
-        }
-        bump(&core.stats.counters.lock_lost);
-        let (every, up_to) = match on_lost(core, stale.as_ref()) {
-            Lost::Answer(answer) => return answer,
-            Lost::Poll { every, up_to } => (every, up_to),
+    }
+
+    /// This flight holds the lock: read the source under the lease, write fenced, release.
+    async fn win(
+        &self,
+        at: &OnValkey<'_>,
+        token: &str,
+        stale: Option<Stale<V>>,
+    ) -> Result<Filled<V>> {
+        let still_ours = || async { self.extend(at, token).await };
+        let leased = self
+            .load
+            .leased(self.lease(at, token), stale.as_ref(), still_ours);
+        let value = match leased.await {
+            Ok(value) => Arc::new(value),
+            Err(e) => {
+                // Serve a stale copy only if the lock was still ours: then no put or invalidate
+                // (which drop the lock) and no other winner replaced the copy in the meantime.
+                let ours = self.release(at, token).await != Some(false);
+                return self.load.fail_safe(e, stale.filter(|_| ours), ours);
+            }
         };
-        let deadline = *deadline.get_or_insert_with(|| Instant::now() + up_to);
-        let polled = losers::poll(l2, &names, every, deadline, &core.stats, |bytes| {
-            decode(core, bytes)
+        let life = self.core.config.life();
+        let bytes = match life.encode(&*value, self.core.config.max_value_bytes) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.release(at, token).await;
+                return Err(e);
+            }
+        };
+        let counters = &self.core.stats.counters;
+        let keep = match lock::fenced_write(at.l2, &at.names, token, bytes, life.physical_ms())
+            .await
+        {
+            Ok(Fenced::Written) => true,
+            Ok(Fenced::FencedOut) => {
+                // A put/invalidate dropped our lock, or it expired while Valkey was away and was
+                // taken over: a newer writer owns the key. Answer our waiters, store it nowhere.
+                bump(&counters.fenced_write_skipped);
+                tracing::debug!(table = %self.core.name, id = ?self.id, "fenced write skipped: the lock is no longer ours");
+                false
+            }
+            Ok(Fenced::Superseded) => {
+                bump(&counters.writes_superseded);
+                false
+            }
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "fenced write failed");
+                true
+            }
+        };
+        self.release(at, token).await;
+        Ok(if keep {
+            Filled::fresh(life.entry(value), Origin::Loaded)
+        } else {
+            Filled::answer_only(value, Origin::Loaded)
         })
-        .await;
-        match polled {
-            Ok(PollEnd::Fresh(env)) => return Ok(l2_hit(core, env)),
-            Ok(PollEnd::LockFree(seen)) => {
-                // The holder died (or gave up): contend again.
-                stale = seen.map(Stale::from_envelope).or(stale);
+    }
+
+    /// The lease: every `lock_ttl / 3`, extend the lock while it is ours. Never returns: it stops
+    /// extending (and waits forever) once the lock is not ours; the load ending drops it.
+    async fn lease(&self, at: &OnValkey<'_>, token: &str) -> Infallible {
+        let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
+        loop {
+            tokio::time::sleep(every).await;
+            if self.extend(at, token).await == Some(false) {
+                return std::future::pending().await;
             }
-            Ok(PollEnd::TimedOut) => return Err(Error::WaitTimeout { waited: up_to }),
-            Err(e) => return degraded(core, id, e, early).await,
         }
     }
-}
 
-/// What the table's loser policy makes of a lost lock.
-enum Lost<V> {
-    /// Answer the waiters now.
-    Answer(Result<Filled<V>>),
-    /// Poll the value key.
-    Poll { every: Duration, up_to: Duration },
-}
-
-/// Another process holds the lock: fail fast, serve the default or the stale copy, or poll.
-fn on_lost<K: Key, V: Value>(core: &TableCore<K, V>, stale: Option<&Stale<V>>) -> Lost<V> {
-    let counters = &core.stats.counters;
-    match (&core.config.losers, stale) {
-        (LoserPolicy::FailFast, _) => {
-            bump(&counters.failed_fast);
-            Lost::Answer(Err(Error::LockBusy))
-        }
-        (LoserPolicy::Default(placeholder), _) => {
-            bump(&counters.defaults_served);
-            let placeholder = Arc::clone(placeholder);
-            Lost::Answer(Ok(Filled::answer_only(placeholder, Origin::Default, None)))
-        }
-        (LoserPolicy::ServeStale, Some(copy)) => {
-            bump(&counters.stale_served);
-            Lost::Answer(Ok(copy.answer()))
-        }
-        (LoserPolicy::ServeStale, None) => Lost::Poll {
-            every: STALE_FALLBACK_POLL,
-            up_to: core.config.lock_ttl,
-        },
-        (LoserPolicy::Poll { every, up_to }, _) => Lost::Poll {
-            every: *every,
-            up_to: *up_to,
-        },
-    }
-}
-
-/// This flight holds the lock: read the source, write fenced, release.
-async fn win<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    l2: &L2,
-    id: &K,
-    names: &KeyNames,
-    token: &str,
-    stale: Option<Stale<V>>,
-    early: Early<'_, V>,
-) -> Result<Filled<V>> {
-    let loaded = load_softly(core, id, stale.as_ref(), early).await;
-    let value = match loaded {
-        Ok(value) => Arc::new(value),
-        Err(e) => {
-            release(core, l2, names, token).await;
-            return fail_safe(core, id, e, stale);
-        }
-    };
-    let life = core.config.life();
-    let now_ms = unix_ms();
-    let fresh_until_ms = now_ms + life.fresh_for.as_millis() as u64;
-    let encoded = envelope::encode(&*value, fresh_until_ms, now_ms, core.config.max_value_bytes);
-    let bytes = match encoded {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            release(core, l2, names, token).await;
-            return Err(e);
-        }
-    };
-    let written = lock::fenced_write(l2, names, token, bytes, life.physical_ms()).await;
-    let keep = match written {
-        Ok(true) => true,
-        Ok(false) => {
-            // Our lock expired mid-rebuild (or a put/invalidate dropped it): a newer writer owns
-            // the key now. Answer our waiters with what we loaded, but store it nowhere.
-            bump(&core.stats.counters.fenced_write_skipped);
-            tracing::debug!(table = %core.name, id = ?id, "fenced write skipped: the lock is no longer ours");
-            false
-        }
-        Err(e) => {
-            bump(&core.stats.counters.l2_errors);
-            tracing::warn!(table = %core.name, id = ?id, error = %e, "fenced write failed");
-            true
-        }
-    };
-    release(core, l2, names, token).await;
-    Ok(if keep {
-        Filled::fresh(life.entry(value), Origin::Loaded)
-    } else {
-        Filled::answer_only(value, Origin::Loaded, None)
-    })
-}
-
-/// The fill without Valkey (none configured, or unreachable): the loader alone.
-async fn load_here<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    id: &K,
-    early: Early<'_, V>,
-) -> Result<Filled<V>> {
-    let stale = l1_stale(core, id);
-    match load_softly(core, id, stale.as_ref(), early).await {
-        Ok(value) => {
-            let entry = core.config.life().entry(Arc::new(value));
-            Ok(Filled::fresh(entry, Origin::Loaded))
-        }
-        Err(e) => fail_safe(core, id, e, stale),
-    }
-}
-
-/// L1's own copy of `id`, if it is past freshness but still within `stale_for`.
-fn l1_stale<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Option<Stale<V>> {
-    let entry = core.l1.get(id)?;
-    let stale_by = entry.stale_by()?;
-    let now = std::time::Instant::now();
-    Some(Stale {
-        value: entry.value,
-        since: now.checked_sub(stale_by).unwrap_or(now),
-    })
-}
-
-/// The load under the table's soft timeout: once it has run that long and a stale copy is at
-/// hand, the waiters get the stale copy now and the load goes on to fill the cache.
-async fn load_softly<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    id: &K,
-    stale: Option<&Stale<V>>,
-    early: Early<'_, V>,
-) -> Result<V> {
-    let load = load(core, id);
-    let (Some(soft), Some(stale)) = (core.config.soft_timeout, stale) else {
-        return load.await;
-    };
-    tokio::pin!(load);
-    tokio::select! {
-        done = &mut load => done,
-        () = tokio::time::sleep(soft) => {
-            bump(&core.stats.counters.soft_timeouts);
-            bump(&core.stats.counters.stale_served);
-            early(stale.fetched());
-            load.await
-        }
-    }
-}
-
-/// Valkey failed mid-fill: count it and fall back to the loader in this process.
-async fn degraded<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    id: &K,
-    error: Error,
-    early: Early<'_, V>,
-) -> Result<Filled<V>> {
-    bump(&core.stats.counters.l2_errors);
-    if matches!(error, Error::ValkeyUnavailable) {
-        tracing::debug!(table = %core.name, id = ?id, "valkey unavailable: loading in-process");
-    } else {
-        tracing::warn!(table = %core.name, id = ?id, error = %error, "valkey failed mid-fill: loading in-process");
-    }
-    load_here(core, id, early).await
-}
-
-/// One source read, with the table's timeout, a panic turned into an error.
-async fn load<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<V> {
-    bump(&core.stats.counters.source_reads);
-    let started = std::panic::catch_unwind(AssertUnwindSafe(|| (core.loader)(id.clone())));
-    let future = match started {
-        Ok(future) => AssertUnwindSafe(future).catch_unwind(),
-        Err(panic) => return Err(Error::LoaderPanicked(panic_message(&*panic))),
-    };
-    let finished = match core.config.load_timeout {
-        Some(limit) => match tokio::time::timeout(limit, future).await {
-            Ok(finished) => finished,
-            Err(_) => {
-                bump(&core.stats.counters.load_timeouts);
-                return Err(Error::LoadTimeout(limit));
+    /// One token-checked extension: `Some(false)` when the lock is not ours, `None` on an error.
+    async fn extend(&self, at: &OnValkey<'_>, token: &str) -> Option<bool> {
+        let counters = &self.core.stats.counters;
+        match lock::extend(at.l2, &at.names, token, millis(self.core.config.lock_ttl)).await {
+            Ok(true) => {
+                bump(&counters.lease_extended);
+                Some(true)
             }
-        },
-        None => future.await,
-    };
-    match finished {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(Error::Source(e)),
-        Err(panic) => Err(Error::LoaderPanicked(panic_message(&*panic))),
-    }
-}
-
-/// A failed load: with fail-safe on and a stale copy at hand (L2's, else L1's), serve it.
-fn fail_safe<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    id: &K,
-    error: Error,
-    stale: Option<Stale<V>>,
-) -> Result<Filled<V>> {
-    if !core.config.fail_safe {
-        return Err(error);
-    }
-    let Some(copy) = stale.or_else(|| l1_stale(core, id)) else {
-        return Err(error);
-    };
-    let served = copy.answer();
-    bump(&core.stats.counters.fail_safe_served);
-    bump(&core.stats.counters.stale_served);
-    tracing::warn!(table = %core.name, id = ?id, error = %error, "load failed: served a stale copy (fail-safe)");
-    Ok(served)
-}
-
-/// Decodes what Valkey held; undecodable bytes are a counted, logged miss.
-fn decode<K: Key, V: Value>(core: &TableCore<K, V>, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
-    match envelope::decode(&bytes?) {
-        Ok(env) => Some(env),
-        Err(e) => {
-            bump(&core.stats.counters.decode_errors);
-            tracing::warn!(table = %core.name, error = %e, "undecodable value on valkey: treated as a miss");
-            None
+            Ok(false) => {
+                bump(&counters.lease_lost);
+                tracing::debug!(table = %self.core.name, id = ?self.id, "lease lost: the lock is no longer ours");
+                Some(false)
+            }
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::debug!(table = %self.core.name, error = %e, "lease extension failed; trying again");
+                None
+            }
         }
     }
-}
 
-/// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.
-fn l2_hit<K: Key, V: Value>(core: &TableCore<K, V>, env: Envelope<V>) -> Filled<V> {
-    bump(&core.stats.counters.l2_hits);
-    let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
-    let entry = Entry::new(Arc::new(env.value), left, core.config.stale_for);
-    Filled::fresh(entry, Origin::L2)
-}
+    /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
+    /// process.
+    async fn degraded(&self, error: Error) -> Result<Filled<V>> {
+        bump(&self.core.stats.counters.l2_errors);
+        tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
+        self.load.here().await
+    }
 
-/// The token-checked release, counted; a failure only logs (the lock expires on its own).
-async fn release<K: Key, V: Value>(core: &TableCore<K, V>, l2: &L2, names: &KeyNames, token: &str) {
-    match lock::release(l2, names, token).await {
-        Ok(true) => bump(&core.stats.counters.released),
-        Ok(false) => bump(&core.stats.counters.release_skipped),
-        Err(e) => {
-            bump(&core.stats.counters.l2_errors);
-            tracing::warn!(table = %core.name, error = %e, "release failed; the lock will expire by its PX");
+    /// The token-checked release, counted: `Some(true)` if the lock was ours, `None` on an error
+    /// (the lock then expires by its PX).
+    async fn release(&self, at: &OnValkey<'_>, token: &str) -> Option<bool> {
+        let counters = &self.core.stats.counters;
+        match lock::release(at.l2, &at.names, token).await {
+            Ok(true) => {
+                bump(&counters.released);
+                Some(true)
+            }
+            Ok(false) => {
+                bump(&counters.release_skipped);
+                Some(false)
+            }
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::warn!(table = %self.core.name, error = %e, "release failed; the lock will expire by its PX");
+                None
+            }
         }
     }
-}
 
-/// `WRONGTYPE`: the key holds a hash, a list… rather than a string.
-fn is_wrong_type(error: &Error) -> bool {
-    matches!(error, Error::Valkey { source, .. } if source.code() == Some("WRONGTYPE"))
-}
+    /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss.
+    fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
+        let bytes = bytes?;
+        let max = self.core.config.max_value_bytes;
+        let decoded = if bytes.len() > max {
+            Err(format!("over the table's max_value_bytes ({max})"))
+        } else {
+            envelope::decode(&bytes).map_err(|e| e.to_string())
+        };
+        decoded
+            .inspect_err(|e| {
+                bump(&self.core.stats.counters.decode_errors);
+                tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
+            })
+            .ok()
+    }
 
-fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        Arc::from(*s)
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        Arc::from(s.as_str())
-    } else {
-        Arc::from("a non-string panic payload")
+    /// A stale copy from Valkey, if it is still within this table's `stale_for`.
+    fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {
+        tracing::trace!(table = %self.core.name, written_ms_ago = unix_ms().saturating_sub(env.written_at_ms), "a stale copy on valkey");
+        Stale::from_envelope(env, self.core.config.stale_for)
+    }
+
+    /// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.
+    fn l2_hit(&self, env: Envelope<V>) -> Filled<V> {
+        bump(&self.core.stats.counters.l2_hits);
+        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
+        let entry = Entry::new(Arc::new(env.value), left, self.core.config.stale_for);
+        Filled::fresh(entry, Origin::L2)
     }
 }

@@ -1,21 +1,39 @@
-//! The flights map: at most one load per id, and the callers waiting on it.
+//! The flights map: per id, the one load that misses join, the Valkey writes it must wait for,
+//! and the loads that writes overtook. The owner tells it what happened; it answers what to do.
 //!
-//! This is the Elixir owner's `flights` map made explicit. A miss either *leads* a new flight or
-//! *joins* the one already running for its id. Each flight carries a [`FlightId`], so that only its
-//! own completion removes it: when a `put` or `invalidate` overtakes a flight, the flight is
-//! *detached* — it still answers its own waiters when it lands, but a new miss on the id starts a
-//! fresh flight and the detached one's value is not stored.
+//! This is the Elixir owner's `flights` map made explicit, with moka's waiter states as the
+//! model. For each id it holds:
+//!
+//! - the **current flight**, *queued* or *running*: the one a new miss joins;
+//! - whether a **Valkey write** (`put`/`invalidate`) of the id is running, and the writes waiting
+//!   behind it, in arrival order;
+//! - how many **overtaken** flights of the id are still running (detached: a write overtook them).
+//!
+//! The ordering rule, stated once: **a fill never reads back what a write is replacing or
+//! deleting, and a write that overtakes a fill wins.** So a miss that arrives while a write of its
+//! id is running is *queued* and launches only when the last write has landed (it then reads what
+//! the write left); and a write that arrives while a flight is *running* detaches that flight —
+//! it still answers its own waiters when it lands, but its value is not stored, and the next miss
+//! starts a new flight. A remote invalidation overtakes a running flight the same way.
+//!
+//! Loads of one id in one process are bounded: at most [`MAX_LOADS_PER_ID`] run at once (the
+//! current flight and the overtaken ones). A flight that would exceed it stays queued until an
+//! overtaken one lands, however many writes arrive.
 //!
 //! A caller that drops its future leaves its reply port in the list; the flight runs on for the
 //! others, and closed ports are skipped when answering (and pruned whenever the list would grow).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
 use ractor::RpcReplyPort;
 
 use crate::error::Result;
 use crate::fetched::Fetched;
+
+/// Loads of one id that may run at once in one process: the current flight and those overtaken by
+/// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
+pub(crate) const MAX_LOADS_PER_ID: usize = 2;
 
 /// Where a caller's answer is sent.
 pub(crate) type Reply<V> = RpcReplyPort<Result<Fetched<V>>>;
@@ -33,11 +51,25 @@ pub(crate) struct Flight<V> {
     leader: Option<Reply<V>>,
     /// The callers who joined it.
     waiters: Vec<Reply<V>>,
-    /// `false` while the flight waits for a `put`/`invalidate` of its id to reach Valkey.
-    pub(crate) launched: bool,
 }
 
 impl<V> Flight<V> {
+    fn new(id: FlightId, leader: Option<Reply<V>>) -> Self {
+        Flight {
+            id,
+            leader,
+            waiters: Vec::new(),
+        }
+    }
+
+    fn join(&mut self, reply: Reply<V>) {
+        if self.waiters.len() == self.waiters.capacity() {
+            // About to grow: drop callers that gave up first (amortised O(1) per join).
+            self.waiters.retain(|w| !w.is_closed());
+        }
+        self.waiters.push(reply);
+    }
+
     /// How many callers are waiting (including those that gave up and have not been pruned).
     pub(crate) fn waiters(&self) -> usize {
         usize::from(self.leader.is_some()) + self.waiters.len()
@@ -64,90 +96,354 @@ impl<V> Flight<V> {
     }
 }
 
-/// What a miss did.
-pub(crate) enum Joined {
-    /// It started a new flight; the caller must launch it (or queue it).
-    Led(FlightId),
-    /// It joined a flight already running.
+/// What the owner does after a miss.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// The miss joined the id's current flight.
     Coalesced,
+    /// The miss started a flight: launch it now.
+    Launch(FlightId),
+    /// The miss started a flight that must wait (a write is running, or the id is at its bound of
+    /// loads); a later [`Flights::written`] or [`Flights::land`] launches it.
+    Queued,
 }
 
-/// Every flight of one table.
-pub(crate) struct Flights<K, V> {
-    current: HashMap<K, Flight<V>>,
+/// What the owner does after a write of an id landed on Valkey.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next<W> {
+    /// Start this write, the next in line.
+    Write(W),
+    /// No write is left: launch the flight that waited for them.
+    Launch(FlightId),
+    /// Nothing waits.
+    Idle,
+}
+
+/// A flight that landed, as the owner must treat it.
+pub(crate) struct Landed<V> {
+    pub(crate) flight: Flight<V>,
+    /// `true` if it was still the id's current flight: its value may be stored in L1. `false` if
+    /// a write overtook it: answer its waiters only.
+    pub(crate) current: bool,
+    /// A queued flight of the same id that may launch now.
+    pub(crate) launch: Option<FlightId>,
+}
+
+/// Whether the current flight has started loading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Queued,
+    Running,
+}
+
+/// Everything in flight for one id.
+struct IdState<V, W> {
+    current: Option<(Flight<V>, Phase)>,
+    /// `true` while a write of this id is on its way to Valkey.
+    writing: bool,
+    /// Writes waiting for the running one, in arrival order.
+    waiting: VecDeque<W>,
+    /// Detached flights of this id still running.
+    overtaken: usize,
+}
+
+impl<V, W> IdState<V, W> {
+    fn new() -> Self {
+        IdState {
+            current: None,
+            writing: false,
+            waiting: VecDeque::new(),
+            overtaken: 0,
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.current.is_none() && !self.writing && self.overtaken == 0
+    }
+
+    /// Moves a queued current flight to running if nothing holds it back; its id if so.
+    fn try_launch(&mut self) -> Option<FlightId> {
+        if self.writing || self.overtaken >= MAX_LOADS_PER_ID {
+            return None;
+        }
+        match &mut self.current {
+            Some((flight, phase @ Phase::Queued)) => {
+                *phase = Phase::Running;
+                Some(flight.id)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Every flight and pending write of one table. `W` is the owner's pending write.
+pub(crate) struct Flights<K, V, W> {
+    ids: HashMap<K, IdState<V, W>>,
+    /// Overtaken flights, still running, by flight id.
     detached: HashMap<FlightId, Flight<V>>,
     next: u64,
 }
 
-impl<K: Eq + Hash + Clone, V> Flights<K, V> {
+impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     pub(crate) fn new() -> Self {
         Flights {
-            current: HashMap::new(),
+            ids: HashMap::new(),
             detached: HashMap::new(),
             next: 0,
         }
     }
 
-    /// Adds a waiter for `id`: to the current flight, or to a new one.
-    pub(crate) fn join(&mut self, id: &K, reply: Reply<V>) -> Joined {
-        if let Some(flight) = self.current.get_mut(id) {
-            if flight.waiters.len() == flight.waiters.capacity() {
-                // About to grow: drop callers that gave up first (amortised O(1) per join).
-                flight.waiters.retain(|w| !w.is_closed());
+    /// A caller missed L1 for `id`: it joins the current flight, or starts one (`reply: None`
+    /// starts a flight with no caller, such as a background refresh).
+    pub(crate) fn miss(&mut self, id: &K, reply: Option<Reply<V>>) -> Miss {
+        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
+        if let Some((flight, _)) = &mut state.current {
+            if let Some(reply) = reply {
+                flight.join(reply);
             }
-            flight.waiters.push(reply);
-            return Joined::Coalesced;
+            return Miss::Coalesced;
         }
         self.next += 1;
         let fid = FlightId(self.next);
-        self.current.insert(
-            id.clone(),
-            Flight {
-                id: fid,
-                leader: Some(reply),
-                waiters: Vec::new(),
-                launched: false,
-            },
-        );
-        Joined::Led(fid)
-    }
-
-    /// The current flight for `id`, if any.
-    pub(crate) fn current_mut(&mut self, id: &K) -> Option<&mut Flight<V>> {
-        self.current.get_mut(id)
-    }
-
-    /// The flight `fid` of `id`, current or detached, without removing it.
-    pub(crate) fn get_mut(&mut self, id: &K, fid: FlightId) -> Option<&mut Flight<V>> {
-        match self.current.get_mut(id) {
-            Some(flight) if flight.id == fid => Some(flight),
-            _ => self.detached.get_mut(&fid),
+        state.current = Some((Flight::new(fid, reply), Phase::Queued));
+        match state.try_launch() {
+            Some(fid) => Miss::Launch(fid),
+            None => Miss::Queued,
         }
     }
 
-    /// A `put` or `invalidate` overtook the flight for `id`: it keeps its waiters but stops being
-    /// the id's current flight, and its value will not be stored. A flight still queued behind a
-    /// Valkey write has read nothing yet, so it stays current: it launches after the new write and
-    /// reads what that write left.
-    pub(crate) fn detach(&mut self, id: &K) {
-        if self.current.get(id).is_some_and(|f| f.launched)
-            && let Some(flight) = self.current.remove(id)
+    /// A `put` or `invalidate` of `id`: it overtakes a running flight, and goes to Valkey now
+    /// (returned) or after the writes ahead of it (queued).
+    pub(crate) fn write(&mut self, id: &K, write: W) -> Option<W> {
+        self.overtake(id);
+        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
+        if state.writing {
+            state.waiting.push_back(write);
+            None
+        } else {
+            state.writing = true;
+            Some(write)
+        }
+    }
+
+    /// The value of `id` changed elsewhere (a write, or a remote invalidation): a running flight
+    /// may have read the old bytes, so it is detached. A queued flight has read nothing: it stays.
+    pub(crate) fn overtake(&mut self, id: &K) {
+        let Some(state) = self.ids.get_mut(id) else {
+            return;
+        };
+        if matches!(state.current, Some((_, Phase::Running)))
+            && let Some((flight, _)) = state.current.take()
         {
+            state.overtaken += 1;
             self.detached.insert(flight.id, flight);
         }
     }
 
-    /// Removes the flight that just landed. The flag says whether it was still current (its value
-    /// may be stored) or detached (answer only). `None`: not ours any more (already answered).
-    pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<(Flight<V>, bool)> {
-        if self.current.get(id).is_some_and(|f| f.id == fid) {
-            return self.current.remove(id).map(|f| (f, true));
+    /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.
+    pub(crate) fn written(&mut self, id: &K) -> Next<W> {
+        let Some(state) = self.ids.get_mut(id) else {
+            return Next::Idle;
+        };
+        if let Some(write) = state.waiting.pop_front() {
+            return Next::Write(write);
         }
-        self.detached.remove(&fid).map(|f| (f, false))
+        state.writing = false;
+        let next = match state.try_launch() {
+            Some(fid) => Next::Launch(fid),
+            None => Next::Idle,
+        };
+        if state.is_idle() {
+            self.ids.remove(id);
+        }
+        next
+    }
+
+    /// The flight `fid` of `id`, current or detached, to answer its waiters early.
+    pub(crate) fn get_mut(&mut self, id: &K, fid: FlightId) -> Option<&mut Flight<V>> {
+        match self.ids.get_mut(id).and_then(|s| s.current.as_mut()) {
+            Some((flight, _)) if flight.id == fid => Some(flight),
+            _ => self.detached.get_mut(&fid),
+        }
+    }
+
+    /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more.
+    pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<Landed<V>> {
+        let state = self.ids.get_mut(id)?;
+        let landed = match &state.current {
+            Some((flight, _)) if flight.id == fid => {
+                let (flight, _) = state.current.take()?;
+                Landed {
+                    flight,
+                    current: true,
+                    launch: None,
+                }
+            }
+            _ => {
+                let flight = self.detached.remove(&fid)?;
+                state.overtaken -= 1;
+                Landed {
+                    flight,
+                    current: false,
+                    launch: state.try_launch(),
+                }
+            }
+        };
+        if state.is_idle() {
+            self.ids.remove(id);
+        }
+        Some(landed)
     }
 
     /// Flights running or queued, current and detached.
     pub(crate) fn len(&self) -> usize {
-        self.current.len() + self.detached.len()
+        self.detached.len() + self.ids.values().filter(|s| s.current.is_some()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::fetched::Origin;
+
+    type Map = Flights<u32, u32, &'static str>;
+
+    fn port() -> (Reply<u32>, oneshot::Receiver<Result<Fetched<u32>>>) {
+        let (tx, rx) = oneshot::channel();
+        (tx.into(), rx)
+    }
+
+    fn launched(miss: Miss) -> FlightId {
+        match miss {
+            Miss::Launch(fid) => fid,
+            other => panic!("expected a launch, got {other:?}"),
+        }
+    }
+
+    /// The first miss launches; the others join and hear `Coalesced`, the leader the origin.
+    #[test]
+    fn misses_on_one_id_share_one_flight() {
+        let mut map = Map::new();
+        let (lead, mut lead_rx) = port();
+        let (join, mut join_rx) = port();
+        let fid = launched(map.miss(&1, Some(lead)));
+        assert_eq!(map.miss(&1, Some(join)), Miss::Coalesced);
+        assert_eq!(map.len(), 1);
+        let mut landed = map.land(&1, fid).expect("ours");
+        assert!(landed.current);
+        landed
+            .flight
+            .answer(&Ok(Fetched::new(Arc::new(7), Origin::Loaded)));
+        assert_eq!(
+            lead_rx.try_recv().expect("answered").expect("ok").origin,
+            Origin::Loaded
+        );
+        assert_eq!(
+            join_rx.try_recv().expect("answered").expect("ok").origin,
+            Origin::Coalesced
+        );
+        assert_eq!(map.len(), 0);
+        assert!(map.ids.is_empty(), "an idle id leaves no state behind");
+    }
+
+    /// A miss during a write is queued, and launches when the last write has landed.
+    #[test]
+    fn a_miss_waits_for_the_writes_of_its_id() {
+        let mut map = Map::new();
+        assert_eq!(map.write(&1, "put a"), Some("put a"));
+        assert_eq!(map.write(&1, "put b"), None, "one write at a time");
+        assert_eq!(map.miss(&1, None), Miss::Queued);
+        assert_eq!(
+            map.miss(&2, None),
+            Miss::Launch(FlightId(2)),
+            "other ids are free"
+        );
+        assert_eq!(
+            map.written(&1),
+            Next::Write("put b"),
+            "writes keep arrival order"
+        );
+        let Next::Launch(fid) = map.written(&1) else {
+            panic!("the queued flight launches after the last write");
+        };
+        assert!(map.land(&1, fid).expect("current").current);
+    }
+
+    /// A write overtakes a running flight: it lands detached, and a new miss starts afresh.
+    #[test]
+    fn a_write_overtakes_a_running_flight() {
+        let mut map = Map::new();
+        let old = launched(map.miss(&1, None));
+        assert_eq!(map.write(&1, "invalidate"), Some("invalidate"));
+        assert_eq!(map.written(&1), Next::Idle);
+        let new = launched(map.miss(&1, None));
+        assert_ne!(old, new);
+        let landed = map.land(&1, old).expect("detached, still ours to answer");
+        assert!(!landed.current, "an overtaken flight is not stored");
+        assert!(map.land(&1, new).expect("current").current);
+        assert!(map.land(&1, old).is_none(), "a flight lands once");
+    }
+
+    /// A queued flight is not overtaken: it has read nothing yet.
+    #[test]
+    fn a_queued_flight_stays_current_across_writes() {
+        let mut map = Map::new();
+        map.write(&1, "put a");
+        assert_eq!(map.miss(&1, None), Miss::Queued);
+        assert_eq!(map.write(&1, "put b"), None);
+        assert_eq!(map.written(&1), Next::Write("put b"));
+        assert!(matches!(map.written(&1), Next::Launch(_)));
+        assert_eq!(map.len(), 1);
+    }
+
+    /// Any number of writes leave at most `MAX_LOADS_PER_ID` loads of one id running.
+    #[test]
+    fn loads_per_id_stay_bounded() {
+        let mut map = Map::new();
+        let mut running = Vec::new();
+        for _ in 0..100 {
+            match map.miss(&1, None) {
+                Miss::Launch(fid) => running.push(fid),
+                Miss::Queued | Miss::Coalesced => {}
+            }
+            map.write(&1, "invalidate");
+            assert_eq!(map.written(&1), Next::Idle);
+            assert!(running.len() <= MAX_LOADS_PER_ID, "{} loads", running.len());
+        }
+        assert_eq!(running.len(), MAX_LOADS_PER_ID);
+        // An overtaken flight landing lets the queued one go.
+        let landed = map.land(&1, running[0]).expect("detached");
+        assert!(!landed.current);
+        assert!(landed.launch.is_some(), "the queued flight launches");
+    }
+
+    /// A remote invalidation detaches a running flight like a write, without a write to run.
+    #[test]
+    fn an_overtake_alone_detaches() {
+        let mut map = Map::new();
+        let fid = launched(map.miss(&1, None));
+        map.overtake(&1);
+        assert!(matches!(map.miss(&1, None), Miss::Launch(f) if f != fid));
+        assert!(!map.land(&1, fid).expect("detached").current);
+    }
+
+    /// An early answer reaches the flight's waiters; the flight stays for later joiners.
+    #[test]
+    fn an_early_answer_leaves_the_flight_running() {
+        let mut map = Map::new();
+        let (lead, mut lead_rx) = port();
+        let fid = launched(map.miss(&1, Some(lead)));
+        let flight = map.get_mut(&1, fid).expect("current");
+        flight.answer(&Ok(Fetched::new(Arc::new(1), Origin::Stale)));
+        assert_eq!(
+            lead_rx.try_recv().expect("early").expect("ok").origin,
+            Origin::Stale
+        );
+        assert_eq!(map.miss(&1, None), Miss::Coalesced);
+        assert_eq!(map.len(), 1);
     }
 }

@@ -68,10 +68,9 @@ impl<V> Entry<V> {
         self.fresh_until.is_ahead()
     }
 
-    /// `Some(how long past its freshness)` while the entry may stand in as a stale copy.
-    pub(crate) fn stale_by(&self) -> Option<Duration> {
-        let now = Moment::now();
-        (now < self.stale_until).then(|| now.since(self.fresh_until.moment()))
+    /// `(end of freshness, end of the stale window)` while the entry may stand in as a stale copy.
+    pub(crate) fn stale_window(&self) -> Option<(Moment, Moment)> {
+        (Moment::now() < self.stale_until).then(|| (self.fresh_until.moment(), self.stale_until))
     }
 }
 

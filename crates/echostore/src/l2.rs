@@ -11,30 +11,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, RedisResult, Script};
+use redis::{AsyncCommands, RedisResult};
 
 use crate::breaker::Breaker;
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
-use crate::lock::LockScripts;
-
-/// Write-through: the new value replaces whatever is stored, and the lock of any fill in flight is
-/// dropped so that its fenced write cannot land over this newer value.
-const PUT: &str = r#"
--- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2])
-return 1
-"#;
+use crate::lock::Scripts;
 
 /// How a store reaches Valkey.
 #[derive(Clone)]
 pub(crate) struct L2 {
     conn: ConnectionManager,
     breaker: Arc<Breaker>,
-    put: Arc<Script>,
-    /// The regeneration lock's scripts, hashed once per store.
-    pub(crate) lock_scripts: Arc<LockScripts>,
+    /// Every Lua script, hashed once per store.
+    pub(crate) scripts: Arc<Scripts>,
 }
 
 impl L2 {
@@ -57,8 +47,7 @@ impl L2 {
         let l2 = L2 {
             conn,
             breaker: Arc::new(Breaker::new(cooldown)),
-            put: Arc::new(Script::new(PUT)),
-            lock_scripts: Arc::new(LockScripts::new()),
+            scripts: Arc::new(Scripts::new()),
         };
         let ping = l2
             .run("PING at build", |mut c| async move {
@@ -81,12 +70,12 @@ impl L2 {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        if !self.breaker.allow() {
+        let Some(permit) = self.breaker.allow() else {
             return Err(Error::ValkeyUnavailable);
-        }
+        };
         match call(self.conn.clone()).await {
             Ok(v) => {
-                self.breaker.succeeded();
+                self.breaker.succeeded(permit);
                 Ok(v)
             }
             Err(e) => {
@@ -110,34 +99,35 @@ impl L2 {
         .await
     }
 
-    /// `GET <value key>`.
-    pub(crate) async fn get(&self, names: &KeyNames) -> Result<Option<Vec<u8>>> {
-        self.run(
-            "GET value",
-            |mut c| async move { c.get(&names.value).await },
-        )
-        .await
+    /// `GETRANGE <value key> 0 <max_bytes>`: the value, or at most one byte more than the limit.
+    /// An empty or missing value is `None`.
+    pub(crate) async fn get(&self, names: &KeyNames, max_bytes: usize) -> Result<Option<Vec<u8>>> {
+        let bytes: Vec<u8> = self
+            .run("GETRANGE value", |mut c| async move {
+                redis::cmd("GETRANGE")
+                    .arg(&names.value)
+                    .arg(0)
+                    .arg(max_bytes)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(Some(bytes).filter(|b| !b.is_empty()))
     }
 
-    /// `GET <value key>` and `EXISTS <lock key>` in one pipeline: what a polling loser looks at.
-    pub(crate) async fn poll(&self, names: &KeyNames) -> Result<(Option<Vec<u8>>, bool)> {
-        self.run("poll (GET value, EXISTS lock)", |mut c| async move {
-            redis::pipe()
-                .get(&names.value)
-                .exists(&names.lock)
-                .query_async(&mut c)
-                .await
-        })
-        .await
-    }
-
-    /// Write-through: set the value with its physical life and drop any fill's lock, atomically.
-    pub(crate) async fn put(&self, names: &KeyNames, envelope: Vec<u8>, px: u64) -> Result<()> {
-        let mut inv = self.put.prepare_invoke();
-        inv.key(&names.value).key(&names.lock).arg(envelope).arg(px);
-        self.script::<i64>("put (SET value, DEL lock)", inv)
-            .await
-            .map(drop)
+    /// What a polling loser looks at: the value (bounded, another type read as none) and whether
+    /// the lock exists, in one script.
+    pub(crate) async fn poll(
+        &self,
+        names: &KeyNames,
+        max_bytes: usize,
+    ) -> Result<(Option<Vec<u8>>, bool)> {
+        let mut inv = self.scripts.poll.prepare_invoke();
+        inv.key(&names.value).key(&names.lock).arg(max_bytes);
+        let (bytes, locked): (Option<Vec<u8>>, i64) = self
+            .script("poll (GETRANGE value, EXISTS lock)", inv)
+            .await?;
+        Ok((bytes.filter(|b| !b.is_empty()), locked == 1))
     }
 
     /// Drops the value and the lock: a fill in flight can no longer write its older value back.

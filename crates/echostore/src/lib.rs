@@ -12,17 +12,21 @@
 //!
 //! - `store` — [`Store`]: the Valkey connection and the supervisor (the application tree).
 //! - `config` — [`TableBuilder`]: a table's settings and their checks.
-//! - `table` — [`Table`]: the typed handle; L1 reads on the caller's task (the ETS read path).
-//! - `lookup` — the future a read returns: it holds an L1 hit read at the call, and calls the
-//!   owner only on a miss.
+//! - `core` — the table's shared state: settings, L1, Valkey, loader, counters; a write's `Life`.
+//! - `table` — [`Table`]: the typed handle a user calls.
+//! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path),
+//!   the owner only on a miss.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations.
-//! - `flights` — the flights map: one load per id, its waiters, `coalesced`.
-//! - `fill` — what one flight does: L2, the lock, the loader, fail-safe.
-//! - `l1` — L1 behind a small trait, quick_cache or moka (ETS with read concurrency); `clock`
-//!   tells its entries' freshness without a serialising clock read.
+//! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
+//!   waits for; the per-id ordering rule lives here.
+//! - `fill` — one flight's protocol: L2, the lock, the lease, the fenced write.
+//! - `load` — the source read: loader, timeouts, soft timeout, fail-safe.
+//! - `stale` — what a flight answers with, and stale copies within their window.
+//! - `losers` — [`LoserPolicy`], its decision and the poll loop.
+//! - `lock` — the regeneration lock and every Lua script ([`protocol`] shows them).
+//! - `l1` — L1, quick_cache or moka (ETS with read concurrency); `clock` tells its entries'
+//!   freshness without a serialising clock read.
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
-//! - `lock` — the regeneration lock: acquire, fenced write, token-checked release.
-//! - `losers` — [`LoserPolicy`] and the poll loop.
 //! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, postcard payload.
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
 //! - `supervisor` — restarts a crashed owner.
@@ -54,6 +58,7 @@
 mod breaker;
 mod clock;
 mod config;
+mod core;
 mod envelope;
 mod error;
 mod fetched;
@@ -62,22 +67,33 @@ mod flights;
 mod key;
 mod l1;
 mod l2;
+mod load;
 mod lock;
 mod lookup;
 mod losers;
 mod owner;
+mod stale;
 mod stats;
 mod store;
 mod supervisor;
 mod table;
 
-pub use config::TableBuilder;
+pub use config::{MAX_DURATION, TableBuilder};
 pub use error::{Error, Result, SharedError};
 pub use fetched::{Fetched, Origin};
 pub use key::{Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;
-pub use lock::{ACQUIRE_OR_READ_SCRIPT, FENCED_WRITE_SCRIPT, RELEASE_SCRIPT, new_token};
 pub use losers::LoserPolicy;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;
+
+/// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: every Lua script
+/// EchoStore runs, and how it makes a lock token. Not needed to use a cache; see
+/// `docs/lock-protocol.md` for each script's part in the protocol.
+pub mod protocol {
+    pub use crate::lock::{
+        ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
+        PUT_SCRIPT, RELEASE_SCRIPT, new_token,
+    };
+}

@@ -1,38 +1,107 @@
-//! The regeneration lock: one fill per key per expiry across every process sharing the Valkey.
+//! The regeneration lock, and every Lua script EchoStore runs: one fill per key per expiry across
+//! every process sharing the Valkey.
 //!
 //! A fill that misses contends with `SET lock:<table>:{<id>} <token> NX PX <lock_ttl>`, where the
 //! token is 128 random bits unique to this attempt. The acquire runs in one script together with a
 //! second read of the value key, so a winner sees a value that the previous holder wrote an instant
-//! ago and does not read the source again. The winner writes with a *fenced* write (the value is set
-//! only while the lock still holds its token) and then releases with the token-checked
-//! compare-and-delete of the seed. A lock is never removed by a plain `DEL` on these paths: only
-//! `invalidate` and `put`, which mean to cancel fills in flight, drop it outright.
+//! ago and does not read the source again. While the winner loads, it extends its lock (a
+//! token-checked `PEXPIRE`, the *lease*), so a load of any length keeps it. The winner writes with
+//! a *fenced* write (the value is set only while the lock still holds its token) and then releases
+//! with the token-checked compare-and-delete of the seed. A lock is never removed by a plain `DEL`
+//! on these paths: only `invalidate` and `put`, which mean to cancel fills in flight, drop it.
+//!
+//! **Newer wins.** The fenced write and `put` never replace an envelope whose `written_at` is
+//! newer than their own (the scripts read both headers). This assumes the writers' wall clocks
+//! agree to well within a value's life; a stored `written_at` more than [`MAX_CLOCK_SKEW_MS`]
+//! ahead of the writer's own is taken for garbage and replaced, so planted bytes cannot block
+//! writes forever.
+//!
+//! Values are read with `GETRANGE <key> 0 <max_value_bytes>`, so a value over the table's limit is
+//! never pulled into memory whole: at most one byte more than the limit comes back.
 
 use crate::error::Result;
 use crate::key::KeyNames;
 use crate::l2::L2;
 
-/// `SET lock NX PX` and `GET value` in one round trip (Lua). Returns `{won, value}`.
+/// How far ahead of a writer's clock a stored `written_at` may be and still count as newer.
+pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
+
+/// The Lua function both versioned writes use: `true` when the stored envelope `old` was written
+/// after the envelope `new` (format byte 1 or 2, `written_at` at bytes 10..17, little-endian).
+macro_rules! newer_than_lua {
+    () => {
+        r#"
+local function written_at(v)
+  if type(v) ~= 'string' or #v < 17 then return nil end
+  local format = string.byte(v, 1)
+  if format ~= 1 and format ~= 2 then return nil end
+  local n = 0
+  for i = 17, 10, -1 do n = n * 256 + string.byte(v, i) end
+  return n
+end
+local function newer(old, new)
+  local a, b = written_at(old), written_at(new)
+  return a ~= nil and b ~= nil and a > b and a <= b + 300000
+end
+"#
+    };
+}
+
+/// `SET lock NX PX` and a bounded read of the value, in one round trip. Returns `{won, value}`.
 pub const ACQUIRE_OR_READ_SCRIPT: &str = r#"
--- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms, ARGV[3] = max bytes
 local won = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])
-local value = redis.pcall('GET', KEYS[1])
+local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[3])
 if type(value) == 'table' and value.err then value = false end -- another type: a miss
 if won then return {1, value} end
 return {0, value}
 "#;
 
-/// Set the value only while the lock still holds this attempt's token (Lua). Returns 1 or 0.
-pub const FENCED_WRITE_SCRIPT: &str = r#"
--- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
-if redis.call('GET', KEYS[2]) == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-    return 1
+/// A loser's look: a bounded read of the value and whether the lock exists. Returns `{value, locked}`.
+pub const POLL_SCRIPT: &str = r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = max bytes
+local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[1])
+if type(value) == 'table' and value.err then value = false end -- another type: no value yet
+return {value, redis.call('EXISTS', KEYS[2])}
+"#;
+
+/// The lease: push the lock's expiry out while it still holds this attempt's token. Returns 1 or 0.
+pub const EXTEND_SCRIPT: &str = r#"
+-- KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 "#;
 
-/// The seed's release: delete the lock only if it is still this attempt's (Lua). Returns 1 or 0.
+/// Set the value only while the lock holds this attempt's token and nothing newer is stored.
+/// Returns 1 (written), 0 (fenced out: not our lock) or -1 (a newer value is stored).
+pub const FENCED_WRITE_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 16), ARGV[2]) then return -1 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"#
+);
+
+/// Write-through: set the value unless a newer one is stored, and drop the lock of any fill in
+/// flight so that its fenced write cannot land over this value. Returns 1 (written) or 0
+/// (superseded: a newer value is stored; nothing changed).
+pub const PUT_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 16), ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[2])
+return 1
+"#
+);
+
+/// The seed's release: delete the lock only if it is still this attempt's. Returns 1 or 0.
 pub const RELEASE_SCRIPT: &str = r#"
 -- KEYS[1] = lock key; ARGV[1] = this attempt's token
 if redis.call("get", KEYS[1]) == ARGV[1] then
@@ -41,19 +110,25 @@ end
 return 0
 "#;
 
-/// The three lock scripts, hashed once per store (`redis::Script` computes the SHA1 and falls
-/// back from EVALSHA to loading the script when the server answers NOSCRIPT).
-pub(crate) struct LockScripts {
+/// The scripts, hashed once per store (`redis::Script` computes the SHA1 and falls back from
+/// EVALSHA to loading the script when the server answers NOSCRIPT).
+pub(crate) struct Scripts {
     acquire_or_read: redis::Script,
+    pub(crate) poll: redis::Script,
+    extend: redis::Script,
     fenced_write: redis::Script,
+    put: redis::Script,
     release: redis::Script,
 }
 
-impl LockScripts {
+impl Scripts {
     pub(crate) fn new() -> Self {
-        LockScripts {
+        Scripts {
             acquire_or_read: redis::Script::new(ACQUIRE_OR_READ_SCRIPT),
+            poll: redis::Script::new(POLL_SCRIPT),
+            extend: redis::Script::new(EXTEND_SCRIPT),
             fenced_write: redis::Script::new(FENCED_WRITE_SCRIPT),
+            put: redis::Script::new(PUT_SCRIPT),
             release: redis::Script::new(RELEASE_SCRIPT),
         }
     }
@@ -68,51 +143,97 @@ pub fn new_token() -> String {
 pub(crate) struct Acquired {
     /// `true` if this attempt now holds the lock.
     pub(crate) won: bool,
-    /// The value key's bytes, read after the `SET NX`.
+    /// The value key's bytes (at most `max_bytes + 1`), read after the `SET NX`.
     pub(crate) value: Option<Vec<u8>>,
 }
 
-/// `SET lock token NX PX lock_ttl`, then `GET value`, atomically.
+/// How a fenced write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fenced {
+    /// The value is stored.
+    Written,
+    /// The lock no longer holds this attempt's token: nothing written.
+    FencedOut,
+    /// A newer value is stored: nothing written.
+    Superseded,
+}
+
+/// `SET lock token NX PX lock_ttl`, then a bounded read of the value, atomically.
 pub(crate) async fn acquire_or_read(
     l2: &L2,
     names: &KeyNames,
     token: &str,
     lock_ttl_ms: u64,
+    max_bytes: usize,
 ) -> Result<Acquired> {
-    let mut inv = l2.lock_scripts.acquire_or_read.prepare_invoke();
+    let mut inv = l2.scripts.acquire_or_read.prepare_invoke();
     inv.key(&names.value)
         .key(&names.lock)
         .arg(token)
-        .arg(lock_ttl_ms);
+        .arg(lock_ttl_ms)
+        .arg(max_bytes);
     let (won, value): (i64, Option<Vec<u8>>) = l2.script("acquire (SET lock NX PX)", inv).await?;
     Ok(Acquired {
         won: won == 1,
-        value,
+        value: value.filter(|v| !v.is_empty()),
     })
 }
 
-/// Writes `envelope` with a physical life of `px` ms if the lock still holds `token`.
-/// `Ok(false)` means fenced out: the lock expired, or was taken over, or dropped by a put.
+/// The lease: `PEXPIRE lock lock_ttl` if the lock still holds `token`. `Ok(false)`: not ours.
+pub(crate) async fn extend(
+    l2: &L2,
+    names: &KeyNames,
+    token: &str,
+    lock_ttl_ms: u64,
+) -> Result<bool> {
+    let mut inv = l2.scripts.extend.prepare_invoke();
+    inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
+    let extended: i64 = l2.script("lease (token-checked PEXPIRE)", inv).await?;
+    Ok(extended == 1)
+}
+
+/// Writes `envelope` with a physical life of `px` ms if the lock still holds `token` and no newer
+/// value is stored.
 pub(crate) async fn fenced_write(
     l2: &L2,
     names: &KeyNames,
     token: &str,
     envelope: Vec<u8>,
     px: u64,
-) -> Result<bool> {
-    let mut inv = l2.lock_scripts.fenced_write.prepare_invoke();
+) -> Result<Fenced> {
+    let mut inv = l2.scripts.fenced_write.prepare_invoke();
     inv.key(&names.value)
         .key(&names.lock)
         .arg(token)
         .arg(envelope)
         .arg(px);
     let written: i64 = l2.script("fenced write", inv).await?;
+    Ok(match written {
+        1 => Fenced::Written,
+        -1 => Fenced::Superseded,
+        _ => Fenced::FencedOut,
+    })
+}
+
+/// Write-through unless a newer value is stored; drops the lock when it writes. `Ok(false)`:
+/// superseded, nothing changed.
+pub(crate) async fn versioned_put(
+    l2: &L2,
+    names: &KeyNames,
+    envelope: Vec<u8>,
+    px: u64,
+) -> Result<bool> {
+    let mut inv = l2.scripts.put.prepare_invoke();
+    inv.key(&names.value).key(&names.lock).arg(envelope).arg(px);
+    let written: i64 = l2
+        .script("put (SET value unless newer, DEL lock)", inv)
+        .await?;
     Ok(written == 1)
 }
 
 /// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing deleted.
 pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
-    let mut inv = l2.lock_scripts.release.prepare_invoke();
+    let mut inv = l2.scripts.release.prepare_invoke();
     inv.key(&names.lock).arg(token);
     let deleted: i64 = l2.script("release (token-checked DEL)", inv).await?;
     Ok(deleted == 1)

@@ -18,10 +18,14 @@ use std::task::{Context, Poll, ready};
 
 use futures::future::BoxFuture;
 
+use futures::FutureExt;
+
+use crate::core::TableCore;
 use crate::error::Result;
-use crate::fetched::Fetched;
+use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
-use crate::table::Table;
+use crate::l1::L1Cache;
+use crate::owner::{OwnerMsg, OwnerRef};
 
 /// What a read answers with: the value alone (`get`) or the value and its origin (`fetch`).
 pub(crate) trait Answer<V>: Sized {
@@ -49,7 +53,8 @@ impl<V> Answer<V> for Arc<V> {
 /// Dropping it drops only this caller's place in the flight, never the flight. Polled again
 /// after it has answered, it reads again.
 pub(crate) struct Lookup<'a, K: Key, V: Value, A> {
-    table: &'a Table<K, V>,
+    core: &'a TableCore<K, V>,
+    owner: &'a OwnerRef<K, V>,
     id: &'a K,
     state: State<'a, V>,
     answer: PhantomData<fn() -> A>,
@@ -65,13 +70,14 @@ enum State<'a, V> {
 impl<'a, K: Key, V: Value, A: Answer<V>> Lookup<'a, K, V, A> {
     /// Reads L1 now.
     #[inline]
-    pub(crate) fn new(table: &'a Table<K, V>, id: &'a K) -> Self {
-        let state = match table.hit(id) {
+    pub(crate) fn new(core: &'a TableCore<K, V>, owner: &'a OwnerRef<K, V>, id: &'a K) -> Self {
+        let state = match hit(core, id) {
             Some(hit) => State::Hit(Some(hit)),
             None => State::Miss(None),
         };
         Lookup {
-            table,
+            core,
+            owner,
             id,
             state,
             answer: PhantomData,
@@ -91,11 +97,11 @@ impl<K: Key, V: Value, A: Answer<V>> Future for Lookup<'_, K, V, A> {
                     Some(hit) => return Poll::Ready(Ok(A::answer(hit))),
                     // Answered already: read again.
                     None => {
-                        *this = Lookup::new(this.table, this.id);
+                        *this = Lookup::new(this.core, this.owner, this.id);
                     }
                 },
                 State::Miss(call) => {
-                    let call = call.get_or_insert_with(|| this.table.miss(this.id));
+                    let call = call.get_or_insert_with(|| miss(this.owner, this.id));
                     let answer = ready!(call.as_mut().poll(cx));
                     this.state = State::Hit(None);
                     return Poll::Ready(answer.map(A::answer));
@@ -103,4 +109,26 @@ impl<K: Key, V: Value, A: Answer<V>> Future for Lookup<'_, K, V, A> {
             }
         }
     }
+}
+
+/// The L1 hit path, on the caller's task: a fresh entry for `id`, counted, or `None`.
+#[inline]
+fn hit<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Option<Fetched<V>> {
+    let entry = core.l1.get(id)?;
+    if !entry.is_fresh() {
+        return None;
+    }
+    core.stats.l1_hits.incr();
+    Some(Fetched::new(entry.value, Origin::L1))
+}
+
+/// The miss path: a call to the owner, which joins or starts the flight for `id`.
+fn miss<'a, K: Key, V: Value>(
+    owner: &'a OwnerRef<K, V>,
+    id: &K,
+) -> BoxFuture<'a, Result<Fetched<V>>> {
+    let id = id.clone();
+    owner
+        .call(move |reply| OwnerMsg::Fill { id, reply })
+        .boxed()
 }

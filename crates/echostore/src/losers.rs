@@ -1,24 +1,35 @@
-//! Loser policies: what a flight does when another process holds the regeneration lock.
+//! Loser policies: what a flight does when another process holds the regeneration lock — the
+//! policy type, the decision it makes, and the poll loop.
 //!
 //! | policy | behaviour | never |
 //! | --- | --- | --- |
 //! | `Poll { every, up_to }` | sleep `every`, re-read the value key; return it once fresh. If the lock is gone and still no fresh value (the winner died), contend again. After `up_to`: `Error::WaitTimeout`. | read the source while another holds the lock |
-//! | `ServeStale` | the stale copy at once; with none, behave as `Poll` (every 10 ms, up to the table's `lock_ttl`) | block when a stale copy exists |
+//! | `ServeStale` | the stale copy at once (while within `stale_for`); with none, behave as `Poll` (every 10 ms, up to the table's `lock_ttl`) | block when a servable stale copy exists |
 //! | `Default(v)` | the placeholder `v` at once; written to no cache | cache the placeholder |
 //! | `FailFast` | `Error::LockBusy` at once | wait |
 //!
-//! Whatever the policy, every waiter of the losing flight gets the same answer. This module owns
-//! the policy type and the poll loop; the fill (`fill::on_lost`) applies the policy.
+//! Whatever the policy, every waiter of the losing flight gets the same answer. An error while
+//! losing is not licence to load: a failed poll is retried with backoff until the deadline, and
+//! only an unreachable Valkey (the breaker open) sends the flight to the in-process load.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::envelope::Envelope;
-use crate::error::Result;
-use crate::key::{KeyNames, Value};
+use crate::envelope::{Envelope, unix_ms};
+use crate::error::{Error, Result};
+use crate::fetched::Origin;
+use crate::key::KeyNames;
 use crate::l2::L2;
+use crate::stale::{Filled, Stale};
 use crate::stats::{Stats, bump};
+
+/// How often a serve-stale loser with no stale copy polls.
+const STALE_FALLBACK_POLL: Duration = Duration::from_millis(10);
+
+/// The longest pause between retries of a failed poll.
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// What a request does when another process holds the regeneration lock for its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +43,8 @@ pub enum LoserPolicy<V> {
         /// Give up after this long.
         up_to: Duration,
     },
-    /// Return the stale copy at once; with none, poll every 10 ms up to the table's `lock_ttl`.
+    /// Return the stale copy at once (while it is within the table's `stale_for`); with none,
+    /// poll every 10 ms up to the table's `lock_ttl`.
     ServeStale,
     /// Return this placeholder at once. It is written to no cache.
     Default(V),
@@ -48,40 +60,97 @@ impl<V> LoserPolicy<V> {
     };
 }
 
+/// What the table's loser policy makes of a lost lock.
+pub(crate) enum Lost<V> {
+    /// Answer the waiters now.
+    Answer(Result<Filled<V>>),
+    /// Poll the value key.
+    Poll { every: Duration, up_to: Duration },
+}
+
+impl<V> LoserPolicy<Arc<V>> {
+    /// Another process holds the lock: fail fast, serve the default or the stale copy, or poll.
+    pub(crate) fn on_lost(
+        &self,
+        stats: &Stats,
+        stale: Option<&Stale<V>>,
+        lock_ttl: Duration,
+    ) -> Lost<V> {
+        let counters = &stats.counters;
+        match self {
+            LoserPolicy::FailFast => {
+                bump(&counters.failed_fast);
+                Lost::Answer(Err(Error::LockBusy))
+            }
+            LoserPolicy::Default(placeholder) => {
+                bump(&counters.defaults_served);
+                let placeholder = Arc::clone(placeholder);
+                Lost::Answer(Ok(Filled::answer_only(placeholder, Origin::Default)))
+            }
+            LoserPolicy::ServeStale => match stale.and_then(Stale::answer) {
+                Some(answer) => {
+                    bump(&counters.stale_served);
+                    Lost::Answer(Ok(answer))
+                }
+                None => Lost::Poll {
+                    every: STALE_FALLBACK_POLL,
+                    up_to: lock_ttl,
+                },
+            },
+            LoserPolicy::Poll { every, up_to } => Lost::Poll {
+                every: *every,
+                up_to: *up_to,
+            },
+        }
+    }
+}
+
 /// How a poll ended.
 pub(crate) enum PollEnd<V> {
     /// A fresh value appeared.
     Fresh(Envelope<V>),
-    /// The lock is gone and no fresh value was written: the holder died or gave up. Contend again.
+    /// The lock is gone and no fresh value was written: the holder died, gave up, or another
+    /// process invalidated the id. Contend again, with what the value key holds now.
     LockFree(Option<Envelope<V>>),
-    /// `up_to` ran out.
+    /// The deadline passed.
     TimedOut,
 }
 
-/// Polls the value key until it is fresh, the lock vanishes, or `deadline` passes.
-pub(crate) async fn poll<V: Value>(
+/// Polls a value key and its lock until the value is fresh, the lock vanishes, or `deadline`
+/// passes. A failed poll is counted and retried with backoff; only [`Error::ValkeyUnavailable`]
+/// (the breaker open) ends the poll with an error.
+pub(crate) async fn poll<V>(
     l2: &L2,
     names: &KeyNames,
+    max_bytes: usize,
     every: Duration,
     deadline: Instant,
     stats: &Stats,
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
 ) -> Result<PollEnd<V>> {
+    let mut pause = every;
     loop {
         let now = Instant::now();
         if now >= deadline {
             return Ok(PollEnd::TimedOut);
         }
-        tokio::time::sleep(every.min(deadline - now)).await;
+        tokio::time::sleep(pause.min(deadline - now)).await;
         bump(&stats.counters.poll_waits);
-        let (bytes, locked) = l2.poll(names).await?;
-        let seen = decode(bytes);
-        match seen {
-            Some(env) if env.is_fresh(crate::envelope::unix_ms()) => {
-                return Ok(PollEnd::Fresh(env));
+        match l2.poll(names, max_bytes).await {
+            Ok((bytes, locked)) => {
+                pause = every;
+                match decode(bytes) {
+                    Some(env) if env.is_fresh(unix_ms()) => return Ok(PollEnd::Fresh(env)),
+                    seen if !locked => return Ok(PollEnd::LockFree(seen)),
+                    _ => {}
+                }
             }
-            seen if !locked => return Ok(PollEnd::LockFree(seen)),
-            _ => {}
+            Err(Error::ValkeyUnavailable) => return Err(Error::ValkeyUnavailable),
+            Err(e) => {
+                bump(&stats.counters.l2_errors);
+                tracing::debug!(error = %e, "a poll failed; retrying with backoff");
+                pause = (pause * 2).min(MAX_BACKOFF.max(every));
+            }
         }
     }
 }

@@ -1,34 +1,44 @@
 //! The table's owner: one ractor actor per table, the Elixir table's GenServer.
 //!
-//! The owner serialises everything that must be ordered per id — misses, puts and invalidations —
-//! and never awaits I/O or the loader: a new flight runs as a spawned task that reports back with
-//! [`OwnerMsg::Landed`]; a `put`/`invalidate` updates L1 at once and sends its Valkey write to a
-//! spawned task that reports back with [`OwnerMsg::Written`]. Writes to one id reach Valkey one at
-//! a time, in arrival order, and a miss that arrives while such a write is pending waits for it
-//! (its flight is queued), so a fill can never read back the value an invalidation is deleting.
+//! The owner serialises everything that must be ordered per id — misses, puts, invalidations and
+//! the flights' landings — and never awaits I/O or the loader. It asks the flights map
+//! ([`crate::flights`], where the per-id ordering rule lives) what each event means, and does it:
+//! a flight runs as a spawned task that reports back with [`OwnerMsg::Landed`]; a Valkey write runs
+//! as a spawned task that reports back with [`OwnerMsg::Written`].
+//!
+//! L1 follows what reached Valkey: a `put` or `invalidate` drops the id from L1 at once, and a
+//! put's entry enters L1 only when its write has landed on Valkey and no later write of the id
+//! is waiting. So a write that fails, is superseded, or is lost with a crashed owner never leaves
+//! L1 holding what Valkey does not. (Without a Valkey, L1 is the only copy and changes at once.)
+//!
+//! [`OwnerRef`] is how the handles reach the owner: a slot the supervisor points at a restarted
+//! owner after a crash.
 
-use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, RwLock, Weak};
 
 use futures::FutureExt;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
+use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
-use crate::fill::{self, Filled};
-use crate::flights::{FlightId, Flights, Joined, Reply};
+use crate::fill::Fill;
+use crate::flights::{FlightId, Flights, Miss, Next, Reply};
 use crate::key::{Key, KeyNames, Value};
 use crate::l1::{Entry, L1Cache};
+use crate::lock;
+use crate::stale::Filled;
 use crate::stats::bump;
-use crate::table::TableCore;
+use crate::supervisor::Restart;
 
 /// A write to Valkey that a `put` or `invalidate` asked for.
 pub(crate) enum L2Write {
-    /// Set the value (envelope, physical life in ms) and drop the lock.
+    /// Set the value (envelope, physical life in ms) unless Valkey holds a newer one; drop the lock.
     Put {
         names: KeyNames,
         envelope: Vec<u8>,
@@ -36,6 +46,13 @@ pub(crate) enum L2Write {
     },
     /// Delete the value and the lock.
     Invalidate { names: KeyNames },
+}
+
+/// A `put` or `invalidate` on its way to Valkey, with the L1 entry it leaves once it lands.
+pub(crate) struct PendingWrite<V> {
+    write: L2Write,
+    entry: Option<Entry<V>>,
+    reply: RpcReplyPort<Result<()>>,
 }
 
 /// What the owner is asked to do.
@@ -54,7 +71,7 @@ pub(crate) enum OwnerMsg<K, V> {
         flight: FlightId,
         outcome: Result<Filled<V>>,
     },
-    /// Store `entry` for `id` in L1 now, then write it to Valkey (if any).
+    /// Store `entry` for `id` (L1 once `write`, if any, has reached Valkey).
     Put {
         id: K,
         entry: Entry<V>,
@@ -67,8 +84,8 @@ pub(crate) enum OwnerMsg<K, V> {
         write: Option<L2Write>,
         reply: RpcReplyPort<Result<()>>,
     },
-    /// A Valkey write for `id` finished.
-    Written { id: K },
+    /// The Valkey write at the head of `id`'s queue finished; `entry` is what it leaves in L1.
+    Written { id: K, entry: Option<Entry<V>> },
 }
 
 /// The owner's behaviour; its state is [`OwnerState`].
@@ -80,18 +97,10 @@ impl<K, V> Owner<K, V> {
     }
 }
 
-/// A write waiting for the one ahead of it on the same id.
-struct PendingWrite {
-    write: L2Write,
-    reply: RpcReplyPort<Result<()>>,
-}
-
 /// Everything the owner keeps between messages.
 pub(crate) struct OwnerState<K, V> {
     core: Arc<TableCore<K, V>>,
-    flights: Flights<K, V>,
-    /// Ids with a Valkey write running; the queue holds the writes waiting behind it.
-    writes: HashMap<K, VecDeque<PendingWrite>>,
+    flights: Flights<K, V, PendingWrite<V>>,
 }
 
 impl<K: Key, V: Value> Actor for Owner<K, V> {
@@ -109,7 +118,6 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         Ok(OwnerState {
             core,
             flights: Flights::new(),
-            writes: HashMap::new(),
         })
     }
 
@@ -130,23 +138,17 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 id,
                 flight,
                 outcome,
-            } => state.landed(&id, flight, outcome),
+            } => state.landed(&myself, &id, flight, outcome),
             OwnerMsg::Put {
                 id,
                 entry,
                 write,
                 reply,
-            } => {
-                state.core.l1.insert(id.clone(), entry);
-                state.flights.detach(&id);
-                state.write(&myself, id, write, reply);
-            }
+            } => state.write(&myself, id, Some(entry), write, reply),
             OwnerMsg::Invalidate { id, write, reply } => {
-                state.core.l1.remove(&id);
-                state.flights.detach(&id);
-                state.write(&myself, id, write, reply);
+                state.write(&myself, id, None, write, reply)
             }
-            OwnerMsg::Written { id } => state.written(&myself, id),
+            OwnerMsg::Written { id, entry } => state.written(&myself, id, entry),
         }
         state.publish_in_flight();
         Ok(())
@@ -157,53 +159,58 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// Updates the `in_flight` gauge; called before answering, so a caller that got its answer
     /// never sees its own flight still counted.
     fn publish_in_flight(&self) {
-        self.core
-            .stats
-            .in_flight
-            .store(self.flights.len() as u64, Relaxed);
+        let in_flight = self.flights.len() as u64;
+        self.core.stats.in_flight.store(in_flight, Relaxed);
+    }
+
+    /// A fresh L1 entry for `id`, counted as a hit.
+    fn l1_hit(&self, id: &K) -> Option<Fetched<V>> {
+        let entry = self.core.l1.get(id).filter(Entry::is_fresh)?;
+        self.core.stats.l1_hits.incr();
+        Some(Fetched::new(entry.value, Origin::L1))
     }
 
     fn fill(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
         // The race may have been won between the caller's miss and this message.
-        if let Some(entry) = self.core.l1.get(&id)
-            && entry.is_fresh()
-        {
-            self.core.stats.l1_hits.incr();
+        if let Some(hit) = self.l1_hit(&id) {
             if !reply.is_closed() {
-                let _ = reply.send(Ok(Fetched::new(entry.value, Origin::L1)));
+                let _ = reply.send(Ok(hit));
             }
             return;
         }
-        match self.flights.join(&id, reply) {
-            Joined::Coalesced => bump(&self.core.stats.counters.coalesced),
-            Joined::Led(flight) => {
-                if !self.writes.contains_key(&id) {
-                    self.launch(myself, id, flight);
-                }
-                // Otherwise it is queued: `written` launches it once Valkey has the write.
-            }
+        match self.flights.miss(&id, Some(reply)) {
+            Miss::Coalesced => bump(&self.core.stats.counters.coalesced),
+            Miss::Launch(flight) => self.launch(myself, id, flight),
+            Miss::Queued => {}
         }
     }
 
-    /// Starts a flight as a task of its own; the owner goes on serving.
-    fn launch(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, flight: FlightId) {
-        if let Some(f) = self.flights.current_mut(&id) {
-            f.launched = true;
+    /// Starts a flight that was queued, unless the write it waited for left a fresh L1 entry.
+    fn launch_queued(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, flight: FlightId) {
+        if let Some(hit) = self.l1_hit(&id)
+            && let Some(mut landed) = self.flights.land(&id, flight)
+        {
+            landed.flight.answer(&Ok(hit));
+            return;
         }
+        self.launch(myself, id, flight);
+    }
+
+    /// Starts a flight as a task of its own; the owner goes on serving.
+    fn launch(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, flight: FlightId) {
         let core = Arc::clone(&self.core);
         let myself = myself.clone();
         let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
         tokio::spawn(
             async move {
                 let early = {
-                    let myself = myself.clone();
-                    let id = id.clone();
+                    let (myself, id) = (myself.clone(), id.clone());
                     move |answer| {
                         let id = id.clone();
                         let _ = myself.cast(OwnerMsg::Early { id, flight, answer });
                     }
                 };
-                let outcome = AssertUnwindSafe(fill::fill(&core, &id, &early))
+                let outcome = AssertUnwindSafe(Fill::new(&core, &id, &early).run())
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
@@ -218,14 +225,22 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         );
     }
 
-    fn landed(&mut self, id: &K, flight: FlightId, outcome: Result<Filled<V>>) {
-        let Some((mut flight, current)) = self.flights.land(id, flight) else {
+    fn landed(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: &K,
+        flight: FlightId,
+        outcome: Result<Filled<V>>,
+    ) {
+        let Some(mut landed) = self.flights.land(id, flight) else {
             return;
         };
         self.publish_in_flight();
         let answer = match outcome {
             Ok(filled) => {
-                if current && let Some(entry) = filled.keep {
+                if landed.current
+                    && let Some(entry) = filled.keep
+                {
                     self.core.l1.insert(id.clone(), entry);
                 }
                 Ok(filled.fetched)
@@ -239,72 +254,156 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             table = %self.core.name,
             id = ?id,
             outcome = match &answer { Ok(f) => format!("{:?}", f.origin), Err(e) => e.to_string() },
-            waiters = flight.waiters(),
-            stored = current,
+            waiters = landed.flight.waiters(),
+            stored = landed.current,
             "flight landed"
         );
-        flight.answer(&answer);
+        landed.flight.answer(&answer);
+        if let Some(queued) = landed.launch {
+            self.launch_queued(myself, id.clone(), queued);
+        }
     }
 
-    /// Queues a Valkey write behind any other write to the same id (none without Valkey).
+    /// A `put` (with its entry) or an `invalidate`: L1 drops the id now; the Valkey write goes
+    /// behind any other write of the id. Without Valkey, L1 takes the entry at once.
     fn write(
         &mut self,
         myself: &ActorRef<OwnerMsg<K, V>>,
         id: K,
+        entry: Option<Entry<V>>,
         write: Option<L2Write>,
         reply: RpcReplyPort<Result<()>>,
     ) {
         let Some(write) = write else {
+            self.flights.overtake(&id);
+            match entry {
+                Some(entry) => self.core.l1.insert(id, entry),
+                None => self.core.l1.remove(&id),
+            }
             let _ = reply.send(Ok(()));
             return;
         };
-        let pending = PendingWrite { write, reply };
-        match self.writes.get_mut(&id) {
-            Some(queue) => queue.push_back(pending),
-            None => {
-                self.writes.insert(id.clone(), VecDeque::new());
-                self.spawn_write(myself, id, pending);
-            }
+        self.core.l1.remove(&id);
+        let pending = PendingWrite {
+            write,
+            entry,
+            reply,
+        };
+        if let Some(now) = self.flights.write(&id, pending) {
+            self.spawn_write(myself, id, now);
         }
     }
 
-    fn spawn_write(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, pending: PendingWrite) {
-        let Some(l2) = self.core.l2.clone() else {
-            let _ = pending.reply.send(Ok(()));
-            let _ = myself.cast(OwnerMsg::Written { id });
-            return;
-        };
-        let myself = myself.clone();
-        let PendingWrite { write, reply } = pending;
+    fn spawn_write(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, pending: PendingWrite<V>) {
+        let PendingWrite {
+            write,
+            entry,
+            reply,
+        } = pending;
+        let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
-            let result = match write {
-                L2Write::Put {
-                    names,
-                    envelope,
-                    px,
-                } => l2.put(&names, envelope, px).await,
-                L2Write::Invalidate { names } => l2.invalidate(&names).await,
+            let applied = match (&core.l2, write) {
+                (None, _) => Ok(true),
+                (
+                    Some(l2),
+                    L2Write::Put {
+                        names,
+                        envelope,
+                        px,
+                    },
+                ) => lock::versioned_put(l2, &names, envelope, px).await,
+                (Some(l2), L2Write::Invalidate { names }) => {
+                    l2.invalidate(&names).await.map(|()| true)
+                }
             };
-            let _ = reply.send(result);
-            let _ = myself.cast(OwnerMsg::Written { id });
+            let entry = match &applied {
+                Ok(true) => entry,
+                Ok(false) => {
+                    bump(&core.stats.counters.writes_superseded);
+                    None
+                }
+                Err(_) => None,
+            };
+            let _ = reply.send(applied.map(drop));
+            let _ = myself.cast(OwnerMsg::Written { id, entry });
         });
     }
 
-    /// The write at the head of `id`'s queue finished: start the next one, or the queued flight.
-    fn written(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K) {
-        let next = self.writes.get_mut(&id).and_then(VecDeque::pop_front);
-        if let Some(next) = next {
-            self.spawn_write(myself, id, next);
-            return;
-        }
-        self.writes.remove(&id);
-        let queued = self
-            .flights
-            .current_mut(&id)
-            .filter(|f| !f.launched)
-            .map(|f| f.id);
-        if let Some(flight) = queued {
-            self.launch(myself, id, flight);
+    /// The write at the head of `id`'s queue landed: keep its entry unless a later write of the id
+    /// waits, then start that write, or the flight queued behind them.
+    fn written(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, entry: Option<Entry<V>>) {
+        match self.flights.written(&id) {
+            Next::Write(next) => self.spawn_write(myself, id, next),
+            next => {
+                if let Some(entry) = entry {
+                    self.core.l1.insert(id.clone(), entry);
+                }
+                if let Next::Launch(flight) = next {
+                    self.launch_queued(myself, id, flight);
+                }
+            }
         }
     }
+}
+
+/// Where the handles find the current owner; the supervisor swaps it after a restart.
+pub(crate) struct OwnerRef<K, V> {
+    slot: RwLock<ActorRef<OwnerMsg<K, V>>>,
+}
+
+impl<K: Key, V: Value> OwnerRef<K, V> {
+    /// Starts the owner of `core` under `supervisor`, with a way to restart it after a crash.
+    pub(crate) async fn start(
+        core: &Arc<TableCore<K, V>>,
+        supervisor: ActorCell,
+    ) -> Result<(Arc<Self>, Restart)> {
+        let (owner, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(core), supervisor)
+            .await
+            .map_err(|_| Error::Stopped)?;
+        let this = Arc::new(OwnerRef {
+            slot: RwLock::new(owner),
+        });
+        let restart = restarter(Arc::clone(core), Arc::downgrade(&this));
+        Ok((this, restart))
+    }
+
+    /// The owner now.
+    pub(crate) fn current(&self) -> ActorRef<OwnerMsg<K, V>> {
+        self.slot
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Calls the owner; a dead owner (or one that dies mid-call) answers [`Error::Stopped`].
+    pub(crate) async fn call<T: Send + 'static>(
+        &self,
+        message: impl FnOnce(RpcReplyPort<Result<T>>) -> OwnerMsg<K, V>,
+    ) -> Result<T> {
+        match self.current().call(message, None).await {
+            Ok(CallResult::Success(answer)) => answer,
+            _ => Err(Error::Stopped),
+        }
+    }
+}
+
+/// How the supervisor replaces this table's owner after a crash.
+fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, owner: Weak<OwnerRef<K, V>>) -> Restart {
+    Box::new(move |supervisor: ActorCell| {
+        let core = Arc::clone(&core);
+        let owner = owner.clone();
+        Box::pin(async move {
+            let owner = owner.upgrade()?; // every handle is gone: nothing to restart for
+            let (fresh, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor)
+                .await
+                .ok()?;
+            // Handles point at the new owner before the restart is counted.
+            *owner
+                .slot
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
+            bump(&core.stats.counters.owner_restarts);
+            Some(fresh.get_cell())
+        })
+    })
 }

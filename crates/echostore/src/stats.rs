@@ -142,10 +142,18 @@ counters! {
     poll_waits,
     /// Token-checked releases that deleted this fill's own lock.
     released,
-    /// Token-checked releases that found another token (or none) and deleted nothing.
+    /// Token-checked releases that found another token (or none) and deleted nothing (expected
+    /// when a `put` or `invalidate` dropped the lock mid-fill).
     release_skipped,
-    /// Fenced writes refused because the lock no longer held this fill's token.
+    /// Fenced writes refused because the lock no longer held this fill's token (expected when a
+    /// `put` or `invalidate` overtakes a fill, or a lock expired while Valkey was away).
     fenced_write_skipped,
+    /// Writes (puts and fenced writes) that found a newer value on Valkey and changed nothing.
+    writes_superseded,
+    /// Lease extensions of a winner's lock while its loader ran.
+    lease_extended,
+    /// Winners whose lease found the lock no longer theirs (a put or invalidate dropped it).
+    lease_lost,
     /// Flights that ended in an error for their waiters.
     errors,
     /// Valkey operations that failed (refused, timed out, or skipped while the breaker is open).

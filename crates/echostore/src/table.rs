@@ -1,45 +1,25 @@
-//! The typed table handle, [`Table<K, V>`], and the parts it shares with its owner.
+//! The typed table handle, [`Table<K, V>`]: the calls a user makes on a started table.
 //!
-//! A read checks L1 on the caller's own task; only a miss (or an expired entry) becomes a message
-//! to the owner. Writes (`put`, `invalidate`) always go through the owner so that they are ordered
-//! with the fills of the same id.
+//! A read checks L1 on the caller's own task ([`crate::lookup`]); only a miss (or an expired
+//! entry) becomes a message to the owner. Writes (`put`, `invalidate`) always go through the owner
+//! so that they are ordered with the fills of the same id.
 
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::Arc;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
-use ractor::rpc::CallResult;
-use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
-
-use crate::config::{Loader, TableConfig};
-use crate::envelope::{self, unix_ms};
+use crate::core::TableCore;
 use crate::error::{Error, Result};
-use crate::fetched::{Fetched, Origin};
+use crate::fetched::Fetched;
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::{L1, L1Backend, L1Cache};
-use crate::l2::L2;
+use crate::l1::L1Cache;
 use crate::lookup::Lookup;
-use crate::owner::{L2Write, Owner, OwnerMsg};
-use crate::stats::{Stats, TableStats, bump};
+use crate::owner::{L2Write, OwnerMsg, OwnerRef};
+use crate::stats::TableStats;
 use crate::store::Store;
-use crate::supervisor::{Restart, SupervisorMsg};
-
-/// What a table's handles and its owner share.
-pub(crate) struct TableCore<K, V> {
-    pub(crate) name: Arc<str>,
-    pub(crate) config: TableConfig<V>,
-    pub(crate) l1: L1<K, V>,
-    pub(crate) l2: Option<L2>,
-    pub(crate) loader: Loader<K, V>,
-    pub(crate) stats: Stats,
-}
-
-/// Where the handles find the current owner; the supervisor swaps it after a restart.
-type OwnerSlot<K, V> = RwLock<ActorRef<OwnerMsg<K, V>>>;
+use crate::supervisor::SupervisorMsg;
 
 struct TableInner<K: Key, V: Value> {
     core: Arc<TableCore<K, V>>,
-    owner: Arc<OwnerSlot<K, V>>,
+    owner: Arc<OwnerRef<K, V>>,
     /// Keeps the store (its supervisor and connection) alive while the table is.
     _store: Store,
 }
@@ -47,7 +27,7 @@ struct TableInner<K: Key, V: Value> {
 impl<K: Key, V: Value> Drop for TableInner<K, V> {
     fn drop(&mut self) {
         // The last handle is gone: stop the owner (the supervisor does not restart a stop).
-        current(&self.owner).stop(None);
+        self.owner.current().stop(None);
     }
 }
 
@@ -76,39 +56,19 @@ impl<K: Key, V: Value> std::fmt::Debug for Table<K, V> {
 }
 
 impl<K: Key, V: Value> Table<K, V> {
-    pub(crate) async fn start(
-        store: Store,
-        name: &str,
-        config: TableConfig<V>,
-        backend: L1Backend,
-        capacity: usize,
-        loader: Loader<K, V>,
-    ) -> Result<Self> {
-        let core = Arc::new(TableCore {
-            name: Arc::from(name),
-            config,
-            l1: L1::new(backend, capacity),
-            l2: store.l2().cloned(),
-            loader,
-            stats: Stats::new(),
-        });
+    /// Starts the owner of `core` under the store's supervisor.
+    pub(crate) async fn start(store: Store, core: TableCore<K, V>) -> Result<Self> {
+        let core = Arc::new(core);
         let supervisor = store.supervisor();
-        let (owner, _) =
-            Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor.get_cell())
-                .await
-                .map_err(|_| Error::Stopped)?;
-        let slot = Arc::new(RwLock::new(owner.clone()));
-        let restart = restarter(Arc::clone(&core), Arc::downgrade(&slot));
+        let (owner, restart) = OwnerRef::start(&core, supervisor.get_cell()).await?;
+        let id = owner.current().get_id();
         supervisor
-            .cast(SupervisorMsg::Watch {
-                owner: owner.get_id(),
-                restart,
-            })
+            .cast(SupervisorMsg::Watch { owner: id, restart })
             .map_err(|_| Error::Stopped)?;
         Ok(Table {
             inner: Arc::new(TableInner {
                 core,
-                owner: slot,
+                owner,
                 _store: store,
             }),
         })
@@ -169,30 +129,12 @@ impl<K: Key, V: Value> Table<K, V> {
     /// # }
     /// ```
     pub fn get<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Arc<V>>> + Send + 'a {
-        Lookup::new(self, id)
+        Lookup::new(&self.inner.core, &self.inner.owner, id)
     }
 
     /// Like [`get`](Self::get), and also says where the answer came from ([`Origin`]).
     pub fn fetch<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Fetched<V>>> + Send + 'a {
-        Lookup::new(self, id)
-    }
-
-    /// The L1 hit path, on the caller's task: a fresh entry for `id`, counted, or `None`.
-    #[inline]
-    pub(crate) fn hit(&self, id: &K) -> Option<Fetched<V>> {
-        let core = &self.inner.core;
-        let entry = core.l1.get(id)?;
-        if !entry.is_fresh() {
-            return None;
-        }
-        core.stats.l1_hits.incr();
-        Some(Fetched::new(entry.value, Origin::L1))
-    }
-
-    /// The miss path: a call to the owner, which joins or starts the flight for `id`.
-    pub(crate) fn miss<'a>(&'a self, id: &'a K) -> BoxFuture<'a, Result<Fetched<V>>> {
-        let id = id.clone();
-        self.call(move |reply| OwnerMsg::Fill { id, reply }).boxed()
+        Lookup::new(&self.inner.core, &self.inner.owner, id)
     }
 
     /// Writes `value` through L1 and Valkey. A fill in flight for `id` still answers its own
@@ -200,31 +142,25 @@ impl<K: Key, V: Value> Table<K, V> {
     pub async fn put(&self, id: &K, value: V) -> Result<()> {
         let core = &self.inner.core;
         let life = core.config.life();
-        let value = Arc::new(value);
         let write = match &core.l2 {
             None => None,
-            Some(_) => {
-                let names = KeyNames::new(&core.name, id)?;
-                let now_ms = unix_ms();
-                let fresh_until_ms = now_ms + life.fresh_for.as_millis() as u64;
-                let envelope =
-                    envelope::encode(&*value, fresh_until_ms, now_ms, core.config.max_value_bytes)?;
-                Some(L2Write::Put {
-                    names,
-                    envelope,
-                    px: life.physical_ms(),
-                })
-            }
+            Some(_) => Some(L2Write::Put {
+                names: KeyNames::new(&core.name, id)?,
+                envelope: life.encode(&value, core.config.max_value_bytes)?,
+                px: life.physical_ms(),
+            }),
         };
-        let entry = life.entry(value);
+        let entry = life.entry(Arc::new(value));
         let id = id.clone();
-        self.call(move |reply| OwnerMsg::Put {
-            id,
-            entry,
-            write,
-            reply,
-        })
-        .await
+        self.inner
+            .owner
+            .call(move |reply| OwnerMsg::Put {
+                id,
+                entry,
+                write,
+                reply,
+            })
+            .await
     }
 
     /// Drops `id` from L1 and Valkey, and drops its lock, so that a fill in flight cannot write
@@ -238,7 +174,9 @@ impl<K: Key, V: Value> Table<K, V> {
             }),
         };
         let id = id.clone();
-        self.call(move |reply| OwnerMsg::Invalidate { id, write, reply })
+        self.inner
+            .owner
+            .call(move |reply| OwnerMsg::Invalidate { id, write, reply })
             .await
     }
 
@@ -247,42 +185,4 @@ impl<K: Key, V: Value> Table<K, V> {
         let core = &self.inner.core;
         core.stats.snapshot(core.l1.len())
     }
-
-    /// Calls the owner; a dead owner (or one that dies mid-call) answers [`Error::Stopped`].
-    async fn call<T: Send + 'static>(
-        &self,
-        message: impl FnOnce(RpcReplyPort<Result<T>>) -> OwnerMsg<K, V>,
-    ) -> Result<T> {
-        let owner = current(&self.inner.owner);
-        match owner.call(message, None).await {
-            Ok(CallResult::Success(answer)) => answer,
-            _ => Err(Error::Stopped),
-        }
-    }
-}
-
-fn current<K, V>(slot: &OwnerSlot<K, V>) -> ActorRef<OwnerMsg<K, V>> {
-    slot.read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone()
-}
-
-/// How the supervisor replaces this table's owner after a crash.
-fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, slot: Weak<OwnerSlot<K, V>>) -> Restart {
-    Box::new(move |supervisor: ActorCell| {
-        let core = Arc::clone(&core);
-        let slot = slot.clone();
-        Box::pin(async move {
-            let slot = slot.upgrade()?; // every handle is gone: nothing to restart for
-            let (owner, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor)
-                .await
-                .ok()?;
-            // Handles point at the new owner before the restart is counted.
-            *slot
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()) = owner.clone();
-            bump(&core.stats.counters.owner_restarts);
-            Some(owner.get_cell())
-        })
-    })
 }

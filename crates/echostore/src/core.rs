@@ -1,0 +1,99 @@
+//! The table's shared state, [`TableCore`]: its name, settings, L1, Valkey connection, loader and
+//! counters. The handle, the read future, the owner and the fill all read it; it depends on none
+//! of them.
+//!
+//! [`Life`] is one write's life (a fresh span drawn with jitter, then the stale window), and the
+//! one place that stamps a value into an envelope and an L1 entry, whoever writes it (a `put` or a
+//! fill).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::envelope::{self, unix_ms};
+use crate::error::{Result, SharedError};
+use crate::l1::{Entry, L1};
+use crate::l2::L2;
+use crate::losers::LoserPolicy;
+use crate::stats::Stats;
+
+/// The source of truth for one table: called once per id per expiry.
+pub(crate) type Loader<K, V> =
+    Arc<dyn Fn(K) -> BoxFuture<'static, Result<V, SharedError>> + Send + Sync>;
+
+/// Settings of a started table, checked by `start()` (see [`crate::TableBuilder`]).
+pub(crate) struct TableConfig<V> {
+    pub(crate) ttl: Duration,
+    pub(crate) jitter: f64,
+    pub(crate) stale_for: Duration,
+    pub(crate) lock_ttl: Duration,
+    pub(crate) losers: LoserPolicy<Arc<V>>,
+    pub(crate) load_timeout: Option<Duration>,
+    pub(crate) soft_timeout: Option<Duration>,
+    pub(crate) fail_safe: bool,
+    pub(crate) max_value_bytes: usize,
+}
+
+impl<V> TableConfig<V> {
+    /// The life of a value written now: `ttl ± ttl·jitter`, drawn afresh for every write.
+    pub(crate) fn life(&self) -> Life {
+        let spread = if self.jitter > 0.0 {
+            rand::random_range(-self.jitter..=self.jitter)
+        } else {
+            0.0
+        };
+        Life {
+            fresh_for: self.ttl.mul_f64(1.0 + spread),
+            stale_for: self.stale_for,
+            written_at_ms: unix_ms(),
+        }
+    }
+}
+
+/// The life of one value being written now.
+pub(crate) struct Life {
+    /// `ttl`, jittered.
+    pub(crate) fresh_for: Duration,
+    /// Kept past `fresh_for` as a stale copy.
+    pub(crate) stale_for: Duration,
+    /// When the write happens, unix ms (the envelope's `written_at`).
+    pub(crate) written_at_ms: u64,
+}
+
+impl Life {
+    /// The L1 entry of a value stored now.
+    pub(crate) fn entry<V>(&self, value: Arc<V>) -> Entry<V> {
+        Entry::new(value, self.fresh_for, self.stale_for)
+    }
+
+    /// The envelope of a value stored now; over `max_bytes` it is refused with `TooLarge`.
+    pub(crate) fn encode<V: serde::Serialize>(
+        &self,
+        value: &V,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        let fresh_until_ms = self.written_at_ms.saturating_add(millis(self.fresh_for));
+        envelope::encode(value, fresh_until_ms, self.written_at_ms, max_bytes)
+    }
+
+    /// Valkey's `PX`: the physical life, fresh plus stale.
+    pub(crate) fn physical_ms(&self) -> u64 {
+        millis(self.fresh_for.saturating_add(self.stale_for)).max(1)
+    }
+}
+
+/// A duration in whole milliseconds, saturating (settings are bounded at `start()`).
+pub(crate) fn millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What a table's handles, its owner and its flights share.
+pub(crate) struct TableCore<K, V> {
+    pub(crate) name: Arc<str>,
+    pub(crate) config: TableConfig<V>,
+    pub(crate) l1: L1<K, V>,
+    pub(crate) l2: Option<L2>,
+    pub(crate) loader: Loader<K, V>,
+    pub(crate) stats: Stats,
+}

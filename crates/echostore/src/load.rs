@@ -1,0 +1,162 @@
+//! The source read: the loader under `catch_unwind`, the table's `load_timeout`, the soft timeout
+//! and the lease, and fail-safe when it fails.
+//!
+//! A panicking or hanging loader fails its waiters instead of hanging them. Past the soft timeout,
+//! the waiters get a stale copy (if one is at hand, within its window, and — on Valkey — the lock
+//! is still this flight's, so nobody replaced the copy) while the load goes on and fills the
+//! cache. Fail-safe tables answer a failed load with a stale copy under the same conditions.
+
+use std::any::Any;
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use crate::core::TableCore;
+use crate::error::{Error, Result};
+use crate::fetched::{Fetched, Origin};
+use crate::key::{Key, Value};
+use crate::l1::L1Cache;
+use crate::stale::{Filled, Stale};
+use crate::stats::bump;
+
+/// Answers a flight's waiters before the flight ends (the soft timeout's stale copy).
+pub(crate) type Early<'a, V> = &'a (dyn Fn(Fetched<V>) + Send + Sync);
+
+/// The source read of one flight.
+pub(crate) struct Load<'a, K, V> {
+    core: &'a TableCore<K, V>,
+    id: &'a K,
+    early: Early<'a, V>,
+}
+
+impl<'a, K: Key, V: Value> Load<'a, K, V> {
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, early: Early<'a, V>) -> Self {
+        Load { core, id, early }
+    }
+
+    /// The fill without Valkey (none configured, or unreachable): the loader alone, with L1's
+    /// stale copy for the soft timeout and fail-safe.
+    pub(crate) async fn here(&self) -> Result<Filled<V>> {
+        let stale = self.l1_stale();
+        let mine = || async { Some(true) };
+        match self.softly(stale.as_ref(), mine).await {
+            Ok(value) => {
+                let entry = self.core.config.life().entry(Arc::new(value));
+                Ok(Filled::fresh(entry, Origin::Loaded))
+            }
+            Err(e) => self.fail_safe(e, stale, true),
+        }
+    }
+
+    /// The load while `lease` keeps the lock; `still_ours` asks whether it still holds.
+    pub(crate) async fn leased<F, Fut>(
+        &self,
+        lease: impl Future<Output = Infallible>,
+        stale: Option<&Stale<V>>,
+        still_ours: F,
+    ) -> Result<V>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Option<bool>>,
+    {
+        tokio::select! {
+            loaded = self.softly(stale, still_ours) => loaded,
+            never = lease => match never {},
+        }
+    }
+
+    /// The load under the table's soft timeout: once it has run that long and a stale copy may
+    /// be served, the waiters get it now and the load goes on to fill the cache.
+    async fn softly<F, Fut>(&self, stale: Option<&Stale<V>>, still_ours: F) -> Result<V>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Option<bool>>,
+    {
+        let load = self.load();
+        let (Some(soft), Some(stale)) = (self.core.config.soft_timeout, stale) else {
+            return load.await;
+        };
+        tokio::pin!(load);
+        tokio::select! {
+            done = &mut load => done,
+            () = tokio::time::sleep(soft) => {
+                if let Some(answer) = stale.answer()
+                    && still_ours().await != Some(false)
+                {
+                    bump(&self.core.stats.counters.soft_timeouts);
+                    bump(&self.core.stats.counters.stale_served);
+                    (self.early)(answer.fetched);
+                }
+                load.await
+            }
+        }
+    }
+
+    /// One source read, with the table's timeout, a panic turned into an error.
+    async fn load(&self) -> Result<V> {
+        let counters = &self.core.stats.counters;
+        bump(&counters.source_reads);
+        let started =
+            std::panic::catch_unwind(AssertUnwindSafe(|| (self.core.loader)(self.id.clone())));
+        let future = match started {
+            Ok(future) => AssertUnwindSafe(future).catch_unwind(),
+            Err(panic) => return Err(Error::LoaderPanicked(panic_message(&*panic))),
+        };
+        let finished = match self.core.config.load_timeout {
+            Some(limit) => match tokio::time::timeout(limit, future).await {
+                Ok(finished) => finished,
+                Err(_) => {
+                    bump(&counters.load_timeouts);
+                    return Err(Error::LoadTimeout(limit));
+                }
+            },
+            None => future.await,
+        };
+        match finished {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(Error::Source(e)),
+            Err(panic) => Err(Error::LoaderPanicked(panic_message(&*panic))),
+        }
+    }
+
+    /// A failed load: with fail-safe on and a stale copy at hand (the one given, else L1's when
+    /// `or_l1`) that is still within its window, serve it.
+    pub(crate) fn fail_safe(
+        &self,
+        error: Error,
+        stale: Option<Stale<V>>,
+        or_l1: bool,
+    ) -> Result<Filled<V>> {
+        if !self.core.config.fail_safe {
+            return Err(error);
+        }
+        let l1 = || or_l1.then(|| self.l1_stale()).flatten();
+        let served = stale
+            .and_then(|copy| copy.answer())
+            .or_else(|| l1().and_then(|copy| copy.answer()));
+        let Some(served) = served else {
+            return Err(error);
+        };
+        bump(&self.core.stats.counters.fail_safe_served);
+        bump(&self.core.stats.counters.stale_served);
+        tracing::warn!(table = %self.core.name, id = ?self.id, error = %error, "load failed: served a stale copy (fail-safe)");
+        Ok(served)
+    }
+
+    /// L1's own copy of the id, if it is within its stale window.
+    fn l1_stale(&self) -> Option<Stale<V>> {
+        Stale::from_entry(self.core.l1.get(self.id)?)
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        Arc::from(*s)
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        Arc::from(s.as_str())
+    } else {
+        Arc::from("a non-string panic payload")
+    }
+}

@@ -1,0 +1,88 @@
+//! What a flight answers with ([`Filled`]), and the stale copies it may serve ([`Stale`]).
+//!
+//! A stale copy is a value past its freshness but within the table's `stale_for`: the serve-stale
+//! loser, fail-safe and the soft timeout may answer with it. The window is checked when the copy
+//! is *served*, not when it was read, so a copy read early in a long flight is never served past
+//! `fresh_until + stale_for`, whichever process wrote it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Moment;
+use crate::envelope::{Envelope, unix_ms};
+use crate::fetched::{Fetched, Origin};
+use crate::l1::Entry;
+
+/// A flight's answer, and whether (and until when) the owner may keep it in L1.
+pub(crate) struct Filled<V> {
+    pub(crate) fetched: Fetched<V>,
+    /// `Some` when the value is fresh and may be stored in L1.
+    pub(crate) keep: Option<Entry<V>>,
+}
+
+impl<V> Filled<V> {
+    /// A fresh value: answered, and kept in L1 as `entry`.
+    pub(crate) fn fresh(entry: Entry<V>, origin: Origin) -> Self {
+        Filled {
+            fetched: Fetched::new(Arc::clone(&entry.value), origin),
+            keep: Some(entry),
+        }
+    }
+
+    /// A value answered to the waiters and stored nowhere.
+    pub(crate) fn answer_only(value: Arc<V>, origin: Origin) -> Self {
+        Filled {
+            fetched: Fetched::new(value, origin),
+            keep: None,
+        }
+    }
+}
+
+/// A copy past its freshness that may still be served until `until`.
+pub(crate) struct Stale<V> {
+    value: Arc<V>,
+    /// When its freshness ended.
+    since: Moment,
+    /// When it stops being servable: `since + stale_for`.
+    until: Moment,
+}
+
+impl<V> Stale<V> {
+    /// A stale copy read from Valkey, servable for `stale_for` past the envelope's freshness;
+    /// `None` if that window has already closed.
+    pub(crate) fn from_envelope(env: Envelope<V>, stale_for: Duration) -> Option<Self> {
+        let now_ms = unix_ms();
+        let past = Duration::from_millis(now_ms.saturating_sub(env.fresh_until_ms));
+        let left = stale_for.checked_sub(past).filter(|left| !left.is_zero())?;
+        let now = Moment::now();
+        Some(Stale {
+            value: Arc::new(env.value),
+            since: now.before(past),
+            until: now.after(left),
+        })
+    }
+
+    /// L1's copy, if it is past freshness but still servable.
+    pub(crate) fn from_entry(entry: Entry<V>) -> Option<Self> {
+        let (since, until) = entry.stale_window()?;
+        Some(Stale {
+            value: entry.value,
+            since,
+            until,
+        })
+    }
+
+    /// The answer with this copy, if it is still within its window now.
+    pub(crate) fn answer(&self) -> Option<Filled<V>> {
+        let now = Moment::now();
+        if now >= self.until {
+            return None;
+        }
+        let mut fetched = Fetched::new(Arc::clone(&self.value), Origin::Stale);
+        fetched.stale_by = Some(now.since(self.since));
+        Some(Filled {
+            fetched,
+            keep: None,
+        })
+    }
+}
