@@ -6,7 +6,7 @@ mod common;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use common::{Source, until, until_stats};
+use common::{Source, settled, until, until_stats};
 use echostore::{Error, Key, Store};
 
 /// An id whose equality panics when two *different* callers' copies of the poisoned id meet: the
@@ -55,12 +55,7 @@ async fn a_crashed_owner_answers_stopped_and_is_restarted() {
         let table = table.clone();
         async move { table.get(&Touchy(POISON, 1)).await }
     });
-    until_stats(
-        "the first flight runs",
-        || table.stats(),
-        |s| s.in_flight == 1,
-    )
-    .await;
+    until_stats(&table, "the first flight runs", |s| s.in_flight == 1).await;
     // The second miss makes the owner compare two poisoned ids: it panics.
     let second = table.get(&Touchy(POISON, 2)).await;
     assert!(matches!(second, Err(Error::Stopped)), "{second:?}");
@@ -103,6 +98,7 @@ async fn dropping_the_table_stops_its_owner() {
     let clone = table.clone();
     drop(table);
     assert_eq!(*clone.get(&9).await.expect("a clone keeps it alive"), 9);
+    settled(&clone).await;
     assert_eq!(
         Arc::strong_count(&held_by_the_loader),
         2,

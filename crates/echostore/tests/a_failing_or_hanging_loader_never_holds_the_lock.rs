@@ -3,62 +3,33 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{raw, store_on, until, valkey};
-use echostore::{Error, LoserPolicy, Origin, Table};
+use common::{
+    Source, answers, herd, raw, settled, stale_on_valkey, until_async, until_stats, valkey,
+    valkey_table,
+};
+use echostore::{Error, LoserPolicy, Origin};
 use redis::AsyncCommands;
 
 const VALUE: &str = "flaky:{1}";
 const LOCK: &str = "lock:flaky:{1}";
-
-/// How the test source answers its n-th read (1-based).
-type Script = fn(usize) -> Option<Result<String, std::io::Error>>;
-
-/// A table over a source that follows `script`; `None` means "hang forever".
-async fn table(
-    url: &str,
-    calls: &Arc<AtomicUsize>,
-    script: Script,
-    tune: impl FnOnce(echostore::TableBuilder<u64, String>) -> echostore::TableBuilder<u64, String>,
-) -> Table<u64, String> {
-    let calls = Arc::clone(calls);
-    let builder = store_on(url)
-        .await
-        .table::<u64, String>("flaky")
-        .jitter(0.0)
-        .loader(move |_id: u64| {
-            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-            async move {
-                match script(n) {
-                    Some(answer) => answer,
-                    None => std::future::pending().await,
-                }
-            }
-        });
-    tune(builder).start().await.expect("table")
-}
 
 /// A failing load: the same error for every waiter, lock released, nothing written, next get retries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_loader_releases_the_lock_and_is_retried() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let t = table(
-        &valkey.url(),
-        &calls,
-        |n| {
-            Some(if n == 1 {
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "flaky", &source, |t| {
+        t.jitter(0.0).loader(source.answering(|_, n| {
+            if n == 1 {
                 Err(std::io::Error::other("db down"))
             } else {
                 Ok(format!("ok after {n}"))
-            })
-        },
-        |b| b,
-    )
+            }
+        }))
+    })
     .await;
 
     let err = t.get(&1).await.expect_err("the load failed");
@@ -78,7 +49,8 @@ async fn a_failing_loader_releases_the_lock_and_is_retried() {
     assert_eq!((s.lock_won, s.released, s.errors, s.l1_len), (1, 1, 1, 0));
 
     assert_eq!(*t.get(&1).await.expect("retried"), "ok after 2");
-    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(source.calls(), 2);
+    settled(&t).await;
 }
 
 /// A panicking load under the lock: an error for its waiters, the lock released, the table serving.
@@ -86,16 +58,13 @@ async fn a_failing_loader_releases_the_lock_and_is_retried() {
 async fn a_panicking_loader_releases_the_lock() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let t = table(
-        &valkey.url(),
-        &calls,
-        |n| {
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "flaky", &source, |t| {
+        t.jitter(0.0).loader(source.answering(|_, n| {
             assert!(n != 1, "the source exploded");
-            Some(Ok("fine".into()))
-        },
-        |b| b,
-    )
+            Ok("fine".into())
+        }))
+    })
     .await;
 
     let err = t.get(&1).await.expect_err("panicked");
@@ -108,38 +77,42 @@ async fn a_panicking_loader_releases_the_lock() {
         "the lock was released"
     );
     assert_eq!(*t.get(&1).await.expect("serving"), "fine");
+    settled(&t).await;
 }
 
 /// Fail-safe: a failed load with a stale copy at hand serves the copy, counted, instead of the error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_safe_serves_the_stale_copy_when_the_load_fails() {
+    const TTL: Duration = Duration::from_millis(30);
     let valkey = valkey();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let t = table(
-        &valkey.url(),
-        &calls,
-        |n| {
-            Some(if n == 1 {
-                Ok("the copy".into())
-            } else {
-                Err(std::io::Error::other("db down"))
-            })
-        },
-        |b| {
-            b.ttl(Duration::from_millis(30))
-                .stale_for(Duration::from_secs(60))
-                .fail_safe(true)
-        },
-    )
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "flaky", &source, |t| {
+        t.jitter(0.0)
+            .ttl(TTL)
+            .stale_for(Duration::from_secs(60))
+            .fail_safe(true)
+            .loader(source.answering(|_, n| {
+                if n == 1 {
+                    Ok("the copy".into())
+                } else {
+                    Err(std::io::Error::other("db down"))
+                }
+            }))
+    })
     .await;
 
     assert_eq!(
         t.fetch(&1).await.expect("first load").origin,
         Origin::Loaded
     );
-    let start = std::time::Instant::now();
-    until("the copy went stale", || {
-        start.elapsed() > Duration::from_millis(40)
+    // The copy must be stale in both places the fetch looks. The ttl passing is the behaviour
+    // itself, and L1 has no probe that would not load: its deadline (real monotonic time, exact)
+    // was set by the flight before it answered, so it has passed once TTL has since `loaded`.
+    // Valkey's copy is judged by its envelope, which the test reads as the table does.
+    let loaded = Instant::now();
+    until_async("the copy went stale in L1 and on Valkey", async || {
+        loaded.elapsed() >= TTL && stale_on_valkey(&mut conn, VALUE).await
     })
     .await;
     let f = t.fetch(&1).await.expect("fail-safe answer");
@@ -150,16 +123,18 @@ async fn fail_safe_serves_the_stale_copy_when_the_load_fails() {
         (s.fail_safe_served, s.stale_served, s.source_reads),
         (1, 1, 2)
     );
+    settled(&t).await;
 
     // Without fail-safe the same failure is an error.
-    let strict = table(
-        &valkey.url(),
-        &calls,
-        |_| Some(Err(std::io::Error::other("db down"))),
-        |b| b.ttl(Duration::from_millis(30)),
-    )
+    let failing = Source::open();
+    let strict = valkey_table(&valkey.url(), "flaky", &failing, |t| {
+        t.jitter(0.0)
+            .ttl(TTL)
+            .loader(failing.answering(|_, _| Err(std::io::Error::other("db down"))))
+    })
     .await;
     assert!(strict.get(&1).await.expect_err("no fail-safe").is_source());
+    settled(&strict).await;
 }
 
 /// A hanging load: `load_timeout` fails every waiter with `LoadTimeout` and releases the lock.
@@ -167,19 +142,14 @@ async fn fail_safe_serves_the_stale_copy_when_the_load_fails() {
 async fn a_hanging_loader_times_out_and_releases_the_lock() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let calls = Arc::new(AtomicUsize::new(0));
     let limit = Duration::from_millis(100);
-    let t = table(
-        &valkey.url(),
-        &calls,
-        |_| None,
-        |b| {
-            b.load_timeout(limit).losers(LoserPolicy::Poll {
-                every: Duration::from_millis(10),
-                up_to: Duration::from_secs(60),
-            })
-        },
-    )
+    let hanging = Source::gated(); // never released
+    let t = valkey_table(&valkey.url(), "flaky", &hanging, |t| {
+        t.jitter(0.0).load_timeout(limit).losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_secs(60),
+        })
+    })
     .await;
 
     // Another process holds the lock while the five callers arrive, so their flight polls and
@@ -194,21 +164,15 @@ async fn a_hanging_loader_times_out_and_releases_the_lock() {
         .query_async(&mut conn)
         .await
         .expect("SET lock");
-    let waiters: Vec<_> = (0..5)
-        .map(|_| {
-            let t = t.clone();
-            tokio::spawn(async move { t.get(&1).await })
-        })
-        .collect();
-    until("all five callers joined the polling flight", || {
-        let s = t.stats();
+    let waiters = herd(&t, 5, 1);
+    until_stats(&t, "all five callers joined the polling flight", |s| {
         s.coalesced == 4 && s.poll_waits > 0
     })
     .await;
     // The other process gives up without writing: the flight takes the lock and loads.
     let _: () = conn.del(LOCK).await.expect("DEL lock");
-    for w in waiters {
-        let err = w.await.expect("task").expect_err("timed out");
+    for answer in answers(waiters).await {
+        let err = answer.expect_err("timed out");
         assert!(matches!(err, Error::LoadTimeout(l) if l == limit), "{err}");
     }
     assert!(
@@ -217,6 +181,7 @@ async fn a_hanging_loader_times_out_and_releases_the_lock() {
     );
     let s = t.stats();
     assert_eq!((s.load_timeouts, s.source_reads, s.in_flight), (1, 1, 0));
+    assert_eq!(hanging.calls(), 1);
 }
 
 /// The soft timeout: past it the waiters get the stale copy at once, and the load, when it
@@ -225,63 +190,44 @@ async fn a_hanging_loader_times_out_and_releases_the_lock() {
 async fn a_slow_load_past_the_soft_timeout_serves_stale_then_fills() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let calls = Arc::new(AtomicUsize::new(0));
-    let loader = {
-        let gate = Arc::clone(&gate);
-        move |_id: u64| {
-            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let gate = Arc::clone(&gate);
-            async move {
-                if n > 1 {
-                    gate.notified().await; // the second load is slow
-                }
-                Ok::<_, std::io::Error>(format!("load {n}"))
-            }
-        }
-    };
+    let source = Source::open();
     // An earlier fill (another store) leaves a copy on Valkey whose logical life is short. The
     // table under test keeps what it loads for a minute, so the refill is still fresh in L1 when
     // the test looks, however slowly the test runs.
-    let earlier = store_on(&valkey.url())
-        .await
-        .table::<u64, String>("flaky")
-        .ttl(Duration::from_millis(30))
-        .jitter(0.0)
-        .stale_for(Duration::from_secs(60))
-        .loader(loader.clone())
-        .start()
-        .await
-        .expect("earlier table");
-    let t = store_on(&valkey.url())
-        .await
-        .table::<u64, String>("flaky")
-        .ttl(Duration::from_secs(60))
-        .jitter(0.0)
-        .stale_for(Duration::from_secs(60))
-        .soft_timeout(Duration::from_millis(20))
-        .loader(loader)
-        .start()
-        .await
-        .expect("table");
-    earlier.get(&1).await.expect("first load");
-    let start = std::time::Instant::now();
-    until("the copy went stale", || {
-        start.elapsed() > Duration::from_millis(40)
+    let earlier = valkey_table(&valkey.url(), "flaky", &source, |t| {
+        t.ttl(Duration::from_millis(30))
+            .jitter(0.0)
+            .stale_for(Duration::from_secs(60))
     })
     .await;
+    let t = valkey_table(&valkey.url(), "flaky", &source, |t| {
+        t.ttl(Duration::from_secs(60))
+            .jitter(0.0)
+            .stale_for(Duration::from_secs(60))
+            .soft_timeout(Duration::from_millis(20))
+    })
+    .await;
+    earlier.get(&1).await.expect("first load");
+    settled(&earlier).await;
+    // `t`'s L1 is empty: the only copy is Valkey's, stale once its envelope says so.
+    until_async("the copy on Valkey went stale", async || {
+        stale_on_valkey(&mut conn, VALUE).await
+    })
+    .await;
+    source.hold(); // the second load is slow
 
     let f = t.fetch(&1).await.expect("stale at the soft timeout");
-    assert_eq!((f.origin, f.value.as_str()), (Origin::Stale, "load 1"));
+    assert_eq!((f.origin, f.value.as_str()), (Origin::Stale, "value-1-1"));
     assert_eq!(t.stats().in_flight, 1, "the load goes on");
-    gate.notify_one();
-    until("the slow load landed", || t.stats().in_flight == 0).await;
+    source.release();
+    settled(&t).await; // the slow load landed
     let f = t.fetch(&1).await.expect("refilled");
-    assert_eq!((f.origin, f.value.as_str()), (Origin::L1, "load 2"));
+    assert_eq!((f.origin, f.value.as_str()), (Origin::L1, "value-1-2"));
     let stored: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert!(
-        stored.ends_with(b"load 2"),
+        stored.ends_with(b"value-1-2"),
         "Valkey holds the new value too"
     );
     assert_eq!(t.stats().soft_timeouts, 1);
+    assert_eq!(source.calls(), 2);
 }

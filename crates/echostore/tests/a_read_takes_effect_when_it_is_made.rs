@@ -3,15 +3,15 @@
 
 mod common;
 
-use common::{Source, local_table};
-use echostore::{L1Backend, Origin};
+use common::{Source, local_table, settled};
+use echostore::Origin;
 
 /// A hit's future, awaited after a put, answers with L1 as it was at the call; the next read
 /// sees the put.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hit_answers_with_l1_as_it_was_at_the_call() {
     let source = Source::open();
-    let table = local_table("read-at-call", L1Backend::QuickCache, &source).await;
+    let table = local_table("read-at-call", &source, |t| t).await;
     table.get(&1).await.expect("fill");
 
     let read = table.fetch(&1);
@@ -26,13 +26,14 @@ async fn a_hit_answers_with_l1_as_it_was_at_the_call() {
     assert_eq!((later.origin, later.value.as_str()), (Origin::L1, "put"));
     assert_eq!(table.stats().l1_hits, 2);
     assert_eq!(source.calls(), 1);
+    settled(&table).await;
 }
 
 /// A miss's future sends nothing until it is polled: dropped unpolled, it starts no flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unpolled_miss_starts_no_flight() {
     let source = Source::gated();
-    let table = local_table("unpolled", L1Backend::QuickCache, &source).await;
+    let table = local_table("unpolled", &source, |t| t).await;
 
     drop(table.get(&1));
     // The owner takes messages in order: once this put is answered, a fill sent before it would

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{raw, store_on, valkey};
+use common::{raw, settled, store_on, valkey};
 use echostore::{Error, MAX_ID_BYTES, Origin, Table};
 use redis::AsyncCommands;
 
@@ -48,7 +48,9 @@ async fn odd_ids_are_stored_under_their_exact_names() {
             Origin::L2,
             "{id:?}"
         );
+        settled(&other).await;
     }
+    settled(&t).await;
 }
 
 /// An id over `MAX_ID_BYTES` is refused with `IdTooLong` by get, put and invalidate; at the
@@ -113,6 +115,7 @@ async fn values_over_the_limit_are_refused_and_nothing_is_written() {
         "lock released"
     );
     assert_eq!(huge.stats().released, 1);
+    settled(&huge).await;
 }
 
 /// Valkey's error replies reach the caller of a write as `Error::Valkey` with context; a read
@@ -151,6 +154,7 @@ async fn valkey_error_replies_surface_with_context() {
         .expect("a read still answers");
     assert_eq!(f.origin, Origin::Loaded);
     assert!(t.stats().l2_errors >= 1);
+    settled(&t).await;
 }
 
 /// Another Valkey type under the value key (a hash) is a counted miss, overwritten by the fill.
@@ -170,4 +174,5 @@ async fn another_valkey_type_under_the_key_is_a_miss_and_gets_overwritten() {
     assert_eq!((s.decode_errors, s.source_reads, s.lock_won), (1, 1, 1));
     let bytes: Vec<u8> = conn.get("typed:{k}").await.expect("now a string");
     assert_eq!(bytes[0], 1, "overwritten with an envelope");
+    settled(&t).await;
 }

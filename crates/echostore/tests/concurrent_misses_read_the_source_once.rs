@@ -4,44 +4,31 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{BACKENDS, Source, until_stats};
-use echostore::{Origin, Store, Table};
-use tokio::sync::Barrier;
+use common::{BACKENDS, Source, answers, herd, local_table, settled, until_stats};
+use echostore::{Origin, Table};
 
 const HERD: usize = 1000;
 
-/// Fires `HERD` gets of one id at once (behind a barrier) and waits until all of them have
-/// joined the flight before the source answers; returns every caller's answer.
-async fn herd(
+/// Fires `HERD` gets of one id at once and waits until all of them have joined the flight before
+/// the source answers; returns every caller's answer.
+async fn herd_of_misses(
     table: &Table<u64, String>,
     source: &Source,
     id: u64,
 ) -> Vec<echostore::Fetched<String>> {
     // Read before any caller exists: once spawned, callers join on the worker threads at once.
     let before = table.stats().coalesced;
-    let barrier = Arc::new(Barrier::new(HERD));
-    let callers: Vec<_> = (0..HERD)
-        .map(|_| {
-            let table = table.clone();
-            let barrier = Arc::clone(&barrier);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                table.fetch(&id).await
-            })
-        })
-        .collect();
-    until_stats(
-        "every caller joined the flight",
-        || table.stats(),
-        |s| s.coalesced - before == (HERD - 1) as u64,
-    )
+    let callers = herd(table, HERD, id);
+    until_stats(table, "every caller joined the flight", |s| {
+        s.coalesced - before == (HERD - 1) as u64
+    })
     .await;
     source.release();
-    let mut answers = Vec::with_capacity(HERD);
-    for caller in callers {
-        answers.push(caller.await.expect("caller task").expect("answer"));
-    }
-    answers
+    answers(callers)
+        .await
+        .into_iter()
+        .map(|a| a.expect("answer"))
+        .collect()
 }
 
 /// 1,000 concurrent misses: one loader call, 999 coalesced, one shared `Arc`, then an L1 hit.
@@ -49,16 +36,9 @@ async fn herd(
 async fn a_thousand_misses_read_the_source_once() {
     for backend in BACKENDS {
         let source = Source::gated();
-        let store = Store::builder().build().await.expect("store");
-        let table = store
-            .table::<u64, String>("herd")
-            .l1_backend(backend)
-            .loader(source.loader())
-            .start()
-            .await
-            .expect("table");
+        let table = local_table("herd", &source, |t| t.l1_backend(backend)).await;
 
-        let answers = herd(&table, &source, 7).await;
+        let answers = herd_of_misses(&table, &source, 7).await;
 
         assert_eq!(
             source.calls(),
@@ -104,26 +84,15 @@ async fn a_thousand_misses_read_the_source_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_ids_each_read_once() {
     let source = Source::open();
-    let store = Store::builder().build().await.expect("store");
-    let table = store
-        .table::<u64, String>("ids")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table");
-    let gets = (0..50u64).flat_map(|id| {
-        let table = table.clone();
-        (0..4).map(move |_| {
-            let table = table.clone();
-            tokio::spawn(async move { table.get(&id).await })
-        })
-    });
-    for get in futures::future::join_all(gets).await {
-        get.expect("task").expect("value");
+    let table = local_table("ids", &source, |t| t).await;
+    let callers = (0..50u64).flat_map(|id| herd(&table, 4, id));
+    for answer in answers(callers.collect()).await {
+        answer.expect("value");
     }
     // Each id was read once: its four callers either joined its flight or hit L1 after it.
     assert_eq!(source.calls(), 50);
     let stats = table.stats();
     assert_eq!(stats.source_reads, 50);
     assert_eq!(stats.coalesced + stats.l1_hits, 150);
+    settled(&table).await;
 }

@@ -67,6 +67,7 @@ async fn four_processes_read_the_source_once() {
             .sum::<u64>()
     };
     assert_eq!(sum("source_reads"), 1);
+    assert_eq!(sum("in_flight"), 0, "no node left a flight or a waiter");
     assert_eq!(sum("lock_won"), 1);
     assert_eq!(
         sum("coalesced") + sum("l1_hits") + 4,

@@ -3,28 +3,11 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Source, raw, store_on, until, valkey};
-use echostore::{Origin, Table};
+use common::{
+    SET_ID, SET_LOCK as LOCK, SET_VALUE as VALUE, Source, raw, set_table, settled, until, valkey,
+};
+use echostore::Origin;
 use redis::AsyncCommands;
-
-const VALUE: &str = "set:{EMS0ODMggk1d5N}";
-const LOCK: &str = "lock:set:{EMS0ODMggk1d5N}";
-
-async fn set_table(url: &str, source: &Source) -> Table<String, String> {
-    let loader = source.loader();
-    store_on(url)
-        .await
-        .table::<String, String>("set")
-        .ttl(Duration::from_secs(60))
-        .stale_for(Duration::from_secs(300))
-        .jitter(0.0)
-        .loader(move |_id: String| loader(1))
-        .start()
-        .await
-        .expect("table")
-}
 
 /// The lock is `lock:set:{id}` holding a 128-bit token during the fill; the value is `set:{id}`
 /// with a PTTL of ttl + stale_for and an envelope whose logical life is the ttl.
@@ -33,8 +16,8 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::gated();
-    let t = set_table(&valkey.url(), &source).await;
-    let id = "EMS0ODMggk1d5N".to_string();
+    let t = set_table(&valkey.url(), &source, |t| t).await;
+    let id = SET_ID.to_string();
 
     let fill = tokio::spawn({
         let t = t.clone();
@@ -72,6 +55,7 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let (fresh_until, written_at) = (word(1), word(9));
     assert_eq!(fresh_until - written_at, 60_000, "logical life = ttl");
+    settled(&t).await;
 }
 
 /// `put` writes through with the same envelope and life; `invalidate` removes value and lock.
@@ -80,17 +64,18 @@ async fn put_writes_through_and_invalidate_removes_both_keys() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let t = set_table(&valkey.url(), &source).await;
-    let id = "EMS0ODMggk1d5N".to_string();
+    let t = set_table(&valkey.url(), &source, |t| t).await;
+    let id = SET_ID.to_string();
 
     t.put(&id, "written".into()).await.expect("put");
     let pttl: i64 = conn.pttl(VALUE).await.expect("PTTL");
     assert!(pttl > 355_000, "{pttl}");
     // Another store sees it as an L2 hit, without a source read.
-    let other = set_table(&valkey.url(), &source).await;
+    let other = set_table(&valkey.url(), &source, |t| t).await;
     let seen = other.fetch(&id).await.expect("L2");
     assert_eq!((seen.origin, seen.value.as_str()), (Origin::L2, "written"));
     assert_eq!(source.calls(), 0);
+    settled(&other).await;
 
     let _: () = conn.set_ex(LOCK, "someone", 30).await.expect("SET lock");
     t.invalidate(&id).await.expect("invalidate");
@@ -100,6 +85,7 @@ async fn put_writes_through_and_invalidate_removes_both_keys() {
         "an in-flight fill cannot write back"
     );
     assert_eq!(t.fetch(&id).await.expect("reload").origin, Origin::Loaded);
+    settled(&t).await;
 }
 
 /// A `put` during another store's fill wins: the fill's fenced write is refused.
@@ -107,9 +93,9 @@ async fn put_writes_through_and_invalidate_removes_both_keys() {
 async fn a_put_beats_a_fill_in_flight_on_valkey() {
     let valkey = valkey();
     let source = Source::gated();
-    let filler = set_table(&valkey.url(), &source).await;
-    let writer = set_table(&valkey.url(), &Source::open()).await;
-    let id = "EMS0ODMggk1d5N".to_string();
+    let filler = set_table(&valkey.url(), &source, |t| t).await;
+    let writer = set_table(&valkey.url(), &Source::open(), |t| t).await;
+    let id = SET_ID.to_string();
 
     let fill = tokio::spawn({
         let filler = filler.clone();
@@ -121,12 +107,14 @@ async fn a_put_beats_a_fill_in_flight_on_valkey() {
     source.release();
     assert_eq!(*fill.await.expect("task").expect("own answer"), "value-1-1");
     assert_eq!(filler.stats().fenced_write_skipped, 1);
-    let fresh = set_table(&valkey.url(), &Source::open()).await;
+    settled(&filler).await;
+    let fresh = set_table(&valkey.url(), &Source::open(), |t| t).await;
     assert_eq!(
         *fresh.get(&id).await.expect("L2"),
         "newer",
         "the put's value stands"
     );
+    settled(&fresh).await;
 }
 
 /// Bytes that are not an envelope of this table are a counted miss, overwritten by the fill.
@@ -135,7 +123,7 @@ async fn undecodable_bytes_are_a_counted_miss_and_get_overwritten() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let id = "EMS0ODMggk1d5N".to_string();
+    let id = SET_ID.to_string();
 
     // Foreign text, a truncated header, a header with a payload of another type, nothing.
     let mut other_type = vec![1u8];
@@ -144,13 +132,14 @@ async fn undecodable_bytes_are_a_counted_miss_and_get_overwritten() {
     other_type.extend_from_slice(&[0xff; 3]);
     for garbage in [&b"garbage"[..], &[1u8; 5][..], &other_type[..], &[][..]] {
         let _: () = conn.set(VALUE, garbage).await.expect("SET garbage");
-        let t = set_table(&valkey.url(), &source).await; // a fresh L1
+        let t = set_table(&valkey.url(), &source, |t| t).await; // a fresh L1
         let f = t.fetch(&id).await.expect("loaded instead");
         assert_eq!(f.origin, Origin::Loaded, "{garbage:?}");
         assert!(t.stats().decode_errors >= 1, "{garbage:?}: counted");
         let bytes: Vec<u8> = conn.get(VALUE).await.expect("GET");
         assert_eq!(bytes[0], 1, "overwritten by a real envelope");
         assert_ne!(bytes, garbage);
+        settled(&t).await;
     }
     assert_eq!(source.calls(), 4);
 }

@@ -4,54 +4,34 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{BACKENDS, until_stats};
+use common::{BACKENDS, Source, answers, herd, local_table, settled, until_stats};
 use echostore::{Error, Store};
-use tokio::sync::watch;
 
 /// Ten waiters of a failing load all receive the very same error; nothing is cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loader_error_reaches_every_waiter_and_is_not_cached() {
     for backend in BACKENDS {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let (gate, _) = watch::channel(false);
-        let store = Store::builder().build().await.expect("store");
-        let table = store
-            .table::<u64, String>("fails")
-            .l1_backend(backend)
-            .loader({
-                let calls = Arc::clone(&calls);
-                let gate = gate.clone();
-                move |id: u64| {
-                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-                    let mut open = gate.subscribe();
-                    async move {
-                        let _ = open.wait_for(|o| *o).await;
-                        if n == 1 {
-                            Err(std::io::Error::other(format!("source down for {id}")))
-                        } else {
-                            Ok(format!("ok-{id}"))
-                        }
-                    }
+        let source = Source::gated();
+        let table = local_table("fails", &source, |t| {
+            t.l1_backend(backend).loader(source.answering(|id, n| {
+                if n == 1 {
+                    Err(std::io::Error::other(format!("source down for {id}")))
+                } else {
+                    Ok(format!("ok-{id}"))
                 }
-            })
-            .start()
-            .await
-            .expect("table");
+            }))
+        })
+        .await;
 
-        let waiters: Vec<_> = (0..10)
-            .map(|_| {
-                let table = table.clone();
-                tokio::spawn(async move { table.get(&1).await })
-            })
+        let waiters = herd(&table, 10, 1);
+        until_stats(&table, "all ten wait", |s| s.coalesced == 9).await;
+        source.release();
+        let errors: Vec<_> = answers(waiters)
+            .await
+            .into_iter()
+            .map(|a| a.expect_err("the load failed"))
             .collect();
-        until_stats("all ten wait", || table.stats(), |s| s.coalesced == 9).await;
-        gate.send_replace(true);
-        let mut errors = Vec::new();
-        for w in waiters {
-            errors.push(w.await.expect("task").expect_err("the load failed"));
-        }
         let Error::Source(first) = &errors[0] else {
             panic!("{backend:?}: not a source error: {}", errors[0]);
         };
@@ -63,10 +43,16 @@ async fn a_loader_error_reaches_every_waiter_and_is_not_cached() {
             );
         }
         assert_eq!(table.stats().errors, 1);
+        assert_eq!(
+            table.stats().in_flight,
+            0,
+            "{backend:?}: the failed flight is gone"
+        );
 
         // Not cached: the next get reads the source again and succeeds.
         assert_eq!(*table.get(&1).await.expect("retry"), "ok-1");
-        assert_eq!(calls.load(Ordering::SeqCst), 2, "{backend:?}");
+        assert_eq!(source.calls(), 2, "{backend:?}");
+        settled(&table).await;
     }
 }
 
@@ -86,14 +72,8 @@ async fn a_panicking_loader_fails_its_waiters_and_the_table_keeps_serving() {
         .await
         .expect("table");
 
-    let waiters: Vec<_> = (0..5)
-        .map(|_| {
-            let table = table.clone();
-            tokio::spawn(async move { table.get(&13).await })
-        })
-        .collect();
-    for w in waiters {
-        let err = w.await.expect("task").expect_err("the loader panicked");
+    for answer in answers(herd(&table, 5, 13)).await {
+        let err = answer.expect_err("the loader panicked");
         assert!(
             matches!(&err, Error::LoaderPanicked(m) if m.contains("unlucky id 13")),
             "{err}"
@@ -123,4 +103,5 @@ async fn a_loader_panicking_synchronously_is_caught() {
     let err = table.get(&13).await.expect_err("panicked");
     assert!(matches!(err, Error::LoaderPanicked(_)), "{err}");
     assert_eq!(*table.get(&2).await.expect("still serving"), 2);
+    settled(&table).await;
 }

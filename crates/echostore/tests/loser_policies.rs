@@ -5,7 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, spawn_fetch, store_on, until, valkey};
+use common::{
+    Source, raw, settled, spawn_fetch, stale_on_valkey, until_async, until_stats, valkey,
+    valkey_table,
+};
 use echostore::{Error, LoserPolicy, Origin, Table};
 use redis::AsyncCommands;
 
@@ -29,20 +32,16 @@ async fn hold_lock(conn: &mut redis::aio::MultiplexedConnection, px: u64) -> Str
 }
 
 async fn table(url: &str, source: &Source, policy: LoserPolicy<String>) -> Table<u64, String> {
-    store_on(url)
-        .await
-        .table::<u64, String>("pol")
-        .ttl(Duration::from_secs(60))
-        .stale_for(Duration::from_secs(60))
-        .jitter(0.0)
-        // A serve-stale loser without a copy polls for up to lock_ttl: 60 s rather than the
-        // default 5 s, so that it outlasts the test's own waits (`until` allows 30 s).
-        .lock_ttl(Duration::from_secs(60))
-        .losers(policy)
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table")
+    valkey_table(url, "pol", source, |t| {
+        t.ttl(Duration::from_secs(60))
+            .stale_for(Duration::from_secs(60))
+            .jitter(0.0)
+            // A serve-stale loser without a copy polls for up to lock_ttl: 60 s rather than the
+            // default 5 s, so that it outlasts the test's own waits (`until` allows 30 s).
+            .lock_ttl(Duration::from_secs(60))
+            .losers(policy)
+    })
+    .await
 }
 
 /// Holds the lock as another process, starts a fetch on a table with `policy`, waits until it
@@ -58,10 +57,12 @@ async fn lose_then_see_the_winner_write(
     let t = table(&valkey.url(), source, policy).await;
 
     let waiting = spawn_fetch(&t, 1);
-    until("the loser is polling", || t.stats().poll_waits > 0).await;
+    until_stats(&t, "the loser is polling", |s| s.poll_waits > 0).await;
     let winner = table(&valkey.url(), &Source::open(), LoserPolicy::FailFast).await;
     winner.put(&1, "from-the-winner".into()).await.expect("put");
-    (waiting.await.expect("task").expect("value"), t)
+    let answer = waiting.await.expect("task").expect("value");
+    settled(&t).await;
+    (answer, t)
 }
 
 /// Fail fast: `LockBusy` at once, the other holder's lock untouched, no source read.
@@ -80,6 +81,7 @@ async fn fail_fast_returns_lock_busy() {
     assert_eq!((s.failed_fast, s.lock_lost, s.source_reads), (1, 1, 0));
     let lock: Option<String> = conn.get(LOCK).await.expect("GET");
     assert_eq!(lock, Some(token), "the other holder's lock still exists");
+    settled(&t).await;
 }
 
 /// Default: the placeholder at once, written to no cache (not L1, not Valkey).
@@ -112,6 +114,7 @@ async fn default_is_served_and_never_cached() {
     assert_eq!(s.l1_len, 0);
     let stored: Option<Vec<u8>> = conn.get(VALUE).await.expect("GET");
     assert_eq!(stored, None, "not on Valkey");
+    settled(&t).await;
 }
 
 /// Serve stale: while another process rebuilds, the stale copy is served at once.
@@ -121,20 +124,18 @@ async fn serve_stale_serves_the_stale_copy_while_the_winner_rebuilds() {
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
     // An earlier fill with a short logical life and a long stale window.
-    let writer = store_on(&valkey.url())
-        .await
-        .table::<u64, String>("pol")
-        .ttl(Duration::from_millis(30))
-        .stale_for(Duration::from_secs(60))
-        .jitter(0.0)
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("writer");
+    let writer = valkey_table(&valkey.url(), "pol", &source, |t| {
+        t.ttl(Duration::from_millis(30))
+            .stale_for(Duration::from_secs(60))
+            .jitter(0.0)
+    })
+    .await;
     writer.get(&1).await.expect("first fill");
-    let written = std::time::Instant::now();
-    until("the copy's logical life is over", || {
-        written.elapsed() > Duration::from_millis(40)
+    settled(&writer).await;
+    // The loser below starts with an empty L1: the only copy is Valkey's, stale once its
+    // envelope says so.
+    until_async("the copy's logical life is over", async || {
+        stale_on_valkey(&mut conn, VALUE).await
     })
     .await;
     hold_lock(&mut conn, 30_000).await; // another process is rebuilding
@@ -150,6 +151,7 @@ async fn serve_stale_serves_the_stale_copy_while_the_winner_rebuilds() {
     let s = t.stats();
     assert_eq!((s.stale_served, s.lock_lost, s.source_reads), (1, 1, 0));
     assert_eq!(source.calls(), 1, "only the earlier fill read the source");
+    settled(&t).await;
 }
 
 /// Serve stale with no stale copy polls, and returns the winner's value once it lands.
@@ -204,6 +206,7 @@ async fn poll_times_out_with_wait_timeout() {
     );
     assert!(t.stats().poll_waits >= 1);
     assert_eq!(source.calls(), 0);
+    settled(&t).await;
 }
 
 /// A winner that crashed (its lock expires, nothing written): a polling loser takes over and
@@ -221,7 +224,7 @@ async fn a_crashed_winner_is_taken_over_by_a_poller() {
     let t = table(&valkey.url(), &source, policy).await;
 
     let taking_over = spawn_fetch(&t, 1);
-    until("the loser is polling", || t.stats().poll_waits > 0).await;
+    until_stats(&t, "the loser is polling", |s| s.poll_waits > 0).await;
     // Only now does the crashed winner's lock expire (nothing written): a lock that expired on
     // a timer of its own could be gone before a slow test's fetch ever met it.
     let expiring: bool = conn.pexpire(LOCK, 1).await.expect("PEXPIRE");
@@ -233,4 +236,5 @@ async fn a_crashed_winner_is_taken_over_by_a_poller() {
     assert_eq!(source.calls(), 1);
     let lock: Option<String> = conn.get(LOCK).await.expect("GET");
     assert_eq!(lock, None, "the taker released its own lock");
+    settled(&t).await;
 }

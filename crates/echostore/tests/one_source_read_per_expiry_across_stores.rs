@@ -3,63 +3,28 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Source, store_on, until, valkey};
-use echostore::{Fetched, LoserPolicy, Origin, Table, TableStats};
-use tokio::sync::Barrier;
+use common::{Source, answers, herd, herd_across, until, until_stats, valkey, valkey_table};
+use echostore::{LoserPolicy, Origin, Table, TableStats};
 
 async fn table_on(url: &str, source: &Source) -> Table<u64, String> {
     // The winner holds the source until every caller has joined, which `until` allows 30 s on
     // a loaded machine: neither its lock nor the losers' polling may run out before that (the
     // defaults, 5 s each, could, and a second source read or a WaitTimeout would follow).
-    store_on(url)
-        .await
-        .table::<u64, String>("hot")
-        .lock_ttl(Duration::from_secs(60))
-        .losers(LoserPolicy::Poll {
-            every: Duration::from_millis(10),
-            up_to: Duration::from_secs(60),
-        })
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table")
-}
-
-/// Starts `per_table` gets of `id` on each table at once (behind one barrier).
-fn fire(
-    tables: &[Table<u64, String>],
-    per_table: usize,
-    id: u64,
-) -> Vec<tokio::task::JoinHandle<echostore::Result<Fetched<String>>>> {
-    let barrier = Arc::new(Barrier::new(tables.len() * per_table));
-    tables
-        .iter()
-        .flat_map(|t| (0..per_table).map(move |_| t.clone()))
-        .map(|table| {
-            let barrier = Arc::clone(&barrier);
-            tokio::spawn(async move {
-                barrier.wait().await;
-                table.fetch(&id).await
+    valkey_table(url, "hot", source, |t| {
+        t.lock_ttl(Duration::from_secs(60))
+            .losers(LoserPolicy::Poll {
+                every: Duration::from_millis(10),
+                up_to: Duration::from_secs(60),
             })
-        })
-        .collect()
+    })
+    .await
 }
 
+/// The tables' stats as one.
 fn total(tables: &[Table<u64, String>]) -> TableStats {
-    let mut sum = TableStats::default();
-    for s in tables.iter().map(Table::stats) {
-        sum.source_reads += s.source_reads;
-        sum.coalesced += s.coalesced;
-        sum.lock_won += s.lock_won;
-        sum.lock_lost += s.lock_lost;
-        sum.released += s.released;
-        sum.l2_hits += s.l2_hits;
-        sum.in_flight += s.in_flight;
-    }
-    sum
+    tables.iter().map(Table::stats).sum()
 }
 
 /// One store, 1,000 concurrent misses: one source read, one lock won and released.
@@ -69,16 +34,17 @@ async fn one_store_reads_the_source_once() {
     let source = Source::gated();
     let table = table_on(&valkey.url(), &source).await;
 
-    let callers = fire(std::slice::from_ref(&table), 1000, 1);
-    until("every caller joined", || table.stats().coalesced == 999).await;
+    let callers = herd(&table, 1000, 1);
+    until_stats(&table, "every caller joined", |s| s.coalesced == 999).await;
     source.release();
-    for c in callers {
-        assert_eq!(*c.await.expect("task").expect("value").value, "value-1-1");
+    for answer in answers(callers).await {
+        assert_eq!(*answer.expect("value").value, "value-1-1");
     }
     let s = table.stats();
     assert_eq!(source.calls(), 1, "the loader ran exactly once");
     assert_eq!((s.source_reads, s.lock_won, s.released), (1, 1, 1));
     assert_eq!(s.lock_lost, 0);
+    assert_eq!(s.in_flight, 0);
 }
 
 /// Four stores on one Valkey, 250 misses each: one source read in all, three locks lost.
@@ -91,7 +57,7 @@ async fn four_stores_read_the_source_once() {
         tables.push(table_on(&valkey.url(), &source).await);
     }
 
-    let callers = fire(&tables, 250, 2);
+    let callers = herd_across(&tables, 250, 2);
     // The winner holds the source until every other flight has lost the lock and every caller
     // has joined its store's flight.
     until("three stores lost the lock and 996 callers joined", || {
@@ -101,8 +67,8 @@ async fn four_stores_read_the_source_once() {
     .await;
     source.release();
     let mut origins = std::collections::HashMap::new();
-    for c in callers {
-        let answer = c.await.expect("task").expect("value");
+    for answer in answers(callers).await {
+        let answer = answer.expect("value");
         assert_eq!(*answer.value, "value-2-1", "everyone got the one answer");
         *origins.entry(answer.origin).or_insert(0) += 1;
     }

@@ -5,7 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, store_on, until, valkey};
+use common::{
+    SET_ID, SET_LOCK, SET_VALUE, Source, raw, set_table, settled, until, until_async, valkey,
+};
 use echostore::Origin;
 use redis::AsyncCommands;
 
@@ -15,19 +17,11 @@ async fn release_never_deletes_another_holders_lock() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::gated();
-    let a = store_on(&valkey.url())
-        .await
-        .table::<String, String>("set")
-        .lock_ttl(Duration::from_millis(100))
-        .loader({
-            let loader = source.loader();
-            move |_id: String| loader(1)
-        })
-        .start()
-        .await
-        .expect("table");
-    let id = "EMS0ODMggk1d5N".to_string();
-    let lock_key = "lock:set:{EMS0ODMggk1d5N}";
+    let a = set_table(&valkey.url(), &source, |t| {
+        t.lock_ttl(Duration::from_millis(100))
+    })
+    .await;
+    let id = SET_ID.to_string();
 
     let rebuild = tokio::spawn({
         let a = a.clone();
@@ -38,17 +32,15 @@ async fn release_never_deletes_another_holders_lock() {
         source.calls() == 1
     })
     .await;
-    // A's rebuild runs long: its PX expires...
-    let mut probe = conn.clone();
-    let mut gone = false;
-    while !gone {
-        gone = !probe.exists::<_, bool>(lock_key).await.expect("EXISTS");
-        tokio::task::yield_now().await;
-    }
+    // A's rebuild runs long (the source holds it): its PX expires...
+    until_async("A's lock expired", async || {
+        !conn.exists::<_, bool>(SET_LOCK).await.expect("EXISTS")
+    })
+    .await;
     // ...and B acquires the lock with its own token.
     let b_token = "token-of-B";
     let b: Option<String> = redis::cmd("SET")
-        .arg(lock_key)
+        .arg(SET_LOCK)
         .arg(b_token)
         .arg("NX")
         .arg("PX")
@@ -68,9 +60,9 @@ async fn release_never_deletes_another_holders_lock() {
         (Origin::Loaded, "value-1-1")
     );
 
-    let lock: Option<String> = conn.get(lock_key).await.expect("GET lock");
+    let lock: Option<String> = conn.get(SET_LOCK).await.expect("GET lock");
     assert_eq!(lock.as_deref(), Some(b_token), "B's lock still exists");
-    let value: Option<Vec<u8>> = conn.get("set:{EMS0ODMggk1d5N}").await.expect("GET value");
+    let value: Option<Vec<u8>> = conn.get(SET_VALUE).await.expect("GET value");
     assert_eq!(value, None, "A's late write did not land");
     let s = a.stats();
     assert_eq!(
@@ -78,4 +70,5 @@ async fn release_never_deletes_another_holders_lock() {
         (1, 1, 0)
     );
     assert_eq!(s.l1_len, 0, "a fenced-out value is not kept in L1 either");
+    settled(&a).await;
 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Source, raw, until, valkey};
+use common::{
+    Source, answers, herd, raw, settled, table_on, until, until_async, until_stats, valkey,
+};
 use echostore::{Error, Origin, Store, Table};
 use redis::AsyncCommands;
 
@@ -24,12 +26,7 @@ async fn degraded_store(url: &str, cooldown: Duration) -> Store {
 }
 
 async fn table(store: &Store, source: &Source) -> Table<u64, String> {
-    store
-        .table::<u64, String>("out")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table")
+    table_on(store, "out", source, |t| t).await
 }
 
 /// Nothing listens on the port: `build()` succeeds degraded, and a herd is still one source read.
@@ -43,16 +40,11 @@ async fn an_unreachable_valkey_at_build_serves_from_the_loader() {
     let source = Source::gated();
     let t = table(&store, &source).await;
 
-    let herd: Vec<_> = (0..100)
-        .map(|_| {
-            let t = t.clone();
-            tokio::spawn(async move { t.get(&1).await })
-        })
-        .collect();
-    until("the herd joined one flight", || t.stats().coalesced == 99).await;
+    let callers = herd(&t, 100, 1);
+    until_stats(&t, "the herd joined one flight", |s| s.coalesced == 99).await;
     source.release();
-    for get in herd {
-        assert_eq!(*get.await.expect("task").expect("served"), "value-1-1");
+    for answer in answers(callers).await {
+        assert_eq!(*answer.expect("served").value, "value-1-1");
     }
     let s = t.stats();
     assert_eq!(
@@ -61,6 +53,7 @@ async fn an_unreachable_valkey_at_build_serves_from_the_loader() {
     );
     assert!(s.l2_errors >= 1);
     assert_eq!(t.fetch(&1).await.expect("hit").origin, Origin::L1);
+    settled(&t).await;
 
     let required = Store::builder()
         .valkey(url)
@@ -107,6 +100,7 @@ async fn a_dead_valkey_costs_one_connection_attempt_per_cooldown() {
         "{attempts} connection attempts for 2,000 misses"
     );
     assert!(t.stats().l2_errors >= 2000);
+    settled(&t).await;
 }
 
 /// Valkey dies and comes back (empty) mid-run: the waiter in flight is answered, and the store
@@ -134,36 +128,32 @@ async fn valkey_restarted_empty_mid_run_is_picked_up_again() {
         "value-1-1"
     );
 
-    // The next misses go back to Valkey once the breaker lets a trial through.
+    // The next misses go back to Valkey once the breaker lets a trial through: a new id each
+    // try, until one of them is filled on the restarted Valkey.
     let mut conn = raw(&url).await;
-    let mut id = 100;
-    loop {
+    let mut id = 99;
+    until_async("a miss refilled the restarted Valkey", async || {
+        id += 1;
         t.get(&id).await.expect("served");
-        if conn
-            .exists::<_, bool>(format!("out:{{{id}}}"))
+        conn.exists::<_, bool>(format!("out:{{{id}}}"))
             .await
             .expect("EXISTS")
-        {
-            break;
-        }
-        id += 1;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     assert!(!store.is_degraded());
+    settled(&t).await;
     let other = Store::builder()
         .valkey(&url)
         .require_valkey(true)
         .build()
         .await
         .expect("store");
-    let seen = table(&other, &Source::open())
-        .await
-        .fetch(&id)
-        .await
-        .expect("L2 hit");
+    let reader = table(&other, &Source::open()).await;
+    let seen = reader.fetch(&id).await.expect("L2 hit");
     assert_eq!(
         seen.origin,
         Origin::L2,
         "the refill landed in the new Valkey"
     );
+    settled(&reader).await;
 }

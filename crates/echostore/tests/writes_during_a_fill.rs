@@ -3,23 +3,20 @@
 
 mod common;
 
-use common::{BACKENDS, Source, local_table, spawn_fetch, until_stats};
-use echostore::{L1Backend, Origin};
+use common::{
+    BACKENDS, Source, local_table, raw, settled, spawn_fetch, until_stats, valkey, valkey_table,
+};
+use echostore::Origin;
 
 /// A put during a fill: the fill's caller gets the loaded value, everyone after gets the put's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_during_a_fill_wins() {
     for backend in BACKENDS {
         let source = Source::gated();
-        let table = local_table("put-wins", backend, &source).await;
+        let table = local_table("put-wins", &source, |t| t.l1_backend(backend)).await;
 
         let leader = spawn_fetch(&table, 1);
-        until_stats(
-            "the fill is in flight",
-            || table.stats(),
-            |s| s.in_flight == 1,
-        )
-        .await;
+        until_stats(&table, "the fill is in flight", |s| s.in_flight == 1).await;
         table.put(&1, "from-put".into()).await.expect("put");
         source.release();
 
@@ -41,15 +38,10 @@ async fn a_put_during_a_fill_wins() {
 async fn an_invalidate_during_a_fill_keeps_its_value_out() {
     for backend in BACKENDS {
         let source = Source::gated();
-        let table = local_table("invalidate-wins", backend, &source).await;
+        let table = local_table("invalidate-wins", &source, |t| t.l1_backend(backend)).await;
 
         let leader = spawn_fetch(&table, 1);
-        until_stats(
-            "the fill is in flight",
-            || table.stats(),
-            |s| s.in_flight == 1,
-        )
-        .await;
+        until_stats(&table, "the fill is in flight", |s| s.in_flight == 1).await;
         table.invalidate(&1).await.expect("invalidate");
         source.release();
 
@@ -65,6 +57,7 @@ async fn an_invalidate_during_a_fill_keeps_its_value_out() {
         );
         assert_eq!(*after.value, "value-1-2");
         assert_eq!(source.calls(), 2);
+        settled(&table).await;
     }
 }
 
@@ -72,18 +65,13 @@ async fn an_invalidate_during_a_fill_keeps_its_value_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_after_an_invalidate_starts_a_new_flight() {
     let source = Source::gated();
-    let table = local_table("fresh-flight", L1Backend::QuickCache, &source).await;
+    let table = local_table("fresh-flight", &source, |t| t).await;
 
     let old = spawn_fetch(&table, 1);
-    until_stats(
-        "the first fill is in flight",
-        || table.stats(),
-        |s| s.in_flight == 1,
-    )
-    .await;
+    until_stats(&table, "the first fill is in flight", |s| s.in_flight == 1).await;
     table.invalidate(&1).await.expect("invalidate");
     let new = spawn_fetch(&table, 1);
-    until_stats("both flights exist", || table.stats(), |s| s.in_flight == 2).await;
+    until_stats(&table, "both flights exist", |s| s.in_flight == 2).await;
     assert_eq!(
         table.stats().coalesced,
         0,
@@ -100,16 +88,10 @@ async fn a_miss_after_an_invalidate_starts_a_new_flight() {
 /// launches once both writes have landed and answers with the put's value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_queued_behind_writes_is_answered_after_them() {
-    let valkey = common::valkey();
-    let mut conn = common::raw(&valkey.url()).await;
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let table = common::store_on(&valkey.url())
-        .await
-        .table::<u64, String>("queued")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table");
+    let table = valkey_table(&valkey.url(), "queued", &source, |t| t).await;
     // An earlier value in L1 (and on Valkey): `l1_len` then shows when the owner has taken each
     // write below, which is all the ordering this test may rely on.
     table.put(&1, "earlier".into()).await.expect("earlier put");
@@ -128,26 +110,16 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
     });
     // Two spawned tasks reach the owner in no fixed order: the miss goes only once the owner has
     // taken the invalidation (L1 emptied, its Valkey write pending), so that it is queued.
-    until_stats(
-        "the owner took the invalidation",
-        || table.stats(),
-        |s| s.l1_len == 0,
-    )
-    .await;
+    until_stats(&table, "the owner took the invalidation", |s| s.l1_len == 0).await;
     let miss = spawn_fetch(&table, 1);
-    until_stats("the miss is queued", || table.stats(), |s| s.in_flight == 1).await;
+    until_stats(&table, "the miss is queued", |s| s.in_flight == 1).await;
     let put = tokio::spawn({
         let table = table.clone();
         async move { table.put(&1, "from-put".into()).await }
     });
     // Valkey resumes only once the owner has taken the put (its value in L1, its write queued),
     // or the queued miss could launch between the two writes and read the source.
-    until_stats(
-        "the owner took the put",
-        || table.stats(),
-        |s| s.l1_len == 1,
-    )
-    .await;
+    until_stats(&table, "the owner took the put", |s| s.l1_len == 1).await;
     let _: () = redis::cmd("CLIENT")
         .arg("UNPAUSE")
         .query_async(&mut conn)

@@ -1,0 +1,109 @@
+//! Stores and tables for the tests: in-process, or on a private real Valkey.
+
+use std::time::Duration;
+
+use echostore::{L1Backend, Store, Table, TableBuilder};
+use redis::AsyncCommands;
+
+use super::Source;
+
+/// Both L1 backends, for suites that must hold over each.
+pub const BACKENDS: [L1Backend; 2] = [L1Backend::QuickCache, L1Backend::Moka];
+
+/// DESIGN.md's example id; [`set_table`] stores it under the two keys below.
+pub const SET_ID: &str = "EMS0ODMggk1d5N";
+/// The value key of [`SET_ID`] in table `set`.
+pub const SET_VALUE: &str = "set:{EMS0ODMggk1d5N}";
+/// The regeneration lock of [`SET_ID`] in table `set`.
+pub const SET_LOCK: &str = "lock:set:{EMS0ODMggk1d5N}";
+
+/// A private, real Valkey for one test (killed on drop).
+pub fn valkey() -> embedded_valkey::EmbeddedValkey {
+    embedded_valkey::EmbeddedValkey::start().expect("a real valkey-server for the test")
+}
+
+/// A plain client connection, standing in for another process or an operator.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// A store on `url`.
+pub async fn store_on(url: &str) -> Store {
+    Store::builder()
+        .valkey(url)
+        .require_valkey(true)
+        .build()
+        .await
+        .expect("store on valkey")
+}
+
+/// A `u64 -> String` table named `name` on `store`, reading `source`, with `tune`'s settings
+/// (`|t| t` for the defaults; `tune` may also replace the loader).
+pub async fn table_on(
+    store: &Store,
+    name: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    tune(store.table::<u64, String>(name).loader(source.loader()))
+        .start()
+        .await
+        .expect("table")
+}
+
+/// [`table_on`] a store of its own without Valkey.
+pub async fn local_table(
+    name: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    let store = Store::builder().build().await.expect("store");
+    table_on(&store, name, source, tune).await
+}
+
+/// [`table_on`] a store of its own on the Valkey at `url`.
+pub async fn valkey_table(
+    url: &str,
+    name: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    table_on(&store_on(url).await, name, source, tune).await
+}
+
+/// DESIGN.md's example table `set` (`String -> String`) on a store of its own on `url`: ttl
+/// 60 s, stale for 300 s, no jitter, every id read from `source` as its id 1; then `tune`.
+pub async fn set_table(
+    url: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<String, String>) -> TableBuilder<String, String>,
+) -> Table<String, String> {
+    let loader = source.loader();
+    let builder = store_on(url)
+        .await
+        .table::<String, String>("set")
+        .ttl(Duration::from_secs(60))
+        .stale_for(Duration::from_secs(300))
+        .jitter(0.0)
+        .loader(move |_id: String| loader(1));
+    tune(builder).start().await.expect("table")
+}
+
+/// Whether the envelope under `key` is past its logical life: its `fresh_until` (unix ms, bytes
+/// 1..9) checked against the wall clock, as EchoStore checks it. A missing key is not stale.
+pub async fn stale_on_valkey(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    let Some(bytes) = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET") else {
+        return false;
+    };
+    let header = bytes.get(1..9).expect("an envelope header");
+    let fresh_until_ms = u64::from_le_bytes(header.try_into().expect("8 bytes"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    now_ms >= u128::from(fresh_until_ms)
+}
