@@ -44,16 +44,25 @@
 //! # }
 //! ```
 
+mod certs;
+mod cluster;
+mod debian;
 mod discover;
 mod error;
 mod probe;
 mod provision;
+mod resp;
 mod server;
 
-pub use discover::{DIR_ENV, SERVER_ENV, find_binary, provision_dir};
+pub use certs::TlsFiles;
+pub use cluster::{CLUSTER_SLOTS, ClusterBuilder, EmbeddedCluster};
+pub use debian::provision_tls;
+pub use discover::{
+    DIR_ENV, SERVER_ENV, TLS_SERVER_ENV, find_binary, find_tls_binary, provision_dir,
+};
 pub use error::Error;
 pub use provision::{Provisioned, provision};
-pub use server::{EmbeddedValkey, free_loopback_port};
+pub use server::{Builder, EmbeddedValkey, free_loopback_port};
 
 /// The last `n` lines of `text`, for quoting logs and tool output in errors.
 fn last_lines(text: &str, n: usize) -> String {
