@@ -146,7 +146,7 @@ pub fn find_tls_binary() -> Result<PathBuf, Error> {
             dir.join(TLS_DIR_NAME).join(TLS_LAUNCHER),
         ),
     ] {
-        candidates.push((format!("{what} {}", path.display()), Some(path)));
+        candidates.push((what.to_owned(), Some(path)));
     }
 
     for (what, path) in candidates {
