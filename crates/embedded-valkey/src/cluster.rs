@@ -112,9 +112,9 @@ impl ClusterBuilder {
                 ),
             });
         }
-        if self.node_timeout.is_zero() {
+        if self.node_timeout.as_millis() == 0 {
             return Err(Error::InvalidConfig {
-                reason: "the cluster node timeout must be above zero".to_owned(),
+                reason: "the cluster node timeout must be at least 1 ms".to_owned(),
             });
         }
         let binary = match self.binary {
@@ -357,5 +357,10 @@ mod tests {
             let err = EmbeddedCluster::start(primaries).expect_err("refused");
             assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
         }
+        let err = EmbeddedCluster::builder()
+            .node_timeout(Duration::from_micros(500))
+            .start()
+            .expect_err("refused");
+        assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
     }
 }

@@ -128,7 +128,8 @@ impl Builder {
     /// user (`requirepass`), or as the [`user`](Self::user) if one is set.
     ///
     /// Passwords and user names are limited to printable ASCII without
-    /// spaces, so they travel unchanged on the server's command line and in URLs.
+    /// spaces, so they travel unchanged on the server's command line and in
+    /// URLs. The command line is visible to `ps`: these are test credentials.
     pub fn password(mut self, password: impl Into<String>) -> Self {
         self.password = Some(password.into());
         self
