@@ -45,6 +45,61 @@ pub enum Error {
         output: String,
     },
 
+    /// No binary that can serve TLS could be found or provisioned.
+    #[error(
+        "no TLS-capable valkey-server or redis-server found. Tried:\n{}\nTo fix: install \
+         Debian's redis-server (apt-get update && apt-get install redis-server; it is built \
+         with TLS), or set ECHOSTORE_VALKEY_TLS_SERVER to a server binary built with TLS",
+        bullet_list(.tried)
+    )]
+    NoTlsBinary {
+        /// One line per discovery step: what was looked at and why it failed.
+        tried: Vec<String>,
+    },
+
+    /// Downloading or unpacking Debian's TLS-capable `redis-server` failed.
+    #[error(
+        "provisioning a TLS-capable redis-server from Debian's packages failed while {step}:\n{output}"
+    )]
+    ProvisionTls {
+        /// What was being done (for example "running `apt-get download redis-tools`").
+        step: String,
+        /// The failing tool's output, or a description of what was wrong.
+        output: String,
+    },
+
+    /// The TLS certificates could not be generated.
+    #[error("generating TLS certificates failed: {reason}")]
+    Certificate {
+        /// What `rcgen` reported.
+        reason: String,
+    },
+
+    /// A setting given to a builder cannot be used.
+    #[error("invalid setting: {reason}")]
+    InvalidConfig {
+        /// Which setting, and why.
+        reason: String,
+    },
+
+    /// The nodes of a cluster were started but did not form a working cluster.
+    #[error("the cluster did not {action}: {reason}")]
+    Cluster {
+        /// What was being waited for (for example "reach cluster_state:ok within 30 s").
+        action: String,
+        /// What was observed last, node by node.
+        reason: String,
+    },
+
+    /// A cluster node index was out of range.
+    #[error("no node {index}: the cluster has {nodes} nodes (0..{nodes})")]
+    NoSuchNode {
+        /// The index asked for.
+        index: usize,
+        /// How many nodes the cluster has.
+        nodes: usize,
+    },
+
     /// The server process could not be spawned at all.
     #[error("could not spawn {}: {source}", binary.display())]
     Spawn {

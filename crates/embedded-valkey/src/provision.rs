@@ -43,7 +43,7 @@ with zipfile.ZipFile(wheel) as archive:
         shutil.copyfileobj(src, dst)
 "#;
 
-/// What [`provision`] did.
+/// What [`provision`] or [`provision_tls`](crate::provision_tls()) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Provisioned {

@@ -1,7 +1,20 @@
 //! The server handle: spawning a private `valkey-server` on a free loopback
 //! port, waiting until it answers, stopping and restarting it, and cleaning
 //! up its process and working directory when the handle goes away.
+//!
+//! A [`Builder`] adds what a plain [`EmbeddedValkey::start`] leaves out: TLS
+//! (a TLS-capable binary, fresh certificates, no plain TCP port at all), a
+//! password or ACL user, and, for [`EmbeddedCluster`](crate::EmbeddedCluster)'s
+//! nodes, cluster mode.
+//!
+//! Each server owns one private directory (mode 0700) laid out as:
+//! `data/` (its `--dir`, emptied on every (re)start), `valkey.log`, `tls/`
+//! (the PEM files), `valkey.sock` (TLS servers only: the Unix socket this
+//! crate probes them through, since they have no plain TCP port) and
+//! `nodes.conf` (cluster nodes only, kept across restarts so a node comes
+//! back as itself).
 
+use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
@@ -10,9 +23,11 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::discover::find_binary;
+use crate::certs::{TlsFiles, write_tls_files};
+use crate::discover::{find_binary, find_tls_binary};
 use crate::error::Error;
-use crate::probe;
+use crate::probe::{self, Login};
+use crate::resp::Endpoint;
 use crate::{last_lines, next_id};
 
 /// How many fresh ports [`EmbeddedValkey::start`] tries when the chosen one
@@ -23,6 +38,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`EmbeddedValkey::restart`] keeps retrying a port that is still busy.
 const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
 const LOG_NAME: &str = "valkey.log";
+const DATA_DIR: &str = "data";
+const TLS_DIR: &str = "tls";
+const SOCKET_NAME: &str = "valkey.sock";
+const NODES_CONF: &str = "nodes.conf";
 const LOG_TAIL_LINES: usize = 20;
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -38,6 +57,161 @@ pub struct EmbeddedValkey {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    tls: Option<TlsFiles>,
+    auth: Option<Auth>,
+    cluster: Option<ClusterNode>,
+}
+
+/// Credentials every client must give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Auth {
+    /// An ACL user of its own, or `None` for the default user with `requirepass`.
+    user: Option<String>,
+    password: String,
+}
+
+/// Cluster-mode settings of one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterNode {
+    /// The cluster bus port (`--cluster-port`), picked free like the client port.
+    pub(crate) bus_port: u16,
+    /// `--cluster-node-timeout`.
+    pub(crate) node_timeout: Duration,
+}
+
+/// Settings for a server that [`EmbeddedValkey::start`] does not cover:
+/// TLS, a password, an ACL user, a given binary.
+///
+/// ```no_run
+/// use embedded_valkey::EmbeddedValkey;
+///
+/// # fn main() -> Result<(), embedded_valkey::Error> {
+/// let valkey = EmbeddedValkey::builder()
+///     .tls(true)
+///     .user("app")
+///     .password("s3cret")
+///     .start()?;
+/// let url = valkey.url(); // "rediss://app:s3cret@127.0.0.1:<port>/"
+/// let ca = valkey.ca_cert_path(); // trust this CA, and only it
+/// # let _ = (url, ca);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct Builder {
+    binary: Option<PathBuf>,
+    tls: bool,
+    user: Option<String>,
+    password: Option<String>,
+    cluster: Option<Duration>,
+}
+
+impl Builder {
+    /// Runs this binary instead of discovering one ([`find_binary`], or
+    /// [`find_tls_binary`] for a TLS server).
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = Some(binary.into());
+        self
+    }
+
+    /// Serves TLS only: a `--tls-port` with a certificate made at start for
+    /// `127.0.0.1`, `::1` and `localhost`, signed by a CA of this server's own
+    /// ([`EmbeddedValkey::ca_cert_path`]); no plain TCP port. Clients need no
+    /// certificate of their own. Needs a binary built with TLS.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// Requires every client to log in with this password: as the default
+    /// user (`requirepass`), or as the [`user`](Self::user) if one is set.
+    ///
+    /// Passwords and user names are limited to printable ASCII without
+    /// spaces, so they travel unchanged on the server's command line and in
+    /// URLs. The command line is visible to `ps`: these are test credentials.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Creates an ACL user with this name, the [`password`](Self::password)
+    /// and every permission (`~* &* +@all`), and switches the default user off,
+    /// so clients must log in as this user. Needs a password.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// Cluster mode, for [`EmbeddedCluster`](crate::EmbeddedCluster)'s nodes.
+    pub(crate) fn cluster(mut self, node_timeout: Duration) -> Self {
+        self.cluster = Some(node_timeout);
+        self
+    }
+
+    /// Finds a binary (unless one was given) and starts the server, as
+    /// [`EmbeddedValkey::start`] does.
+    ///
+    /// For a TLS server without a given binary, [`find_tls_binary`] may
+    /// provision one on first use; if none can be had this fails with
+    /// [`Error::NoTlsBinary`], which says what to install.
+    pub fn start(self) -> Result<EmbeddedValkey, Error> {
+        let auth = self.auth()?;
+        let binary = match (self.binary, self.tls) {
+            (Some(binary), _) => binary,
+            (None, true) => find_tls_binary()?,
+            (None, false) => find_binary()?,
+        };
+        EmbeddedValkey::launch_new(binary, self.tls, auth, self.cluster)
+    }
+
+    fn auth(&self) -> Result<Option<Auth>, Error> {
+        for (what, value) in [("user", &self.user), ("password", &self.password)] {
+            if let Some(value) = value {
+                check_credential(what, value)?;
+            }
+        }
+        match (&self.user, &self.password) {
+            (Some(_), None) => Err(Error::InvalidConfig {
+                reason: "an ACL user needs a password: call .password(..) too".to_owned(),
+            }),
+            (user, Some(password)) => Ok(Some(Auth {
+                user: user.clone(),
+                password: password.clone(),
+            })),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// Credentials must be non-empty printable ASCII without spaces.
+fn check_credential(what: &str, value: &str) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(Error::InvalidConfig {
+            reason: format!("the {what} is empty"),
+        });
+    }
+    if let Some(bad) = value.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "the {what} contains {bad:?}; only printable ASCII without spaces is accepted"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn url_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
 }
 
 /// Why one launch failed, and whether trying again on a port is worthwhile.
@@ -66,20 +240,59 @@ impl EmbeddedValkey {
         EmbeddedValkey::start_with_binary(find_binary()?)
     }
 
+    /// Starts a TLS-only server: see [`Builder::tls`]. The binary comes from
+    /// [`find_tls_binary`], which on a fresh Debian machine provisions one
+    /// from Debian's packages the first time.
+    pub fn start_tls() -> Result<EmbeddedValkey, Error> {
+        EmbeddedValkey::builder().tls(true).start()
+    }
+
+    /// A [`Builder`] for servers with TLS, a password or an ACL user.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
     /// Starts a server using the given `valkey-server` (or `redis-server`)
     /// binary, skipping discovery. Otherwise the same as [`start`](Self::start).
     pub fn start_with_binary(binary: impl Into<PathBuf>) -> Result<EmbeddedValkey, Error> {
+        EmbeddedValkey::launch_new(binary.into(), false, None, None)
+    }
+
+    fn launch_new(
+        binary: PathBuf,
+        tls: bool,
+        auth: Option<Auth>,
+        cluster: Option<Duration>,
+    ) -> Result<EmbeddedValkey, Error> {
         // Built before the first launch so that Drop cleans up on every error path.
         let mut server = EmbeddedValkey {
-            binary: binary.into(),
+            binary,
             port: 0,
             dir: private_dir()?,
             child: None,
+            tls: None,
+            auth,
+            cluster: cluster.map(|node_timeout| ClusterNode {
+                bus_port: 0,
+                node_timeout,
+            }),
         };
+        if tls {
+            server.tls = Some(write_tls_files(&server.dir.join(TLS_DIR))?);
+        }
         let mut attempt = 1;
         loop {
             server.port = free_loopback_port()
                 .map_err(|err| Error::io("finding a free port on 127.0.0.1", err))?;
+            if let Some(cluster) = server.cluster.as_mut() {
+                cluster.bus_port = loop {
+                    let bus = free_loopback_port()
+                        .map_err(|err| Error::io("finding a free port on 127.0.0.1", err))?;
+                    if bus != server.port {
+                        break bus;
+                    }
+                };
+            }
             match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(failure) if failure.port_busy && attempt < START_ATTEMPTS => attempt += 1,
@@ -88,9 +301,55 @@ impl EmbeddedValkey {
         }
     }
 
-    /// The URL clients connect to: `redis://127.0.0.1:<port>/`.
+    /// The URL clients connect to: `redis://127.0.0.1:<port>/`, or
+    /// `rediss://127.0.0.1:<port>/` for a TLS server, with `user:password@`
+    /// (or `:password@`) before the host when the server wants a login.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let login = match &self.auth {
+            None => String::new(),
+            Some(auth) => format!(
+                "{}:{}@",
+                auth.user.as_deref().map(url_encode).unwrap_or_default(),
+                url_encode(&auth.password)
+            ),
+        };
+        format!("{scheme}://{login}127.0.0.1:{}/", self.port)
+    }
+
+    /// For a TLS server, its [`url`](Self::url) (`rediss://...`); `None` for a plain one.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls.as_ref().map(|_| self.url())
+    }
+
+    /// For a TLS server, the PEM file of the CA that signed its certificate:
+    /// what a client must trust. `None` for a plain server.
+    pub fn ca_cert_path(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|files| files.ca_cert.as_path())
+    }
+
+    /// For a TLS server, all of its PEM files; `None` for a plain one.
+    pub fn tls_files(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    /// The ACL user clients log in as, if the server was given one.
+    pub fn user(&self) -> Option<&str> {
+        self.auth.as_ref().and_then(|auth| auth.user.as_deref())
+    }
+
+    /// The password clients log in with, if the server wants one.
+    pub fn password(&self) -> Option<&str> {
+        self.auth.as_ref().map(|auth| auth.password.as_str())
+    }
+
+    /// For a cluster node, its cluster bus port.
+    pub(crate) fn cluster_bus_port(&self) -> Option<u16> {
+        self.cluster.as_ref().map(|cluster| cluster.bus_port)
     }
 
     /// The loopback port the server listens on; it stays the same across
@@ -122,8 +381,9 @@ impl EmbeddedValkey {
 
     /// Starts a fresh, empty server on the same port, stopping the current one first.
     ///
-    /// Models "the cache server was killed and came back empty". The working
-    /// directory is emptied before the new server starts, so no data survives.
+    /// Models "the cache server was killed and came back empty". The data
+    /// directory is emptied before the new server starts, so no data survives
+    /// (a TLS server keeps its certificates, a cluster node its `nodes.conf`).
     /// If the port is briefly still busy, spawning is retried for a few seconds.
     pub fn restart(&mut self) -> Result<(), Error> {
         self.stop();
@@ -144,7 +404,24 @@ impl EmbeddedValkey {
     /// Spawns the server on `self.port` and waits until it answers.
     /// On failure, no child is left running and `self.child` is `None`.
     fn launch(&mut self) -> Result<(), LaunchError> {
-        clear_dir(&self.dir).map_err(LaunchError::fatal)?;
+        let data = self.dir.join(DATA_DIR);
+        if data.exists() {
+            clear_dir(&data).map_err(LaunchError::fatal)?;
+        } else {
+            fs::create_dir(&data).map_err(|err| {
+                LaunchError::fatal(Error::io(format!("creating {}", data.display()), err))
+            })?;
+        }
+        let socket = self.dir.join(SOCKET_NAME);
+        match fs::remove_file(&socket) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                return Err(LaunchError::fatal(Error::io(
+                    format!("removing {}", socket.display()),
+                    err,
+                )));
+            }
+            _ => {}
+        }
         let log_path = self.dir.join(LOG_NAME);
         let log = File::create(&log_path).map_err(|err| {
             LaunchError::fatal(Error::io(format!("creating {}", log_path.display()), err))
@@ -153,12 +430,64 @@ impl EmbeddedValkey {
             .try_clone()
             .map_err(|err| LaunchError::fatal(Error::io("duplicating the log file handle", err)))?;
 
-        let child = Command::new(&self.binary)
-            .arg("--port")
-            .arg(self.port.to_string())
+        let mut command = Command::new(&self.binary);
+        match &self.tls {
+            None => {
+                command.arg("--port").arg(self.port.to_string());
+            }
+            Some(files) => {
+                command
+                    .args(["--port", "0", "--tls-port"])
+                    .arg(self.port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(&files.server_cert)
+                    .arg("--tls-key-file")
+                    .arg(&files.server_key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&files.ca_cert)
+                    .args(["--tls-auth-clients", "no", "--unixsocket"])
+                    .arg(&socket)
+                    .args(["--unixsocketperm", "700"]);
+            }
+        }
+        command
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(&self.dir)
+            .arg(&data);
+        match &self.auth {
+            None => {}
+            Some(Auth {
+                user: None,
+                password,
+            }) => {
+                command.arg("--requirepass").arg(password);
+            }
+            Some(Auth {
+                user: Some(user),
+                password,
+            }) => {
+                command.arg("--user").arg(user).args([
+                    "on",
+                    &format!(">{password}"),
+                    "~*",
+                    "&*",
+                    "+@all",
+                ]);
+                if user != "default" {
+                    command.args(["--user", "default", "off"]);
+                }
+            }
+        }
+        if let Some(cluster) = &self.cluster {
+            command
+                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                .arg(self.dir.join(NODES_CONF))
+                .arg("--cluster-port")
+                .arg(cluster.bus_port.to_string())
+                .arg("--cluster-node-timeout")
+                .arg(cluster.node_timeout.as_millis().to_string());
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_for_stderr)
@@ -214,7 +543,7 @@ impl EmbeddedValkey {
             // Someone else answering on our port is not fatal by itself: if
             // it took the port first, our child exits with "Address already
             // in use" and the check above turns that into a retry.
-            let last_probe = match probe::ping(self.port) {
+            let last_probe = match probe::ping(&self.endpoint(), self.login()) {
                 Ok(Some(pid)) if pid != own_pid => {
                     format!(
                         "a process other than ours (pid {pid}, ours is {own_pid}) answers on this port"
@@ -237,6 +566,23 @@ impl EmbeddedValkey {
             thread::sleep(backoff);
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
+    }
+
+    /// Where this crate probes the server: its TCP port, or for a TLS server
+    /// (which has no plain TCP port) its private Unix socket.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        match self.tls {
+            Some(_) => Endpoint::Unix(self.dir.join(SOCKET_NAME)),
+            None => Endpoint::Tcp(self.port),
+        }
+    }
+
+    /// How this crate logs in to the server, if it must.
+    pub(crate) fn login(&self) -> Option<Login<'_>> {
+        self.auth.as_ref().map(|auth| Login {
+            user: auth.user.as_deref(),
+            password: &auth.password,
+        })
     }
 
     fn not_ready(&self, log_path: &Path, reason: String, port_busy: bool) -> LaunchError {

@@ -1,4 +1,5 @@
-//! `$ECHOSTORE_VALKEY_SERVER` naming something unusable is a clear error.
+//! `$ECHOSTORE_VALKEY_SERVER` naming something unusable is a clear error, and
+//! so is `$ECHOSTORE_VALKEY_TLS_SERVER` naming a binary without TLS.
 //!
 //! Environment variables are process-wide and setting one is `unsafe` in
 //! edition 2024, so this file never sets any in its own process: the test
@@ -7,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use embedded_valkey::{EmbeddedValkey, Error, SERVER_ENV, find_binary};
+use embedded_valkey::{
+    EmbeddedValkey, Error, SERVER_ENV, TLS_SERVER_ENV, find_binary, find_tls_binary,
+};
 
 /// Set only on the child process, which then performs the checks.
 const CHILD_MARKER: &str = "EMBEDDED_VALKEY_ENV_TEST_CHILD";
@@ -65,4 +68,50 @@ fn check_unusable_env_binary_is_reported() {
 
     let err = EmbeddedValkey::start().expect_err("start uses the same discovery");
     assert!(err.to_string().contains(SERVER_ENV), "{err}");
+}
+
+const TLS_TEST_NAME: &str = "tls_env_var_naming_a_binary_without_tls_is_a_clear_error";
+
+/// `$ECHOSTORE_VALKEY_TLS_SERVER` naming a server without TLS is refused with
+/// an error naming the variable; naming one with TLS makes it the choice.
+#[test]
+fn tls_env_var_naming_a_binary_without_tls_is_a_clear_error() {
+    if let Some(expect) = std::env::var_os(CHILD_MARKER) {
+        let value = PathBuf::from(std::env::var_os(TLS_SERVER_ENV).unwrap());
+        if expect == "accepted" {
+            assert_eq!(find_tls_binary().unwrap(), value);
+        } else {
+            let err = find_tls_binary().expect_err("a binary without TLS is refused");
+            assert!(matches!(err, Error::BadEnvBinary { .. }), "{err:?}");
+            let message = err.to_string();
+            assert!(message.contains(TLS_SERVER_ENV), "{message}");
+            assert!(message.contains("not built with TLS"), "{message}");
+            let err = EmbeddedValkey::start_tls().expect_err("start_tls uses the same discovery");
+            assert!(err.to_string().contains(TLS_SERVER_ENV), "{err}");
+        }
+        return;
+    }
+
+    let tls = find_tls_binary().unwrap_or_else(|err| panic!("a TLS binary: {err}"));
+    let plain = find_binary().expect("a plain binary");
+    if plain != tls {
+        run_tls_child(&plain, "refused");
+    }
+    run_tls_child(&tls, "accepted");
+}
+
+fn run_tls_child(path: &Path, expect: &str) {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", TLS_TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env(TLS_SERVER_ENV, path)
+        .env(CHILD_MARKER, expect)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "child run with {TLS_SERVER_ENV}={} failed:\n{stdout}\n{stderr}",
+        path.display()
+    );
 }

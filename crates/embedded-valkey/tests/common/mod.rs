@@ -1,10 +1,11 @@
 //! Test helpers: a minimal raw-RESP client, so the tests talk to the real
-//! server without depending on a client crate.
+//! server without depending on a client crate; it runs over plain TCP or
+//! over any stream (the TLS tests hand it a rustls stream).
 
 // Each test file uses a different subset of these helpers.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
@@ -28,17 +29,32 @@ pub(crate) enum Reply {
 pub(crate) fn command(port: u16, args: &[&str]) -> std::io::Result<Reply> {
     let stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream);
+    command_over(&mut reader, args)
+}
+
+/// Sends one command on an open connection and reads one reply.
+pub(crate) fn command_over<S: Read + Write>(
+    stream: &mut BufReader<S>,
+    args: &[&str],
+) -> std::io::Result<Reply> {
     let mut request = format!("*{}\r\n", args.len());
     for arg in args {
         request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
     }
-    (&stream).write_all(request.as_bytes())?;
-    read_reply(&mut BufReader::new(stream))
+    stream.get_mut().write_all(request.as_bytes())?;
+    stream.get_mut().flush()?;
+    read_reply(stream)
 }
 
 fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Reply> {
     let mut line = String::new();
-    reader.read_line(&mut line)?;
+    if reader.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "connection closed without a reply",
+        ));
+    }
     let line = line.trim_end();
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("reply {line:?}"));
     let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
