@@ -135,7 +135,9 @@ async fn undecodable_bytes_are_a_counted_miss_and_get_overwritten() {
         let t = set_table(&valkey.url(), &source, |t| t).await; // a fresh L1
         let f = t.fetch(&id).await.expect("loaded instead");
         assert_eq!(f.origin, Origin::Loaded, "{garbage:?}");
-        assert!(t.stats().decode_errors >= 1, "{garbage:?}: counted");
+        // An empty string reads as no value at all (GETRANGE cannot tell the two apart).
+        let counted = t.stats().decode_errors >= 1;
+        assert!(counted || garbage.is_empty(), "{garbage:?}: counted");
         let bytes: Vec<u8> = conn.get(VALUE).await.expect("GET");
         assert_eq!(bytes[0], 1, "overwritten by a real envelope");
         assert_ne!(bytes, garbage);

@@ -5,9 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{
-    SET_ID, SET_LOCK, SET_VALUE, Source, raw, set_table, settled, until, until_async, valkey,
-};
+use common::{SET_ID, SET_LOCK, SET_VALUE, Source, raw, set_table, settled, until, valkey};
 use echostore::Origin;
 use redis::AsyncCommands;
 
@@ -32,11 +30,10 @@ async fn release_never_deletes_another_holders_lock() {
         source.calls() == 1
     })
     .await;
-    // A's rebuild runs long (the source holds it): its PX expires...
-    until_async("A's lock expired", async || {
-        !conn.exists::<_, bool>(SET_LOCK).await.expect("EXISTS")
-    })
-    .await;
+    // A's lease keeps its lock while A lives; a lock still expires when A's process stalls or
+    // loses Valkey for longer than lock_ttl. Stand in for that expiry: the lock vanishes...
+    let deleted: i64 = conn.del(SET_LOCK).await.expect("the PX fires");
+    assert_eq!(deleted, 1, "A held the lock");
     // ...and B acquires the lock with its own token.
     let b_token = "token-of-B";
     let b: Option<String> = redis::cmd("SET")

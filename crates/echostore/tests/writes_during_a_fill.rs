@@ -113,13 +113,17 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
     until_stats(&table, "the owner took the invalidation", |s| s.l1_len == 0).await;
     let miss = spawn_fetch(&table, 1);
     until_stats(&table, "the miss is queued", |s| s.in_flight == 1).await;
-    let put = tokio::spawn({
-        let table = table.clone();
-        async move { table.put(&1, "from-put".into()).await }
-    });
-    // Valkey resumes only once the owner has taken the put (its value in L1, its write queued),
-    // or the queued miss could launch between the two writes and read the source.
-    until_stats(&table, "the owner took the put", |s| s.l1_len == 1).await;
+    // The put's first poll sends it to the owner; a second miss sent after it joins the queued
+    // flight (`coalesced`) only once the owner has taken the put, since a mailbox keeps order.
+    // Valkey resumes only then, or the queued miss could launch between the two writes and read
+    // the source.
+    let mut put = Box::pin(table.put(&1, "from-put".into()));
+    assert!(futures::poll!(&mut put).is_pending(), "Valkey is paused");
+    let joiner = spawn_fetch(&table, 1);
+    until_stats(&table, "the owner took the put, then the joiner", |s| {
+        s.coalesced == 1
+    })
+    .await;
     let _: () = redis::cmd("CLIENT")
         .arg("UNPAUSE")
         .query_async(&mut conn)
@@ -127,7 +131,9 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
         .expect("CLIENT UNPAUSE");
 
     invalidate.await.expect("task").expect("invalidate");
-    put.await.expect("task").expect("put");
+    put.await.expect("put");
+    let joined = joiner.await.expect("task").expect("value");
+    assert_eq!(joined.value.as_str(), "from-put");
     let answer = tokio::time::timeout(std::time::Duration::from_secs(30), miss)
         .await
         .expect("the queued miss is answered, not left hanging")
