@@ -82,6 +82,8 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
     fn insert(&self, id: K, entry: Entry<V>);
     /// Drops the entry for `id`, if any.
     fn remove(&self, id: &K);
+    /// Drops every entry (coherence lost: any of them may be out of date).
+    fn clear(&self);
     /// Entries held now.
     fn len(&self) -> u64;
 }
@@ -129,6 +131,13 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         }
     }
 
+    fn clear(&self) {
+        match self {
+            L1::QuickCache(l1) => l1.clear(),
+            L1::Moka(l1) => l1.clear(),
+        }
+    }
+
     fn len(&self) -> u64 {
         match self {
             L1::QuickCache(l1) => l1.len(),
@@ -154,6 +163,10 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
         self.0.remove(id);
     }
 
+    fn clear(&self) {
+        self.0.clear();
+    }
+
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
@@ -174,6 +187,10 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
 
     fn remove(&self, id: &K) {
         self.0.invalidate(id);
+    }
+
+    fn clear(&self) {
+        self.0.invalidate_all();
     }
 
     fn len(&self) -> u64 {

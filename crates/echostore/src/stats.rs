@@ -168,6 +168,19 @@ counters! {
     soft_timeouts,
     /// Times the supervisor restarted this table's owner after it crashed.
     owner_restarts,
+    /// Invalidation pushes from Valkey (another process, a script or an expiry changed a value
+    /// key) that reached this table.
+    invalidations,
+    /// Times this table's L1 was flushed because the store's tracking connection was lost or
+    /// re-established (invalidations may have been missed).
+    coherence_flushes,
+    /// Polling losers woken by a push (the winner's write, or its lock going away) rather than
+    /// by their safety poll.
+    push_wakeups,
+    /// Early refreshes (XFetch) started by a read in a value's last stretch.
+    early_refreshes,
+    /// Early refreshes whose load failed; the current value stayed until its freshness ended.
+    early_refresh_failures,
 }
 
 /// All counters of one table.
