@@ -2,7 +2,8 @@
 //! `GET` of a small value over a redis-rs multiplexed connection (the baseline: the round trip a
 //! hit saves), `Table::get` on an L1 miss that is an L2 hit (the round trip plus the owner hop,
 //! the decode and the L1 insert), and a quick_cache L1 hit over 100k random keys. The ratio
-//! "L2 GET / L1 hit" is the seed's `bcs.4.md` figure; `docs/benchmarks.md` has the seed's figures and ours.
+//! "L2 GET / L1 hit" is the seed's `bcs.4.md` figure; `docs/benchmarks.md` has the seed's
+//! figures and ours.
 //!
 //! Every L2 read is sequential: one round trip at a time, as one caller sees it.
 #![allow(missing_docs)] // criterion_group! generates an undocumented function

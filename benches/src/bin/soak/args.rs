@@ -24,7 +24,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     pub(crate) stores: usize,
 
-    /// The table's ttl, no jitter (250us, 200ms, 1.5s, 2m); at least 10ms, the check's slack is 5ms.
+    /// The table's ttl, no jitter (250us, 200ms, 1.5s, 2m); at least 10ms (the check's slack
+    /// is 5ms).
     #[arg(long, default_value = "200ms", value_parser = ttl)]
     pub(crate) ttl: Duration,
 
