@@ -10,154 +10,32 @@
 //! a build that broke single-flight cannot produce a pretty number.
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use echostore::{Store, Table};
+use echostore::Store;
+use echostore_benches::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
 use echostore_benches::{
     Samples, measurement_time, print_ratio, print_summary, runtime, size, under_ci,
 };
 use embedded_valkey::EmbeddedValkey;
 use tokio::runtime::Runtime;
-use tokio::sync::oneshot;
-
-/// How long the herd's one source read takes.
-const SOURCE_LATENCY: Duration = Duration::from_millis(5);
 
 /// Criterion's minimum; each sample holds many herds.
 const SAMPLE_SIZE: usize = 10;
 
-/// The source: counts its reads, sleeps, answers.
-async fn source(reads: &AtomicU64, id: u64) -> String {
-    reads.fetch_add(1, Ordering::SeqCst);
-    tokio::time::sleep(SOURCE_LATENCY).await;
-    format!("value of {id}")
-}
-
-/// A table named `name` on `store` whose loader is [`source`], counted in `reads`.
-async fn herd_table(store: &Store, name: &str, reads: &Arc<AtomicU64>) -> Table<u64, String> {
-    let reads = Arc::clone(reads);
-    store
-        .table::<u64, String>(name)
-        .ttl(Duration::from_secs(60))
-        .loader(move |id: u64| {
-            let reads = Arc::clone(&reads);
-            async move { Ok::<_, std::io::Error>(source(&reads, id).await) }
-        })
-        .start()
-        .await
-        .expect("herd table")
-}
-
-/// One slot of the bare single-flight: a load in progress with its parked callers, or its value.
-enum Slot {
-    Loading(Vec<oneshot::Sender<Arc<String>>>),
-    /// Kept so that a caller spawned after the load finished does not start a second one, as the
-    /// table's L1 would answer it.
-    Ready(Arc<String>),
-}
-
-/// The baseline, as in `echostore hit-cost`: the least single-flight tokio allows, a mutex over a
-/// map of parked callers. The first caller of a key reads the source and wakes the others through
-/// their oneshots.
-#[derive(Default)]
-struct SingleFlight {
-    slots: Mutex<HashMap<u64, Slot>>,
-    reads: AtomicU64,
-}
-
-impl SingleFlight {
-    async fn get(&self, id: u64) -> Arc<String> {
-        let parked = {
-            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            match slots.get_mut(&id) {
-                Some(Slot::Ready(value)) => return Arc::clone(value),
-                Some(Slot::Loading(waiters)) => {
-                    let (tx, rx) = oneshot::channel();
-                    waiters.push(tx);
-                    Some(rx)
-                }
-                None => {
-                    slots.insert(id, Slot::Loading(Vec::new()));
-                    None
-                }
-            }
-        };
-        if let Some(rx) = parked {
-            return rx.await.expect("the loading caller answers");
-        }
-        let value = Arc::new(source(&self.reads, id).await);
-        let previous = self
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, Slot::Ready(Arc::clone(&value)));
-        if let Some(Slot::Loading(waiters)) = previous {
-            for tx in waiters {
-                let _ = tx.send(Arc::clone(&value));
-            }
-        }
-        value
-    }
-}
-
-/// Who answers the herd.
-enum Answerer {
-    /// Tables (one per store), dealt the callers round-robin; their loaders count in `reads`.
-    Tables {
-        tables: Vec<Table<u64, String>>,
-        reads: Arc<AtomicU64>,
-    },
-    Baseline(Arc<SingleFlight>),
-}
-
-impl Answerer {
-    fn reads(&self) -> u64 {
-        match self {
-            Answerer::Tables { reads, .. } => reads.load(Ordering::SeqCst),
-            Answerer::Baseline(flight) => flight.reads.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Spawns `callers` tasks that each get `id`; the time until all of them have the value.
-    async fn herd(&self, id: u64, callers: usize) -> Duration {
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..callers)
-            .map(|i| match self {
-                Answerer::Tables { tables, .. } => {
-                    let table = tables[i % tables.len()].clone();
-                    tokio::spawn(async move { drop(table.get(&id).await.expect("a value")) })
-                }
-                Answerer::Baseline(flight) => {
-                    let flight = Arc::clone(flight);
-                    tokio::spawn(async move { drop(flight.get(id).await) })
-                }
-            })
-            .collect();
-        for joined in futures::future::join_all(tasks).await {
-            joined.expect("a herd task");
-        }
-        started.elapsed()
-    }
-}
-
 /// `iters` herds, each on a fresh id; asserts one source read per herd, outside the timing.
-fn herds(
-    rt: &Runtime,
-    answerer: &Answerer,
-    ids: &AtomicU64,
-    callers: usize,
-    iters: u64,
-) -> Duration {
+fn herds(rt: &Runtime, herd: &Herd, ids: &AtomicU64, callers: usize, iters: u64) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         let id = ids.fetch_add(1, Ordering::Relaxed);
-        let before = answerer.reads();
-        total += rt.block_on(answerer.herd(id, callers));
-        let reads = answerer.reads() - before;
+        let before = herd.reads();
+        total += rt
+            .block_on(herd.run(id, callers))
+            .unwrap_or_else(|e| panic!("a herd of {callers} on id {id}: {e}"));
+        let reads = herd.reads() - before;
         assert_eq!(
             reads, 1,
             "a herd of {callers} on id {id} read the source {reads} times"
@@ -180,41 +58,42 @@ fn herd(c: &mut Criterion) {
             .expect("store with valkey")
     };
 
-    let answerers: Vec<(&str, Answerer)> = rt.block_on(async {
-        let local_reads = Arc::new(AtomicU64::new(0));
-        let local = Store::builder().build().await.expect("store");
-        let one_reads = Arc::new(AtomicU64::new(0));
-        let one = with_valkey().await;
-        let four_reads = Arc::new(AtomicU64::new(0));
-        let mut four = Vec::new();
+    let answerers: Vec<(&str, Herd)> = rt.block_on(async {
+        let table = |store: Store, name: &'static str, source: Arc<Source>| async move {
+            herd_table(&store, name, &source).await.expect("herd table")
+        };
+        let (local, one, four) = (
+            Source::new(SOURCE_LATENCY),
+            Source::new(SOURCE_LATENCY),
+            Source::new(SOURCE_LATENCY),
+        );
+        let mut four_tables = Vec::new();
         for _ in 0..4 {
-            four.push(herd_table(&with_valkey().await, "herd-four", &four_reads).await);
+            four_tables.push(table(with_valkey().await, "herd-four", Arc::clone(&four)).await);
         }
+        let local_store = Store::builder().build().await.expect("store");
         vec![
             (
                 "one store without Valkey: the owner's flights",
-                Answerer::Tables {
-                    tables: vec![herd_table(&local, "herd-local", &local_reads).await],
-                    reads: local_reads,
-                },
+                Herd::tables(
+                    vec![table(local_store, "herd-local", Arc::clone(&local)).await],
+                    local,
+                ),
             ),
             (
                 "a bare oneshot single-flight: the baseline",
-                Answerer::Baseline(Arc::default()),
+                Herd::baseline(Source::new(SOURCE_LATENCY)),
             ),
             (
                 "one store with Valkey",
-                Answerer::Tables {
-                    tables: vec![herd_table(&one, "herd-one", &one_reads).await],
-                    reads: one_reads,
-                },
+                Herd::tables(
+                    vec![table(with_valkey().await, "herd-one", Arc::clone(&one)).await],
+                    one,
+                ),
             ),
             (
                 "four stores on one Valkey, the herd dealt round-robin",
-                Answerer::Tables {
-                    tables: four,
-                    reads: four_reads,
-                },
+                Herd::tables(four_tables, four),
             ),
         ]
     });

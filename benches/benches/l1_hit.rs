@@ -12,19 +12,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{L1Backend, Store, Table};
+use echostore_benches::measure;
 use echostore_benches::{
     Samples, filled_table, measurement_time, print_ratio, print_summary, random_ids, runtime, size,
 };
-use futures::FutureExt;
 
 const SAMPLE_SIZE: usize = 100;
 
 fn hit(table: &Table<u64, u64>, id: &u64) -> u64 {
-    *table
-        .get(id)
-        .now_or_never()
-        .expect("an L1 hit completes without waiting")
-        .expect("a value")
+    *measure::l1_hit(table, id).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Times `iters` calls of `hit` spread over `threads` threads, each walking `ids` from its own
@@ -95,7 +91,13 @@ fn l1_hit(c: &mut Criterion) {
     let baseline = samples;
 
     for backend in [L1Backend::QuickCache, L1Backend::Moka] {
-        let table = rt.block_on(filled_table(&store, backend, keys));
+        let all: Vec<u64> = (0..keys).collect();
+        let name = format!("bench-{backend:?}").to_lowercase();
+        let table = rt
+            .block_on(filled_table(&store, &name, backend, &all, |id| {
+                id.wrapping_mul(31)
+            }))
+            .expect("a filled table");
         for threads in [1, 2] {
             let id = BenchmarkId::new(
                 format!("{backend:?} over {keys} random keys"),

@@ -2,7 +2,8 @@
 //! `GET` of a small value over a redis-rs multiplexed connection (the baseline: the round trip a
 //! hit saves), `Table::get` on an L1 miss that is an L2 hit (the round trip plus the owner hop,
 //! the decode and the L1 insert), and a quick_cache L1 hit over 100k random keys. The ratio
-//! "L2 GET / L1 hit" is the seed's `bcs.4.md` figure (31 µs / 762 ns = 40×).
+//! "L2 GET / L1 hit" is the seed's `bcs.4.md` figure; `docs/benchmarks.md` has the seed's
+//! figures and ours.
 //!
 //! Every L2 read is sequential: one round trip at a time, as one caller sees it.
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
@@ -14,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{L1Backend, Origin, Store, Table};
+use echostore_benches::measure::{Latencies, l1_hit, timed_gets};
 use echostore_benches::{
     Samples, filled_table, human, measurement_time, print_ratio, print_summary, random_ids,
     runtime, size,
 };
 use embedded_valkey::EmbeddedValkey;
-use futures::FutureExt;
 use redis::AsyncCommands;
 
 /// The raw GET reads a value of this many bytes; the table's values are strings of the same
@@ -83,12 +84,6 @@ async fn l2_only_table(url: &str, keys: u64, loads: Arc<AtomicU64>) -> Table<u64
         .expect("reader table")
 }
 
-/// The `q` quantile of sorted nanoseconds (nearest rank), as a float; `None` for none.
-fn quantile(sorted: &[u64], q: f64) -> Option<f64> {
-    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len().max(1));
-    sorted.get(rank - 1).map(|&ns| ns as f64)
-}
-
 /// `total_commands_processed` from Valkey's `INFO stats`.
 async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -109,6 +104,7 @@ fn l2_get(c: &mut Criterion) {
     let keys = size(10_000, 1_000) as u64;
 
     // (a) the baseline: a raw GET over one multiplexed connection.
+    let raw_value = value_of(0).into_bytes();
     let mut conn = rt.block_on(async {
         let client = redis::Client::open(url.as_str()).expect("valkey url");
         let mut conn = client
@@ -129,15 +125,24 @@ fn l2_get(c: &mut Criterion) {
     // (c) an L1 hit, as in `l1_hit`: quick_cache, 100k random keys, one thread.
     let l1_keys = size(100_000, 10_000) as u64;
     let store = rt.block_on(Store::builder().build()).expect("store");
-    let l1_table = rt.block_on(filled_table(&store, L1Backend::QuickCache, l1_keys));
+    let all: Vec<u64> = (0..l1_keys).collect();
+    let l1_table = rt
+        .block_on(filled_table(
+            &store,
+            "bench-l1",
+            L1Backend::QuickCache,
+            &all,
+            |id| id.wrapping_mul(31),
+        ))
+        .expect("a filled table");
     let ids = random_ids(l1_keys, size(1 << 20, 1 << 16));
 
     let raw = Samples::default();
     let through_table = Samples::default();
     // Each round trip's own time too: criterion's figure is a mean per sample, which a few slow
     // wake-ups pull up; the median round trip is the figure `echostore hit-cost` and the seed give.
-    let mut raw_trips: Vec<u64> = Vec::new();
-    let mut table_trips: Vec<u64> = Vec::new();
+    let mut raw_trips = Latencies::default();
+    let mut table_trips = Latencies::default();
     let l1 = Samples::default();
     let mut group = c.benchmark_group("an L2 GET against an L1 hit");
     group.measurement_time(measurement_time());
@@ -150,12 +155,15 @@ fn l2_get(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let elapsed = rt.block_on(async {
                     let start = Instant::now();
-                    for _ in 0..iters {
-                        let trip = Instant::now();
-                        let got: Option<Vec<u8>> = conn.get("bench-raw:{0}").await.expect("GET");
-                        raw_trips.push(trip.elapsed().as_nanos() as u64);
-                        black_box(got.expect("the raw value is there"));
-                    }
+                    timed_gets(
+                        &mut conn,
+                        "bench-raw:{0}",
+                        &raw_value,
+                        iters,
+                        &mut raw_trips,
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
                     start.elapsed()
                 });
                 raw.record(elapsed, iters)
@@ -177,7 +185,7 @@ fn l2_get(c: &mut Criterion) {
                     for _ in 0..iters {
                         let trip = Instant::now();
                         let fetched = l2_table.fetch(&next).await.expect("an L2 hit");
-                        table_trips.push(trip.elapsed().as_nanos() as u64);
+                        table_trips.record(trip.elapsed());
                         assert_eq!(fetched.origin, Origin::L2, "id {next} did not come from L2");
                         black_box(fetched.value);
                         next = (next + 1) % keys;
@@ -200,11 +208,7 @@ fn l2_get(c: &mut Criterion) {
                 let start = Instant::now();
                 let mut at = 0;
                 for _ in 0..iters {
-                    let value = l1_table
-                        .get(&ids[at])
-                        .now_or_never()
-                        .expect("an L1 hit completes without waiting")
-                        .expect("a value");
+                    let value = l1_hit(&l1_table, &ids[at]).unwrap_or_else(|e| panic!("{e}"));
                     black_box(*value);
                     at = if at + 1 == ids.len() { 0 } else { at + 1 };
                 }
@@ -234,17 +238,14 @@ fn l2_get(c: &mut Criterion) {
         "  Valkey processed {commands} commands for {hits} L2 hits: {:.3} per hit",
         commands as f64 / hits.max(1) as f64
     );
-    for (name, trips) in [
-        ("raw GET", &mut raw_trips),
-        ("Table::get L2 hit", &mut table_trips),
-    ] {
-        trips.sort_unstable();
-        if let (Some(median), Some(p99)) = (quantile(trips, 0.5), quantile(trips, 0.99)) {
+    let ns = |d: Duration| d.as_nanos() as f64;
+    for (name, trips) in [("raw GET", &raw_trips), ("Table::get L2 hit", &table_trips)] {
+        if !trips.is_empty() {
             println!(
                 "  {name}, each round trip ({} timed, warm-up included): median {}, p99 {}",
                 trips.len(),
-                human(median),
-                human(p99)
+                human(ns(trips.quantile(0.5))),
+                human(ns(trips.quantile(0.99)))
             );
         }
     }
@@ -262,10 +263,10 @@ fn l2_get(c: &mut Criterion) {
         ("Table::get L2 hit", through_table),
         ("raw GET", raw),
     );
-    if let (Some(trip), Some(hit)) = (quantile(&raw_trips, 0.5), l1) {
+    if let (false, Some(hit)) = (raw_trips.is_empty(), l1) {
         println!(
             "  the seed's 40×, per round trip: median raw GET / L1 hit = {:.2}×",
-            trip / hit.median_ns
+            ns(raw_trips.quantile(0.5)) / hit.median_ns
         );
     }
     drop(valkey);

@@ -7,37 +7,62 @@
 //! cargo run --release -p echostore-benches --bin storm -- [--ids 1000000] [--capacity 10000]
 //! ```
 //!
-//! Each backend runs in a fresh process (this binary re-runs itself), so one run's peak does not
-//! hide the other's.
+//! Each backend runs in a fresh process (this binary re-runs itself with `--backend`), so one
+//! run's peak does not hide the other's.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use clap::{Parser, ValueEnum};
 use echostore::{L1Backend, Store};
+use echostore_benches::measure::peak_rss_kib;
 
-/// A `/proc/self/status` field in KiB (`VmHWM`: peak RSS; `VmRSS`: now).
-fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+/// A million distinct ids through one table: L1 stays bounded; prints peak RSS per backend.
+#[derive(Debug, Parser)]
+#[command(name = "storm")]
+struct Args {
+    /// Distinct ids to miss on, one get each.
+    #[arg(long, default_value_t = 1_000_000)]
+    ids: u64,
+
+    /// The table's L1 capacity, the bound L1 must keep.
+    #[arg(long, default_value_t = 10_000)]
+    capacity: u64,
+
+    /// Run one backend in this process (the parent runs each in a child of its own).
+    #[arg(long, value_enum, hide = true)]
+    backend: Option<Backend>,
 }
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(default)
+/// The L1 backend a child process runs.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Backend {
+    #[value(name = "quick_cache")]
+    QuickCache,
+    Moka,
+}
+
+impl Backend {
+    const ALL: [Backend; 2] = [Backend::QuickCache, Backend::Moka];
+
+    fn l1(self) -> L1Backend {
+        match self {
+            Backend::QuickCache => L1Backend::QuickCache,
+            Backend::Moka => L1Backend::Moka,
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Backend::QuickCache => "quick_cache",
+            Backend::Moka => "moka",
+        }
+    }
 }
 
 /// Runs the storm on one backend in this process and prints one line of figures.
 async fn storm(backend: L1Backend, ids: u64, capacity: u64) -> Result<bool, echostore::Error> {
-    let before = status_kib("VmHWM:");
+    let before = peak_rss_kib().unwrap_or(0);
     let store = Store::builder().build().await?;
     let table = store
         .table::<u64, u64>("storm")
@@ -63,7 +88,7 @@ async fn storm(backend: L1Backend, ids: u64, capacity: u64) -> Result<bool, echo
     }
     let elapsed = started.elapsed();
     let s = table.stats();
-    let peak = status_kib("VmHWM:");
+    let peak = peak_rss_kib().unwrap_or(0);
     println!(
         "{backend:?}: {ids} distinct ids in {:.2} s ({:.0} misses/s) · source reads {} · L1 {} of {capacity} · in flight {} · peak RSS {:.1} MiB (before the storm {:.1} MiB)",
         elapsed.as_secs_f64(),
@@ -78,38 +103,26 @@ async fn storm(backend: L1Backend, ids: u64, capacity: u64) -> Result<bool, echo
 }
 
 fn main() -> ExitCode {
-    let (ids, capacity) = (arg("--ids", 1_000_000), arg("--capacity", 10_000));
-    let backend = match std::env::args()
-        .skip_while(|a| a != "--backend")
-        .nth(1)
-        .as_deref()
-    {
-        Some("quick_cache") => L1Backend::QuickCache,
-        Some("moka") => L1Backend::Moka,
-        _ => {
-            // The parent: one child process per backend.
-            let me = std::env::current_exe().expect("own path");
-            let mut ok = true;
-            for name in ["quick_cache", "moka"] {
-                let status = Command::new(&me)
-                    .args([
-                        "--backend",
-                        name,
-                        "--ids",
-                        &ids.to_string(),
-                        "--capacity",
-                        &capacity.to_string(),
-                    ])
-                    .status();
-                ok &= status.is_ok_and(|s| s.success());
-            }
-            return if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            };
+    let args = Args::parse();
+    let Some(backend) = args.backend else {
+        // The parent: one child process per backend.
+        let me = std::env::current_exe().expect("own path");
+        let mut ok = true;
+        for backend in Backend::ALL {
+            let status = Command::new(&me)
+                .args(["--backend", backend.flag()])
+                .args(["--ids", &args.ids.to_string()])
+                .args(["--capacity", &args.capacity.to_string()])
+                .status();
+            ok &= status.is_ok_and(|s| s.success());
         }
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     };
+    let (backend, ids, capacity) = (backend.l1(), args.ids, args.capacity);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

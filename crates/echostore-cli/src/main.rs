@@ -6,7 +6,6 @@
 //! (an embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
 //! private embedded Valkey and stop it when they finish.
 
-mod duration;
 mod hit_cost;
 mod output;
 mod race;

@@ -1,13 +1,13 @@
 //! What the readouts share for showing results: a spinner on stderr for runs that take over a
-//! second (never in `--json` mode, never when stderr is not a terminal), latency summaries from an
-//! HDR histogram, number formatting, and the one-object JSON print.
+//! second (never in `--json` mode, never when stderr is not a terminal), latency summaries of the
+//! shared HDR histogram ([`Latencies`]), number formatting, and the one-object JSON print.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+use echostore_benches::measure::Latencies;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -57,17 +57,6 @@ impl Spinner {
     }
 }
 
-/// A new histogram of microseconds, 1 µs to an hour, three significant figures.
-pub(crate) fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant histogram bounds are valid")
-}
-
-/// Records one latency into a microsecond histogram (clamped to its bounds).
-pub(crate) fn record(h: &mut Histogram<u64>, latency: Duration) {
-    let us = (latency.as_micros() as u64).clamp(1, h.high());
-    h.saturating_record(us);
-}
-
 /// p50, p99 and max of a latency histogram, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub(crate) struct Latency {
@@ -82,16 +71,16 @@ pub(crate) struct Latency {
 }
 
 impl Latency {
-    /// Summarises a microsecond histogram; an empty one is all zeros.
-    pub(crate) fn of(h: &Histogram<u64>) -> Latency {
+    /// Summarises a latency histogram; an empty one is all zeros.
+    pub(crate) fn of(h: &Latencies) -> Latency {
         if h.is_empty() {
             return Latency::default();
         }
-        let ms = |us: u64| round3(us as f64 / 1000.0);
+        let ms = |d: Duration| round3(d.as_secs_f64() * 1000.0);
         Latency {
             count: h.len(),
-            p50: ms(h.value_at_quantile(0.50)),
-            p99: ms(h.value_at_quantile(0.99)),
+            p50: ms(h.quantile(0.50)),
+            p99: ms(h.quantile(0.99)),
             max: ms(h.max()),
         }
     }
@@ -161,9 +150,9 @@ mod tests {
     /// A latency summary reads the histogram's quantiles in milliseconds.
     #[test]
     fn summarises_latency() {
-        let mut h = histogram();
+        let mut h = Latencies::default();
         for us in [1000, 2000, 3000] {
-            record(&mut h, Duration::from_micros(us));
+            h.record(Duration::from_micros(us));
         }
         let l = Latency::of(&h);
         assert_eq!(l.count, 3);

@@ -1,13 +1,18 @@
-//! Durations on the command line: `50ms`, `1s`, `250us`, `1.5s`, `2m`.
+//! Durations on the command line of every tool (the `echostore` readouts, the soak): `50ms`,
+//! `1s`, `250us`, `1.5s`, `2m`.
 //!
 //! A number (integer or decimal) followed by a unit: `ns`, `us` (or `µs`), `ms`, `s`, `m`. The
-//! unit is required, so `50` is refused rather than guessed. Used as a clap `value_parser`.
+//! unit is required, so `50` is refused rather than guessed; only `0` needs none. Used as a clap
+//! `value_parser`.
 
 use std::time::Duration;
 
 /// Parses a duration such as `50ms` or `1.5s`.
-pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .ok_or_else(|| format!("{text:?} has no unit: write e.g. 50ms or 1s"))?;
@@ -32,7 +37,7 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// Renders a duration the way [`parse`] reads it, in its most natural unit.
-pub(crate) fn render(d: Duration) -> String {
+pub fn render(d: Duration) -> String {
     if d.is_zero() {
         "0ms".to_owned()
     } else if d.as_nanos().is_multiple_of(1_000_000_000) {
@@ -58,9 +63,10 @@ mod tests {
         assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse("250us"), Ok(Duration::from_micros(250)));
         assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
     }
 
-    /// A bare number, an unknown unit or garbage is refused with a message.
+    /// A bare number other than 0, an unknown unit or garbage is refused with a message.
     #[test]
     fn refuses_what_it_cannot_read() {
         assert!(parse("50").is_err());

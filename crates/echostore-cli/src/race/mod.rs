@@ -9,9 +9,10 @@
 //! would have. A fresh random key per run keeps earlier runs out of the race.
 //!
 //! The source answers after `--source-latency`, and not before every other node has met the
-//! winner's lock (or [`CONTEND_FOR`] after the herd's release; the latencies include this wait): on a loaded machine a node's flight can start later
-//! than one source read lasts, and then it would find the value instead of racing for it. The
-//! readout is about the race, so the source waits for it.
+//! winner's lock (or [`CONTEND_FOR`] after the herd's release; the latencies include this wait):
+//! on a loaded machine a node's flight can start later than one source read lasts, and then it
+//! would find the value instead of racing for it. The readout is about the race, so the source
+//! waits for it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,13 +20,17 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use echostore::{Error, LoserPolicy, Origin, Store, Table, TableStats};
+use echostore_benches::duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, watch};
 use tokio::time::Instant;
 
-use crate::output::{self, Latency, Spinner};
+use crate::output::{self, Spinner};
 use crate::valkey::Target;
-use crate::{CliResult, Outcome, duration};
+use crate::{CliResult, Outcome};
+use report::RaceReport;
+
+mod report;
 
 /// The table every node of the race opens.
 const TABLE: &str = "race";
@@ -110,64 +115,6 @@ struct Answer {
     result: Result<(Origin, Option<Duration>), Error>,
 }
 
-/// The answers of the herd by where they came from.
-#[derive(Debug, Default, Serialize)]
-struct Answers {
-    l1: u64,
-    l2: u64,
-    loaded: u64,
-    coalesced: u64,
-    stale: u64,
-    default: u64,
-    /// Origins this readout does not know by name (the enum may grow).
-    other: u64,
-    lock_busy: u64,
-    other_errors: u64,
-}
-
-/// One node's share of the race.
-#[derive(Debug, Serialize)]
-struct NodeReport {
-    node: u32,
-    requests: u64,
-    latency_ms: Latency,
-    stats: TableStats,
-}
-
-/// The readout, as printed with `--json`.
-#[derive(Debug, Serialize)]
-struct RaceReport {
-    readout: &'static str,
-    losers: &'static str,
-    nodes: u32,
-    requests: u32,
-    source_latency_ms: f64,
-    valkey: String,
-    key: String,
-    source_reads: u64,
-    invariant_held: bool,
-    coalesced: u64,
-    lock_won: u64,
-    lock_lost: u64,
-    poll_waits: u64,
-    l2_hits: u64,
-    stale_served: u64,
-    defaults_served: u64,
-    failed_fast: u64,
-    released: u64,
-    release_skipped: u64,
-    errors: u64,
-    max_staleness_ms: f64,
-    answers: Answers,
-    first_error: Option<String>,
-    latency_ms: Latency,
-    winner_node: Option<u32>,
-    latency_winner_node_ms: Latency,
-    latency_other_nodes_ms: Latency,
-    per_node: Vec<NodeReport>,
-    verdict: String,
-}
-
 /// Runs the race and prints its readout.
 pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> {
     if args.requests < args.nodes {
@@ -184,7 +131,7 @@ pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> 
     if args.json {
         output::print_json(&report)?;
     } else {
-        print_human(&report, args, target);
+        report::print_human(&report, args, target);
     }
     Ok(if report.invariant_held {
         Outcome::Held
@@ -227,7 +174,7 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
             .await
             .map_err(|e| format!("cleaning up the race key: {e}"))?;
     }
-    Ok(summarise(
+    Ok(report::summarise(
         target,
         args,
         key,
@@ -387,221 +334,4 @@ async fn herd(
         answers.push(joined.map_err(|e| format!("a request task failed: {e}"))?);
     }
     Ok(answers)
-}
-
-fn summarise(
-    target: &Target,
-    args: &RaceArgs,
-    key: String,
-    source_reads: u64,
-    stats: &[TableStats],
-    answers: &[Answer],
-) -> RaceReport {
-    let sum = |f: fn(&TableStats) -> u64| stats.iter().map(f).sum::<u64>();
-    let winner_node = stats.iter().position(|s| s.lock_won >= 1).map(|i| i as u32);
-
-    let mut tally = Answers::default();
-    let mut first_error = None;
-    let mut max_stale = Duration::ZERO;
-    let mut all = output::histogram();
-    let mut winner_side = output::histogram();
-    let mut other_side = output::histogram();
-    let mut per_node: Vec<_> = (0..args.nodes).map(|_| output::histogram()).collect();
-    for answer in answers {
-        output::record(&mut all, answer.latency);
-        output::record(&mut per_node[answer.node as usize], answer.latency);
-        if Some(answer.node) == winner_node {
-            output::record(&mut winner_side, answer.latency);
-        } else {
-            output::record(&mut other_side, answer.latency);
-        }
-        match &answer.result {
-            Ok((origin, stale_by)) => {
-                match origin {
-                    Origin::L1 => tally.l1 += 1,
-                    Origin::L2 => tally.l2 += 1,
-                    Origin::Loaded => tally.loaded += 1,
-                    Origin::Coalesced => tally.coalesced += 1,
-                    Origin::Stale => tally.stale += 1,
-                    Origin::Default => tally.default += 1,
-                    _ => tally.other += 1,
-                }
-                if let Some(by) = stale_by {
-                    max_stale = max_stale.max(*by);
-                }
-            }
-            Err(e) if e.is_lock_busy() => tally.lock_busy += 1,
-            Err(e) => {
-                tally.other_errors += 1;
-                first_error.get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
-
-    let invariant_held = source_reads == 1;
-    let mut report = RaceReport {
-        readout: "race",
-        losers: args.losers.name(),
-        nodes: args.nodes,
-        requests: args.requests,
-        source_latency_ms: output::round3(args.source_latency.as_secs_f64() * 1000.0),
-        valkey: target.shown_url(),
-        key,
-        source_reads,
-        invariant_held,
-        coalesced: sum(|s| s.coalesced),
-        lock_won: sum(|s| s.lock_won),
-        lock_lost: sum(|s| s.lock_lost),
-        poll_waits: sum(|s| s.poll_waits),
-        l2_hits: sum(|s| s.l2_hits),
-        stale_served: sum(|s| s.stale_served),
-        defaults_served: sum(|s| s.defaults_served),
-        failed_fast: sum(|s| s.failed_fast),
-        released: sum(|s| s.released),
-        release_skipped: sum(|s| s.release_skipped),
-        errors: sum(|s| s.errors),
-        max_staleness_ms: output::round3(max_stale.as_secs_f64() * 1000.0),
-        answers: tally,
-        first_error,
-        latency_ms: Latency::of(&all),
-        winner_node,
-        latency_winner_node_ms: Latency::of(&winner_side),
-        latency_other_nodes_ms: Latency::of(&other_side),
-        per_node: stats
-            .iter()
-            .zip(&per_node)
-            .enumerate()
-            .map(|(node, (stats, h))| NodeReport {
-                node: node as u32,
-                requests: h.len(),
-                latency_ms: Latency::of(h),
-                stats: *stats,
-            })
-            .collect(),
-        verdict: String::new(),
-    };
-    report.verdict = verdict(&report, args.losers);
-    report
-}
-
-/// The one-line verdict: did the stampede become one read, and what did the losers get.
-fn verdict(r: &RaceReport, losers: Losers) -> String {
-    let reads = |n: u64| {
-        if n == 1 {
-            "source read"
-        } else {
-            "source reads"
-        }
-    };
-    if !r.invariant_held {
-        return format!(
-            "INVARIANT FAILED: {} {} for {} requests (exactly 1 was expected)",
-            r.source_reads,
-            reads(r.source_reads),
-            r.requests
-        );
-    }
-    let losers_got = if r.nodes == 1 {
-        "one node alone: every other request coalesced onto its flight".to_owned()
-    } else {
-        match losers {
-            Losers::Poll => "the losers polled and read the winner's fresh value".to_owned(),
-            Losers::Stale => format!(
-                "the losers served the stale copy at once, at most {} ms stale",
-                output::ms(r.max_staleness_ms)
-            ),
-            Losers::Default => "the losers got the placeholder at once".to_owned(),
-            Losers::FailFast => "the losers failed fast with LockBusy".to_owned(),
-        }
-    };
-    format!(
-        "1 source read for {} requests: the stampede became one read; {losers_got}.",
-        r.requests
-    )
-}
-
-fn print_human(r: &RaceReport, args: &RaceArgs, target: &Target) {
-    let a = &r.answers;
-    println!(
-        "lock race · losers: {} · {} requests on {} nodes miss one hot key at once · source {}",
-        r.losers,
-        r.requests,
-        r.nodes,
-        duration::render(args.source_latency)
-    );
-    println!("  {} · key {TABLE}:{{{}}}", target.describe(), r.key);
-    println!();
-    let winner = match r.winner_node {
-        Some(n) => format!("← the winner, node {n} (lock_won = 1)"),
-        None => "← no node won the lock".to_owned(),
-    };
-    println!("  source reads        {:<10} {winner}", r.source_reads);
-    println!(
-        "  the losers          {:<10} coalesced in-process onto their node's one flight",
-        r.coalesced
-    );
-    println!(
-        "                      {:<10} flights on the other nodes lost the lock (SET NX → nil)",
-        r.lock_lost
-    );
-    println!(
-        "                      {:<10} polls (poll_waits) · {} read the winner's value from Valkey (l2_hits)",
-        r.poll_waits, r.l2_hits
-    );
-    println!(
-        "                      {:<10} served stale · {} got the default · {} failed fast",
-        r.stale_served, r.defaults_served, r.failed_fast
-    );
-    let staleness = if a.stale == 0 {
-        "none: no answer was stale".to_owned()
-    } else {
-        format!(
-            "{} ms at most ({} answers were the stale copy)",
-            output::ms(r.max_staleness_ms),
-            a.stale
-        )
-    };
-    println!("  staleness served    {staleness}");
-    println!(
-        "  latency             {}   (all {})",
-        r.latency_ms.line(),
-        r.latency_ms.count
-    );
-    if let Some(n) = r.winner_node {
-        println!(
-            "    winner's node {n:<3} {}   ({} requests)",
-            r.latency_winner_node_ms.line(),
-            r.latency_winner_node_ms.count
-        );
-    }
-    if r.latency_other_nodes_ms.count > 0 {
-        println!(
-            "    other nodes       {}   ({} requests)",
-            r.latency_other_nodes_ms.line(),
-            r.latency_other_nodes_ms.count
-        );
-    }
-    let mut got = vec![
-        format!("{} loaded", a.loaded),
-        format!("{} coalesced", a.coalesced),
-    ];
-    for (n, what) in [
-        (a.l1, "from L1"),
-        (a.l2, "from Valkey"),
-        (a.stale, "stale"),
-        (a.default, "placeholder"),
-        (a.other, "from elsewhere"),
-        (a.lock_busy, "LockBusy"),
-        (a.other_errors, "other errors"),
-    ] {
-        if n > 0 {
-            got.push(format!("{n} {what}"));
-        }
-    }
-    println!("  answers             {}", got.join(" · "));
-    if let Some(e) = &r.first_error {
-        println!("  first error         {e}");
-    }
-    println!();
-    println!("{}", r.verdict);
 }

@@ -1,0 +1,83 @@
+//! What a measurement starts from: sizes that shrink under `CI`, a two-worker runtime, ids, and a
+//! table whose every key is already in L1.
+
+use std::time::Duration;
+
+use echostore::{Key, L1Backend, Store, Table, Value};
+use futures::StreamExt;
+use rand::Rng;
+use rand::distr::Alphanumeric;
+
+/// `true` when the `CI` environment variable is set: benches then run smaller and shorter.
+pub fn under_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// `full` normally, `ci` under CI.
+pub fn size(full: usize, ci: usize) -> usize {
+    if under_ci() { ci } else { full }
+}
+
+/// Criterion's measurement time: shorter under CI.
+pub fn measurement_time() -> Duration {
+    if under_ci() {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(3)
+    }
+}
+
+/// A multi-thread runtime with two workers, like the machine the figures are recorded on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A table named `name` on `backend` (no expiry within an hour) holding `value(id)` for every id
+/// of `ids`, each already in L1: the fill gets every id once before it returns.
+pub async fn filled_table<K: Key, V: Value>(
+    store: &Store,
+    name: &str,
+    backend: L1Backend,
+    ids: &[K],
+    value: fn(K) -> V,
+) -> Result<Table<K, V>, echostore::Error> {
+    let table = store
+        .table::<K, V>(name)
+        .ttl(Duration::from_secs(3600))
+        .l1_backend(backend)
+        .l1_capacity(ids.len() * 2 + 1024)
+        .loader(move |id: K| async move { Ok::<_, std::io::Error>(value(id)) })
+        .start()
+        .await?;
+    let mut fills = futures::stream::iter(ids)
+        .map(|id| table.get(id))
+        .buffer_unordered(256);
+    while let Some(filled) = fills.next().await {
+        filled?;
+    }
+    drop(fills);
+    Ok(table)
+}
+
+/// `n` ids drawn uniformly from `0..keys`, in a fixed order for the whole bench.
+pub fn random_ids(keys: u64, n: usize) -> Vec<u64> {
+    (0..n).map(|_| rand::random_range(0..keys)).collect()
+}
+
+/// `n` random 14-character ids, like the seed's `EMS0ODMggk1d5N`.
+pub fn seed_like_ids(n: usize) -> Vec<String> {
+    let mut rng = rand::rng();
+    (0..n)
+        .map(|_| {
+            (&mut rng)
+                .sample_iter(Alphanumeric)
+                .take(14)
+                .map(char::from)
+                .collect()
+        })
+        .collect()
+}
