@@ -267,6 +267,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l2: self.store.l2().cloned(),
             loader,
             stats: Stats::new(),
+            tracker: self.store.tracker().cloned(),
         };
         Table::start(self.store, core).await
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::coherence::{DOWN_L1_LIFE, Tracker};
 use crate::envelope::{self, unix_ms};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1};
@@ -96,4 +97,17 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) l2: Option<L2>,
     pub(crate) loader: Loader<K, V>,
     pub(crate) stats: Stats,
+    /// The store's coherence, when on.
+    pub(crate) tracker: Option<Arc<Tracker>>,
+}
+
+impl<K, V> TableCore<K, V> {
+    /// `entry` as L1 may keep it now: while coherence is on but tracking is down, for at most
+    /// [`DOWN_L1_LIFE`] (invalidations from other processes would be missed).
+    pub(crate) fn keepable(&self, entry: Entry<V>) -> Entry<V> {
+        match &self.tracker {
+            Some(tracker) if !tracker.is_up() => entry.capped(DOWN_L1_LIFE),
+            _ => entry,
+        }
+    }
 }

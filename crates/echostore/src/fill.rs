@@ -90,6 +90,13 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let config = &self.core.config;
         let (lock_ttl_ms, max) = (millis(config.lock_ttl), config.max_value_bytes);
         let mut deadline = None;
+        // Watch the id's keys before the first acquire, so that no push in between is missed.
+        let wake = self
+            .core
+            .tracker
+            .as_ref()
+            .filter(|t| t.is_up())
+            .map(|t| t.watch([&at.names.value, &at.names.lock]));
         loop {
             let token = lock::new_token();
             // An acquire that fails (Valkey away, or refusing writes) leaves no lock to wait for:
@@ -130,6 +137,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 max,
                 every,
                 until,
+                wake.as_deref(),
                 &self.core.stats,
                 |bytes| self.decode(bytes),
             )

@@ -240,6 +240,18 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
+    /// Every running flight is overtaken (coherence lost: any of them may have read old bytes).
+    pub(crate) fn overtake_all(&mut self) {
+        for state in self.ids.values_mut() {
+            if matches!(state.current, Some((_, Phase::Running)))
+                && let Some((flight, _)) = state.current.take()
+            {
+                state.overtaken += 1;
+                self.detached.insert(flight.id, flight);
+            }
+        }
+    }
+
     /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.
     pub(crate) fn written(&mut self, id: &K) -> Next<W> {
         let Some(state) = self.ids.get_mut(id) else {

@@ -28,6 +28,17 @@ pub const MAX_ID_BYTES: usize = 1024;
 pub trait Key: Clone + Eq + Hash + Debug + Send + Sync + 'static {
     /// The id's bytes as they appear inside the braces of its Valkey keys.
     fn render(&self) -> Cow<'_, [u8]>;
+
+    /// The id back from its rendered bytes, when it can be told: coherence uses it to drop just
+    /// that id from L1 when another process changes it. The default, `None`, makes such a change
+    /// flush the table's whole L1 instead (correct, only coarser).
+    fn from_rendered(bytes: &[u8]) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = bytes;
+        None
+    }
 }
 
 /// A cached value: anything serde can encode that may be shared between threads.
@@ -38,6 +49,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Value for T {}
 impl Key for String {
     fn render(&self) -> Cow<'_, [u8]> {
         Cow::Borrowed(self.as_bytes())
+    }
+
+    fn from_rendered(bytes: &[u8]) -> Option<Self> {
+        String::from_utf8(bytes.to_vec()).ok()
     }
 }
 
@@ -53,6 +68,10 @@ macro_rules! integer_key {
             fn render(&self) -> Cow<'_, [u8]> {
                 Cow::Owned(self.to_string().into_bytes())
             }
+
+            fn from_rendered(bytes: &[u8]) -> Option<Self> {
+                std::str::from_utf8(bytes).ok()?.parse().ok()
+            }
         }
     )*};
 }
@@ -63,6 +82,10 @@ integer_key!(u64, i64, u32);
 impl Key for uuid::Uuid {
     fn render(&self) -> Cow<'_, [u8]> {
         Cow::Owned(self.hyphenated().to_string().into_bytes())
+    }
+
+    fn from_rendered(bytes: &[u8]) -> Option<Self> {
+        uuid::Uuid::try_parse_ascii(bytes).ok()
     }
 }
 
@@ -95,6 +118,30 @@ impl KeyNames {
         lock.extend_from_slice(&value);
         Ok(KeyNames { value, lock })
     }
+}
+
+/// Which of an id's two keys a Valkey key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    /// `<table>:{<id>}`
+    Value,
+    /// `lock:<table>:{<id>}`
+    Lock,
+}
+
+/// Splits a Valkey key into its kind, table and rendered id; `None` for keys of no table. Table
+/// names hold no `:` or `{`, so the first `:{` ends the table name, and the id runs to the last `}`.
+pub(crate) fn parse_key(key: &[u8]) -> Option<(KeyKind, &str, &[u8])> {
+    let (kind, rest) = match key.strip_prefix(b"lock:") {
+        Some(rest) if rest.first() != Some(&b'{') => (KeyKind::Lock, rest),
+        _ => (KeyKind::Value, key),
+    };
+    let colon = rest.iter().position(|&b| b == b':')?;
+    let (table, tagged) = (&rest[..colon], &rest[colon + 1..]);
+    let id = tagged.strip_prefix(b"{")?.strip_suffix(b"}")?;
+    let table = std::str::from_utf8(table).ok()?;
+    validate_table_name(table).ok()?;
+    Some((kind, table, id))
 }
 
 /// Checks a table name against `[A-Za-z0-9_.-]{1,64}`.
@@ -142,6 +189,34 @@ mod tests {
             KeyNames::new("t", &id),
             Err(Error::IdTooLong { len, max: MAX_ID_BYTES }) if len == MAX_ID_BYTES + 1
         ));
+    }
+
+    /// Keys parse back into kind, table and id, braces in ids included; other keys do not.
+    #[test]
+    fn keys_parse_back() {
+        let names = KeyNames::new("users", &String::from("a}b{c")).expect("short id");
+        assert_eq!(
+            parse_key(&names.value),
+            Some((KeyKind::Value, "users", &b"a}b{c"[..]))
+        );
+        assert_eq!(
+            parse_key(&names.lock),
+            Some((KeyKind::Lock, "users", &b"a}b{c"[..]))
+        );
+        let lock_table = KeyNames::new("lock", &7u64).expect("short id");
+        assert_eq!(
+            parse_key(&lock_table.value),
+            Some((KeyKind::Value, "lock", &b"7"[..]))
+        );
+        assert_eq!(
+            parse_key(&lock_table.lock),
+            Some((KeyKind::Lock, "lock", &b"7"[..]))
+        );
+        for other in [&b"plain"[..], b"t:noid", b"lock:", b"bad name:{x}"] {
+            assert_eq!(parse_key(other), None, "{other:?}");
+        }
+        assert_eq!(u64::from_rendered(b"42"), Some(42));
+        assert_eq!(String::from_rendered(b"a}b"), Some("a}b".to_string()));
     }
 
     /// Only the documented alphabet and lengths are table names.

@@ -62,6 +62,18 @@ impl<V> Entry<V> {
         }
     }
 
+    /// The same entry, fresh for at most `limit` from now (its stale window unchanged).
+    pub(crate) fn capped(self, limit: Duration) -> Self {
+        let cap = Deadline::after(limit);
+        if cap.moment() >= self.fresh_until.moment() {
+            return self;
+        }
+        Entry {
+            fresh_until: cap,
+            ..self
+        }
+    }
+
     /// `true` while the entry may answer a `get`.
     #[inline]
     pub(crate) fn is_fresh(&self) -> bool {

@@ -16,7 +16,10 @@
 //! - `table` — [`Table`]: the typed handle a user calls.
 //! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path),
 //!   the owner only on a miss.
-//! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations.
+//! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
+//!   `owner_ref` — where the handles find it across restarts.
+//! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
+//!   and wake losers (`BCAST` client-side caching).
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
 //!   waits for; the per-id ordering rule lives here.
 //! - `fill` — one flight's protocol: L2, the lock, the lease, the fenced write.
@@ -57,6 +60,7 @@
 
 mod breaker;
 mod clock;
+mod coherence;
 mod config;
 mod core;
 mod envelope;
@@ -72,12 +76,14 @@ mod lock;
 mod lookup;
 mod losers;
 mod owner;
+mod owner_ref;
 mod stale;
 mod stats;
 mod store;
 mod supervisor;
 mod table;
 
+pub use coherence::DOWN_L1_LIFE;
 pub use config::{MAX_DURATION, TableBuilder};
 pub use error::{Error, Result, SharedError};
 pub use fetched::{Fetched, Origin};

@@ -25,7 +25,8 @@ use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
-use crate::owner::{OwnerMsg, OwnerRef};
+use crate::owner::OwnerMsg;
+use crate::owner_ref::OwnerRef;
 
 /// What a read answers with: the value alone (`get`) or the value and its origin (`fetch`).
 pub(crate) trait Answer<V>: Sized {

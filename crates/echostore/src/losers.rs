@@ -8,13 +8,16 @@
 //! | `Default(v)` | the placeholder `v` at once; written to no cache | cache the placeholder |
 //! | `FailFast` | `Error::LockBusy` at once | wait |
 //!
-//! Whatever the policy, every waiter of the losing flight gets the same answer. An error while
+//! With coherence on, a polling loser also wakes on Valkey's pushes for its value key (the winner
+//! wrote) and its lock key (released, or expired with a crashed winner), so `every` is only the
+//! safety interval. Whatever the policy, every waiter of the losing flight gets the same answer. An error while
 //! losing is not licence to load: a failed poll is retried with backoff until the deadline, and
 //! only an unreachable Valkey (the breaker open) sends the flight to the in-process load.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::envelope::{Envelope, unix_ms};
@@ -117,14 +120,17 @@ pub(crate) enum PollEnd<V> {
 }
 
 /// Polls a value key and its lock until the value is fresh, the lock vanishes, or `deadline`
-/// passes. A failed poll is counted and retried with backoff; only [`Error::ValkeyUnavailable`]
-/// (the breaker open) ends the poll with an error.
+/// passes. With a `wake` (coherence up), a push for the value or lock key re-reads at once and
+/// `every` is only the safety interval. A failed poll is counted and retried with backoff; only
+/// [`Error::ValkeyUnavailable`] (the breaker open) ends the poll with an error.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn poll<V>(
     l2: &L2,
     names: &KeyNames,
     max_bytes: usize,
     every: Duration,
     deadline: Instant,
+    wake: Option<&Notify>,
     stats: &Stats,
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
 ) -> Result<PollEnd<V>> {
@@ -134,8 +140,22 @@ pub(crate) async fn poll<V>(
         if now >= deadline {
             return Ok(PollEnd::TimedOut);
         }
-        tokio::time::sleep(pause.min(deadline - now)).await;
-        bump(&stats.counters.poll_waits);
+        let wait = tokio::time::sleep(pause.min(deadline - now));
+        let pushed = match wake {
+            Some(wake) => tokio::select! {
+                () = wake.notified() => true,
+                () = wait => false,
+            },
+            None => {
+                wait.await;
+                false
+            }
+        };
+        bump(if pushed {
+            &stats.counters.push_wakeups
+        } else {
+            &stats.counters.poll_waits
+        });
         match l2.poll(names, max_bytes).await {
             Ok((bytes, locked)) => {
                 pause = every;

@@ -11,17 +11,18 @@
 //! is waiting. So a write that fails, is superseded, or is lost with a crashed owner never leaves
 //! L1 holding what Valkey does not. (Without a Valkey, L1 is the only copy and changes at once.)
 //!
-//! [`OwnerRef`] is how the handles reach the owner: a slot the supervisor points at a restarted
-//! owner after a crash.
+//! Coherence pushes arrive as [`OwnerMsg::Invalidated`] (another process changed an id: drop it
+//! from L1, detach a running flight) and [`OwnerMsg::Flush`] (pushes may have been missed: drop
+//! all of L1, detach every running flight). While tracking is down, L1 keeps values only briefly
+//! ([`TableCore::keepable`]).
 
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, RwLock, Weak};
 
 use futures::FutureExt;
-use ractor::rpc::CallResult;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use crate::core::TableCore;
@@ -34,7 +35,6 @@ use crate::l1::{Entry, L1Cache};
 use crate::lock;
 use crate::stale::Filled;
 use crate::stats::bump;
-use crate::supervisor::Restart;
 
 /// A write to Valkey that a `put` or `invalidate` asked for.
 pub(crate) enum L2Write {
@@ -86,6 +86,10 @@ pub(crate) enum OwnerMsg<K, V> {
     },
     /// The Valkey write at the head of `id`'s queue finished; `entry` is what it leaves in L1.
     Written { id: K, entry: Option<Entry<V>> },
+    /// Valkey pushed an invalidation of `id`'s value key (coherence).
+    Invalidated { id: K },
+    /// Invalidations may have been missed (coherence lost or regained): drop all of L1.
+    Flush,
 }
 
 /// The owner's behaviour; its state is [`OwnerState`].
@@ -149,6 +153,16 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 state.write(&myself, id, None, write, reply)
             }
             OwnerMsg::Written { id, entry } => state.written(&myself, id, entry),
+            OwnerMsg::Invalidated { id } => {
+                bump(&state.core.stats.counters.invalidations);
+                state.core.l1.remove(&id);
+                state.flights.overtake(&id);
+            }
+            OwnerMsg::Flush => {
+                bump(&state.core.stats.counters.coherence_flushes);
+                state.core.l1.clear();
+                state.flights.overtake_all();
+            }
         }
         state.publish_in_flight();
         Ok(())
@@ -241,7 +255,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 if landed.current
                     && let Some(entry) = filled.keep
                 {
-                    self.core.l1.insert(id.clone(), entry);
+                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
                 }
                 Ok(filled.fetched)
             }
@@ -336,7 +350,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             Next::Write(next) => self.spawn_write(myself, id, next),
             next => {
                 if let Some(entry) = entry {
-                    self.core.l1.insert(id.clone(), entry);
+                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
                 }
                 if let Next::Launch(flight) = next {
                     self.launch_queued(myself, id, flight);
@@ -344,66 +358,4 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             }
         }
     }
-}
-
-/// Where the handles find the current owner; the supervisor swaps it after a restart.
-pub(crate) struct OwnerRef<K, V> {
-    slot: RwLock<ActorRef<OwnerMsg<K, V>>>,
-}
-
-impl<K: Key, V: Value> OwnerRef<K, V> {
-    /// Starts the owner of `core` under `supervisor`, with a way to restart it after a crash.
-    pub(crate) async fn start(
-        core: &Arc<TableCore<K, V>>,
-        supervisor: ActorCell,
-    ) -> Result<(Arc<Self>, Restart)> {
-        let (owner, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(core), supervisor)
-            .await
-            .map_err(|_| Error::Stopped)?;
-        let this = Arc::new(OwnerRef {
-            slot: RwLock::new(owner),
-        });
-        let restart = restarter(Arc::clone(core), Arc::downgrade(&this));
-        Ok((this, restart))
-    }
-
-    /// The owner now.
-    pub(crate) fn current(&self) -> ActorRef<OwnerMsg<K, V>> {
-        self.slot
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    /// Calls the owner; a dead owner (or one that dies mid-call) answers [`Error::Stopped`].
-    pub(crate) async fn call<T: Send + 'static>(
-        &self,
-        message: impl FnOnce(RpcReplyPort<Result<T>>) -> OwnerMsg<K, V>,
-    ) -> Result<T> {
-        match self.current().call(message, None).await {
-            Ok(CallResult::Success(answer)) => answer,
-            _ => Err(Error::Stopped),
-        }
-    }
-}
-
-/// How the supervisor replaces this table's owner after a crash.
-fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, owner: Weak<OwnerRef<K, V>>) -> Restart {
-    Box::new(move |supervisor: ActorCell| {
-        let core = Arc::clone(&core);
-        let owner = owner.clone();
-        Box::pin(async move {
-            let owner = owner.upgrade()?; // every handle is gone: nothing to restart for
-            let (fresh, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor)
-                .await
-                .ok()?;
-            // Handles point at the new owner before the restart is counted.
-            *owner
-                .slot
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
-            bump(&core.stats.counters.owner_restarts);
-            Some(fresh.get_cell())
-        })
-    })
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 
-use crate::config::TableBuilder;
+use crate::coherence::Tracker;
+use crate::config::{MAX_DURATION, TableBuilder};
 use crate::error::{Error, Result};
 use crate::key::{Key, Value};
 use crate::l2::L2;
@@ -13,6 +14,7 @@ use crate::supervisor::{Supervisor, SupervisorMsg};
 
 struct StoreInner {
     l2: Option<L2>,
+    tracker: Option<Arc<Tracker>>,
     supervisor: ActorRef<SupervisorMsg>,
 }
 
@@ -36,6 +38,7 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("valkey", &self.inner.l2.is_some())
+            .field("coherence", &self.inner.tracker.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -48,6 +51,7 @@ impl Store {
             timeout: Duration::from_secs(1),
             cooldown: Duration::from_secs(1),
             require: false,
+            coherence: true,
         }
     }
 
@@ -66,6 +70,11 @@ impl Store {
         self.inner.l2.as_ref()
     }
 
+    /// The store's coherence (tracking connection), when it has a Valkey and coherence is on.
+    pub(crate) fn tracker(&self) -> Option<&Arc<Tracker>> {
+        self.inner.tracker.as_ref()
+    }
+
     pub(crate) fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
         &self.inner.supervisor
     }
@@ -79,6 +88,7 @@ pub struct StoreBuilder {
     timeout: Duration,
     cooldown: Duration,
     require: bool,
+    coherence: bool,
 }
 
 impl StoreBuilder {
@@ -101,6 +111,17 @@ impl StoreBuilder {
         self
     }
 
+    /// Keep every process's L1 coherent through Valkey's invalidation pushes (default on when a
+    /// Valkey is configured): a `put`, `invalidate` or any other change of a value key in one
+    /// process reaches every other process's L1 within milliseconds, and losers wake on the
+    /// winner's write instead of polling. Costs one more connection per store. Off, L1 entries
+    /// live their full ttl whatever other processes write, and losers poll. See
+    /// `docs/coherence.md`.
+    pub fn coherence(mut self, on: bool) -> Self {
+        self.coherence = on;
+        self
+    }
+
     /// Fail `build()` when Valkey does not answer a PING, instead of starting degraded.
     pub fn require_valkey(mut self, require: bool) -> Self {
         self.require = require;
@@ -112,20 +133,30 @@ impl StoreBuilder {
     /// With an unreachable Valkey this succeeds in degraded mode (logged) unless
     /// [`require_valkey`](Self::require_valkey) is set; a malformed URL is always an error.
     pub async fn build(self) -> Result<Store> {
-        if self.timeout.is_zero() {
-            return Err(Error::InvalidConfig(
-                "valkey_timeout must be above zero".into(),
-            ));
+        let invalid = |what: &str| Err(Error::InvalidConfig(format!("store: {what}")));
+        if self.timeout.is_zero() || self.timeout > MAX_DURATION {
+            return invalid("valkey_timeout must be above zero and at most MAX_DURATION");
+        }
+        if self.cooldown > MAX_DURATION {
+            return invalid("breaker_cooldown must be at most MAX_DURATION");
         }
         let l2 = match &self.valkey {
             Some(url) => Some(L2::connect(url, self.timeout, self.cooldown, self.require).await?),
             None => None,
         };
+        let tracker = match &self.valkey {
+            Some(url) if self.coherence => Some(Tracker::start(url, self.timeout)?),
+            _ => None,
+        };
         let (supervisor, _) = Actor::spawn(None, Supervisor, ())
             .await
             .map_err(|_| Error::Stopped)?;
         Ok(Store {
-            inner: Arc::new(StoreInner { l2, supervisor }),
+            inner: Arc::new(StoreInner {
+                l2,
+                tracker,
+                supervisor,
+            }),
         })
     }
 }

@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
+use crate::coherence::Sink;
 use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 use crate::key::{Key, KeyNames, Value};
 use crate::l1::L1Cache;
 use crate::lookup::Lookup;
-use crate::owner::{L2Write, OwnerMsg, OwnerRef};
+use crate::owner::{L2Write, OwnerMsg};
+use crate::owner_ref::OwnerRef;
 use crate::stats::TableStats;
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
@@ -61,6 +63,10 @@ impl<K: Key, V: Value> Table<K, V> {
         let core = Arc::new(core);
         let supervisor = store.supervisor();
         let (owner, restart) = OwnerRef::start(&core, supervisor.get_cell()).await?;
+        if let Some(tracker) = store.tracker() {
+            let sink: Arc<dyn Sink> = owner.clone();
+            tracker.add_table(&core.name, Arc::downgrade(&sink));
+        }
         let id = owner.current().get_id();
         supervisor
             .cast(SupervisorMsg::Watch { owner: id, restart })
