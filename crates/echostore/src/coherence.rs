@@ -14,18 +14,21 @@
 //! once, and again when tracking is re-established. While tracking is down, values enter L1 for at
 //! most [`DOWN_L1_LIFE`], and losers fall back to their safety poll.
 //!
-//! The pushes this process causes itself (its own fills and puts) also arrive: they drop an entry
-//! this process just stored, and the next read of that id is an L2 hit. `docs/coherence.md` says
-//! what that costs.
+//! The pushes this process causes itself (its own fills and puts) also arrive. They are told apart
+//! ([`OwnWrites`]): before writing, the writer tells the owner the envelope's header; a push for
+//! that id is then checked by reading the header back (16 bytes) instead of dropping the entry
+//! this process just stored. `docs/coherence.md` has the argument and the cost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, oneshot};
 
+use crate::envelope::Header;
 use crate::error::{Error, Result};
 use crate::key::{KeyKind, parse_key};
 
@@ -37,6 +40,45 @@ const HEALTH_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest pause between reconnect attempts.
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(2);
+
+/// The envelopes this process is writing, per id: the pushes they cause are its own. A push
+/// taken for one is not trusted blindly — the owner reads the key's header back and drops L1 only
+/// if Valkey holds something else (another write may have landed in the same event-loop turn,
+/// and Valkey sends one push for both).
+pub(crate) struct OwnWrites<K> {
+    pending: HashMap<K, VecDeque<Header>>,
+}
+
+impl<K: Eq + Hash + Clone> OwnWrites<K> {
+    pub(crate) fn new() -> Self {
+        OwnWrites {
+            pending: HashMap::new(),
+        }
+    }
+
+    /// This process is about to write an envelope with `header` under `id`.
+    pub(crate) fn expect(&mut self, id: &K, header: Header) {
+        self.pending
+            .entry(id.clone())
+            .or_default()
+            .push_back(header);
+    }
+
+    /// A push for `id` arrived: the oldest own write it may stand for, if any.
+    pub(crate) fn take(&mut self, id: &K) -> Option<Header> {
+        let queue = self.pending.get_mut(id)?;
+        let header = queue.pop_front();
+        if queue.is_empty() {
+            self.pending.remove(id);
+        }
+        header
+    }
+
+    /// Pushes were lost: nothing is expected any more.
+    pub(crate) fn clear(&mut self) {
+        self.pending.clear();
+    }
+}
 
 /// What a table does with the pushes that concern it.
 pub(crate) trait Sink: Send + Sync {
@@ -52,8 +94,8 @@ pub(crate) struct Tracker {
     /// Losers waiting on a key (value or lock), by key bytes.
     waiters: Mutex<HashMap<Vec<u8>, Weak<Notify>>>,
     up: AtomicBool,
-    /// New tables' prefixes, for the tracking task.
-    register: mpsc::UnboundedSender<String>,
+    /// New tables' prefixes for the tracking task, each with a note to send once subscribed.
+    register: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
 }
 
 impl Tracker {
@@ -78,16 +120,19 @@ impl Tracker {
         Ok(tracker)
     }
 
-    /// Tells `sink` about the pushes for `table`'s keys from now on.
-    pub(crate) fn add_table(&self, table: &str, sink: Weak<dyn Sink>) {
-        let mut tables = lock(&self.tables);
-        let sinks = tables.entry(table.to_owned()).or_default();
-        sinks.retain(|s| s.strong_count() > 0);
-        let first = sinks.is_empty();
-        sinks.push(sink);
-        if first {
-            let _ = self.register.send(table.to_owned());
+    /// Tells `sink` about the pushes for `table`'s keys from now on; returns once Valkey tracks
+    /// the table's prefixes, or after `wait` (tracking down: L1 then keeps values only briefly,
+    /// and the flush when tracking comes back covers the gap).
+    pub(crate) async fn add_table(&self, table: &str, sink: Weak<dyn Sink>, wait: Duration) {
+        let (done, subscribed) = oneshot::channel();
+        {
+            let mut tables = lock(&self.tables);
+            let sinks = tables.entry(table.to_owned()).or_default();
+            sinks.retain(|s| s.strong_count() > 0);
+            sinks.push(sink);
+            let _ = self.register.send((table.to_owned(), done));
         }
+        let _ = tokio::time::timeout(wait, subscribed).await;
     }
 
     /// `true` while the tracking connection is up and subscribed.
@@ -168,7 +213,7 @@ async fn run(
     tracker: Weak<Tracker>,
     client: redis::Client,
     timeout: Duration,
-    mut registered: mpsc::UnboundedReceiver<String>,
+    mut registered: mpsc::UnboundedReceiver<(String, oneshot::Sender<()>)>,
 ) {
     let mut pause = Duration::from_millis(50);
     loop {
@@ -198,12 +243,15 @@ async fn run(
             .arg("echostore-tracking")
             .query_async(&mut conn)
             .await;
-        while registered.try_recv().is_ok() {} // every table registered so far is subscribed here
+        // Every table registered so far is subscribed here, in one command.
+        let mut waiting = Vec::new();
+        while let Ok((_, done)) = registered.try_recv() {
+            waiting.push(done);
+        }
         let mut subscribed: HashSet<String> = HashSet::new();
         let tables = this.prefixes();
-        let result = subscribe(&mut conn, &tables).await;
+        let subscribed_now = subscribe(&mut conn, &tables).await;
         subscribed.extend(tables);
-        let subscribed_now = result;
         if let Err(e) = subscribed_now {
             tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
             drop(this);
@@ -214,6 +262,9 @@ async fn run(
         pause = Duration::from_millis(50);
         this.up.store(true, Ordering::Release);
         this.flush_all("tracking established");
+        for done in waiting {
+            let _ = done.send(());
+        }
         drop(this);
         let mut health = tokio::time::interval(HEALTH_EVERY);
         health.tick().await;
@@ -228,13 +279,16 @@ async fn run(
                     None => break "push channel closed",
                 },
                 table = registered.recv() => match table {
-                    Some(table) if subscribed.contains(&table) => {}
-                    Some(table) => {
+                    Some((table, done)) if subscribed.contains(&table) => {
+                        let _ = done.send(());
+                    }
+                    Some((table, done)) => {
                         subscribed.insert(table.clone());
                         if let Err(e) = subscribe(&mut conn, &[table]).await {
                             tracing::warn!(error = %e, "coherence: subscribing a table failed");
                             break "subscribe failed";
                         }
+                        let _ = done.send(());
                     }
                     None => return, // the tracker is gone
                 },

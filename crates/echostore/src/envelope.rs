@@ -77,6 +77,15 @@ pub(crate) fn encode<V: Serialize>(
     Ok(out)
 }
 
+/// The 16 bytes after the format byte (`fresh_until`, `written_at`): with the jittered
+/// `fresh_until`, they tell one write's envelope from another's.
+pub(crate) type Header = [u8; 16];
+
+/// The header of an encoded envelope, if it is long enough to have one.
+pub(crate) fn header(bytes: &[u8]) -> Option<Header> {
+    bytes.get(1..HEADER)?.try_into().ok()
+}
+
 /// Decodes bytes read from a value key.
 pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, DecodeError> {
     if bytes.len() < HEADER {

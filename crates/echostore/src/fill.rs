@@ -30,16 +30,17 @@ use crate::fetched::Origin;
 use crate::key::{Key, KeyNames, Value};
 use crate::l1::Entry;
 use crate::l2::L2;
-use crate::load::{Early, Load};
+use crate::load::Load;
 use crate::lock::{self, Fenced};
 use crate::losers::{self, Lost, PollEnd};
-use crate::stale::{Filled, Stale};
+use crate::stale::{Filled, Signal, Signals, Stale};
 use crate::stats::bump;
 
-/// One flight of one id: the table, the id, and the hook that answers its waiters early.
+/// One flight of one id: the table, the id, and how it signals its owner.
 pub(crate) struct Fill<'a, K, V> {
     core: &'a TableCore<K, V>,
     id: &'a K,
+    signals: Signals<'a, V>,
     load: Load<'a, K, V>,
 }
 
@@ -50,11 +51,12 @@ struct OnValkey<'a> {
 }
 
 impl<'a, K: Key, V: Value> Fill<'a, K, V> {
-    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, early: Early<'a, V>) -> Self {
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, signals: Signals<'a, V>) -> Self {
         Fill {
             core,
             id,
-            load: Load::new(core, id, early),
+            signals,
+            load: Load::new(core, id, signals),
         }
     }
 
@@ -182,11 +184,14 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             }
         };
         let counters = &self.core.stats.counters;
+        if let Some(header) = envelope::header(&bytes) {
+            (self.signals)(Signal::Writing(header));
+        }
         let keep = match lock::fenced_write(at.l2, &at.names, token, bytes, life.physical_ms())
             .await
         {
             Ok(Fenced::Written) => true,
-            Ok(Fenced::FencedOut) => {
+            Ok(Fenced::NotOurs) => {
                 // A put/invalidate dropped our lock, or it expired while Valkey was away and was
                 // taken over: a newer writer owns the key. Answer our waiters, store it nowhere.
                 bump(&counters.fenced_write_skipped);

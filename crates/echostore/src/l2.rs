@@ -14,6 +14,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
 
 use crate::breaker::Breaker;
+use crate::envelope::Header;
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
 use crate::lock::Scripts;
@@ -113,6 +114,21 @@ impl L2 {
             })
             .await?;
         Ok(Some(bytes).filter(|b| !b.is_empty()))
+    }
+
+    /// The header of the envelope under the value key (`GETRANGE 1 16`), or `None`.
+    pub(crate) async fn header(&self, names: &KeyNames) -> Result<Option<Header>> {
+        let bytes: Vec<u8> = self
+            .run("GETRANGE header", |mut c| async move {
+                redis::cmd("GETRANGE")
+                    .arg(&names.value)
+                    .arg(1)
+                    .arg(16)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(bytes.try_into().ok())
     }
 
     /// What a polling loser looks at: the value (bounded, another type read as none) and whether

@@ -18,6 +18,7 @@
 //!   the owner only on a miss.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
+//! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1.
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
 //!   and wake losers (`BCAST` client-side caching).
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
@@ -82,6 +83,7 @@ mod stats;
 mod store;
 mod supervisor;
 mod table;
+mod writes;
 
 pub use coherence::DOWN_L1_LIFE;
 pub use config::{MAX_DURATION, TableBuilder};

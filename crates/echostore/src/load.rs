@@ -15,25 +15,22 @@ use futures::FutureExt;
 
 use crate::core::TableCore;
 use crate::error::{Error, Result};
-use crate::fetched::{Fetched, Origin};
+use crate::fetched::Origin;
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
-use crate::stale::{Filled, Stale};
+use crate::stale::{Filled, Signal, Signals, Stale};
 use crate::stats::bump;
-
-/// Answers a flight's waiters before the flight ends (the soft timeout's stale copy).
-pub(crate) type Early<'a, V> = &'a (dyn Fn(Fetched<V>) + Send + Sync);
 
 /// The source read of one flight.
 pub(crate) struct Load<'a, K, V> {
     core: &'a TableCore<K, V>,
     id: &'a K,
-    early: Early<'a, V>,
+    signals: Signals<'a, V>,
 }
 
 impl<'a, K: Key, V: Value> Load<'a, K, V> {
-    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, early: Early<'a, V>) -> Self {
-        Load { core, id, early }
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, signals: Signals<'a, V>) -> Self {
+        Load { core, id, signals }
     }
 
     /// The fill without Valkey (none configured, or unreachable): the loader alone, with L1's
@@ -87,7 +84,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
                 {
                     bump(&self.core.stats.counters.soft_timeouts);
                     bump(&self.core.stats.counters.stale_served);
-                    (self.early)(answer.fetched);
+                    (self.signals)(Signal::Early(answer.fetched));
                 }
                 load.await
             }

@@ -153,7 +153,7 @@ pub(crate) enum Fenced {
     /// The value is stored.
     Written,
     /// The lock no longer holds this attempt's token: nothing written.
-    FencedOut,
+    NotOurs,
     /// A newer value is stored: nothing written.
     Superseded,
 }
@@ -211,7 +211,7 @@ pub(crate) async fn fenced_write(
     Ok(match written {
         1 => Fenced::Written,
         -1 => Fenced::Superseded,
-        _ => Fenced::FencedOut,
+        _ => Fenced::NotOurs,
     })
 }
 

@@ -25,35 +25,18 @@ use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
+use crate::coherence::OwnWrites;
 use crate::core::TableCore;
+use crate::envelope::Header;
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::fill::Fill;
 use crate::flights::{FlightId, Flights, Miss, Next, Reply};
 use crate::key::{Key, KeyNames, Value};
 use crate::l1::{Entry, L1Cache};
-use crate::lock;
-use crate::stale::Filled;
+use crate::stale::{Filled, Signal};
 use crate::stats::bump;
-
-/// A write to Valkey that a `put` or `invalidate` asked for.
-pub(crate) enum L2Write {
-    /// Set the value (envelope, physical life in ms) unless Valkey holds a newer one; drop the lock.
-    Put {
-        names: KeyNames,
-        envelope: Vec<u8>,
-        px: u64,
-    },
-    /// Delete the value and the lock.
-    Invalidate { names: KeyNames },
-}
-
-/// A `put` or `invalidate` on its way to Valkey, with the L1 entry it leaves once it lands.
-pub(crate) struct PendingWrite<V> {
-    write: L2Write,
-    entry: Option<Entry<V>>,
-    reply: RpcReplyPort<Result<()>>,
-}
+use crate::writes::{L2Write, PendingWrite};
 
 /// What the owner is asked to do.
 pub(crate) enum OwnerMsg<K, V> {
@@ -65,6 +48,8 @@ pub(crate) enum OwnerMsg<K, V> {
         flight: FlightId,
         answer: Fetched<V>,
     },
+    /// A flight is about to write an envelope with this header (its push will be our own).
+    Writing { id: K, header: Header },
     /// A flight finished.
     Landed {
         id: K,
@@ -86,8 +71,9 @@ pub(crate) enum OwnerMsg<K, V> {
     },
     /// The Valkey write at the head of `id`'s queue finished; `entry` is what it leaves in L1.
     Written { id: K, entry: Option<Entry<V>> },
-    /// Valkey pushed an invalidation of `id`'s value key (coherence).
-    Invalidated { id: K },
+    /// Valkey pushed an invalidation of `id`'s value key (coherence); `checked`: it was read
+    /// back and is not this process's own write.
+    Invalidated { id: K, checked: bool },
     /// Invalidations may have been missed (coherence lost or regained): drop all of L1.
     Flush,
 }
@@ -105,6 +91,8 @@ impl<K, V> Owner<K, V> {
 pub(crate) struct OwnerState<K, V> {
     core: Arc<TableCore<K, V>>,
     flights: Flights<K, V, PendingWrite<V>>,
+    /// Writes of this process whose pushes are its own.
+    own: OwnWrites<K>,
 }
 
 impl<K: Key, V: Value> Actor for Owner<K, V> {
@@ -122,6 +110,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         Ok(OwnerState {
             core,
             flights: Flights::new(),
+            own: OwnWrites::new(),
         })
     }
 
@@ -153,15 +142,13 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 state.write(&myself, id, None, write, reply)
             }
             OwnerMsg::Written { id, entry } => state.written(&myself, id, entry),
-            OwnerMsg::Invalidated { id } => {
-                bump(&state.core.stats.counters.invalidations);
-                state.core.l1.remove(&id);
-                state.flights.overtake(&id);
-            }
+            OwnerMsg::Writing { id, header } => state.own.expect(&id, header),
+            OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush => {
                 bump(&state.core.stats.counters.coherence_flushes);
                 state.core.l1.clear();
                 state.flights.overtake_all();
+                state.own.clear();
             }
         }
         state.publish_in_flight();
@@ -217,14 +204,17 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
         tokio::spawn(
             async move {
-                let early = {
+                let signals = {
                     let (myself, id) = (myself.clone(), id.clone());
-                    move |answer| {
+                    move |signal| {
                         let id = id.clone();
-                        let _ = myself.cast(OwnerMsg::Early { id, flight, answer });
+                        let _ = myself.cast(match signal {
+                            Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
+                            Signal::Writing(header) => OwnerMsg::Writing { id, header },
+                        });
                     }
                 };
-                let outcome = AssertUnwindSafe(Fill::new(&core, &id, &early).run())
+                let outcome = AssertUnwindSafe(Fill::new(&core, &id, &signals).run())
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
@@ -308,39 +298,36 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
     }
 
-    fn spawn_write(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, pending: PendingWrite<V>) {
-        let PendingWrite {
-            write,
-            entry,
-            reply,
-        } = pending;
+    fn spawn_write(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, pending: PendingWrite<V>) {
+        if let Some(header) = pending.header() {
+            self.own.expect(&id, header);
+        }
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
-            let applied = match (&core.l2, write) {
-                (None, _) => Ok(true),
-                (
-                    Some(l2),
-                    L2Write::Put {
-                        names,
-                        envelope,
-                        px,
-                    },
-                ) => lock::versioned_put(l2, &names, envelope, px).await,
-                (Some(l2), L2Write::Invalidate { names }) => {
-                    l2.invalidate(&names).await.map(|()| true)
-                }
-            };
-            let entry = match &applied {
-                Ok(true) => entry,
-                Ok(false) => {
-                    bump(&core.stats.counters.writes_superseded);
-                    None
-                }
-                Err(_) => None,
-            };
-            let _ = reply.send(applied.map(drop));
+            let entry = pending.apply(&core).await;
             let _ = myself.cast(OwnerMsg::Written { id, entry });
         });
+    }
+
+    /// A push says `id` changed on Valkey. If it may be this process's own write, read the header
+    /// back first (off the owner); otherwise drop the id from L1 and detach a running flight.
+    fn invalidated(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, checked: bool) {
+        if !checked
+            && let Some(header) = self.own.take(&id)
+            && let Some(l2) = self.core.l2.clone()
+            && let Ok(names) = KeyNames::new(&self.core.name, &id)
+        {
+            let myself = myself.clone();
+            tokio::spawn(async move {
+                if !matches!(l2.header(&names).await, Ok(Some(now)) if now == header) {
+                    let _ = myself.cast(OwnerMsg::Invalidated { id, checked: true });
+                }
+            });
+            return;
+        }
+        bump(&self.core.stats.counters.invalidations);
+        self.core.l1.remove(&id);
+        self.flights.overtake(&id);
     }
 
     /// The write at the head of `id`'s queue landed: keep its entry unless a later write of the id

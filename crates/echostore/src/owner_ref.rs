@@ -59,7 +59,7 @@ impl<K: Key, V: Value> OwnerRef<K, V> {
 impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     fn invalidated(&self, id: &[u8]) {
         let message = match K::from_rendered(id) {
-            Some(id) => OwnerMsg::Invalidated { id },
+            Some(id) => OwnerMsg::Invalidated { id, checked: false },
             None => OwnerMsg::Flush, // an id this key type cannot parse back: drop all of L1
         };
         let _ = self.current().cast(message);

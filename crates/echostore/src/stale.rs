@@ -1,4 +1,5 @@
-//! What a flight answers with ([`Filled`]), and the stale copies it may serve ([`Stale`]).
+//! What a flight answers with ([`Filled`]), what it tells its owner before it ends
+//! ([`Signal`]), and the stale copies it may serve ([`Stale`]).
 //!
 //! A stale copy is a value past its freshness but within the table's `stale_for`: the serve-stale
 //! loser, fail-safe and the soft timeout may answer with it. The window is checked when the copy
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Moment;
-use crate::envelope::{Envelope, unix_ms};
+use crate::envelope::{Envelope, Header, unix_ms};
 use crate::fetched::{Fetched, Origin};
 use crate::l1::Entry;
 
@@ -37,6 +38,18 @@ impl<V> Filled<V> {
         }
     }
 }
+
+/// What a running flight tells its owner.
+pub(crate) enum Signal<V> {
+    /// Answer the waiters now (the soft timeout's stale copy); the load goes on.
+    Early(Fetched<V>),
+    /// The flight is about to write an envelope with this header: the push it causes is this
+    /// process's own (coherence checks it instead of dropping L1).
+    Writing(Header),
+}
+
+/// How a flight sends its signals.
+pub(crate) type Signals<'a, V> = &'a (dyn Fn(Signal<V>) + Send + Sync);
 
 /// A copy past its freshness that may still be served until `until`.
 pub(crate) struct Stale<V> {

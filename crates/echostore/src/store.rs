@@ -14,6 +14,7 @@ use crate::supervisor::{Supervisor, SupervisorMsg};
 
 struct StoreInner {
     l2: Option<L2>,
+    timeout: Duration,
     tracker: Option<Arc<Tracker>>,
     supervisor: ActorRef<SupervisorMsg>,
 }
@@ -68,6 +69,18 @@ impl Store {
 
     pub(crate) fn l2(&self) -> Option<&L2> {
         self.inner.l2.as_ref()
+    }
+
+    /// `true` while this store's coherence is working: its tracking connection is up and
+    /// subscribed, so other processes' writes reach its L1. `false` without Valkey, with
+    /// [`StoreBuilder::coherence`] off, and while the connection is being (re)established.
+    pub fn is_coherent(&self) -> bool {
+        self.inner.tracker.as_ref().is_some_and(|t| t.is_up())
+    }
+
+    /// The store's Valkey timeout.
+    pub(crate) fn valkey_timeout(&self) -> Duration {
+        self.inner.timeout
     }
 
     /// The store's coherence (tracking connection), when it has a Valkey and coherence is on.
@@ -154,6 +167,7 @@ impl StoreBuilder {
         Ok(Store {
             inner: Arc::new(StoreInner {
                 l2,
+                timeout: self.timeout,
                 tracker,
                 supervisor,
             }),

@@ -13,11 +13,12 @@ use crate::fetched::Fetched;
 use crate::key::{Key, KeyNames, Value};
 use crate::l1::L1Cache;
 use crate::lookup::Lookup;
-use crate::owner::{L2Write, OwnerMsg};
+use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
 use crate::stats::TableStats;
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
+use crate::writes::L2Write;
 
 struct TableInner<K: Key, V: Value> {
     core: Arc<TableCore<K, V>>,
@@ -65,7 +66,10 @@ impl<K: Key, V: Value> Table<K, V> {
         let (owner, restart) = OwnerRef::start(&core, supervisor.get_cell()).await?;
         if let Some(tracker) = store.tracker() {
             let sink: Arc<dyn Sink> = owner.clone();
-            tracker.add_table(&core.name, Arc::downgrade(&sink));
+            let wait = store.valkey_timeout();
+            tracker
+                .add_table(&core.name, Arc::downgrade(&sink), wait)
+                .await;
         }
         let id = owner.current().get_id();
         supervisor

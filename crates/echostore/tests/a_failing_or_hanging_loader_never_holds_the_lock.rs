@@ -224,7 +224,11 @@ async fn a_slow_load_past_the_soft_timeout_serves_stale_then_fills() {
     let f = t.fetch(&1).await.expect("refilled");
     // From L1, or from Valkey when the refill's own write came back as a coherence push and
     // dropped the L1 copy (docs/coherence.md): either way the cache, not the source, answers.
-    assert!(matches!(f.origin, Origin::L1 | Origin::L2), "{:?}", f.origin);
+    assert!(
+        matches!(f.origin, Origin::L1 | Origin::L2),
+        "{:?}",
+        f.origin
+    );
     assert_eq!(f.value.as_str(), "value-1-2");
     let stored: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert!(

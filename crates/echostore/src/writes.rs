@@ -1,0 +1,73 @@
+//! A `put` or `invalidate` on its way to Valkey: what it writes ([`L2Write`]), what it leaves in L1
+//! once it lands, and the write itself (the versioned put script, or the `DEL` of value and lock).
+
+use ractor::RpcReplyPort;
+
+use crate::core::TableCore;
+use crate::envelope::{self, Header};
+use crate::error::Result;
+use crate::key::KeyNames;
+use crate::l1::Entry;
+use crate::lock;
+use crate::stats::bump;
+
+/// A write to Valkey that a `put` or `invalidate` asked for.
+pub(crate) enum L2Write {
+    /// Set the value (envelope, physical life in ms) unless Valkey holds a newer one; drop the lock.
+    Put {
+        names: KeyNames,
+        envelope: Vec<u8>,
+        px: u64,
+    },
+    /// Delete the value and the lock.
+    Invalidate { names: KeyNames },
+}
+
+/// A write waiting for its turn, with the L1 entry it leaves once it lands and its caller.
+pub(crate) struct PendingWrite<V> {
+    pub(crate) write: L2Write,
+    pub(crate) entry: Option<Entry<V>>,
+    pub(crate) reply: RpcReplyPort<Result<()>>,
+}
+
+impl<V> PendingWrite<V> {
+    /// The header of the envelope a put writes (its own coherence push carries no more).
+    pub(crate) fn header(&self) -> Option<Header> {
+        match &self.write {
+            L2Write::Put { envelope, .. } => envelope::header(envelope),
+            L2Write::Invalidate { .. } => None,
+        }
+    }
+
+    /// Writes to Valkey and answers the caller; returns the entry L1 may keep (none when the
+    /// write failed or a newer value was already stored).
+    pub(crate) async fn apply<K>(self, core: &TableCore<K, V>) -> Option<Entry<V>> {
+        let PendingWrite {
+            write,
+            entry,
+            reply,
+        } = self;
+        let applied = match (&core.l2, write) {
+            (None, _) => Ok(true),
+            (
+                Some(l2),
+                L2Write::Put {
+                    names,
+                    envelope,
+                    px,
+                },
+            ) => lock::versioned_put(l2, &names, envelope, px).await,
+            (Some(l2), L2Write::Invalidate { names }) => l2.invalidate(&names).await.map(|()| true),
+        };
+        let keep = match &applied {
+            Ok(true) => entry,
+            Ok(false) => {
+                bump(&core.stats.counters.writes_superseded);
+                None
+            }
+            Err(_) => None,
+        };
+        let _ = reply.send(applied.map(drop));
+        keep
+    }
+}
