@@ -1,10 +1,9 @@
 //! L1's clock: "is this entry still fresh?" without a serialising clock read on the hit path.
 //!
-//! A precise monotonic read (`Instant::now()`, `rdtsc` behind a fence in the vDSO) costs ~25 ns
-//! on its own, and its fence stops the CPU from overlapping the cache misses of neighbouring
-//! lookups: in a tight loop of bare L1 lookups over 100k random keys it tripled their cost
-//! (about 75 ns without it, 230 ns with it); through `Table::get` the criterion bench went from
-//! about 280 ns to 230 ns (docs/benchmarks.md). So a
+//! A precise monotonic read (`Instant::now()`, `rdtsc` behind a fence in the vDSO) costs tens of
+//! nanoseconds on its own, and its fence stops the CPU from overlapping the cache misses of
+//! neighbouring lookups, which is where an L1 hit spends its time (the measurements are in
+//! `docs/notes/l1-hit-investigation.md`). So a
 //! [`Deadline`] keeps two forms of one instant: a *coarse* one, checked against the kernel's
 //! coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a plain memory read, a few ms of resolution),
 //! set [`MARGIN`] early; and the *precise* one. An entry the coarse clock shows well before its
