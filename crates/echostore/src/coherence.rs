@@ -94,13 +94,15 @@ pub(crate) struct Tracker {
     /// Losers waiting on a key (value or lock), by key bytes.
     waiters: Mutex<HashMap<Vec<u8>, Weak<Notify>>>,
     up: AtomicBool,
+    /// The store's key namespace (`""` or `"<ns>:"`).
+    namespace: String,
     /// New tables' prefixes for the tracking task, each with a note to send once subscribed.
     register: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
 }
 
 impl Tracker {
     /// Starts the tracking task for the Valkey at `url`; it connects (and reconnects) by itself.
-    pub(crate) fn start(url: &str, timeout: Duration) -> Result<Arc<Tracker>> {
+    pub(crate) fn start(url: &str, namespace: &str, timeout: Duration) -> Result<Arc<Tracker>> {
         let client = redis::Client::open(url).map_err(|e| Error::valkey("parsing the url", e))?;
         let info = client.get_connection_info().clone();
         let resp3 = info
@@ -114,6 +116,7 @@ impl Tracker {
             tables: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
             up: AtomicBool::new(false),
+            namespace: namespace.to_owned(),
             register,
         });
         tokio::spawn(run(Arc::downgrade(&tracker), client, timeout, registered));
@@ -176,7 +179,7 @@ impl Tracker {
         if let Some(notify) = lock(&self.waiters).get(key).and_then(Weak::upgrade) {
             notify.notify_one();
         }
-        match parse_key(key) {
+        match parse_key(&self.namespace, key) {
             Some((KeyKind::Value, table, id)) => {
                 for sink in self.sinks(table) {
                     sink.invalidated(id);
@@ -250,7 +253,7 @@ async fn run(
         }
         let mut subscribed: HashSet<String> = HashSet::new();
         let tables = this.prefixes();
-        let subscribed_now = subscribe(&mut conn, &tables).await;
+        let subscribed_now = subscribe(&mut conn, &this.namespace, &tables).await;
         subscribed.extend(tables);
         if let Err(e) = subscribed_now {
             tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
@@ -284,7 +287,8 @@ async fn run(
                     }
                     Some((table, done)) => {
                         subscribed.insert(table.clone());
-                        if let Err(e) = subscribe(&mut conn, &[table]).await {
+                        let namespace = tracker.upgrade().map(|t| t.namespace.clone()).unwrap_or_default();
+                        if let Err(e) = subscribe(&mut conn, &namespace, &[table]).await {
                             tracing::warn!(error = %e, "coherence: subscribing a table failed");
                             break "subscribe failed";
                         }
@@ -311,6 +315,7 @@ async fn run(
 /// `CLIENT TRACKING ON BCAST` with the value and lock prefixes of `tables`.
 async fn subscribe(
     conn: &mut redis::aio::MultiplexedConnection,
+    namespace: &str,
     tables: &[String],
 ) -> redis::RedisResult<()> {
     if tables.is_empty() {
@@ -320,9 +325,9 @@ async fn subscribe(
     cmd.arg("TRACKING").arg("ON").arg("BCAST");
     for table in tables {
         cmd.arg("PREFIX")
-            .arg(format!("{table}:"))
+            .arg(format!("{namespace}{table}:"))
             .arg("PREFIX")
-            .arg(format!("lock:{table}:"));
+            .arg(format!("{namespace}lock:{table}:"));
     }
     cmd.query_async(conn).await
 }

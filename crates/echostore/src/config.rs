@@ -252,6 +252,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         };
         let core = TableCore {
             name: Arc::from(self.name.as_str()),
+            namespace: Arc::from(self.store.namespace()),
             config: TableConfig {
                 ttl: self.ttl,
                 jitter: self.jitter,

@@ -92,6 +92,8 @@ pub(crate) fn millis(span: Duration) -> u64 {
 /// What a table's handles, its owner and its flights share.
 pub(crate) struct TableCore<K, V> {
     pub(crate) name: Arc<str>,
+    /// The store's key namespace: `""`, or `"<namespace>:"` before every key.
+    pub(crate) namespace: Arc<str>,
     pub(crate) config: TableConfig<V>,
     pub(crate) l1: L1<K, V>,
     pub(crate) l2: Option<L2>,
@@ -101,7 +103,12 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) tracker: Option<Arc<Tracker>>,
 }
 
-impl<K, V> TableCore<K, V> {
+impl<K: crate::key::Key, V> TableCore<K, V> {
+    /// The Valkey names of `id`'s value and lock in this table.
+    pub(crate) fn names(&self, id: &K) -> Result<crate::key::KeyNames> {
+        crate::key::KeyNames::new(&self.namespace, &self.name, id)
+    }
+
     /// `entry` as L1 may keep it now: while coherence is on but tracking is down, for at most
     /// [`DOWN_L1_LIFE`] (invalidations from other processes would be missed).
     pub(crate) fn keepable(&self, entry: Entry<V>) -> Entry<V> {

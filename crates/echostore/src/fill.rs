@@ -67,7 +67,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         };
         let at = OnValkey {
             l2,
-            names: KeyNames::new(&self.core.name, self.id)?,
+            names: self.core.names(self.id)?,
         };
         let max = self.core.config.max_value_bytes;
         let stale = match l2.get(&at.names, max).await {

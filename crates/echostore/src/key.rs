@@ -99,8 +99,9 @@ pub(crate) struct KeyNames {
 }
 
 impl KeyNames {
-    /// Builds both names, refusing ids over [`MAX_ID_BYTES`].
-    pub(crate) fn new(table: &str, id: &impl Key) -> Result<Self> {
+    /// Builds both names under `namespace` (`""`, or `"<ns>:"`), refusing ids over
+    /// [`MAX_ID_BYTES`].
+    pub(crate) fn new(namespace: &str, table: &str, id: &impl Key) -> Result<Self> {
         let id = id.render();
         if id.len() > MAX_ID_BYTES {
             return Err(Error::IdTooLong {
@@ -108,14 +109,16 @@ impl KeyNames {
                 max: MAX_ID_BYTES,
             });
         }
-        let mut value = Vec::with_capacity(table.len() + id.len() + 3);
+        let mut value = Vec::with_capacity(namespace.len() + table.len() + id.len() + 3);
+        value.extend_from_slice(namespace.as_bytes());
         value.extend_from_slice(table.as_bytes());
         value.extend_from_slice(b":{");
         value.extend_from_slice(&id);
         value.push(b'}');
         let mut lock = Vec::with_capacity(value.len() + 5);
+        lock.extend_from_slice(namespace.as_bytes());
         lock.extend_from_slice(b"lock:");
-        lock.extend_from_slice(&value);
+        lock.extend_from_slice(&value[namespace.len()..]);
         Ok(KeyNames { value, lock })
     }
 }
@@ -129,9 +132,14 @@ pub(crate) enum KeyKind {
     Lock,
 }
 
-/// Splits a Valkey key into its kind, table and rendered id; `None` for keys of no table. Table
+/// Splits a Valkey key under `namespace` into its kind, table and rendered id; `None` for keys of
+/// no table. Table
 /// names hold no `:` or `{`, so the first `:{` ends the table name, and the id runs to the last `}`.
-pub(crate) fn parse_key(key: &[u8]) -> Option<(KeyKind, &str, &[u8])> {
+pub(crate) fn parse_key<'k>(
+    namespace: &str,
+    key: &'k [u8],
+) -> Option<(KeyKind, &'k str, &'k [u8])> {
+    let key = key.strip_prefix(namespace.as_bytes())?;
     let (kind, rest) = match key.strip_prefix(b"lock:") {
         Some(rest) if rest.first() != Some(&b'{') => (KeyKind::Lock, rest),
         _ => (KeyKind::Value, key),
@@ -164,7 +172,7 @@ mod tests {
     /// The names on the wire are DESIGN.md's, braces and all.
     #[test]
     fn names_follow_the_design() {
-        let names = KeyNames::new("set", &"EMS0ODMggk1d5N").expect("short id");
+        let names = KeyNames::new("", "set", &"EMS0ODMggk1d5N").expect("short id");
         assert_eq!(names.value, b"set:{EMS0ODMggk1d5N}");
         assert_eq!(names.lock, b"lock:set:{EMS0ODMggk1d5N}");
     }
@@ -172,7 +180,7 @@ mod tests {
     /// Ids with braces keep value and lock on one hash tag.
     #[test]
     fn braces_inside_ids_keep_one_hash_tag() {
-        let names = KeyNames::new("t", &String::from("a}b{c")).expect("short id");
+        let names = KeyNames::new("", "t", &String::from("a}b{c")).expect("short id");
         let tag = |k: &[u8]| {
             let open = k.iter().position(|&b| b == b'{').expect("open");
             let close = open + k[open..].iter().position(|&b| b == b'}').expect("close");
@@ -186,7 +194,7 @@ mod tests {
     fn long_ids_are_refused() {
         let id = "x".repeat(MAX_ID_BYTES + 1);
         assert!(matches!(
-            KeyNames::new("t", &id),
+            KeyNames::new("", "t", &id),
             Err(Error::IdTooLong { len, max: MAX_ID_BYTES }) if len == MAX_ID_BYTES + 1
         ));
     }
@@ -194,27 +202,39 @@ mod tests {
     /// Keys parse back into kind, table and id, braces in ids included; other keys do not.
     #[test]
     fn keys_parse_back() {
-        let names = KeyNames::new("users", &String::from("a}b{c")).expect("short id");
+        let names = KeyNames::new("", "users", &String::from("a}b{c")).expect("short id");
         assert_eq!(
-            parse_key(&names.value),
+            parse_key("", &names.value),
             Some((KeyKind::Value, "users", &b"a}b{c"[..]))
         );
         assert_eq!(
-            parse_key(&names.lock),
+            parse_key("", &names.lock),
             Some((KeyKind::Lock, "users", &b"a}b{c"[..]))
         );
-        let lock_table = KeyNames::new("lock", &7u64).expect("short id");
+        let lock_table = KeyNames::new("", "lock", &7u64).expect("short id");
         assert_eq!(
-            parse_key(&lock_table.value),
+            parse_key("", &lock_table.value),
             Some((KeyKind::Value, "lock", &b"7"[..]))
         );
         assert_eq!(
-            parse_key(&lock_table.lock),
+            parse_key("", &lock_table.lock),
             Some((KeyKind::Lock, "lock", &b"7"[..]))
         );
         for other in [&b"plain"[..], b"t:noid", b"lock:", b"bad name:{x}"] {
-            assert_eq!(parse_key(other), None, "{other:?}");
+            assert_eq!(parse_key("", other), None, "{other:?}");
         }
+        let spaced = KeyNames::new("app:", "users", &5u64).expect("short id");
+        assert_eq!(spaced.value, b"app:users:{5}");
+        assert_eq!(spaced.lock, b"app:lock:users:{5}");
+        assert_eq!(
+            parse_key("app:", &spaced.lock),
+            Some((KeyKind::Lock, "users", &b"5"[..]))
+        );
+        assert_eq!(
+            parse_key("other:", &spaced.value),
+            None,
+            "another namespace's key"
+        );
         assert_eq!(u64::from_rendered(b"42"), Some(42));
         assert_eq!(String::from_rendered(b"a}b"), Some("a}b".to_string()));
     }

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::fill::Fill;
 use crate::flights::{FlightId, Flights, Miss, Next, Reply};
-use crate::key::{Key, KeyNames, Value};
+use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
 use crate::stale::{Filled, Signal};
 use crate::stats::bump;
@@ -315,7 +315,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         if !checked
             && let Some(header) = self.own.take(&id)
             && let Some(l2) = self.core.l2.clone()
-            && let Ok(names) = KeyNames::new(&self.core.name, &id)
+            && let Ok(names) = self.core.names(&id)
         {
             let myself = myself.clone();
             tokio::spawn(async move {

@@ -8,11 +8,13 @@ use ractor::{Actor, ActorRef};
 use crate::coherence::Tracker;
 use crate::config::{MAX_DURATION, TableBuilder};
 use crate::error::{Error, Result};
-use crate::key::{Key, Value};
+use crate::key::{Key, Value, validate_table_name};
 use crate::l2::L2;
 use crate::supervisor::{Supervisor, SupervisorMsg};
 
 struct StoreInner {
+    /// `""`, or `"<namespace>:"`.
+    namespace: String,
     l2: Option<L2>,
     timeout: Duration,
     tracker: Option<Arc<Tracker>>,
@@ -53,6 +55,7 @@ impl Store {
             cooldown: Duration::from_secs(1),
             require: false,
             coherence: true,
+            namespace: None,
         }
     }
 
@@ -76,6 +79,11 @@ impl Store {
     /// [`StoreBuilder::coherence`] off, and while the connection is being (re)established.
     pub fn is_coherent(&self) -> bool {
         self.inner.tracker.as_ref().is_some_and(|t| t.is_up())
+    }
+
+    /// The key namespace, as it prefixes keys: `""` or `"<namespace>:"`.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.inner.namespace
     }
 
     /// The store's Valkey timeout.
@@ -102,6 +110,7 @@ pub struct StoreBuilder {
     cooldown: Duration,
     require: bool,
     coherence: bool,
+    namespace: Option<String>,
 }
 
 impl StoreBuilder {
@@ -135,6 +144,15 @@ impl StoreBuilder {
         self
     }
 
+    /// Prefix every key this store writes with `<namespace>:` (values, locks and the coherence
+    /// prefixes), so that two applications can share one Valkey without their tables' keys
+    /// meeting. Without it, keys are as `docs/lock-protocol.md` shows them. Validated like table
+    /// names (`[A-Za-z0-9_.-]{1,64}`).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
     /// Fail `build()` when Valkey does not answer a PING, instead of starting degraded.
     pub fn require_valkey(mut self, require: bool) -> Self {
         self.require = require;
@@ -153,12 +171,23 @@ impl StoreBuilder {
         if self.cooldown > MAX_DURATION {
             return invalid("breaker_cooldown must be at most MAX_DURATION");
         }
+        let namespace = match &self.namespace {
+            Some(ns) => {
+                validate_table_name(ns).map_err(|_| {
+                    Error::InvalidConfig(format!(
+                        "store: namespace {ns:?} must be 1 to 64 characters from [A-Za-z0-9_.-]"
+                    ))
+                })?;
+                format!("{ns}:")
+            }
+            None => String::new(),
+        };
         let l2 = match &self.valkey {
             Some(url) => Some(L2::connect(url, self.timeout, self.cooldown, self.require).await?),
             None => None,
         };
         let tracker = match &self.valkey {
-            Some(url) if self.coherence => Some(Tracker::start(url, self.timeout)?),
+            Some(url) if self.coherence => Some(Tracker::start(url, &namespace, self.timeout)?),
             _ => None,
         };
         let (supervisor, _) = Actor::spawn(None, Supervisor, ())
@@ -166,6 +195,7 @@ impl StoreBuilder {
             .map_err(|_| Error::Stopped)?;
         Ok(Store {
             inner: Arc::new(StoreInner {
+                namespace,
                 l2,
                 timeout: self.timeout,
                 tracker,

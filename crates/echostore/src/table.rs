@@ -10,7 +10,7 @@ use crate::coherence::Sink;
 use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
-use crate::key::{Key, KeyNames, Value};
+use crate::key::{Key, Value};
 use crate::l1::L1Cache;
 use crate::lookup::Lookup;
 use crate::owner::OwnerMsg;
@@ -155,7 +155,7 @@ impl<K: Key, V: Value> Table<K, V> {
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Put {
-                names: KeyNames::new(&core.name, id)?,
+                names: core.names(id)?,
                 envelope: life.encode(&value, core.config.max_value_bytes)?,
                 px: life.physical_ms(),
             }),
@@ -180,7 +180,7 @@ impl<K: Key, V: Value> Table<K, V> {
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Invalidate {
-                names: KeyNames::new(&core.name, id)?,
+                names: core.names(id)?,
             }),
         };
         let id = id.clone();

@@ -1,0 +1,103 @@
+//! `StoreBuilder::namespace`: every key a store writes is prefixed, so two applications sharing
+//! one Valkey and one table name never read each other's values, locks or pushes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Source, raw, settled, table_on, until, until_stats, valkey};
+use echostore::{Error, Origin, Store};
+use redis::AsyncCommands;
+
+async fn store_in(url: &str, namespace: &str) -> Store {
+    let store = Store::builder()
+        .valkey(url)
+        .namespace(namespace)
+        .require_valkey(true)
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    store
+}
+
+/// Two namespaces, one table name: two values, two source reads, keys under each prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_namespaces_share_nothing() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let (billing_source, shop_source) = (Source::open(), Source::open());
+    let billing = table_on(
+        &store_in(&valkey.url(), "billing").await,
+        "users",
+        &billing_source,
+        |t| t,
+    )
+    .await;
+    let shop = table_on(
+        &store_in(&valkey.url(), "shop").await,
+        "users",
+        &shop_source,
+        |t| t,
+    )
+    .await;
+    billing.get(&1).await.expect("billing's value");
+    shop.get(&1).await.expect("shop's value");
+    assert_eq!((billing_source.calls(), shop_source.calls()), (1, 1));
+
+    let mut keys: Vec<String> = conn.keys("*").await.expect("KEYS");
+    keys.sort();
+    assert_eq!(keys, ["billing:users:{1}", "shop:users:{1}"]);
+    settled(&billing).await;
+    settled(&shop).await;
+}
+
+/// Coherence stays inside the namespace: a put in one reaches its own other stores only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_stay_inside_the_namespace() {
+    let valkey = valkey();
+    let source = Source::open();
+    let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let writer = table_on(
+        &store_in(&valkey.url(), "billing").await,
+        "users",
+        &source,
+        long,
+    )
+    .await;
+    let same = table_on(
+        &store_in(&valkey.url(), "billing").await,
+        "users",
+        &source,
+        long,
+    )
+    .await;
+    let other = table_on(
+        &store_in(&valkey.url(), "shop").await,
+        "users",
+        &source,
+        long,
+    )
+    .await;
+    same.get(&1).await.expect("load");
+    other.get(&1).await.expect("load");
+    writer.put(&1, "new".into()).await.expect("put");
+    until_stats(&same, "the push reached the same namespace", |s| {
+        s.invalidations >= 1
+    })
+    .await;
+    assert_eq!(*same.get(&1).await.expect("re-read"), "new");
+    let f = other.fetch(&1).await.expect("untouched");
+    assert_eq!((f.origin, f.value.as_str()), (Origin::L1, "value-1-2"));
+    assert_eq!(other.stats().invalidations, 0);
+    settled(&same).await;
+}
+
+/// A namespace outside the table-name alphabet is refused at build.
+#[tokio::test]
+async fn a_bad_namespace_is_refused() {
+    for bad in ["", "has space", "colon:", "brace{"] {
+        let built = Store::builder().namespace(bad).build().await;
+        assert!(matches!(built, Err(Error::InvalidConfig(_))), "{bad:?}");
+    }
+}
