@@ -59,6 +59,7 @@ mod breaker;
 mod clock;
 mod config;
 mod core;
+mod depth;
 mod envelope;
 mod error;
 mod fetched;
