@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests (each test file includes them with `mod common;`):
 //!
+//! - `proxy` — a forwarder in front of Valkey that can hold one store's requests;
 //! - `source` — [`Source`], the counting, gated test double on the source side;
 //! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey;
 //! - `envelopes` — envelopes read from and planted on Valkey;
@@ -12,6 +13,7 @@
 mod envelopes;
 mod herd;
 mod nodes;
+mod proxy;
 mod source;
 mod tables;
 mod wait;
@@ -19,6 +21,7 @@ mod wait;
 pub use envelopes::{OnValkey, envelope, envelope_header, read_envelope, unix_ms};
 pub use herd::{answers, herd, herd_across, spawn_fetch};
 pub use nodes::{example, node_lines, spawn_node};
+pub use proxy::Proxy;
 pub use source::Source;
 pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, local_table, raw, set_table, stale_on_valkey, store_on,
