@@ -39,9 +39,9 @@ const REFUSED: [(&str, Tune); 9] = [
 
 /// Every setting that would overflow is refused at `start()`, naming itself (issue #9:
 /// `stale_for(Duration::MAX)` and `Poll { up_to: Duration::MAX }` were accepted, then panicked
-/// mid-fill and left a lock held).
+/// mid-fill and left a lock held); the largest accepted settings work end to end on Valkey.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settings_over_their_limits_are_refused_naming_the_setting() {
+async fn settings_over_their_limits_are_refused_and_the_limits_work() {
     let valkey = valkey();
     let store = store_on(&valkey.url()).await;
     let source = Source::open();
@@ -54,18 +54,12 @@ async fn settings_over_their_limits_are_refused_naming_the_setting() {
         );
     }
     assert_eq!(source.calls(), 0);
-}
 
-/// The largest accepted settings — `MAX_DURATION` for the ttl, `stale_for`, `load_timeout` and the
-/// poll's `up_to` — fill, put and invalidate on Valkey without a panic: the value's physical life
-/// is `ttl + stale_for` (two years) and the lock is released.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_largest_accepted_settings_work_and_leave_no_lock() {
-    let valkey = valkey();
+    // The largest accepted settings — MAX_DURATION for the ttl, stale_for, load_timeout and the
+    // poll's up_to — fill, put and invalidate without a panic: the value's physical life is
+    // ttl + stale_for (two years) and the lock is released.
     let mut conn = raw(&valkey.url()).await;
-    let source = Source::open();
-    let t = store_on(&valkey.url())
-        .await
+    let t = store
         .table::<u64, String>("big")
         .ttl(MAX_DURATION)
         .stale_for(MAX_DURATION)

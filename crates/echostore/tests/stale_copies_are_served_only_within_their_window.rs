@@ -194,28 +194,3 @@ async fn fail_safe_serves_nothing_after_the_id_was_invalidated_mid_load() {
     assert_eq!((s.fail_safe_served, s.stale_served), (0, 0));
     settled(&t).await;
 }
-
-/// The other side of each case: within its window, and with the lock still its own, fail-safe
-/// does serve the copy read at the start of the load.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fail_safe_serves_a_copy_within_its_window() {
-    let valkey = valkey();
-    let stale_for = Duration::from_secs(60);
-    let (_, _writer) = a_stale_copy(&valkey.url(), stale_for).await;
-    let source = Source::open();
-    let failing_loader = failing(&source);
-    let t = valkey_table(&valkey.url(), "win", &source, |t| {
-        failing_loader(window(stale_for)(t))
-    })
-    .await;
-
-    let answer = t.fetch(&1).await.expect("fail-safe");
-    assert_eq!(
-        (answer.origin, answer.value.as_str()),
-        (Origin::Stale, "old")
-    );
-    assert!(answer.stale_by.is_some());
-    let s = t.stats();
-    assert_eq!((s.fail_safe_served, s.released), (1, 1));
-    settled(&t).await;
-}
