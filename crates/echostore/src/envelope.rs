@@ -11,19 +11,34 @@
 //! (1.0) and no unsafe code; it keeps small values small, which matters when a herd of processes
 //! reads them. The key's `PX` carries the physical life (`ttl + stale_for`); between `fresh_until`
 //! and that expiry the copy is stale. Bytes that do not decode — a foreign format byte, a short
-//! header, a payload of another type — are a [`DecodeError`], which the fill counts and treats as a
-//! miss; they never panic.
+//! header, a payload of another type, a value nested deeper than [`MAX_DEPTH`] — are a
+//! [`DecodeError`], which the fill counts and treats as a miss; they never panic.
+//!
+//! Decoding is bounded whatever the value type: the bytes come from whoever can write to Valkey,
+//! and serde decodes nested values by recursion, so a type that nests through itself (an enum that
+//! boxes itself) would let a few megabytes of planted bytes overflow the stack and abort the
+//! process. postcard's deserializer is wrapped by [`crate::depth`], which refuses nesting past
+//! [`MAX_DEPTH`] while decoding, before the deep value exists (a value a million deep could not
+//! even be dropped without overflowing the stack).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::depth::{Budget, Limited};
 use crate::error::{Error, Result};
 
 /// The only layout this version writes and reads.
 const FORMAT: u8 = 1;
 const HEADER: usize = 17;
+
+/// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
+/// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
+/// a counted miss. 128 levels is far beyond the shape of a cached record and a few hundred
+/// kilobytes of stack at most, well within a Tokio worker's 2 MiB. A value that legitimately
+/// nests deeper encodes, but never reads back: every read of it is a miss.
+pub(crate) const MAX_DEPTH: usize = 128;
 
 /// A value read back from Valkey with its timestamps.
 #[derive(Debug)]
@@ -52,6 +67,8 @@ pub(crate) enum DecodeError {
     Format(u8),
     #[error("{0} bytes left over after the payload (a value of another type?)")]
     Trailing(usize),
+    #[error("the payload nests deeper than {0} levels")]
+    TooDeep(usize),
     #[error("payload: {0}")]
     Payload(#[from] postcard::Error),
 }
@@ -99,7 +116,14 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
         b.copy_from_slice(&bytes[at..at + 8]);
         u64::from_le_bytes(b)
     };
-    let (value, rest) = postcard::take_from_bytes(&bytes[HEADER..])?;
+    let budget = Budget::new(MAX_DEPTH);
+    let mut de = postcard::Deserializer::from_bytes(&bytes[HEADER..]);
+    let value = match V::deserialize(Limited::new(&mut de, &budget)) {
+        Ok(value) => value,
+        Err(_) if budget.exceeded() => return Err(DecodeError::TooDeep(MAX_DEPTH)),
+        Err(e) => return Err(e.into()),
+    };
+    let rest = de.finalize()?;
     if !rest.is_empty() {
         return Err(DecodeError::Trailing(rest.len()));
     }
@@ -158,6 +182,36 @@ mod tests {
         assert!(matches!(
             decode::<u8>(&bytes),
             Err(DecodeError::Trailing(_))
+        ));
+    }
+
+    /// A self-boxing value nested past `MAX_DEPTH` is `TooDeep`; one at the limit round-trips.
+    #[test]
+    fn nesting_past_the_limit_is_too_deep() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        enum Nest {
+            Leaf,
+            Deeper(Box<Nest>),
+        }
+        let nest =
+            |levels: usize| (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)));
+        let at_limit = encode(&nest(MAX_DEPTH), 2, 1, 1 << 20).expect("encodes");
+        assert_eq!(
+            decode::<Nest>(&at_limit).expect("at the limit").value,
+            nest(MAX_DEPTH)
+        );
+        let over = encode(&nest(MAX_DEPTH + 1), 2, 1, 1 << 20).expect("encodes");
+        assert!(matches!(
+            decode::<Nest>(&over),
+            Err(DecodeError::TooDeep(MAX_DEPTH))
+        ));
+        // Planted bytes a million levels deep: refused, no overflow.
+        let mut planted = over[..HEADER].to_vec();
+        planted.extend(std::iter::repeat_n(1u8, 999_999));
+        planted.push(0);
+        assert!(matches!(
+            decode::<Nest>(&planted),
+            Err(DecodeError::TooDeep(MAX_DEPTH))
         ));
     }
 

@@ -64,6 +64,7 @@ mod clock;
 mod coherence;
 mod config;
 mod core;
+mod depth;
 mod envelope;
 mod error;
 mod fetched;

@@ -1,18 +1,27 @@
 //! Helpers shared by the integration tests (each test file includes them with `mod common;`):
 //!
+//! - `proxy` — a forwarder in front of Valkey that can hold one store's requests;
 //! - `source` — [`Source`], the counting, gated test double on the source side;
 //! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey;
+//! - `envelopes` — envelopes read from and planted on Valkey;
 //! - `herd` — callers on tasks of their own, and their answers;
+//! - `nodes` — example binaries run as OS processes, and their JSON lines;
 //! - `wait` — waits on a condition with a deadline, never on a fixed time; [`settled`].
 // Every test binary compiles all of this and uses a part of it.
 #![allow(dead_code, unused_imports, unreachable_pub)]
 
+mod envelopes;
 mod herd;
+mod nodes;
+mod proxy;
 mod source;
 mod tables;
 mod wait;
 
+pub use envelopes::{OnValkey, envelope, envelope_header, read_envelope, unix_ms};
 pub use herd::{answers, herd, herd_across, spawn_fetch};
+pub use nodes::{example, node_lines, spawn_node};
+pub use proxy::Proxy;
 pub use source::Source;
 pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, local_table, raw, set_table, stale_on_valkey, store_on,

@@ -1,0 +1,98 @@
+//! One node of a cross-process stampede on a load slower than the lock: run several of these at
+//! once against one Valkey, and the source is still read once in all.
+//!
+//! ```text
+//! slow_node <valkey-url> <nodes> <requests> <run-id> <lock-ttl-ms>
+//! ```
+//!
+//! Like `race_node`, the node waits until `<nodes>` nodes have checked in (a counter on Valkey),
+//! then fires `<requests>` concurrent gets of one hot key. Its loader counts each source read on
+//! Valkey itself (`INCR slow:<run-id>:source_reads`) and takes four times `<lock-ttl-ms>`, so the
+//! lock's own `PX` would lapse three times over during one load. Once every get is answered, the
+//! node gets the key once more and reports where that answer came from. It prints its table's
+//! counters, the answers and that origin as one JSON line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use echostore::{LoserPolicy, Store};
+use redis::AsyncCommands;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, url, nodes, requests, run, lock_ttl_ms] = &args[..] else {
+        return Err(
+            "usage: slow_node <valkey-url> <nodes> <requests> <run-id> <lock-ttl-ms>".into(),
+        );
+    };
+    let (nodes, requests): (u64, usize) = (nodes.parse()?, requests.parse()?);
+    let lock_ttl = Duration::from_millis(lock_ttl_ms.parse()?);
+    let counter = format!("slow:{run}:source_reads");
+    let source = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+
+    let store = Store::builder()
+        .valkey(url.as_str())
+        .require_valkey(true)
+        .build()
+        .await?;
+    let table = store
+        .table::<String, String>("slow")
+        .ttl(Duration::from_secs(60))
+        .lock_ttl(lock_ttl)
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_secs(30),
+        })
+        .loader(move |id: String| {
+            let mut source = source.clone();
+            let counter = counter.clone();
+            async move {
+                let read: u64 = source.incr(&counter, 1).await?;
+                // The slowness is the behaviour under test: four lock_ttls.
+                tokio::time::sleep(lock_ttl * 4).await;
+                Ok::<_, redis::RedisError>(format!("{id} read #{read}"))
+            }
+        })
+        .start()
+        .await?;
+
+    // Check in, then wait for the other nodes so the herds overlap.
+    let mut conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let ready = format!("slow:{run}:ready");
+    let _: u64 = conn.incr(&ready, 1).await?;
+    while conn.get::<_, u64>(&ready).await? < nodes {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(requests));
+    let key = format!("hot-{run}");
+    let gets: Vec<_> = (0..requests)
+        .map(|_| {
+            let table = table.clone();
+            let barrier = Arc::clone(&barrier);
+            let key = key.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                table.get(&key).await
+            })
+        })
+        .collect();
+    let mut answers = std::collections::BTreeSet::new();
+    for get in gets {
+        answers.insert(get.await?.map(|v| v.to_string())?);
+    }
+    let again = table.fetch(&key).await?;
+    let mut line = serde_json::to_value(table.stats())?;
+    line["answers"] = serde_json::json!(answers);
+    line["again"] = serde_json::json!({
+        "origin": format!("{:?}", again.origin),
+        "value": again.value.as_str(),
+    });
+    println!("{line}");
+    Ok(())
+}

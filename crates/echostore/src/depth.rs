@@ -1,0 +1,489 @@
+//! Bounded nesting while decoding: a [`serde::Deserializer`] adapter that counts how deeply the
+//! value being built is nested and fails once it passes a limit.
+//!
+//! Why: bytes on Valkey are input from anyone who can write to it. A value type that nests
+//! through itself (an enum that boxes itself, a tree of `Vec`s) lets a payload of a few megabytes
+//! describe a value a million levels deep, and serde decodes by recursion: one stack frame chain
+//! per level, until the stack overflows and the process aborts. Growing the stack on demand
+//! (`serde_stacker`) is not enough on its own: a value a million deep cannot even be *dropped*
+//! without overflowing the stack, since `Drop` recurses too. So the nesting is refused while
+//! decoding, before the deep value exists.
+//!
+//! How: [`Limited`] wraps any deserializer (postcard's, in [`crate::envelope`]). Every visitor it
+//! hands on is wrapped, and every compound the visitor opens — a sequence, tuple, map, struct,
+//! enum, newtype or `Some` — takes one level from a shared [`Budget`] for as long as its contents
+//! are being decoded, and gives it back when it is done. Sibling elements never add up: a list of
+//! a million flat items is one level deep. Past the limit the decode fails with the deserializer's
+//! own error, and the budget records that the limit was the reason.
+
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{
+    self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor,
+};
+
+/// How deeply one decode may nest, and how deep it is now.
+pub(crate) struct Budget {
+    max: usize,
+    depth: Cell<usize>,
+    exceeded: Cell<bool>,
+}
+
+impl Budget {
+    /// A budget of `max` levels.
+    pub(crate) fn new(max: usize) -> Self {
+        Budget {
+            max,
+            depth: Cell::new(0),
+            exceeded: Cell::new(false),
+        }
+    }
+
+    /// `true` once a decode under this budget tried to nest deeper than its limit.
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded.get()
+    }
+
+    /// Takes one level until the returned guard is dropped; past the limit, an error.
+    fn enter<E: de::Error>(&self) -> Result<Level<'_>, E> {
+        let depth = self.depth.get() + 1;
+        if depth > self.max {
+            self.exceeded.set(true);
+            return Err(E::custom(format_args!(
+                "nested deeper than {} levels",
+                self.max
+            )));
+        }
+        self.depth.set(depth);
+        Ok(Level(self))
+    }
+}
+
+/// One level taken from a [`Budget`], given back on drop (on success and on error alike).
+struct Level<'b>(&'b Budget);
+
+impl Drop for Level<'_> {
+    fn drop(&mut self) {
+        self.0.depth.set(self.0.depth.get().saturating_sub(1));
+    }
+}
+
+/// A deserializer whose values may nest at most as deep as its budget allows.
+pub(crate) struct Limited<'b, D> {
+    de: D,
+    budget: &'b Budget,
+}
+
+impl<'b, D> Limited<'b, D> {
+    /// Wraps `de`; everything decoded through it shares `budget`.
+    pub(crate) fn new(de: D, budget: &'b Budget) -> Self {
+        Limited { de, budget }
+    }
+}
+
+/// A visitor, seed or access handed on under the same budget.
+struct Wrap<'b, T> {
+    inner: T,
+    budget: &'b Budget,
+}
+
+impl<'b, T> Wrap<'b, T> {
+    fn new(inner: T, budget: &'b Budget) -> Self {
+        Wrap { inner, budget }
+    }
+}
+
+macro_rules! forward_deserialize {
+    ($($method:ident),* $(,)?) => {$(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.de.$method(Wrap::new(visitor, self.budget))
+        }
+    )*};
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Limited<'_, D> {
+    type Error = D::Error;
+
+    forward_deserialize!(
+        deserialize_any,
+        deserialize_bool,
+        deserialize_i8,
+        deserialize_i16,
+        deserialize_i32,
+        deserialize_i64,
+        deserialize_i128,
+        deserialize_u8,
+        deserialize_u16,
+        deserialize_u32,
+        deserialize_u64,
+        deserialize_u128,
+        deserialize_f32,
+        deserialize_f64,
+        deserialize_char,
+        deserialize_str,
+        deserialize_string,
+        deserialize_bytes,
+        deserialize_byte_buf,
+        deserialize_option,
+        deserialize_unit,
+        deserialize_seq,
+        deserialize_map,
+        deserialize_identifier,
+        deserialize_ignored_any,
+    );
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.de
+            .deserialize_unit_struct(name, Wrap::new(visitor, self.budget))
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.de
+            .deserialize_newtype_struct(name, Wrap::new(visitor, self.budget))
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.de
+            .deserialize_tuple(len, Wrap::new(visitor, self.budget))
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.de
+            .deserialize_tuple_struct(name, len, Wrap::new(visitor, self.budget))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.de
+            .deserialize_struct(name, fields, Wrap::new(visitor, self.budget))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.de
+            .deserialize_enum(name, variants, Wrap::new(visitor, self.budget))
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.de.is_human_readable()
+    }
+}
+
+macro_rules! forward_visit {
+    ($($method:ident($ty:ty)),* $(,)?) => {$(
+        fn $method<E: de::Error>(self, v: $ty) -> Result<V::Value, E> {
+            self.inner.$method(v)
+        }
+    )*};
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<'_, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    forward_visit!(
+        visit_bool(bool),
+        visit_i8(i8),
+        visit_i16(i16),
+        visit_i32(i32),
+        visit_i64(i64),
+        visit_i128(i128),
+        visit_u8(u8),
+        visit_u16(u16),
+        visit_u32(u32),
+        visit_u64(u64),
+        visit_u128(u128),
+        visit_f32(f32),
+        visit_f64(f64),
+        visit_char(char),
+        visit_str(&str),
+        visit_borrowed_str(&'de str),
+        visit_string(String),
+        visit_bytes(&[u8]),
+        visit_borrowed_bytes(&'de [u8]),
+        visit_byte_buf(Vec<u8>),
+    );
+
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_none()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<V::Value, D::Error> {
+        let _level = self.budget.enter()?;
+        self.inner.visit_some(Limited::new(de, self.budget))
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, de: D) -> Result<V::Value, D::Error> {
+        let _level = self.budget.enter()?;
+        self.inner
+            .visit_newtype_struct(Limited::new(de, self.budget))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        let _level = self.budget.enter()?;
+        self.inner.visit_seq(Wrap::new(seq, self.budget))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        let _level = self.budget.enter()?;
+        self.inner.visit_map(Wrap::new(map, self.budget))
+    }
+
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
+        let _level = self.budget.enter()?;
+        self.inner.visit_enum(Wrap::new(data, self.budget))
+    }
+}
+
+impl<'de, T: DeserializeSeed<'de>> DeserializeSeed<'de> for Wrap<'_, T> {
+    type Value = T::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<T::Value, D::Error> {
+        self.inner.deserialize(Limited::new(de, self.budget))
+    }
+}
+
+impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Wrap<'_, A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        self.inner.next_element_seed(Wrap::new(seed, self.budget))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Wrap<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        self.inner.next_key_seed(Wrap::new(seed, self.budget))
+    }
+
+    fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, A::Error> {
+        self.inner.next_value_seed(Wrap::new(seed, self.budget))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'b, 'de, A: EnumAccess<'de>> EnumAccess<'de> for Wrap<'b, A> {
+    type Error = A::Error;
+    type Variant = Wrap<'b, A::Variant>;
+
+    fn variant_seed<T: DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<(T::Value, Self::Variant), A::Error> {
+        let (tag, variant) = self.inner.variant_seed(Wrap::new(seed, self.budget))?;
+        Ok((tag, Wrap::new(variant, self.budget)))
+    }
+}
+
+impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Wrap<'_, A> {
+    type Error = A::Error;
+
+    fn unit_variant(self) -> Result<(), A::Error> {
+        self.inner.unit_variant()
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, A::Error> {
+        self.inner
+            .newtype_variant_seed(Wrap::new(seed, self.budget))
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
+        self.inner
+            .tuple_variant(len, Wrap::new(visitor, self.budget))
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, A::Error> {
+        self.inner
+            .struct_variant(fields, Wrap::new(visitor, self.budget))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+
+    /// An enum that boxes itself: the shape a hostile payload exploits.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Nest {
+        Leaf,
+        Deeper(Box<Nest>),
+    }
+
+    impl Nest {
+        /// `levels` enum levels: `levels - 1` times `Deeper`, then `Leaf`.
+        fn of(levels: usize) -> Nest {
+            (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)))
+        }
+    }
+
+    /// A tree through sequences, options, maps and newtypes.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Tree(Option<BTreeMap<u8, Vec<Tree>>>);
+
+    /// Decodes all of `bytes` as a `T` with a budget of `max` levels.
+    fn decode<T: serde::de::DeserializeOwned>(
+        bytes: &[u8],
+        max: usize,
+    ) -> (Result<T, postcard::Error>, bool) {
+        let budget = Budget::new(max);
+        let mut de = postcard::Deserializer::from_bytes(bytes);
+        let value = T::deserialize(Limited::new(&mut de, &budget));
+        (value, budget.exceeded())
+    }
+
+    /// postcard's bytes for a `Nest` `levels` deep, written directly (no deep value is built):
+    /// variant 1 (`Deeper`) `levels - 1` times, then variant 0 (`Leaf`).
+    fn nest_bytes(levels: usize) -> Vec<u8> {
+        let mut bytes = vec![1u8; levels - 1];
+        bytes.push(0);
+        bytes
+    }
+
+    /// The hand-written bytes are what postcard writes.
+    #[test]
+    fn nest_bytes_are_postcards() {
+        let written = postcard::to_allocvec(&Nest::of(5)).expect("encodes");
+        assert_eq!(written, nest_bytes(5));
+    }
+
+    /// A value nested exactly to the limit decodes, to the same value; one level more fails and
+    /// says the limit was the reason.
+    #[test]
+    fn the_limit_is_exact() {
+        let (at_limit, exceeded) = decode::<Nest>(&nest_bytes(10), 10);
+        assert_eq!(at_limit.expect("at the limit"), Nest::of(10));
+        assert!(!exceeded);
+        let (over, exceeded) = decode::<Nest>(&nest_bytes(11), 10);
+        assert!(over.is_err());
+        assert!(exceeded, "the budget tells the limit was hit");
+    }
+
+    /// Every kind of compound takes a level: sequences, maps, options, newtypes, tuples, structs.
+    #[test]
+    fn every_compound_counts() {
+        // Vec<Vec<Vec<u8>>>: three sequences.
+        let bytes = postcard::to_allocvec(&vec![vec![vec![1u8]]]).expect("encodes");
+        assert!(decode::<Vec<Vec<Vec<u8>>>>(&bytes, 3).0.is_ok());
+        assert!(decode::<Vec<Vec<Vec<u8>>>>(&bytes, 2).1);
+        // Tree(Some({1: [Tree(None)]})): newtype, Some, map, seq, newtype = 5.
+        let tree = Tree(Some(BTreeMap::from([(1, vec![Tree(None)])])));
+        let bytes = postcard::to_allocvec(&tree).expect("encodes");
+        assert_eq!(decode::<Tree>(&bytes, 5).0.expect("5 levels"), tree);
+        assert!(decode::<Tree>(&bytes, 4).1);
+        // A struct holding a tuple holding an Option: struct, tuple, Some = 3.
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Holder {
+            pair: (u8, Option<u8>),
+        }
+        let holder = Holder { pair: (1, Some(2)) };
+        let bytes = postcard::to_allocvec(&holder).expect("encodes");
+        assert_eq!(decode::<Holder>(&bytes, 3).0.expect("3 levels"), holder);
+        assert!(decode::<Holder>(&bytes, 2).1);
+    }
+
+    /// Levels are given back when a compound ends: siblings never add up, however many.
+    #[test]
+    fn siblings_do_not_add_up() {
+        let wide: Vec<Vec<u8>> = (0..10_000).map(|i| vec![i as u8]).collect();
+        let bytes = postcard::to_allocvec(&wide).expect("encodes");
+        assert_eq!(decode::<Vec<Vec<u8>>>(&bytes, 2).0.expect("two deep"), wide);
+        let many: Vec<Nest> = (0..1000).map(|_| Nest::of(3)).collect();
+        let bytes = postcard::to_allocvec(&many).expect("encodes");
+        assert_eq!(decode::<Vec<Nest>>(&bytes, 4).0.expect("1 + 3 deep"), many);
+    }
+
+    /// A payload a million levels deep is refused on a small stack: the decode stops at the
+    /// limit, so neither decoding nor dropping what was built recurses a million times.
+    #[test]
+    fn a_million_deep_payload_is_refused_on_a_small_stack() {
+        let bytes = nest_bytes(1_000_000);
+        let refused = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let (value, exceeded) = decode::<Nest>(&bytes, 128);
+                value.is_err() && exceeded
+            })
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+        assert!(refused);
+    }
+
+    /// A value at the default limit (128) decodes and drops within a quarter of a Tokio worker's
+    /// 2 MiB stack, even in a debug build.
+    #[test]
+    fn the_limit_fits_a_small_stack() {
+        let bytes = nest_bytes(128);
+        let decoded = std::thread::Builder::new()
+            .stack_size(512 << 10)
+            .spawn(move || decode::<Nest>(&bytes, 128).0.is_ok())
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+        assert!(decoded);
+    }
+
+    /// Malformed input still fails as postcard says, not as a depth error.
+    #[test]
+    fn other_errors_are_not_depth_errors() {
+        let (value, exceeded) = decode::<Nest>(&[1, 1, 7], 128);
+        assert!(value.is_err());
+        assert!(!exceeded);
+    }
+}

@@ -1,0 +1,128 @@
+//! An owner that crashes with Valkey writes queued loses those writes — and L1 loses them too:
+//! a `put` drops its id from L1 at once and enters L1 only once its write has landed on Valkey,
+//! so after a crash and restart L1 never holds a value that Valkey does not.
+
+mod common;
+
+use std::hash::{Hash, Hasher};
+
+use common::{Source, raw, read_envelope, settled, store_on, until, until_async, valkey};
+use echostore::{Error, Key, Origin};
+
+/// An id whose equality panics when two callers' copies of the poisoned id meet in the owner's
+/// flights map (as in `a_crashed_owner_answers_stopped_and_restarts`): a user `Key` bug.
+#[derive(Debug, Clone)]
+struct Touchy(u64, u8);
+
+const POISON: u64 = 666;
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        assert!(
+            !(self.0 == POISON && other.0 == POISON && self.1 != other.1),
+            "Touchy::eq on the poisoned id"
+        );
+        self.0 == other.0
+    }
+}
+impl Eq for Touchy {}
+impl Hash for Touchy {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+impl Key for Touchy {
+    fn render(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.0.to_string().into_bytes().into()
+    }
+}
+
+/// `INFO clients`' `blocked_clients`: a client postponed by `CLIENT PAUSE` is counted there.
+async fn blocked_clients(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("blocked_clients in INFO")
+}
+
+/// Valkey holds writes (`CLIENT PAUSE WRITE`): put `v1` of id 1 is running (held at Valkey), put
+/// `v2` of id 1 is queued behind it in the owner. The owner crashes. `v2`'s caller gets
+/// `Stopped` and its write never happens; `v1` lands once Valkey resumes. The restarted owner's
+/// L1 does not hold `v2` (issue #9: it did, while Valkey held `v1`): the next get reads `v1`
+/// from Valkey.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let loader = source.loader();
+    let t = store_on(&valkey.url())
+        .await
+        .table::<Touchy, String>("touchy")
+        .loader(move |id: Touchy| loader(id.0))
+        .start()
+        .await
+        .expect("table");
+    let id = Touchy(1, 0);
+    t.put(&id, "v0".into()).await.expect("put v0"); // also loads the put script
+
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT PAUSE WRITE");
+    let v1 = tokio::spawn({
+        let (t, id) = (t.clone(), id.clone());
+        async move { t.put(&id, "v1".into()).await }
+    });
+    until_async("put v1 is held at Valkey", async || {
+        blocked_clients(&mut conn).await >= 1
+    })
+    .await;
+    // Put v2 reaches the owner (queued behind v1), then a first miss on the poisoned id starts a
+    // flight; each future is polled once, which sends its message, in this order.
+    let mut v2 = std::pin::pin!(t.put(&id, "v2".into()));
+    assert!(futures::poll!(v2.as_mut()).is_pending());
+    let poisoned = Touchy(POISON, 1);
+    let mut first = std::pin::pin!(t.get(&poisoned));
+    assert!(futures::poll!(first.as_mut()).is_pending());
+    // A second miss on the poisoned id makes the owner compare the two: it panics.
+    let crashed = t.get(&Touchy(POISON, 2)).await;
+    assert!(matches!(crashed, Err(Error::Stopped)), "{crashed:?}");
+    assert!(
+        matches!(v2.await, Err(Error::Stopped)),
+        "v2's caller learns"
+    );
+    assert!(matches!(first.await, Err(Error::Stopped)));
+    until("the supervisor restarted the owner", || {
+        t.stats().owner_restarts == 1
+    })
+    .await;
+
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT UNPAUSE");
+    v1.await.expect("task").expect("v1 landed on Valkey");
+    let stored = read_envelope::<String>(&mut conn, "touchy:{1}")
+        .await
+        .expect("stored");
+    assert_eq!(stored.value, "v1", "v2's write was lost with the owner");
+
+    let seen = t.fetch(&id).await.expect("a value");
+    assert_eq!(
+        (seen.origin, seen.value.as_str()),
+        (Origin::L2, "v1"),
+        "L1 held nothing Valkey does not"
+    );
+    assert_eq!(t.fetch(&id).await.expect("L1").value.as_str(), "v1");
+    settled(&t).await;
+}

@@ -1,0 +1,58 @@
+//! Envelopes as the tests read and plant them on Valkey: `format (1) | fresh_until | written_at |
+//! postcard payload` (docs/lock-protocol.md).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::AsyncCommands;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Wall-clock now in unix ms, as EchoStore stamps envelopes.
+pub fn unix_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970");
+    u64::try_from(since.as_millis()).expect("fits")
+}
+
+/// The envelope bytes of `value`, as EchoStore writes them.
+pub fn envelope(fresh_until_ms: u64, written_at_ms: u64, value: &impl Serialize) -> Vec<u8> {
+    let mut bytes = envelope_header(fresh_until_ms, written_at_ms);
+    bytes.extend(postcard::to_allocvec(value).expect("postcard encodes"));
+    bytes
+}
+
+/// The 17-byte header alone, for planting hand-made payloads behind it.
+pub fn envelope_header(fresh_until_ms: u64, written_at_ms: u64) -> Vec<u8> {
+    let mut bytes = vec![1u8];
+    bytes.extend_from_slice(&fresh_until_ms.to_le_bytes());
+    bytes.extend_from_slice(&written_at_ms.to_le_bytes());
+    bytes
+}
+
+/// An envelope read back from Valkey.
+#[derive(Debug)]
+pub struct OnValkey<V> {
+    pub fresh_until_ms: u64,
+    pub written_at_ms: u64,
+    pub value: V,
+}
+
+/// The envelope under `key`, decoded; `None` if the key is missing.
+pub async fn read_envelope<V: DeserializeOwned>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Option<OnValkey<V>> {
+    let bytes: Vec<u8> = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET")?;
+    assert_eq!(
+        bytes.first(),
+        Some(&1),
+        "an envelope of format 1 under {key}"
+    );
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    Some(OnValkey {
+        fresh_until_ms: word(1),
+        written_at_ms: word(9),
+        value: postcard::from_bytes(&bytes[17..]).expect("a payload of the table's type"),
+    })
+}

@@ -1,0 +1,79 @@
+//! A TCP forwarder between a store and its real Valkey that can hold the store's requests: a
+//! network that delays one process's writes while another's land. Nothing is answered by the
+//! proxy itself; every byte goes to the real server.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Forwards every connection made to it to one Valkey; requests pass only while open.
+pub struct Proxy {
+    port: u16,
+    open: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy in front of the Valkey at `url` (`redis://host:port`), open.
+    pub async fn start(url: &str) -> Proxy {
+        let upstream = url
+            .strip_prefix("redis://")
+            .expect("a redis:// url")
+            .trim_end_matches('/')
+            .to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (open, _) = watch::channel(true);
+        let gate = open.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(&upstream).await.expect("upstream");
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                let mut gate = gate.subscribe();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        let n = match from_client.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        // Bytes read while held wait here until the proxy opens.
+                        if gate.wait_for(|open| *open).await.is_err() {
+                            return;
+                        }
+                        if to_server.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                });
+            }
+        });
+        Proxy { port, open, accept }
+    }
+
+    /// The url a store uses to reach Valkey through this proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Requests sent from now on wait at the proxy.
+    pub fn hold(&self) {
+        self.open.send_replace(false);
+    }
+
+    /// Held and later requests go through.
+    pub fn release(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}

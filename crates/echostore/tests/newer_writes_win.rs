@@ -1,0 +1,186 @@
+//! Writes are versioned by their envelope's `written_at`: a `put` or a fenced write never replaces
+//! a value written after it, so a delayed write cannot overwrite a newer one. A superseded put
+//! answers `Ok` (a newer value stands), counts `writes_superseded`, and leaves no L1 copy. A stored
+//! `written_at` more than `MAX_CLOCK_SKEW_MS` ahead of the writer's clock is garbage, and replaced.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    Proxy, Source, envelope, raw, read_envelope, settled, unix_ms, until, valkey, valkey_table,
+};
+use echostore::protocol::{FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, PUT_SCRIPT};
+use echostore::{Origin, Store, Table};
+use redis::AsyncCommands;
+
+const VALUE: &str = "nw:{1}";
+const LOCK: &str = "lock:nw:{1}";
+const HOUR_MS: u64 = 3_600_000;
+
+async fn table_on(store: &Store, source: &Source) -> Table<u64, String> {
+    store
+        .table::<u64, String>("nw")
+        .ttl(Duration::from_secs(60))
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table")
+}
+
+/// Store A's put of `"older"` is stamped, then held on its way to Valkey (a slow network); store
+/// B's put of `"newer"`, stamped later, lands first. When A's arrives it changes nothing: A's
+/// caller gets `Ok`, A counts `writes_superseded`, A's L1 holds no copy, and both stores read
+/// `"newer"` (issue #9: the delayed put overwrote it, an unconditional SET).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_put_does_not_overwrite_a_newer_one() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let a_store = Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .valkey_timeout(Duration::from_secs(30)) // the hold is a delay, not an outage
+        .build()
+        .await
+        .expect("store A");
+    let a = table_on(&a_store, &source).await;
+    let b = valkey_table(&valkey.url(), "nw", &source, |t| {
+        t.ttl(Duration::from_secs(60))
+    })
+    .await;
+    a.put(&1, "first".into()).await.expect("A's first put"); // loads the script through the proxy
+
+    proxy.hold();
+    let mut older = std::pin::pin!(a.put(&1, "older".into()));
+    assert!(futures::poll!(older.as_mut()).is_pending(), "held");
+    let stamped_by = unix_ms(); // A's put took its written_at when first polled
+    until("B's clock is past A's stamp", || unix_ms() > stamped_by).await;
+    b.put(&1, "newer".into())
+        .await
+        .expect("B's put lands first");
+    proxy.release();
+    older.await.expect("a superseded put answers Ok");
+
+    let stored = read_envelope::<String>(&mut conn, VALUE)
+        .await
+        .expect("stored");
+    assert_eq!(stored.value, "newer", "the delayed put changed nothing");
+    until("A's write has landed in the owner", || {
+        a.stats().writes_superseded == 1
+    })
+    .await;
+    assert_eq!(a.stats().l1_len, 0, "a superseded put leaves no L1 copy");
+    let seen = a.fetch(&1).await.expect("a value");
+    assert_eq!((seen.origin, seen.value.as_str()), (Origin::L2, "newer"));
+    assert_eq!(source.calls(), 0);
+    settled(&a).await;
+}
+
+/// A value stamped slightly ahead (within the skew allowance) stands against a put; one stamped
+/// more than `MAX_CLOCK_SKEW_MS` ahead is garbage and the put replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_respects_newer_values_and_replaces_garbage_from_the_future() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "nw", &source, |t| {
+        t.ttl(Duration::from_secs(60))
+    })
+    .await;
+    let now = unix_ms();
+
+    let newer = envelope(now + HOUR_MS, now + 60_000, &"stamped a minute ahead");
+    let _: () = conn.set(VALUE, &newer).await.expect("plant");
+    t.put(&1, "mine".into()).await.expect("superseded is Ok");
+    let stored: Vec<u8> = conn.get(VALUE).await.expect("GET");
+    assert_eq!(stored, newer, "the newer value stands");
+    until("the put landed in the owner", || {
+        t.stats().writes_superseded == 1
+    })
+    .await;
+    assert_eq!(t.stats().l1_len, 0);
+
+    let garbage = envelope(
+        now + HOUR_MS,
+        now + MAX_CLOCK_SKEW_MS + HOUR_MS,
+        &"stamped an hour ahead",
+    );
+    let _: () = conn.set(VALUE, &garbage).await.expect("plant");
+    t.put(&1, "mine".into()).await.expect("put");
+    let stored = read_envelope::<String>(&mut conn, VALUE)
+        .await
+        .expect("stored");
+    assert_eq!(stored.value, "mine", "garbage from the future is replaced");
+    assert_eq!(t.stats().writes_superseded, 1);
+    assert_eq!(source.calls(), 0);
+    settled(&t).await;
+}
+
+/// The scripts themselves, as docs/lock-protocol.md quotes them: the fenced write returns -1 and
+/// writes nothing when the stored envelope is newer, even while the lock is its own; both
+/// scripts replace a stored `written_at` more than `MAX_CLOCK_SKEW_MS` ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_versioned_scripts_compare_written_at() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let fenced = redis::Script::new(FENCED_WRITE_SCRIPT);
+    let put = redis::Script::new(PUT_SCRIPT);
+    let now = unix_ms();
+    let mine = envelope(now + HOUR_MS, now, &"mine");
+    let stored_at = |written_at: u64| envelope(now + HOUR_MS, written_at, &"stored");
+
+    let _: () = conn.set(LOCK, "my-token").await.expect("SET lock");
+    let _: () = conn.set(VALUE, stored_at(now + 1)).await.expect("plant");
+    let written: i64 = fenced
+        .key(VALUE)
+        .key(LOCK)
+        .arg("my-token")
+        .arg(&mine)
+        .arg(60_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("fenced write");
+    assert_eq!(written, -1, "a newer value is stored");
+    let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
+    assert_eq!(kept, stored_at(now + 1));
+    let put_written: i64 = put
+        .key(VALUE)
+        .key(LOCK)
+        .arg(&mine)
+        .arg(60_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("put");
+    assert_eq!(put_written, 0, "superseded");
+    assert!(
+        conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        "a superseded put leaves the lock"
+    );
+
+    let far = stored_at(now + MAX_CLOCK_SKEW_MS + 1);
+    let _: () = conn.set(VALUE, &far).await.expect("plant");
+    let written: i64 = fenced
+        .key(VALUE)
+        .key(LOCK)
+        .arg("my-token")
+        .arg(&mine)
+        .arg(60_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("fenced write");
+    assert_eq!(written, 1, "garbage from the future is replaced");
+    let _: () = conn.set(VALUE, &far).await.expect("plant");
+    let put_written: i64 = put
+        .key(VALUE)
+        .key(LOCK)
+        .arg(&mine)
+        .arg(60_000)
+        .invoke_async(&mut conn)
+        .await
+        .expect("put");
+    assert_eq!(put_written, 1);
+    let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
+    assert_eq!(kept, mine);
+}
