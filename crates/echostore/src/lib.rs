@@ -71,6 +71,7 @@ mod load;
 mod lock;
 mod lookup;
 mod losers;
+mod metrics;
 mod owner;
 mod stale;
 mod stats;
@@ -78,6 +79,7 @@ mod store;
 mod supervisor;
 mod table;
 
+pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use config::{MAX_DURATION, TableBuilder};
 pub use error::{Error, Result, SharedError};
 pub use fetched::{Fetched, Origin};
