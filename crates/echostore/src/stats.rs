@@ -57,6 +57,13 @@ pub(crate) enum Kind {
 
 /// One named figure of a snapshot, with the doc text of its field.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(feature = "metrics"),
+    allow(
+        dead_code,
+        reason = "the kind and the text are read by the metrics export"
+    )
+)]
 pub(crate) struct Figure {
     /// The field name (`"source_reads"`).
     pub(crate) name: &'static str,
