@@ -70,7 +70,8 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             names: self.core.names(self.id)?,
         };
         let max = self.core.config.max_value_bytes;
-        let stale = match l2.get(&at.names, max).await {
+        let read = crate::metrics::time_l2(&self.core.name, l2.get(&at.names, max));
+        let stale = match read.await {
             Ok(bytes) => match self.decode(bytes) {
                 Some(env) if env.is_fresh(unix_ms()) => return Ok(self.l2_hit(env)),
                 seen => seen.and_then(|env| self.stale(env)),

@@ -77,6 +77,7 @@ mod load;
 mod lock;
 mod lookup;
 mod losers;
+mod metrics;
 mod owner;
 mod owner_ref;
 mod stale;
@@ -86,6 +87,7 @@ mod supervisor;
 mod table;
 mod writes;
 
+pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use coherence::DOWN_L1_LIFE;
 pub use config::{MAX_DURATION, TableBuilder};
 pub use error::{Error, Result, SharedError};

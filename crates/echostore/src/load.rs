@@ -95,6 +95,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     async fn load(&self) -> Result<V> {
         let counters = &self.core.stats.counters;
         bump(&counters.source_reads);
+        let _timing = crate::metrics::Timing::load(&self.core.name);
         let started =
             std::panic::catch_unwind(AssertUnwindSafe(|| (self.core.loader)(self.id.clone())));
         let future = match started {

@@ -46,8 +46,39 @@ impl StripedCounter {
     }
 }
 
+/// What a named figure of [`TableStats`] is, for the metrics export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Only grows.
+    Counter,
+    /// Read as it is now: goes up and down.
+    Gauge,
+}
+
+/// One named figure of a snapshot, with the doc text of its field.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(feature = "metrics"),
+    allow(
+        dead_code,
+        reason = "the kind and the text are read by the metrics export"
+    )
+)]
+pub(crate) struct Figure {
+    /// The field name (`"source_reads"`).
+    pub(crate) name: &'static str,
+    pub(crate) value: u64,
+    pub(crate) kind: Kind,
+    /// The field's doc comment, one line.
+    pub(crate) about: &'static str,
+}
+
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident, )*) => {
+    (
+        striped { $(#[doc = $hot_doc:literal])* $hot:ident, }
+        counters { $( $(#[doc = $doc:literal])* $name:ident, )* }
+        gauges { $( $(#[doc = $gauge_doc:literal])* $gauge:ident, )* }
+    ) => {
         /// The non-hot counters, one atomic each.
         #[derive(Default)]
         pub(crate) struct Counters {
@@ -60,25 +91,44 @@ macro_rules! counters {
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
         #[non_exhaustive]
         pub struct TableStats {
-            /// Gets answered from this process's L1 without a miss.
-            pub l1_hits: u64,
-            $( $(#[$doc])* pub $name: u64, )*
-            /// Flights running now (ids being filled).
-            pub in_flight: u64,
-            /// Entries in L1 now (fresh or not yet evicted).
-            pub l1_len: u64,
+            $(#[doc = $hot_doc])* pub $hot: u64,
+            $( $(#[doc = $doc])* pub $name: u64, )*
+            $( $(#[doc = $gauge_doc])* pub $gauge: u64, )*
         }
+
+        /// How many figures a snapshot names: counters, then gauges.
+        pub(crate) const FIGURE_COUNT: usize =
+            [stringify!($hot), $( stringify!($name), )* $( stringify!($gauge), )*].len();
 
         impl TableStats {
             /// Every counter and gauge as `(name, value)`, in declaration order: the names are the
             /// field names (`"l1_hits"`, `"source_reads"`, …), so reports and metrics never repeat
             /// the list by hand.
-            pub fn counters(&self) -> [(&'static str, u64); COUNTER_COUNT + 3] {
+            pub fn counters(&self) -> [(&'static str, u64); FIGURE_COUNT] {
+                self.figures().map(|f| (f.name, f.value))
+            }
+
+            /// Every figure with its kind and its field's doc text, in declaration order.
+            pub(crate) fn figures(&self) -> [Figure; FIGURE_COUNT] {
                 [
-                    ("l1_hits", self.l1_hits),
-                    $( (stringify!($name), self.$name), )*
-                    ("in_flight", self.in_flight),
-                    ("l1_len", self.l1_len),
+                    Figure {
+                        name: stringify!($hot),
+                        value: self.$hot,
+                        kind: Kind::Counter,
+                        about: concat!($($hot_doc),*),
+                    },
+                    $( Figure {
+                        name: stringify!($name),
+                        value: self.$name,
+                        kind: Kind::Counter,
+                        about: concat!($($doc),*),
+                    }, )*
+                    $( Figure {
+                        name: stringify!($gauge),
+                        value: self.$gauge,
+                        kind: Kind::Gauge,
+                        about: concat!($($gauge_doc),*),
+                    }, )*
                 ]
             }
         }
@@ -89,10 +139,9 @@ macro_rules! counters {
             /// The field-by-field sum of two snapshots (several tables or stores seen as one).
             fn add(self, other: TableStats) -> TableStats {
                 TableStats {
-                    l1_hits: self.l1_hits + other.l1_hits,
+                    $hot: self.$hot + other.$hot,
                     $( $name: self.$name + other.$name, )*
-                    in_flight: self.in_flight + other.in_flight,
-                    l1_len: self.l1_len + other.l1_len,
+                    $( $gauge: self.$gauge + other.$gauge, )*
                 }
             }
         }
@@ -103,15 +152,12 @@ macro_rules! counters {
             }
         }
 
-        /// How many counters the macro declares (besides `l1_hits` and the two gauges).
-        const COUNTER_COUNT: usize = [$( stringify!($name), )*].len();
-
         impl Stats {
             /// Reads every counter once; `l1_len` comes from the caller, which owns L1.
             pub(crate) fn snapshot(&self, l1_len: u64) -> TableStats {
                 let c = &self.counters;
                 TableStats {
-                    l1_hits: self.l1_hits.sum(),
+                    $hot: self.$hot.sum(),
                     $( $name: c.$name.load(Relaxed), )*
                     in_flight: self.in_flight.load(Relaxed),
                     l1_len,
@@ -122,6 +168,11 @@ macro_rules! counters {
 }
 
 counters! {
+    striped {
+        /// Gets answered from this process's L1 without a miss.
+        l1_hits,
+    }
+    counters {
     /// Flights answered by a fresh value found on Valkey.
     l2_hits,
     /// Loader calls: reads of the source of truth.
@@ -181,6 +232,27 @@ counters! {
     early_refreshes,
     /// Early refreshes whose load failed; the current value stayed until its freshness ended.
     early_refresh_failures,
+    }
+    gauges {
+        /// Flights running now (ids being filled).
+        in_flight,
+        /// Entries in L1 now (fresh or not yet evicted).
+        l1_len,
+    }
+}
+
+impl TableStats {
+    /// Publishes this snapshot through the [`metrics`](https://docs.rs/metrics/0.24) facade, to
+    /// whatever recorder the process installed (none: nothing happens), under the label
+    /// `table="<table>"`: each counter as the absolute value of `echostore_<counter>_total`, each
+    /// gauge as `echostore_<gauge>`.
+    ///
+    /// A started table already does this every [`METRICS_EXPORT_EVERY`](crate::METRICS_EXPORT_EVERY);
+    /// call it to publish now (before a scrape, or as a table is shut down):
+    /// `table.stats().export(table.name())`. Without the `metrics` feature it does nothing.
+    pub fn export(&self, table: &str) {
+        crate::metrics::export(&std::sync::Arc::from(table), self);
+    }
 }
 
 /// All counters of one table.

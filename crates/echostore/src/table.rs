@@ -75,6 +75,7 @@ impl<K: Key, V: Value> Table<K, V> {
         supervisor
             .cast(SupervisorMsg::Watch { owner: id, restart })
             .map_err(|_| Error::Stopped)?;
+        crate::metrics::spawn_exporter(&core);
         Ok(Table {
             inner: Arc::new(TableInner {
                 core,
