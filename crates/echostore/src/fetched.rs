@@ -23,6 +23,32 @@ pub enum Origin {
     Default,
 }
 
+impl Origin {
+    /// The origin as a lowercase word: `"l1"`, `"l2"`, `"loaded"`, `"coalesced"`, `"stale"`,
+    /// `"default"` (what `Display` prints: ready for a log field or a metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::L1 => "l1",
+            Origin::L2 => "l2",
+            Origin::Loaded => "loaded",
+            Origin::Coalesced => "coalesced",
+            Origin::Stale => "stale",
+            Origin::Default => "default",
+        }
+    }
+}
+
+/// The lowercase word of [`Origin::as_str`].
+///
+/// ```
+/// assert_eq!(echostore::Origin::Coalesced.to_string(), "coalesced");
+/// ```
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A value with its [`Origin`], from [`Table::fetch`](crate::Table::fetch).
 #[derive(Debug)]
 pub struct Fetched<V> {

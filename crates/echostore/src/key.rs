@@ -41,7 +41,25 @@ pub trait Key: Clone + Eq + Hash + Debug + Send + Sync + 'static {
     }
 }
 
-/// A cached value: anything serde can encode that may be shared between threads.
+/// A cached value: anything serde can encode and decode that may be shared between threads.
+///
+/// Implemented for every `Serialize + DeserializeOwned + Send + Sync + 'static` type, so a struct
+/// of your own needs only serde's derives (serde with its `derive` feature in your
+/// `Cargo.toml`). L1 keeps the value itself, shared as an `Arc<V>`; Valkey holds it encoded.
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct User {
+///     id: u64,
+///     name: String,
+///     email: Option<String>,
+/// }
+///
+/// fn cacheable<V: echostore::Value>() {}
+/// cacheable::<User>();
+/// cacheable::<Option<User>>(); // "not found" cached too
+/// cacheable::<Vec<u8>>();
+/// ```
 pub trait Value: Serialize + DeserializeOwned + Send + Sync + 'static {}
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Value for T {}

@@ -9,6 +9,8 @@
 //! and moka (about a microsecond a hit on this machine class; see `docs/benchmarks.md`). Both are
 //! bounded by the table's `l1_capacity` and evict on their own when full.
 
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -88,8 +90,12 @@ impl<V> Entry<V> {
 
 /// The small interface both L1 backends implement.
 pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
-    /// The entry for `id`, fresh or not.
-    fn get(&self, id: &K) -> Option<Entry<V>>;
+    /// The entry for `id`, fresh or not. `id` may be a borrowed form of the key (`&str` for a
+    /// `String` key), as with `HashMap::get`.
+    fn get<Q>(&self, id: &Q) -> Option<Entry<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
     /// Stores or replaces the entry for `id`; may evict others to stay within capacity.
     fn insert(&self, id: K, entry: Entry<V>);
     /// Drops the entry for `id`, if any.
@@ -122,7 +128,11 @@ impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
 
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     #[inline]
-    fn get(&self, id: &K) -> Option<Entry<V>> {
+    fn get<Q>(&self, id: &Q) -> Option<Entry<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         match self {
             L1::QuickCache(l1) => l1.get(id),
             L1::Moka(l1) => l1.get(id),
@@ -163,7 +173,11 @@ pub(crate) struct QuickCacheL1<K, V>(quick_cache::sync::Cache<K, Entry<V>>);
 
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
     #[inline]
-    fn get(&self, id: &K) -> Option<Entry<V>> {
+    fn get<Q>(&self, id: &Q) -> Option<Entry<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.0.get(id)
     }
 
@@ -189,7 +203,11 @@ pub(crate) struct MokaL1<K, V>(moka::sync::Cache<K, Entry<V>>);
 
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
     #[inline]
-    fn get(&self, id: &K) -> Option<Entry<V>> {
+    fn get<Q>(&self, id: &Q) -> Option<Entry<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.0.get(id)
     }
 

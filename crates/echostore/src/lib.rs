@@ -57,6 +57,155 @@
 //! let name = users.get(&42).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! A whole service, an axum handler whose loader queries SQLite, is
+//! `examples/users_service.rs` (`cargo run -p echostore --example users_service -- --self-check`).
+//!
+//! # Recipes
+//!
+//! ## Values: any serde type
+//!
+//! A table's values are kept in L1 as they are and written to Valkey with serde, so a value type
+//! derives `Serialize` and `Deserialize` (and is `Send + Sync + 'static`); see [`Value`]. Keys
+//! are `String`, `u64`, `i64`, `u32`, `&'static str` (and `uuid::Uuid` with the `uuid` feature);
+//! see [`Key`].
+//!
+//! ## Caching "not found"
+//!
+//! A miss on the source that is not an error — no such row — is worth caching too, or every
+//! request for a missing id reads the source. Make the value an `Option`: `None` is cached,
+//! coalesced and expired like any value. (A loader *error* is never cached: every waiter of that
+//! flight gets it, and the next read tries again.)
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use std::sync::atomic::{AtomicUsize, Ordering};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! use echostore::{Origin, Store};
+//!
+//! #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+//! struct User {
+//!     name: String,
+//! }
+//!
+//! let reads = Arc::new(AtomicUsize::new(0));
+//! let store = Store::builder().build().await?;
+//! let users = store
+//!     .table::<u64, Option<User>>("users")
+//!     .loader({
+//!         let reads = Arc::clone(&reads);
+//!         move |id: u64| {
+//!             reads.fetch_add(1, Ordering::SeqCst);
+//!             // Say, `SELECT name FROM users WHERE id = ?`, with `.optional()`.
+//!             let row = (id == 1).then(|| User { name: "alice".into() });
+//!             async move { Ok::<_, std::io::Error>(row) }
+//!         }
+//!     })
+//!     .start()
+//!     .await?;
+//!
+//! assert_eq!(*users.get(&1).await?, Some(User { name: "alice".into() }));
+//! assert_eq!(*users.get(&2).await?, None); // no such user: read once...
+//! let again = users.fetch(&2).await?;
+//! assert_eq!((again.value.as_ref(), again.origin), (&None, Origin::L1)); // ...then cached
+//! assert_eq!(reads.load(Ordering::SeqCst), 2);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Borrowed keys
+//!
+//! Reads, writes and invalidations take the key by reference in any form it borrows as, as
+//! `HashMap::get` does: a `Table<String, _>` answers `get("alice")` with no `String` made on an
+//! L1 hit (a miss makes one, for the flight).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! let store = echostore::Store::builder().build().await?;
+//! let greetings = store
+//!     .table::<String, String>("greetings")
+//!     .loader(|name: String| async move { Ok::<_, std::io::Error>(format!("hello, {name}")) })
+//!     .start()
+//!     .await?;
+//! assert_eq!(*greetings.get("alice").await?, "hello, alice");
+//! let owned = String::from("alice");
+//! assert_eq!(*greetings.get(&owned).await?, "hello, alice");
+//! greetings.invalidate("alice").await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Loader errors: any error type, and getting yours back
+//!
+//! A loader may fail with any `E: Into<Box<dyn Error + Send + Sync>>`: an error type of your own,
+//! `std::io::Error`, `anyhow::Error`, a `Box<dyn Error + Send + Sync>`, even a `String`. Every
+//! waiter of the failed flight receives the same [`Error::Source`]; its
+//! [`std::error::Error::source`] is the loader's error, and [`Error::source_as`] gives it back
+//! typed.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! use echostore::{Error, Store};
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! enum DbError {
+//!     #[error("the database is down")]
+//!     Down,
+//! }
+//!
+//! let store = Store::builder().build().await?;
+//! let users = store
+//!     .table::<u64, String>("users")
+//!     .loader(|_id: u64| async { Err::<String, _>(DbError::Down) })
+//!     .start()
+//!     .await?;
+//! match users.get(&1).await {
+//!     Err(e) if matches!(e.source_as::<DbError>(), Some(DbError::Down)) => { /* 503 */ }
+//!     other => panic!("unexpected: {other:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Reading the counters
+//!
+//! [`Table::stats`] is a snapshot of the table's [`TableStats`]: plain numbers, `Serialize`, and
+//! addable across tables or stores. The ones that tell a cache is working: `l1_hits` and
+//! `l2_hits` against `source_reads` (the hit ratio); `coalesced` (misses that joined a flight
+//! instead of reading the source); `lock_won` / `lock_lost` (which process rebuilt a key);
+//! `stale_served`, `defaults_served`, `failed_fast`, `poll_waits` (what losers did); `errors`,
+//! `l2_errors`, `load_timeouts` (what went wrong).
+//!
+//! Some counters move in a healthy system, because two writers raced and the protocol settled it:
+//! `fenced_write_skipped` (a fill's lock was taken over by a `put` or `invalidate`, or expired
+//! while Valkey was away, so the fill stored nothing), `release_skipped` (the same fill then
+//! found someone else's lock, or none, and deleted nothing) and `writes_superseded` (a write found
+//! a newer value already on Valkey). A steady rise of them along with `lease_lost` says writes and
+//! reads of the same ids overlap often; it is never data loss.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! let store = echostore::Store::builder().build().await?;
+//! let squares = store
+//!     .table::<u64, u64>("squares")
+//!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id * id) })
+//!     .start()
+//!     .await?;
+//! for _ in 0..3 {
+//!     squares.get(&7).await?;
+//! }
+//! let stats = squares.stats();
+//! assert_eq!((stats.source_reads, stats.l1_hits), (1, 2));
+//! for (name, value) in stats.counters() {
+//!     println!("echostore_{name}{{table=\"squares\"}} {value}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod breaker;
@@ -90,7 +239,7 @@ mod writes;
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use coherence::DOWN_L1_LIFE;
 pub use config::{MAX_DURATION, TableBuilder};
-pub use error::{Error, Result, SharedError};
+pub use error::{Error, Result, SharedError, ValkeyError};
 pub use fetched::{Fetched, Origin};
 pub use key::{Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;
@@ -98,6 +247,11 @@ pub use losers::LoserPolicy;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;
+
+/// The README's Rust snippets, compiled as doctests so that they keep up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 
 /// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: every Lua script
 /// EchoStore runs, and how it makes a lock token. Not needed to use a cache; see

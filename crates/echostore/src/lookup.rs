@@ -9,8 +9,13 @@
 //! process, on one table of 100k random keys: the lookup inline, about 85 ns a hit; `get` as
 //! this module builds it, about 105 ns; the same work as an `async fn` with an awaiting miss
 //! branch, or as a future that reads L1 in `poll`, 235–400 ns (`docs/benchmarks.md`).
+//!
+//! The id is borrowed in whatever form the caller has (`&str` for a `String` key, as with
+//! `HashMap::get`): the hit hashes and compares that form, and only a miss makes an owned key.
 
+use std::borrow::Borrow;
 use std::future::Future;
+use std::hash::Hash;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -53,10 +58,10 @@ impl<V> Answer<V> for Arc<V> {
 ///
 /// Dropping it drops only this caller's place in the flight, never the flight. Polled again
 /// after it has answered, it reads again.
-pub(crate) struct Lookup<'a, K: Key, V: Value, A> {
+pub(crate) struct Lookup<'a, K: Key, V: Value, Q: ?Sized, A> {
     core: &'a TableCore<K, V>,
     owner: &'a OwnerRef<K, V>,
-    id: &'a K,
+    id: &'a Q,
     state: State<'a, V>,
     answer: PhantomData<fn() -> A>,
 }
@@ -68,10 +73,16 @@ enum State<'a, V> {
     Miss(Option<BoxFuture<'a, Result<Fetched<V>>>>),
 }
 
-impl<'a, K: Key, V: Value, A: Answer<V>> Lookup<'a, K, V, A> {
+impl<'a, K, V, Q, A> Lookup<'a, K, V, Q, A>
+where
+    K: Key + Borrow<Q>,
+    V: Value,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    A: Answer<V>,
+{
     /// Reads L1 now.
     #[inline]
-    pub(crate) fn new(core: &'a TableCore<K, V>, owner: &'a OwnerRef<K, V>, id: &'a K) -> Self {
+    pub(crate) fn new(core: &'a TableCore<K, V>, owner: &'a OwnerRef<K, V>, id: &'a Q) -> Self {
         let state = match hit(core, id) {
             Some(hit) => State::Hit(Some(hit)),
             None => State::Miss(None),
@@ -86,7 +97,13 @@ impl<'a, K: Key, V: Value, A: Answer<V>> Lookup<'a, K, V, A> {
     }
 }
 
-impl<K: Key, V: Value, A: Answer<V>> Future for Lookup<'_, K, V, A> {
+impl<K, V, Q, A> Future for Lookup<'_, K, V, Q, A>
+where
+    K: Key + Borrow<Q>,
+    V: Value,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    A: Answer<V>,
+{
     type Output = Result<A>;
 
     #[inline]
@@ -114,7 +131,12 @@ impl<K: Key, V: Value, A: Answer<V>> Future for Lookup<'_, K, V, A> {
 
 /// The L1 hit path, on the caller's task: a fresh entry for `id`, counted, or `None`.
 #[inline]
-fn hit<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Option<Fetched<V>> {
+fn hit<K, V, Q>(core: &TableCore<K, V>, id: &Q) -> Option<Fetched<V>>
+where
+    K: Key + Borrow<Q>,
+    V: Value,
+    Q: Hash + Eq + ?Sized,
+{
     let entry = core.l1.get(id)?;
     if !entry.is_fresh() {
         return None;
@@ -123,12 +145,15 @@ fn hit<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Option<Fetched<V>> {
     Some(Fetched::new(entry.value, Origin::L1))
 }
 
-/// The miss path: a call to the owner, which joins or starts the flight for `id`.
-fn miss<'a, K: Key, V: Value>(
-    owner: &'a OwnerRef<K, V>,
-    id: &K,
-) -> BoxFuture<'a, Result<Fetched<V>>> {
-    let id = id.clone();
+/// The miss path: a call to the owner, which joins or starts the flight for `id` (owned from here
+/// on: the flights map keeps it).
+fn miss<'a, K, V, Q>(owner: &'a OwnerRef<K, V>, id: &Q) -> BoxFuture<'a, Result<Fetched<V>>>
+where
+    K: Key,
+    V: Value,
+    Q: ToOwned<Owned = K> + ?Sized,
+{
+    let id = id.to_owned();
     owner
         .call(move |reply| OwnerMsg::Fill { id, reply })
         .boxed()

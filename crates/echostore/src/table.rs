@@ -4,6 +4,8 @@
 //! entry) becomes a message to the owner. Writes (`put`, `invalidate`) always go through the owner
 //! so that they are ordered with the fills of the same id.
 
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::coherence::Sink;
@@ -139,30 +141,89 @@ impl<K: Key, V: Value> Table<K, V> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn get<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Arc<V>>> + Send + 'a {
+    pub fn get<'a, Q>(&'a self, id: &'a Q) -> impl Future<Output = Result<Arc<V>>> + Send + 'a
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    {
         Lookup::new(&self.inner.core, &self.inner.owner, id)
     }
 
     /// Like [`get`](Self::get), and also says where the answer came from ([`Origin`]).
-    pub fn fetch<'a>(&'a self, id: &'a K) -> impl Future<Output = Result<Fetched<V>>> + Send + 'a {
+    ///
+    /// [`Origin`]: crate::Origin
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{Origin, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let names = store
+    ///     .table::<String, String>("names")
+    ///     .loader(|id: String| async move { Ok::<_, std::io::Error>(id.to_uppercase()) })
+    ///     .start()
+    ///     .await?;
+    /// let first = names.fetch("alice").await?; // a borrowed key, as with HashMap::get
+    /// assert_eq!((first.value.as_str(), first.origin), ("ALICE", Origin::Loaded));
+    /// let again = names.fetch("alice").await?;
+    /// assert_eq!(again.origin, Origin::L1);
+    /// println!("served from {}", again.origin); // "served from l1"
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fetch<'a, Q>(&'a self, id: &'a Q) -> impl Future<Output = Result<Fetched<V>>> + Send + 'a
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    {
         Lookup::new(&self.inner.core, &self.inner.owner, id)
     }
 
-    /// Writes `value` through L1 and Valkey. A fill in flight for `id` still answers its own
-    /// waiters, but its value is stored nowhere: the put wins.
-    pub async fn put(&self, id: &K, value: V) -> Result<()> {
+    /// Writes `value` through L1 and Valkey and returns it as stored: the same `Arc` that L1
+    /// now holds, so a caller can cache a value and answer with it without a clone.
+    ///
+    /// A fill in flight for `id` still answers its own waiters, but its value is stored nowhere:
+    /// the put wins. With a Valkey, the put succeeds once Valkey has the value; an encoding over
+    /// `max_value_bytes` is refused with [`Error::TooLarge`] and writes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::sync::Arc;
+    /// use echostore::{Origin, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// let stored: Arc<String> = users.put(&42, "Alice".to_owned()).await?;
+    /// let read = users.fetch(&42).await?;
+    /// assert!(Arc::ptr_eq(&stored, &read.value)); // the very value L1 holds
+    /// assert_eq!(read.origin, Origin::L1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put<Q>(&self, id: &Q, value: V) -> Result<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
         let core = &self.inner.core;
+        let id = id.to_owned();
         let life = core.config.life();
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Put {
-                names: core.names(id)?,
+                names: core.names(&id)?,
                 envelope: life.encode(&value, core.config.max_value_bytes)?,
                 px: life.physical_ms(),
             }),
         };
-        let entry = life.entry(Arc::new(value));
-        let id = id.clone();
+        let value = Arc::new(value);
+        let entry = life.entry(Arc::clone(&value));
         self.inner
             .owner
             .call(move |reply| OwnerMsg::Put {
@@ -171,20 +232,45 @@ impl<K: Key, V: Value> Table<K, V> {
                 write,
                 reply,
             })
-            .await
+            .await?;
+        Ok(value)
     }
 
     /// Drops `id` from L1 and Valkey, and drops its lock, so that a fill in flight cannot write
-    /// its (older) value back. That fill still answers its own waiters.
-    pub async fn invalidate(&self, id: &K) -> Result<()> {
+    /// its (older) value back. That fill still answers its own waiters; the next read loads
+    /// afresh.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{Origin, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let names = store
+    ///     .table::<String, String>("names")
+    ///     .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("{id} from the source")) })
+    ///     .start()
+    ///     .await?;
+    /// names.put("bob", "Bob, edited".to_owned()).await?;
+    /// names.invalidate("bob").await?;
+    /// let read = names.fetch("bob").await?;
+    /// assert_eq!((read.value.as_str(), read.origin), ("bob from the source", Origin::Loaded));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn invalidate<Q>(&self, id: &Q) -> Result<()>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
         let core = &self.inner.core;
+        let id = id.to_owned();
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Invalidate {
-                names: core.names(id)?,
+                names: core.names(&id)?,
             }),
         };
-        let id = id.clone();
         self.inner
             .owner
             .call(move |reply| OwnerMsg::Invalidate { id, write, reply })

@@ -71,7 +71,7 @@ async fn ids_over_the_limit_are_refused() {
         );
     };
     expect_too_long(t.get(&over).await.map(drop));
-    expect_too_long(t.put(&over, "x".into()).await);
+    expect_too_long(t.put(&over, "x".into()).await.map(drop));
     expect_too_long(t.invalidate(&over).await);
     assert_eq!(t.stats().in_flight, 0);
 }

@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 use crate::certs::{TlsFiles, write_tls_files};
 use crate::discover::{find_binary, find_tls_binary};
 use crate::error::Error;
+use crate::last_lines;
 use crate::probe::{self, Login};
 use crate::resp::Endpoint;
-use crate::{last_lines, next_id};
 
 /// How many fresh ports [`EmbeddedValkey::start`] tries when the chosen one
 /// turns out to be taken by the time the server binds it.
@@ -55,7 +55,8 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 pub struct EmbeddedValkey {
     binary: PathBuf,
     port: u16,
-    dir: PathBuf,
+    /// Removed when the handle drops, after `Drop::drop` has stopped the server.
+    dir: tempfile::TempDir,
     child: Option<Child>,
     tls: Option<TlsFiles>,
     auth: Option<Auth>,
@@ -278,7 +279,7 @@ impl EmbeddedValkey {
             }),
         };
         if tls {
-            server.tls = Some(write_tls_files(&server.dir.join(TLS_DIR))?);
+            server.tls = Some(write_tls_files(&server.dir.path().join(TLS_DIR))?);
         }
         let mut attempt = 1;
         loop {
@@ -404,7 +405,7 @@ impl EmbeddedValkey {
     /// Spawns the server on `self.port` and waits until it answers.
     /// On failure, no child is left running and `self.child` is `None`.
     fn launch(&mut self) -> Result<(), LaunchError> {
-        let data = self.dir.join(DATA_DIR);
+        let data = self.dir.path().join(DATA_DIR);
         if data.exists() {
             clear_dir(&data).map_err(LaunchError::fatal)?;
         } else {
@@ -412,7 +413,7 @@ impl EmbeddedValkey {
                 LaunchError::fatal(Error::io(format!("creating {}", data.display()), err))
             })?;
         }
-        let socket = self.dir.join(SOCKET_NAME);
+        let socket = self.dir.path().join(SOCKET_NAME);
         match fs::remove_file(&socket) {
             Err(err) if err.kind() != io::ErrorKind::NotFound => {
                 return Err(LaunchError::fatal(Error::io(
@@ -422,7 +423,7 @@ impl EmbeddedValkey {
             }
             _ => {}
         }
-        let log_path = self.dir.join(LOG_NAME);
+        let log_path = self.dir.path().join(LOG_NAME);
         let log = File::create(&log_path).map_err(|err| {
             LaunchError::fatal(Error::io(format!("creating {}", log_path.display()), err))
         })?;
@@ -481,7 +482,7 @@ impl EmbeddedValkey {
         if let Some(cluster) = &self.cluster {
             command
                 .args(["--cluster-enabled", "yes", "--cluster-config-file"])
-                .arg(self.dir.join(NODES_CONF))
+                .arg(self.dir.path().join(NODES_CONF))
                 .arg("--cluster-port")
                 .arg(cluster.bus_port.to_string())
                 .arg("--cluster-node-timeout")
@@ -572,7 +573,7 @@ impl EmbeddedValkey {
     /// (which has no plain TCP port) its private Unix socket.
     pub(crate) fn endpoint(&self) -> Endpoint {
         match self.tls {
-            Some(_) => Endpoint::Unix(self.dir.join(SOCKET_NAME)),
+            Some(_) => Endpoint::Unix(self.dir.path().join(SOCKET_NAME)),
             None => Endpoint::Tcp(self.port),
         }
     }
@@ -601,7 +602,7 @@ impl EmbeddedValkey {
 impl Drop for EmbeddedValkey {
     fn drop(&mut self) {
         self.stop();
-        let _ = fs::remove_dir_all(&self.dir);
+        // `dir` is removed as the fields drop, now that the server is gone.
     }
 }
 
@@ -615,37 +616,18 @@ pub fn free_loopback_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Creates a fresh directory, readable only by us, under the system temp dir.
-fn private_dir() -> Result<PathBuf, Error> {
-    let base = std::env::temp_dir();
-    loop {
-        let dir = base.join(format!(
-            "embedded-valkey-{}-{}",
-            std::process::id(),
-            next_id()
-        ));
-        match fs::create_dir(&dir) {
-            Ok(()) => {
-                restrict_to_owner(&dir)?;
-                return Ok(dir);
-            }
-            // Left over by an earlier process that had our pid: pick another name.
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(Error::io(format!("creating {}", dir.display()), err)),
-        }
-    }
-}
-
-fn restrict_to_owner(dir: &Path) -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|err| Error::io(format!("restricting {}", dir.display()), err))?;
-    }
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
+/// Creates a fresh directory, readable only by us (tempfile makes it `0o700`), under the system
+/// temp dir.
+fn private_dir() -> Result<tempfile::TempDir, Error> {
+    tempfile::Builder::new()
+        .prefix("embedded-valkey-")
+        .tempdir()
+        .map_err(|err| {
+            Error::io(
+                format!("creating a directory in {}", std::env::temp_dir().display()),
+                err,
+            )
+        })
 }
 
 /// Empties the working directory so a (re)started server finds no data.
