@@ -4,7 +4,7 @@
 //! The parent holds the **writer**: a store with one table and one hot id. It starts `--readers`
 //! **reader processes** (this binary, hidden subcommand `coherence-reader`, see [`reader`]), each
 //! with its own store and the same table, all on one Valkey. Each reader loads the id into its L1
-//! and then reads it in a loop as fast as it can. The writer makes `--writes` writes, alternating
+//! and then reads it in a loop, pausing `--read-every` (100 µs) between reads. The writer makes `--writes` writes, alternating
 //! a `put` of the new value and an `invalidate` (the source changed, drop the cached copy), and
 //! numbers them: before write `n` it sets the source (a Valkey key outside the table's prefixes)
 //! to `n`, so a `put` stores `n` and a reload after an `invalidate` reads `n`.
@@ -72,6 +72,11 @@ pub(crate) struct CoherenceArgs {
     /// Pause after every reader has seen a write, before the next one.
     #[arg(long, default_value = "10ms", value_parser = echostore_benches::duration::parse)]
     gap: Duration,
+
+    /// Each reader's pause between reads (0: spin, which starves a machine with fewer cores
+    /// than processes).
+    #[arg(long, default_value = "100us", value_parser = echostore_benches::duration::parse)]
+    read_every: Duration,
 
     /// Stop writing after this long (with coherence off a write takes up to the ttl to be seen).
     #[arg(long, default_value = "30s", value_parser = echostore_benches::duration::parse)]
@@ -240,7 +245,7 @@ async fn measure(
     table.get(&id).await?;
 
     let n = args.readers as usize;
-    let mut readers = Readers::spawn(n, url, &run, ttl, args.coherence)?;
+    let mut readers = Readers::spawn(n, url, &run, ttl, args.coherence, args.read_every)?;
     let ready_by = Instant::now() + START_WITHIN;
     let mut ready = 0;
     while ready < n {

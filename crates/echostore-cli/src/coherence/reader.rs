@@ -10,8 +10,11 @@
 //! stats <json>                 at the end (stdin closed): counters since `ready`
 //! ```
 //!
-//! The reader spins on `fetch`, yielding to the runtime between reads, so the instant it reports
-//! is within one read (an L1 hit, well under a microsecond) of the instant its L1 changed.
+//! The reader reads on a thread of its own, outside the runtime's workers, pausing `--read-every`
+//! between reads (a thread sleep, so a pause of 100 µs is 100 µs and not the runtime timer's
+//! millisecond): the instant it reports is within one pause of the instant its L1 changed, and the
+//! runtime's workers — the tracking connection, the owner — are left free for the pushes. With a
+//! pause of 0 it spins, which on a machine with fewer cores than processes starves them.
 
 use std::io::BufRead;
 use std::sync::Arc;
@@ -39,6 +42,10 @@ pub(crate) struct ReaderArgs {
     /// Whether this reader's store keeps its L1 coherent.
     #[arg(long, value_enum)]
     coherence: Switch,
+
+    /// Pause between reads (0: spin).
+    #[arg(long, value_parser = echostore_benches::duration::parse)]
+    read_every: Duration,
 }
 
 /// What a reader says at the end, on its `stats` line.
@@ -87,24 +94,36 @@ pub(crate) async fn run(url: &str, args: &ReaderArgs) -> CliResult<Outcome> {
     }
 
     let before = table.stats();
-    let mut out = ReaderStats {
-        last_seq: first.seq,
-        ..ReaderStats::default()
-    };
-    while !stop.load(Ordering::Acquire) {
-        let fetched = table.fetch(&id).await?;
-        let at = unix_ns();
-        out.reads += 1;
-        out.origins.count(fetched.origin);
-        let seq = fetched.value.seq;
-        if seq > out.last_seq {
-            out.last_seq = seq;
-            println!("seen {seq} {at}");
-        } else if seq < out.last_seq {
-            out.went_back += 1;
+    let (runtime, pause, reader) = (
+        tokio::runtime::Handle::current(),
+        args.read_every,
+        table.clone(),
+    );
+    let mut out = tokio::task::spawn_blocking(move || -> CliResult<ReaderStats> {
+        let mut out = ReaderStats {
+            last_seq: first.seq,
+            ..ReaderStats::default()
+        };
+        while !stop.load(Ordering::Acquire) {
+            let fetched = runtime.block_on(reader.fetch(&id))?;
+            let at = unix_ns();
+            out.reads += 1;
+            out.origins.count(fetched.origin);
+            let seq = fetched.value.seq;
+            if seq > out.last_seq {
+                out.last_seq = seq;
+                println!("seen {seq} {at}");
+            } else if seq < out.last_seq {
+                out.went_back += 1;
+            }
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
         }
-        tokio::task::yield_now().await;
-    }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| format!("the read loop failed: {e}"))??;
     let delta = since(before, table.stats());
     out.invalidations = delta.invalidations;
     out.coherence_flushes = delta.coherence_flushes;

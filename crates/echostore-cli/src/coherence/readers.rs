@@ -42,6 +42,7 @@ impl Readers {
         run: &str,
         ttl: Duration,
         coherence: Switch,
+        read_every: Duration,
     ) -> CliResult<Readers> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("finding the echostore binary to run readers: {e}"))?;
@@ -62,6 +63,8 @@ impl Readers {
                 .arg(echostore_benches::duration::render(ttl))
                 .arg("--coherence")
                 .arg(coherence.name())
+                .arg("--read-every")
+                .arg(echostore_benches::duration::render(read_every))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

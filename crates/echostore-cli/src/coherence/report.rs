@@ -112,6 +112,8 @@ pub(super) struct CoherenceReport {
     pub(super) invalidates: u64,
     pub(super) ttl_ms: f64,
     pub(super) gap_ms: f64,
+    /// Each reader's pause between reads: the resolution of the lag.
+    pub(super) read_every_ms: f64,
     pub(super) capped: bool,
     pub(super) run_ms: f64,
     /// Writes × readers: each reader must see each write.
@@ -199,6 +201,7 @@ pub(super) fn summarise(
         invalidates: writes - puts_made,
         ttl_ms: ms(ttl),
         gap_ms: ms(args.gap),
+        read_every_ms: ms(args.read_every),
         capped: r.capped,
         run_ms: ms(r.elapsed),
         expected_sightings: expected,
@@ -300,7 +303,12 @@ pub(super) fn print_human(r: &CoherenceReport, target: &Target) {
         r.readers,
         output::ms(r.ttl_ms)
     );
-    println!("  {} · key {}", target.describe(), r.key);
+    println!(
+        "  {} · key {} · readers read every {} ms",
+        target.describe(),
+        r.key,
+        output::ms(r.read_every_ms)
+    );
     if r.capped {
         println!("  (capped: the run stopped writing after --max-run)");
     }
