@@ -2,10 +2,12 @@
 //!
 //! Each subcommand is one readout of the seed page, run for real against a Valkey: `race` (the
 //! regeneration-lock race and what its losers do), `release` (the token-checked release of the
-//! lock), `hit-cost` (the L1 hit against the L2 round trip, and the in-process herd), and `valkey`
-//! (an embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
+//! lock), `hit-cost` (the L1 hit against the L2 round trip, and the in-process herd), `coherence`
+//! (how long a write in one process takes to reach every other process's L1), and `valkey` (an
+//! embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
 //! private embedded Valkey and stop it when they finish.
 
+mod coherence;
 mod hit_cost;
 mod output;
 mod race;
@@ -43,6 +45,11 @@ enum Command {
     Release(release::ReleaseArgs),
     /// The cache hit cost: L1 hit against the L2 GET round trip, and the in-process herd.
     HitCost(hit_cost::HitCostArgs),
+    /// Coherence: writes in one store reach the L1 of reader stores in other processes; the lag.
+    Coherence(coherence::CoherenceArgs),
+    /// One reader process of `coherence` (started by it, with --valkey).
+    #[command(hide = true)]
+    CoherenceReader(coherence::reader::ReaderArgs),
     /// Start an embedded Valkey, print its URL and keep it running until Ctrl-C.
     Valkey,
 }
@@ -81,6 +88,13 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
             Command::Race(args) => race::run(&valkey::Target::open(url).await?, args).await,
             Command::Release(args) => release::run(&valkey::Target::open(url).await?, args).await,
             Command::HitCost(args) => hit_cost::run(&valkey::Target::open(url).await?, args).await,
+            Command::Coherence(args) => {
+                coherence::run(&valkey::Target::open(url).await?, args).await
+            }
+            Command::CoherenceReader(args) => match url {
+                Some(url) => coherence::reader::run(url, args).await,
+                None => Err("coherence-reader needs --valkey".into()),
+            },
             Command::Valkey if url.is_some() => {
                 Err("`echostore valkey` starts its own Valkey; drop --valkey".into())
             }

@@ -76,12 +76,18 @@ fn assert_race_shape(v: &Value) {
     );
 }
 
-/// Polling losers: one source read, the loser node polled until the winner's value landed.
+/// Polling losers: one source read, the loser node waited (woken by a push or its safety poll)
+/// until the winner's value landed; every wake-up sent one poll.
 #[test]
 fn race_poll_reads_the_source_once_and_polls() {
     let v = race("poll");
     assert_race_shape(&v);
-    assert!(num(&v, "poll_waits") >= 1.0, "{v}");
+    assert!(num(&v, "poll_commands") >= 1.0, "{v}");
+    assert_eq!(
+        num(&v, "poll_commands"),
+        num(&v, "poll_waits") + num(&v, "push_wakeups"),
+        "{v}"
+    );
     assert_eq!(num(&v, "stale_served"), 0.0);
     assert_eq!(num(&v, "failed_fast"), 0.0);
     assert_eq!(v["answers"]["other_errors"], 0, "{v}");
@@ -113,6 +119,81 @@ fn race_fail_fast_reads_the_source_once_and_fails_fast() {
     assert_race_shape(&v);
     assert!(num(&v, "failed_fast") >= 1.0, "{v}");
     assert!(v["answers"]["lock_busy"].as_u64().unwrap_or(0) >= 1, "{v}");
+}
+
+/// A small coherence run: the structure of the readout, and every write seen by every reader.
+fn coherence(mode: &str, writes: &str) -> Value {
+    let v = readout(&[
+        "coherence",
+        "--coherence",
+        mode,
+        "--writes",
+        writes,
+        "--readers",
+        "3",
+        "--gap",
+        "1ms",
+        "--json",
+    ]);
+    assert_eq!(v["readout"], "coherence", "{v}");
+    assert_eq!(v["coherence"], mode, "{v}");
+    for q in ["p50", "p99", "max"] {
+        assert!(v["lag_ms"][q].is_number(), "lag_ms.{q} in {v}");
+    }
+    assert_eq!(v["invariant_held"], true, "{v}");
+    assert_eq!(v["every_write_seen"], true, "{v}");
+    assert_eq!(
+        v["went_back"], 0,
+        "no reader read an older write after a newer one: {v}"
+    );
+    let writes = num(&v, "writes");
+    assert_eq!(num(&v, "sightings"), writes * 3.0, "{v}");
+    assert_eq!(v["lag_ms"]["count"], v["sightings"], "{v}");
+    let histogram: f64 = v["histogram"]
+        .as_array()
+        .expect("histogram")
+        .iter()
+        .map(|b| b["count"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert_eq!(histogram, writes * 3.0, "every lag is in one bucket: {v}");
+    assert_eq!(v["per_reader"].as_array().map(Vec::len), Some(3), "{v}");
+    let rate = num(&v, "l1_hit_rate");
+    assert!(
+        (0.0..=1.0).contains(&rate) && num(&v, "reads") >= num(&v, "l1_hits"),
+        "{v}"
+    );
+    v
+}
+
+/// Coherence on: every write reached every reader through a push (each reader counted
+/// invalidations), and the writer's own puts came back to it as pushes.
+#[test]
+fn coherence_on_brings_every_write_to_every_reader() {
+    let v = coherence("on", "6");
+    assert_eq!(num(&v, "writes"), 6.0, "{v}");
+    assert_eq!(num(&v, "puts"), 3.0, "{v}");
+    assert_eq!(num(&v, "invalidates"), 3.0, "{v}");
+    for reader in v["per_reader"].as_array().expect("per_reader") {
+        assert!(
+            reader["stats"]["invalidations"].as_u64().unwrap_or(0) >= 6,
+            "a push per write reached each reader: {reader}"
+        );
+    }
+    assert_eq!(v["self_push"]["missing"], 0, "{v}");
+    assert!(num(&v, "invalidations") >= 18.0, "{v}");
+}
+
+/// Coherence off: the writes still reach every reader, once their copies expire (a short run:
+/// each write takes up to the 1 s ttl).
+#[test]
+fn coherence_off_brings_every_write_as_copies_expire() {
+    let v = coherence("off", "2");
+    assert_eq!(
+        num(&v, "invalidations"),
+        0.0,
+        "no pushes without coherence: {v}"
+    );
+    assert_eq!(num(&v, "ttl_ms"), 1000.0, "{v}");
 }
 
 /// An owned lock: the tokens are equal and the DEL fires.

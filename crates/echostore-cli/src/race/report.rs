@@ -51,7 +51,12 @@ pub(super) struct RaceReport {
     pub(super) coalesced: u64,
     pub(super) lock_won: u64,
     pub(super) lock_lost: u64,
+    /// Loser wake-ups by their safety poll (the interval ran out).
     pub(super) poll_waits: u64,
+    /// Loser wake-ups by a Valkey push (the winner's write, or its lock going away).
+    pub(super) push_wakeups: u64,
+    /// The polls the losers sent (one script call per wake-up, pushed or timed): their sum.
+    pub(super) poll_commands: u64,
     pub(super) l2_hits: u64,
     pub(super) stale_served: u64,
     pub(super) defaults_served: u64,
@@ -134,6 +139,8 @@ pub(super) fn summarise(
         lock_won: sum.lock_won,
         lock_lost: sum.lock_lost,
         poll_waits: sum.poll_waits,
+        push_wakeups: sum.push_wakeups,
+        poll_commands: sum.poll_waits + sum.push_wakeups,
         l2_hits: sum.l2_hits,
         stale_served: sum.stale_served,
         defaults_served: sum.defaults_served,
@@ -186,7 +193,11 @@ fn verdict(r: &RaceReport, losers: Losers) -> String {
         "one node alone: every other request coalesced onto its flight".to_owned()
     } else {
         match losers {
-            Losers::Poll => "the losers polled and read the winner's fresh value".to_owned(),
+            Losers::Poll => format!(
+                "the losers waited and read the winner's fresh value ({} polls: {} woken by a \
+                 push, {} by the safety poll)",
+                r.poll_commands, r.push_wakeups, r.poll_waits
+            ),
             Losers::Stale => format!(
                 "the losers served the stale copy at once, at most {} ms stale",
                 output::ms(r.max_staleness_ms)
@@ -226,8 +237,12 @@ pub(super) fn print_human(r: &RaceReport, args: &RaceArgs, target: &Target) {
         r.lock_lost
     );
     println!(
-        "                      {:<10} polls (poll_waits) · {} read the winner's value from Valkey (l2_hits)",
-        r.poll_waits, r.l2_hits
+        "                      {:<10} polls sent: {} woken by a push (push_wakeups) · {} by the safety poll (poll_waits)",
+        r.poll_commands, r.push_wakeups, r.poll_waits
+    );
+    println!(
+        "                      {:<10} read the winner's value from Valkey (l2_hits)",
+        r.l2_hits
     );
     println!(
         "                      {:<10} served stale · {} got the default · {} failed fast",

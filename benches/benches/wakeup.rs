@@ -1,0 +1,287 @@
+//! How the losers of a herd learn the winner's value: the `herd` bench's four-store row (N
+//! concurrent misses on one key, 10 000 or 1 000 under `CI`, dealt round-robin over four stores on
+//! one Valkey) with **push wake-up** (coherence on, a safety poll of 1 s) against **polling**
+//! (coherence off, every 1 ms — the finest interval tokio's timer keeps — and every 10 ms, the
+//! default), in the same run, for a 5 ms source (the `herd` bench's) and a 50 ms one (the `race`
+//! readout's).
+//!
+//! Besides criterion's time per herd, every herd is measured for:
+//! - **Valkey commands**: `total_commands_processed` from `INFO stats` before and after it (less
+//!   the first `INFO` itself), and the losers' polls (`poll_waits + push_wakeups`);
+//! - **the losers' wake-up**: for each store that lost the lock, the instant its first caller had
+//!   the value, from the instant the winner's loader returned (the winner's write starts then, so
+//!   this includes that write's round trip); and the same for every caller of those stores (which
+//!   adds the scheduling of their thousands of tasks);
+//! - **source reads**: exactly one per herd, asserted outside the timing.
+#![allow(missing_docs)] // criterion_group! generates an undocumented function
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use echostore::{LoserPolicy, Store, Table, TableStats};
+use echostore_benches::herd::Source;
+use echostore_benches::measure::Latencies;
+use echostore_benches::{measurement_time, runtime, size, under_ci};
+use embedded_valkey::EmbeddedValkey;
+use redis::aio::MultiplexedConnection;
+
+const SAMPLE_SIZE: usize = 10;
+const STORES: usize = 4;
+
+/// One way of waking the losers, on four stores of its own, and what its herds measured.
+struct Mode {
+    name: String,
+    tables: Vec<Table<u64, String>>,
+    source: Arc<Source>,
+    /// When the winner's loader returned, for the herd running now.
+    loaded_at: Arc<Mutex<Option<Instant>>>,
+    first_answer: Mutex<Latencies>,
+    every_answer: Mutex<Latencies>,
+    herds: AtomicU64,
+    commands: AtomicU64,
+    polls: AtomicU64,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Mode {
+    async fn start(
+        url: &str,
+        table: &str,
+        name: String,
+        coherence: bool,
+        every: Duration,
+        source: Duration,
+    ) -> Mode {
+        let source = Source::new(source);
+        let loaded_at = Arc::new(Mutex::new(None));
+        let mut tables = Vec::new();
+        for _ in 0..STORES {
+            let store = Store::builder()
+                .valkey(url)
+                .require_valkey(true)
+                .coherence(coherence)
+                .build()
+                .await
+                .expect("store with valkey");
+            let (source, loaded_at) = (Arc::clone(&source), Arc::clone(&loaded_at));
+            let table = store
+                .table::<u64, String>(table)
+                .ttl(Duration::from_secs(60))
+                .losers(LoserPolicy::Poll {
+                    every,
+                    up_to: Duration::from_secs(30),
+                })
+                .loader(move |id: u64| {
+                    let (source, loaded_at) = (Arc::clone(&source), Arc::clone(&loaded_at));
+                    async move {
+                        let value = source.read(id).await;
+                        *locked(&loaded_at) = Some(Instant::now());
+                        Ok::<_, std::io::Error>(value)
+                    }
+                })
+                .start()
+                .await
+                .expect("table");
+            tables.push(table);
+        }
+        Mode {
+            name,
+            tables,
+            source,
+            loaded_at,
+            first_answer: Mutex::default(),
+            every_answer: Mutex::default(),
+            herds: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
+        }
+    }
+
+    /// One herd of `callers` on `id`: its time; its commands, polls and wake-ups recorded.
+    async fn herd(&self, conn: &mut MultiplexedConnection, id: u64, callers: usize) -> Duration {
+        let before: Vec<TableStats> = self.tables.iter().map(Table::stats).collect();
+        let (reads, commands) = (self.source.reads(), processed(conn).await);
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|i| {
+                let table = self.tables[i % STORES].clone();
+                tokio::spawn(async move {
+                    table.get(&id).await.expect("a herd caller's get");
+                    (i % STORES, Instant::now())
+                })
+            })
+            .collect();
+        let answers: Vec<(usize, Instant)> = futures::future::join_all(tasks)
+            .await
+            .into_iter()
+            .map(|joined| joined.expect("a herd task"))
+            .collect();
+        let elapsed = started.elapsed();
+
+        let commands = processed(conn).await - commands - 1;
+        assert_eq!(
+            self.source.reads() - reads,
+            1,
+            "{}: one source read per herd",
+            self.name
+        );
+        let after: Vec<TableStats> = self.tables.iter().map(Table::stats).collect();
+        let winner = (0..STORES).find(|&s| after[s].lock_won > before[s].lock_won);
+        let polls: u64 = (0..STORES)
+            .map(|s| {
+                (after[s].poll_waits + after[s].push_wakeups)
+                    - (before[s].poll_waits + before[s].push_wakeups)
+            })
+            .sum();
+        let loaded_at = locked(&self.loaded_at)
+            .take()
+            .expect("the winner's load ended");
+        let (mut first, mut every) = (locked(&self.first_answer), locked(&self.every_answer));
+        for store in
+            (0..STORES).filter(|&s| Some(s) != winner && after[s].lock_lost > before[s].lock_lost)
+        {
+            let mine = answers
+                .iter()
+                .filter(|(s, _)| *s == store)
+                .map(|(_, at)| *at);
+            let since = |at: Instant| at.saturating_duration_since(loaded_at);
+            if let Some(earliest) = mine.clone().min() {
+                first.record(since(earliest));
+            }
+            for at in mine {
+                every.record(since(at));
+            }
+        }
+        self.herds.fetch_add(1, Ordering::Relaxed);
+        self.commands.fetch_add(commands, Ordering::Relaxed);
+        self.polls.fetch_add(polls, Ordering::Relaxed);
+        elapsed
+    }
+
+    fn print(&self) {
+        let herds = self.herds.load(Ordering::Relaxed).max(1) as f64;
+        let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
+        let (first, every) = (locked(&self.first_answer), locked(&self.every_answer));
+        println!(
+            "  {:<32} {:>6.1} commands/herd · {:>6.1} polls/herd · losing stores' first answer \
+             after the winner's load: p50 {} p99 {} max {} · every loser caller: p50 {} p99 {} \
+             ({} herds)",
+            self.name,
+            self.commands.load(Ordering::Relaxed) as f64 / herds,
+            self.polls.load(Ordering::Relaxed) as f64 / herds,
+            ms(first.quantile(0.5)),
+            ms(first.quantile(0.99)),
+            ms(first.max()),
+            ms(every.quantile(0.5)),
+            ms(every.quantile(0.99)),
+            herds
+        );
+    }
+}
+
+/// Valkey's `total_commands_processed`.
+async fn processed(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_commands_processed in INFO stats")
+}
+
+fn wakeup(c: &mut Criterion) {
+    let rt = runtime();
+    let callers = size(10_000, 1_000);
+    let valkey = EmbeddedValkey::start().expect("an embedded valkey-server");
+    let url = valkey.url();
+    let mut conn = rt.block_on(async {
+        redis::Client::open(url.as_str())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection for INFO")
+    });
+    let ids = AtomicU64::new(0);
+    for source in [Duration::from_millis(5), Duration::from_millis(50)] {
+        let modes: Vec<Mode> = rt.block_on(async {
+            let ms = source.as_millis();
+            vec![
+                Mode::start(
+                    &url,
+                    &format!("wake-push-{ms}"),
+                    format!("push, safety poll 1 s, {ms} ms src"),
+                    true,
+                    Duration::from_secs(1),
+                    source,
+                )
+                .await,
+                Mode::start(
+                    &url,
+                    &format!("wake-poll1-{ms}"),
+                    format!("poll every 1 ms, {ms} ms src"),
+                    false,
+                    Duration::from_millis(1),
+                    source,
+                )
+                .await,
+                Mode::start(
+                    &url,
+                    &format!("wake-poll10-{ms}"),
+                    format!("poll every 10 ms, {ms} ms src"),
+                    false,
+                    Duration::from_millis(10),
+                    source,
+                )
+                .await,
+            ]
+        });
+        let mut group = c.benchmark_group(format!(
+            "a herd of {callers} misses over four stores, {} ms source",
+            source.as_millis()
+        ));
+        group.sampling_mode(SamplingMode::Flat);
+        group.sample_size(SAMPLE_SIZE);
+        group.warm_up_time(if under_ci() {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(1)
+        });
+        group.measurement_time(measurement_time() * 2);
+        for mode in &modes {
+            group.bench_function(mode.name.as_str(), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let id = ids.fetch_add(1, Ordering::Relaxed);
+                        total += rt.block_on(mode.herd(&mut conn, id, callers));
+                    }
+                    total
+                })
+            });
+        }
+        group.finish();
+        println!(
+            "\nhow the losers woke, this run ({callers} callers, one source read per herd checked):"
+        );
+        for mode in &modes {
+            mode.print();
+        }
+        drop(modes);
+    }
+    drop(valkey);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = wakeup
+}
+criterion_main!(benches);
