@@ -15,9 +15,9 @@
 //! most [`DOWN_L1_LIFE`], and losers fall back to their safety poll.
 //!
 //! The pushes this process causes itself (its own fills and puts) also arrive. They are told apart
-//! ([`OwnWrites`]): before writing, the writer tells the owner the envelope's header; a push for
-//! that id is then checked by reading the header back (16 bytes) instead of dropping the entry
-//! this process just stored. `docs/coherence.md` has the argument and the cost.
+//! ([`OwnWrites`]): before writing, the writer tells the owner the envelope's fingerprint; a push
+//! for that id is then checked by reading the value back and comparing, instead of dropping the
+//! entry this process just stored. `docs/coherence.md` has the argument and the cost.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -28,7 +28,7 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::envelope::Header;
+use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::key::{KeyKind, parse_key};
 
@@ -42,11 +42,11 @@ const HEALTH_EVERY: Duration = Duration::from_secs(1);
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(2);
 
 /// The envelopes this process is writing, per id: the pushes they cause are its own. A push
-/// taken for one is not trusted blindly — the owner reads the key's header back and drops L1 only
+/// taken for one is not trusted blindly — the owner reads the value back and drops L1 only
 /// if Valkey holds something else (another write may have landed in the same event-loop turn,
 /// and Valkey sends one push for both).
 pub(crate) struct OwnWrites<K> {
-    pending: HashMap<K, VecDeque<Header>>,
+    pending: HashMap<K, VecDeque<Fingerprint>>,
 }
 
 impl<K: Eq + Hash + Clone> OwnWrites<K> {
@@ -56,22 +56,22 @@ impl<K: Eq + Hash + Clone> OwnWrites<K> {
         }
     }
 
-    /// This process is about to write an envelope with `header` under `id`.
-    pub(crate) fn expect(&mut self, id: &K, header: Header) {
+    /// This process is about to write an envelope with `fingerprint` under `id`.
+    pub(crate) fn expect(&mut self, id: &K, fingerprint: Fingerprint) {
         self.pending
             .entry(id.clone())
             .or_default()
-            .push_back(header);
+            .push_back(fingerprint);
     }
 
     /// A push for `id` arrived: the oldest own write it may stand for, if any.
-    pub(crate) fn take(&mut self, id: &K) -> Option<Header> {
+    pub(crate) fn take(&mut self, id: &K) -> Option<Fingerprint> {
         let queue = self.pending.get_mut(id)?;
-        let header = queue.pop_front();
+        let fingerprint = queue.pop_front();
         if queue.is_empty() {
             self.pending.remove(id);
         }
-        header
+        fingerprint
     }
 
     /// Pushes were lost: nothing is expected any more.

@@ -94,13 +94,24 @@ pub(crate) fn encode<V: Serialize>(
     Ok(out)
 }
 
-/// The 16 bytes after the format byte (`fresh_until`, `written_at`): with the jittered
-/// `fresh_until`, they tell one write's envelope from another's.
-pub(crate) type Header = [u8; 16];
+/// What tells one written envelope from another: its length and a hash of all its bytes.
+/// (Header fields alone are not enough: two writers in one millisecond with no jitter stamp the
+/// same header; equal bytes, on the other hand, are the same value.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fingerprint {
+    len: usize,
+    hash: u64,
+}
 
-/// The header of an encoded envelope, if it is long enough to have one.
-pub(crate) fn header(bytes: &[u8]) -> Option<Header> {
-    bytes.get(1..HEADER)?.try_into().ok()
+/// The fingerprint of an encoded envelope.
+pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut hasher = DefaultHasher::new();
+    hasher.write(bytes);
+    Fingerprint {
+        len: bytes.len(),
+        hash: hasher.finish(),
+    }
 }
 
 /// Decodes bytes read from a value key.

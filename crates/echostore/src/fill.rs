@@ -18,13 +18,13 @@
 //! and only an open breaker sends the flight to the in-process load.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::core::{TableCore, millis};
-use crate::envelope::{self, Envelope, unix_ms};
+use crate::envelope::{self, Envelope, Fingerprint, unix_ms};
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::key::{Key, KeyNames, Value};
@@ -42,6 +42,9 @@ pub(crate) struct Fill<'a, K, V> {
     id: &'a K,
     signals: Signals<'a, V>,
     load: Load<'a, K, V>,
+    /// The last bytes that did not decode: the same bytes read again are not parsed (or counted)
+    /// twice.
+    refused: Mutex<Option<Fingerprint>>,
 }
 
 /// The id's keys on the store's Valkey.
@@ -57,6 +60,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             id,
             signals,
             load: Load::new(core, id, signals),
+            refused: Mutex::new(None),
         }
     }
 
@@ -185,9 +189,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             }
         };
         let counters = &self.core.stats.counters;
-        if let Some(header) = envelope::header(&bytes) {
-            (self.signals)(Signal::Writing(header));
-        }
+        (self.signals)(Signal::Writing(envelope::fingerprint(&bytes)));
         let keep = match lock::fenced_write(at.l2, &at.names, token, bytes, life.physical_ms())
             .await
         {
@@ -279,10 +281,16 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         }
     }
 
-    /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss.
+    /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss (once
+    /// per flight for the same bytes).
     fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
         let bytes = bytes?;
         let max = self.core.config.max_value_bytes;
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        // Hashing costs a pass over the bytes: only once some bytes were refused.
+        if refused.is_some() && *refused == Some(envelope::fingerprint(&bytes)) {
+            return None;
+        }
         let decoded = if bytes.len() > max {
             Err(format!("over the table's max_value_bytes ({max})"))
         } else {
@@ -290,6 +298,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         };
         decoded
             .inspect_err(|e| {
+                *refused = Some(envelope::fingerprint(&bytes));
                 bump(&self.core.stats.counters.decode_errors);
                 tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
             })

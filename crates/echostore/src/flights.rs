@@ -252,6 +252,11 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
+    /// `true` while a write of `id` is on its way to Valkey.
+    pub(crate) fn is_writing(&self, id: &K) -> bool {
+        self.ids.get(id).is_some_and(|s| s.writing)
+    }
+
     /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.
     pub(crate) fn written(&mut self, id: &K) -> Next<W> {
         let Some(state) = self.ids.get_mut(id) else {

@@ -26,7 +26,9 @@ pub enum L1Backend {
     /// `quick_cache::sync::Cache` (S3-FIFO-like, sharded): the fastest hit; the default.
     #[default]
     QuickCache,
-    /// `moka::sync::Cache` (TinyLFU): the design card's original choice, slower per hit.
+    /// `moka::sync::Cache` (TinyLFU): the design card's original choice, slower per hit. Needs
+    /// the `moka` feature (on by default).
+    #[cfg(feature = "moka")]
     Moka,
 }
 
@@ -111,6 +113,7 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
 /// An enum rather than a trait object, so that the hit path is a direct, inlinable call.
 pub(crate) enum L1<K, V> {
     QuickCache(QuickCacheL1<K, V>),
+    #[cfg(feature = "moka")]
     Moka(MokaL1<K, V>),
 }
 
@@ -121,6 +124,7 @@ impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
             L1Backend::QuickCache => {
                 L1::QuickCache(QuickCacheL1(quick_cache::sync::Cache::new(capacity)))
             }
+            #[cfg(feature = "moka")]
             L1Backend::Moka => L1::Moka(MokaL1(moka::sync::Cache::new(capacity as u64))),
         }
     }
@@ -135,6 +139,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     {
         match self {
             L1::QuickCache(l1) => l1.get(id),
+            #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.get(id),
         }
     }
@@ -142,6 +147,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn insert(&self, id: K, entry: Entry<V>) {
         match self {
             L1::QuickCache(l1) => l1.insert(id, entry),
+            #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.insert(id, entry),
         }
     }
@@ -149,6 +155,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn remove(&self, id: &K) {
         match self {
             L1::QuickCache(l1) => l1.remove(id),
+            #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.remove(id),
         }
     }
@@ -156,6 +163,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn clear(&self) {
         match self {
             L1::QuickCache(l1) => l1.clear(),
+            #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.clear(),
         }
     }
@@ -163,6 +171,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn len(&self) -> u64 {
         match self {
             L1::QuickCache(l1) => l1.len(),
+            #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.len(),
         }
     }
@@ -199,8 +208,10 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
 }
 
 /// moka's sync cache.
+#[cfg(feature = "moka")]
 pub(crate) struct MokaL1<K, V>(moka::sync::Cache<K, Entry<V>>);
 
+#[cfg(feature = "moka")]
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
     #[inline]
     fn get<Q>(&self, id: &Q) -> Option<Entry<V>>

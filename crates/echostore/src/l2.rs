@@ -14,7 +14,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
 
 use crate::breaker::Breaker;
-use crate::envelope::Header;
+use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
 use crate::lock::Scripts;
@@ -116,19 +116,15 @@ impl L2 {
         Ok(Some(bytes).filter(|b| !b.is_empty()))
     }
 
-    /// The header of the envelope under the value key (`GETRANGE 1 16`), or `None`.
-    pub(crate) async fn header(&self, names: &KeyNames) -> Result<Option<Header>> {
-        let bytes: Vec<u8> = self
-            .run("GETRANGE header", |mut c| async move {
-                redis::cmd("GETRANGE")
-                    .arg(&names.value)
-                    .arg(1)
-                    .arg(16)
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?;
-        Ok(bytes.try_into().ok())
+    /// The fingerprint of what the value key holds now (read whole, up to `max_bytes + 1`), or
+    /// `None` when it holds nothing.
+    pub(crate) async fn fingerprint(
+        &self,
+        names: &KeyNames,
+        max_bytes: usize,
+    ) -> Result<Option<Fingerprint>> {
+        let bytes = self.get(names, max_bytes).await?;
+        Ok(bytes.as_deref().map(envelope::fingerprint))
     }
 
     /// What a polling loser looks at: the value (bounded, another type read as none) and whether

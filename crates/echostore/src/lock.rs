@@ -110,6 +110,18 @@ end
 return 0
 "#;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The skew the Lua compares with is the documented constant.
+    #[test]
+    fn the_scripts_use_the_documented_skew() {
+        let skew = format!("a <= b + {MAX_CLOCK_SKEW_MS}");
+        assert!(FENCED_WRITE_SCRIPT.contains(&skew) && PUT_SCRIPT.contains(&skew));
+    }
+}
+
 /// The scripts, hashed once per store (`redis::Script` computes the SHA1 and falls back from
 /// EVALSHA to loading the script when the server answers NOSCRIPT).
 pub(crate) struct Scripts {

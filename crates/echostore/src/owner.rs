@@ -7,8 +7,8 @@
 //! as a spawned task that reports back with [`OwnerMsg::Written`].
 //!
 //! L1 follows what reached Valkey: a `put` or `invalidate` drops the id from L1 at once, and a
-//! put's entry enters L1 only when its write has landed on Valkey and no later write of the id
-//! is waiting. So a write that fails, is superseded, or is lost with a crashed owner never leaves
+//! put's entry enters L1 only when its write has landed on Valkey, no later write of the id is
+//! waiting, and no other process's change of the id was pushed while it was on the wire. So a write that fails, is superseded, or is lost with a crashed owner never leaves
 //! L1 holding what Valkey does not. (Without a Valkey, L1 is the only copy and changes at once.)
 //!
 //! Coherence pushes arrive as [`OwnerMsg::Invalidated`] (another process changed an id: drop it
@@ -16,6 +16,7 @@
 //! all of L1, detach every running flight). While tracking is down, L1 keeps values only briefly
 //! ([`TableCore::keepable`]).
 
+use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use tracing::Instrument;
 
 use crate::coherence::OwnWrites;
 use crate::core::TableCore;
-use crate::envelope::Header;
+use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::fill::Fill;
@@ -48,8 +49,8 @@ pub(crate) enum OwnerMsg<K, V> {
         flight: FlightId,
         answer: Fetched<V>,
     },
-    /// A flight is about to write an envelope with this header (its push will be our own).
-    Writing { id: K, header: Header },
+    /// A flight is about to write an envelope with this fingerprint (its push will be our own).
+    Writing { id: K, fingerprint: Fingerprint },
     /// A flight finished.
     Landed {
         id: K,
@@ -93,6 +94,9 @@ pub(crate) struct OwnerState<K, V> {
     flights: Flights<K, V, PendingWrite<V>>,
     /// Writes of this process whose pushes are its own.
     own: OwnWrites<K>,
+    /// Ids whose running write was overtaken by another process's change (a push arrived while
+    /// it was on the wire): its entry must not enter L1, since Valkey may hold the other value.
+    overtaken_writes: HashSet<K>,
 }
 
 impl<K: Key, V: Value> Actor for Owner<K, V> {
@@ -111,6 +115,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             core,
             flights: Flights::new(),
             own: OwnWrites::new(),
+            overtaken_writes: HashSet::new(),
         })
     }
 
@@ -142,13 +147,14 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 state.write(&myself, id, None, write, reply)
             }
             OwnerMsg::Written { id, entry } => state.written(&myself, id, entry),
-            OwnerMsg::Writing { id, header } => state.own.expect(&id, header),
+            OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush => {
                 bump(&state.core.stats.counters.coherence_flushes);
                 state.core.l1.clear();
                 state.flights.overtake_all();
                 state.own.clear();
+                state.overtaken_writes.clear();
             }
         }
         state.publish_in_flight();
@@ -210,7 +216,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                         let id = id.clone();
                         let _ = myself.cast(match signal {
                             Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
-                            Signal::Writing(header) => OwnerMsg::Writing { id, header },
+                            Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
                         });
                     }
                 };
@@ -299,8 +305,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     }
 
     fn spawn_write(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, pending: PendingWrite<V>) {
-        if let Some(header) = pending.header() {
-            self.own.expect(&id, header);
+        if let Some(fingerprint) = pending.fingerprint() {
+            self.own.expect(&id, fingerprint);
         }
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
@@ -309,17 +315,18 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         });
     }
 
-    /// A push says `id` changed on Valkey. If it may be this process's own write, read the header
-    /// back first (off the owner); otherwise drop the id from L1 and detach a running flight.
+    /// A push says `id` changed on Valkey. If it may be this process's own write, read the value
+    /// back first (off the owner) and compare fingerprints; otherwise drop the id from L1 and
+    /// detach a running flight.
     fn invalidated(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, checked: bool) {
         if !checked
-            && let Some(header) = self.own.take(&id)
+            && let Some(mine) = self.own.take(&id)
             && let Some(l2) = self.core.l2.clone()
             && let Ok(names) = self.core.names(&id)
         {
-            let myself = myself.clone();
+            let (myself, max) = (myself.clone(), self.core.config.max_value_bytes);
             tokio::spawn(async move {
-                if !matches!(l2.header(&names).await, Ok(Some(now)) if now == header) {
+                if !matches!(l2.fingerprint(&names, max).await, Ok(Some(now)) if now == mine) {
                     let _ = myself.cast(OwnerMsg::Invalidated { id, checked: true });
                 }
             });
@@ -328,11 +335,15 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         bump(&self.core.stats.counters.invalidations);
         self.core.l1.remove(&id);
         self.flights.overtake(&id);
+        if self.flights.is_writing(&id) {
+            self.overtaken_writes.insert(id);
+        }
     }
 
     /// The write at the head of `id`'s queue landed: keep its entry unless a later write of the id
     /// waits, then start that write, or the flight queued behind them.
     fn written(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, entry: Option<Entry<V>>) {
+        let entry = entry.filter(|_| !self.overtaken_writes.remove(&id));
         match self.flights.written(&id) {
             Next::Write(next) => self.spawn_write(myself, id, next),
             next => {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Moment;
-use crate::envelope::{Envelope, Header, unix_ms};
+use crate::envelope::{Envelope, Fingerprint, unix_ms};
 use crate::fetched::{Fetched, Origin};
 use crate::l1::Entry;
 
@@ -43,9 +43,9 @@ impl<V> Filled<V> {
 pub(crate) enum Signal<V> {
     /// Answer the waiters now (the soft timeout's stale copy); the load goes on.
     Early(Fetched<V>),
-    /// The flight is about to write an envelope with this header: the push it causes is this
+    /// The flight is about to write an envelope with this fingerprint: the push it causes is this
     /// process's own (coherence checks it instead of dropping L1).
-    Writing(Header),
+    Writing(Fingerprint),
 }
 
 /// How a flight sends its signals.

@@ -63,6 +63,14 @@ impl<K: Key, V: Value> std::fmt::Debug for Table<K, V> {
 impl<K: Key, V: Value> Table<K, V> {
     /// Starts the owner of `core` under the store's supervisor.
     pub(crate) async fn start(store: Store, core: TableCore<K, V>) -> Result<Self> {
+        if store.tracker().is_some() && &*core.name == "lock" {
+            // Its value prefix `lock:` would cover every table's lock prefix, which Valkey
+            // refuses to track beside them.
+            return Err(Error::InvalidConfig(
+                "a table named \"lock\" needs coherence(false): its keys overlap the lock keys"
+                    .into(),
+            ));
+        }
         let core = Arc::new(core);
         let supervisor = store.supervisor();
         let (owner, restart) = OwnerRef::start(&core, supervisor.get_cell()).await?;

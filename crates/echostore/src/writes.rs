@@ -4,7 +4,7 @@
 use ractor::RpcReplyPort;
 
 use crate::core::TableCore;
-use crate::envelope::{self, Header};
+use crate::envelope::{self, Fingerprint};
 use crate::error::Result;
 use crate::key::KeyNames;
 use crate::l1::Entry;
@@ -31,10 +31,10 @@ pub(crate) struct PendingWrite<V> {
 }
 
 impl<V> PendingWrite<V> {
-    /// The header of the envelope a put writes (its own coherence push carries no more).
-    pub(crate) fn header(&self) -> Option<Header> {
+    /// The fingerprint of the envelope a put writes (its own coherence push names only the key).
+    pub(crate) fn fingerprint(&self) -> Option<Fingerprint> {
         match &self.write {
-            L2Write::Put { envelope, .. } => envelope::header(envelope),
+            L2Write::Put { envelope, .. } => Some(envelope::fingerprint(envelope)),
             L2Write::Invalidate { .. } => None,
         }
     }

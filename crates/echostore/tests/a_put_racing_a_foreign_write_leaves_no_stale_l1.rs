@@ -2,11 +2,8 @@
 //! both puts have returned and every push has arrived, neither store's L1 may hold a value that
 //! differs from Valkey's: a copy that did would be served for the rest of its minute-long ttl.
 //!
-//! **Ignored: it fails today** (a library bug, docs/coherence.md "A hole: a put racing a foreign
-//! write"). The owner puts a `put`'s entry into L1 when the write lands (`owner.rs`, `written`),
-//! whatever push for the id it handled while the write was on the wire; when the other store's
-//! write lands on Valkey after this one, its push can reach this owner before this write's own
-//! `Written`, and the older value stays in L1. Run it with `--ignored`.
+//! The owner keeps a put's entry out of L1 when a push for the id arrived while the put was on
+//! the wire (`owner.rs`, `overtaken_writes`): the other store's write may have landed after it.
 
 mod common;
 
@@ -49,7 +46,6 @@ async fn pushes_drained(
 /// Concurrent puts of one id from two stores: afterwards, an L1 hit in either store answers
 /// what Valkey holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails today: a put's L1 entry outlives a push that arrived during the write (docs/coherence.md)"]
 async fn a_put_racing_a_foreign_write_leaves_no_stale_l1() {
     let valkey = valkey();
     let url = valkey.url();
