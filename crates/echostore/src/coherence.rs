@@ -21,25 +21,18 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, watch};
 
+use crate::connect::Endpoint;
 use crate::envelope::Fingerprint;
-use crate::error::{Error, Result};
 use crate::key::{KeyKind, parse_key};
+use crate::tracking;
 
 /// How long a value may stay in L1 while tracking is down.
 pub const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
-
-/// How often the tracking connection is checked with a PING.
-const HEALTH_EVERY: Duration = Duration::from_secs(1);
-
-/// The longest pause between reconnect attempts.
-const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(2);
 
 /// The envelopes this process is writing, per id: the pushes they cause are its own. A push
 /// taken for one is not trusted blindly — the owner reads the value back and drops L1 only
@@ -93,54 +86,109 @@ pub(crate) struct Tracker {
     tables: Mutex<HashMap<String, Vec<Weak<dyn Sink>>>>,
     /// Losers waiting on a key (value or lock), by key bytes.
     waiters: Mutex<HashMap<Vec<u8>, Weak<Notify>>>,
-    up: AtomicBool,
     /// The store's key namespace (`""` or `"<ns>:"`).
     namespace: String,
-    /// New tables' prefixes for the tracking task, each with a note to send once subscribed.
-    register: mpsc::UnboundedSender<(String, oneshot::Sender<()>)>,
+    /// The tables to track, for the tracking tasks (one per server, or per cluster primary).
+    tables_tx: watch::Sender<Vec<String>>,
+    /// What each tracking connection has subscribed; `up` only when every one is up.
+    nodes: Mutex<Nodes>,
+    /// Wakes `add_table` when a connection subscribed something.
+    subscribed: Notify,
+}
+
+/// The tracking connections of a store, by server address.
+#[derive(Default)]
+struct Nodes {
+    /// How many connections the store needs (1, or the cluster's primaries).
+    expected: usize,
+    /// The tables each connected one tracks now.
+    tracking: HashMap<String, HashSet<String>>,
 }
 
 impl Tracker {
-    /// Starts the tracking task for the Valkey at `url`; it connects (and reconnects) by itself.
-    pub(crate) fn start(url: &str, namespace: &str, timeout: Duration) -> Result<Arc<Tracker>> {
-        let client = redis::Client::open(url).map_err(|e| Error::valkey("parsing the url", e))?;
-        let info = client.get_connection_info().clone();
-        let resp3 = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(resp3))
-            .map_err(|e| Error::valkey("configuring RESP3", e))?;
-        let (register, registered) = mpsc::unbounded_channel();
+    /// Starts tracking the store's Valkey (every primary of a cluster); the tasks connect and
+    /// reconnect by themselves.
+    pub(crate) fn start(endpoint: &Endpoint, namespace: &str) -> Arc<Tracker> {
+        let (tables_tx, _) = watch::channel(Vec::new());
         let tracker = Arc::new(Tracker {
             tables: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
-            up: AtomicBool::new(false),
             namespace: namespace.to_owned(),
-            register,
+            tables_tx,
+            nodes: Mutex::new(Nodes::default()),
+            subscribed: Notify::new(),
         });
-        tokio::spawn(run(Arc::downgrade(&tracker), client, timeout, registered));
-        Ok(tracker)
+        tracking::start(Arc::downgrade(&tracker), endpoint.clone());
+        tracker
     }
 
-    /// Tells `sink` about the pushes for `table`'s keys from now on; returns once Valkey tracks
-    /// the table's prefixes, or after `wait` (tracking down: L1 then keeps values only briefly,
-    /// and the flush when tracking comes back covers the gap).
+    /// Tells `sink` about the pushes for `table`'s keys from now on; returns once every tracking
+    /// connection tracks the table's prefixes, or after `wait` (tracking down: L1 then keeps
+    /// values only briefly, and the flush when tracking comes back covers the gap).
     pub(crate) async fn add_table(&self, table: &str, sink: Weak<dyn Sink>, wait: Duration) {
-        let (done, subscribed) = oneshot::channel();
         {
             let mut tables = lock(&self.tables);
             let sinks = tables.entry(table.to_owned()).or_default();
             sinks.retain(|s| s.strong_count() > 0);
             sinks.push(sink);
-            let _ = self.register.send((table.to_owned(), done));
+            let names: Vec<String> = tables.keys().cloned().collect();
+            self.tables_tx.send_replace(names);
         }
-        let _ = tokio::time::timeout(wait, subscribed).await;
+        let tracked = async {
+            loop {
+                let notified = self.subscribed.notified();
+                if self.tracks(table) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(wait, tracked).await;
     }
 
-    /// `true` while the tracking connection is up and subscribed.
+    /// `true` when every tracking connection is up and tracks `table`.
+    fn tracks(&self, table: &str) -> bool {
+        let nodes = lock(&self.nodes);
+        nodes.expected > 0
+            && nodes.tracking.len() == nodes.expected
+            && nodes.tracking.values().all(|t| t.contains(table))
+    }
+
+    /// The tables to track, as the tracking tasks follow them.
+    pub(crate) fn tables(&self) -> watch::Receiver<Vec<String>> {
+        self.tables_tx.subscribe()
+    }
+
+    /// The store's key namespace.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The store now needs `expected` tracking connections (a cluster's topology changed):
+    /// forget the old ones.
+    pub(crate) fn expect_nodes(&self, expected: usize) {
+        let mut nodes = lock(&self.nodes);
+        nodes.expected = expected;
+        nodes.tracking.clear();
+    }
+
+    /// The connection to `node` tracks `tables` now.
+    pub(crate) fn node_tracks(&self, node: &str, tables: &HashSet<String>) {
+        lock(&self.nodes)
+            .tracking
+            .insert(node.to_owned(), tables.clone());
+        self.subscribed.notify_waiters();
+    }
+
+    /// The connection to `node` is gone.
+    pub(crate) fn node_lost(&self, node: &str) {
+        lock(&self.nodes).tracking.remove(node);
+    }
+
+    /// `true` while every tracking connection is up and subscribed.
     pub(crate) fn is_up(&self) -> bool {
-        self.up.load(Ordering::Acquire)
+        let nodes = lock(&self.nodes);
+        nodes.expected > 0 && nodes.tracking.len() == nodes.expected
     }
 
     /// A wake-up for the loser of one id: notified when its value key or its lock key changes
@@ -170,12 +218,8 @@ impl Tracker {
             .collect()
     }
 
-    fn prefixes(&self) -> Vec<String> {
-        lock(&self.tables).keys().cloned().collect()
-    }
-
     /// One pushed key changed.
-    fn changed(&self, key: &[u8]) {
+    pub(crate) fn changed(&self, key: &[u8]) {
         if let Some(notify) = lock(&self.waiters).get(key).and_then(Weak::upgrade) {
             notify.notify_one();
         }
@@ -193,7 +237,7 @@ impl Tracker {
     }
 
     /// Tracking went down or came back: flush every table, wake every loser.
-    fn flush_all(&self, why: &str) {
+    pub(crate) fn flush_all(&self, why: &str) {
         tracing::info!(why, "coherence: flushing every L1 of the store");
         for sink in self.all_sinks() {
             sink.flush();
@@ -208,143 +252,4 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The tracking task: connect, subscribe, route pushes; on any loss flush, and reconnect. Ends
-/// when the store (and so the tracker) is gone.
-async fn run(
-    tracker: Weak<Tracker>,
-    client: redis::Client,
-    timeout: Duration,
-    mut registered: mpsc::UnboundedReceiver<(String, oneshot::Sender<()>)>,
-) {
-    let mut pause = Duration::from_millis(50);
-    loop {
-        let (pushes_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_push_sender(pushes_tx);
-        let connected = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await;
-        let Some(this) = tracker.upgrade() else {
-            return;
-        };
-        let mut conn = match connected {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::debug!(error = %e, "coherence: tracking connection failed; retrying");
-                drop(this);
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_RECONNECT_PAUSE);
-                continue;
-            }
-        };
-        let _: redis::RedisResult<()> = redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg("echostore-tracking")
-            .query_async(&mut conn)
-            .await;
-        // Every table registered so far is subscribed here, in one command.
-        let mut waiting = Vec::new();
-        while let Ok((_, done)) = registered.try_recv() {
-            waiting.push(done);
-        }
-        let mut subscribed: HashSet<String> = HashSet::new();
-        let tables = this.prefixes();
-        let subscribed_now = subscribe(&mut conn, &this.namespace, &tables).await;
-        subscribed.extend(tables);
-        if let Err(e) = subscribed_now {
-            tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
-            drop(this);
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(MAX_RECONNECT_PAUSE);
-            continue;
-        }
-        pause = Duration::from_millis(50);
-        this.up.store(true, Ordering::Release);
-        this.flush_all("tracking established");
-        for done in waiting {
-            let _ = done.send(());
-        }
-        drop(this);
-        let mut health = tokio::time::interval(HEALTH_EVERY);
-        health.tick().await;
-        let lost = loop {
-            tokio::select! {
-                push = pushes.recv() => match push {
-                    Some(push) if push.kind == PushKind::Disconnection => break "disconnected",
-                    Some(push) => {
-                        let Some(this) = tracker.upgrade() else { return };
-                        route(&this, push);
-                    }
-                    None => break "push channel closed",
-                },
-                table = registered.recv() => match table {
-                    Some((table, done)) if subscribed.contains(&table) => {
-                        let _ = done.send(());
-                    }
-                    Some((table, done)) => {
-                        subscribed.insert(table.clone());
-                        let namespace = tracker.upgrade().map(|t| t.namespace.clone()).unwrap_or_default();
-                        if let Err(e) = subscribe(&mut conn, &namespace, &[table]).await {
-                            tracing::warn!(error = %e, "coherence: subscribing a table failed");
-                            break "subscribe failed";
-                        }
-                        let _ = done.send(());
-                    }
-                    None => return, // the tracker is gone
-                },
-                _ = health.tick() => {
-                    let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
-                    if ping.is_err() {
-                        break "health PING failed";
-                    }
-                }
-            }
-        };
-        let Some(this) = tracker.upgrade() else {
-            return;
-        };
-        this.up.store(false, Ordering::Release);
-        this.flush_all(lost);
-    }
-}
-
-/// `CLIENT TRACKING ON BCAST` with the value and lock prefixes of `tables`.
-async fn subscribe(
-    conn: &mut redis::aio::MultiplexedConnection,
-    namespace: &str,
-    tables: &[String],
-) -> redis::RedisResult<()> {
-    if tables.is_empty() {
-        return Ok(());
-    }
-    let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("TRACKING").arg("ON").arg("BCAST");
-    for table in tables {
-        cmd.arg("PREFIX")
-            .arg(format!("{namespace}{table}:"))
-            .arg("PREFIX")
-            .arg(format!("{namespace}lock:{table}:"));
-    }
-    cmd.query_async(conn).await
-}
-
-/// An `invalidate` push: its keys changed; a nil payload means the whole database was flushed.
-fn route(tracker: &Tracker, push: PushInfo) {
-    if push.kind != PushKind::Invalidate {
-        return;
-    }
-    match push.data.first() {
-        Some(redis::Value::Array(keys)) => {
-            for key in keys {
-                if let redis::Value::BulkString(key) = key {
-                    tracker.changed(key);
-                }
-            }
-        }
-        _ => tracker.flush_all("the database was flushed"),
-    }
 }

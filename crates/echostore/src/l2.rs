@@ -1,7 +1,7 @@
 //! L2: the store's one shared, reconnecting connection to Valkey, behind the circuit breaker.
 //!
-//! Every table of a store shares one redis-rs `ConnectionManager` (multiplexed, reconnects by
-//! itself). Each call first asks the [`Breaker`]; connection-level failures (refused, dropped, timed
+//! Every table of a store shares one data connection ([`Conn`]: a redis-rs `ConnectionManager`,
+//! multiplexed and reconnecting by itself, or a cluster connection). Each call first asks the [`Breaker`]; connection-level failures (refused, dropped, timed
 //! out) open it, error replies from a live server do not. This module owns the plain value
 //! commands — read, write-through `put`, `invalidate` — and the poll read; the regeneration lock's
 //! scripts live in [`crate::lock`].
@@ -10,10 +10,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult};
 
 use crate::breaker::Breaker;
+use crate::connect::{Conn, Endpoint};
 use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
@@ -22,31 +22,22 @@ use crate::lock::Scripts;
 /// How a store reaches Valkey.
 #[derive(Clone)]
 pub(crate) struct L2 {
-    conn: ConnectionManager,
+    conn: Conn,
     breaker: Arc<Breaker>,
     /// Every Lua script, hashed once per store.
     pub(crate) scripts: Arc<Scripts>,
 }
 
 impl L2 {
-    /// Builds the connection without waiting for it; `require` makes the first PING mandatory.
-    /// Without `require`, an unreachable Valkey leaves the store degraded (breaker open, logged).
+    /// Builds the connection (lazily for one server); `require` makes the first PING mandatory.
+    /// Without `require`, an unreachable server leaves the store degraded (breaker open, logged).
     pub(crate) async fn connect(
-        url: &str,
-        timeout: Duration,
+        endpoint: &Endpoint,
         cooldown: Duration,
         require: bool,
     ) -> Result<L2> {
-        let client = redis::Client::open(url).map_err(|e| Error::valkey("parsing the url", e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(timeout);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| Error::valkey("creating the connection", e))?;
         let l2 = L2 {
-            conn,
+            conn: endpoint.connect().await?,
             breaker: Arc::new(Breaker::new(cooldown)),
             scripts: Arc::new(Scripts::new()),
         };
@@ -68,7 +59,7 @@ impl L2 {
     /// Runs one Valkey call through the breaker, mapping failures to [`Error`].
     pub(crate) async fn run<T, F, Fut>(&self, context: &'static str, call: F) -> Result<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let Some(permit) = self.breaker.allow() else {

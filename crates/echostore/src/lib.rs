@@ -30,6 +30,8 @@
 //! - `lock` — the regeneration lock and every Lua script ([`protocol`] shows them).
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency); `clock` tells its entries'
 //!   freshness without a serialising clock read.
+//! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
+//! - `tracking` — coherence's tracking connections (one per server or cluster primary).
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
 //! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, postcard payload.
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
@@ -212,6 +214,7 @@ mod breaker;
 mod clock;
 mod coherence;
 mod config;
+mod connect;
 mod core;
 mod depth;
 mod envelope;
@@ -234,6 +237,7 @@ mod stats;
 mod store;
 mod supervisor;
 mod table;
+mod tracking;
 mod writes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};

@@ -1,5 +1,6 @@
 //! The store: the Valkey connection and the supervisor that every table of a process shares.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use ractor::{Actor, ActorRef};
 
 use crate::coherence::Tracker;
 use crate::config::{MAX_DURATION, TableBuilder};
+use crate::connect::{Endpoint, Kind};
 use crate::error::{Error, Result};
 use crate::key::{Key, Value, validate_table_name};
 use crate::l2::L2;
@@ -51,6 +53,7 @@ impl Store {
     pub fn builder() -> StoreBuilder {
         StoreBuilder {
             valkey: None,
+            ca: None,
             timeout: Duration::from_secs(1),
             cooldown: Duration::from_secs(1),
             require: false,
@@ -105,7 +108,8 @@ impl Store {
 #[derive(Debug, Clone)]
 #[must_use = "a store is made by build().await"]
 pub struct StoreBuilder {
-    valkey: Option<String>,
+    valkey: Option<Kind>,
+    ca: Option<PathBuf>,
     timeout: Duration,
     cooldown: Duration,
     require: bool,
@@ -114,10 +118,40 @@ pub struct StoreBuilder {
 }
 
 impl StoreBuilder {
-    /// Use the Valkey at `url` (`redis://[user:password@]host:port[/db]`) as L2 and for the
-    /// regeneration lock. Without it, tables are L1 + owner + loader.
+    /// Use the Valkey at `url` as L2 and for the regeneration lock:
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS (the `tls` feature; see
+    /// [`valkey_ca`](Self::valkey_ca)). The ACL user and password come from the URL. Without a
+    /// Valkey, tables are L1 + owner + loader.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> echostore::Result<()> {
+    /// let store = echostore::Store::builder().valkey("redis://127.0.0.1:1").build().await?;
+    /// assert!(store.is_degraded(), "nothing answers on port 1: the store serves degraded");
+    /// # Ok(()) }
+    /// ```
     pub fn valkey(mut self, url: impl Into<String>) -> Self {
-        self.valkey = Some(url.into());
+        self.valkey = Some(Kind::Single(url.into()));
+        self
+    }
+
+    /// Use a Valkey Cluster, given some of its nodes' URLs (the `cluster` feature). The client
+    /// finds every primary, follows `MOVED`/`ASK` and reconnects; every key of one id shares the
+    /// `{id}` hash tag, so each script runs on one shard; coherence tracks every primary. Unlike a
+    /// single server, a cluster must answer at `build()`.
+    pub fn valkey_cluster<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.valkey = Some(Kind::Cluster(nodes.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// Trust only the CA certificates in this PEM file for `rediss://` connections (the `tls`
+    /// feature), instead of the platform's roots: for a Valkey whose certificate a private CA
+    /// signed.
+    pub fn valkey_ca(mut self, pem_file: impl Into<PathBuf>) -> Self {
+        self.ca = Some(pem_file.into());
         self
     }
 
@@ -182,12 +216,23 @@ impl StoreBuilder {
             }
             None => String::new(),
         };
-        let l2 = match &self.valkey {
-            Some(url) => Some(L2::connect(url, self.timeout, self.cooldown, self.require).await?),
+        let ca = match &self.ca {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                Error::InvalidConfig(format!("store: valkey_ca {}: {e}", path.display()))
+            })?),
             None => None,
         };
-        let tracker = match &self.valkey {
-            Some(url) if self.coherence => Some(Tracker::start(url, &namespace, self.timeout)?),
+        let endpoint = self.valkey.clone().map(|kind| Endpoint {
+            kind,
+            ca,
+            timeout: self.timeout,
+        });
+        let l2 = match &endpoint {
+            Some(endpoint) => Some(L2::connect(endpoint, self.cooldown, self.require).await?),
+            None => None,
+        };
+        let tracker = match &endpoint {
+            Some(endpoint) if self.coherence => Some(Tracker::start(endpoint, &namespace)),
             _ => None,
         };
         let (supervisor, _) = Actor::spawn(None, Supervisor, ())

@@ -1,0 +1,149 @@
+//! Where a store's Valkey is and how to reach it: one server or a cluster's seed nodes, and the
+//! roots a `rediss://` connection trusts. [`Endpoint`] makes the data connection ([`Conn`]) and the
+//! clients of coherence's tracking connections; nothing else parses URLs.
+//!
+//! - `redis://[user:password@]host:port[/db]` — plain TCP; ACL user and password from the URL.
+//! - `rediss://…` — TLS (the `tls` feature), trusting the platform's roots, or only the CA given
+//!   with `StoreBuilder::valkey_ca`.
+//! - A cluster (the `cluster` feature): the seeds' URLs; the client finds every primary, follows
+//!   `MOVED`/`ASK` and reconnects. Every key of one id carries the `{id}` hash tag, so every
+//!   script EchoStore runs touches one slot.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::error::{Error, Result};
+
+/// A store's Valkey: one server or a cluster, and the CA its TLS connections trust.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) kind: Kind,
+    /// PEM roots for `rediss://` (none: the platform's).
+    pub(crate) ca: Option<Vec<u8>>,
+    pub(crate) timeout: Duration,
+}
+
+/// One server, or a cluster's seeds.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl Endpoint {
+    /// A client for one server's URL, with this endpoint's TLS roots.
+    pub(crate) fn client(&self, url: &str) -> Result<redis::Client> {
+        let opened = match &self.ca {
+            #[cfg(feature = "tls")]
+            Some(ca) => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            ),
+            _ => redis::Client::open(url),
+        };
+        opened.map_err(|e| url_error(url, e))
+    }
+
+    /// The data connection, without waiting for it where the client allows (a single server
+    /// connects lazily; a cluster needs one seed to answer).
+    pub(crate) async fn connect(&self) -> Result<Conn> {
+        match &self.kind {
+            Kind::Single(url) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(self.timeout);
+                let conn = ConnectionManager::new_lazy_with_config(self.client(url)?, config)
+                    .map_err(|e| Error::valkey("creating the connection", e))?;
+                Ok(Conn::Single(conn))
+            }
+            Kind::Cluster(seeds) => self.cluster(seeds).await,
+        }
+    }
+
+    #[cfg(feature = "cluster")]
+    async fn cluster(&self, seeds: &[String]) -> Result<Conn> {
+        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+            .connection_timeout(self.timeout)
+            .response_timeout(self.timeout)
+            .retries(2);
+        #[cfg(feature = "tls")]
+        if let Some(ca) = &self.ca {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca.clone()),
+            });
+        }
+        let client = builder
+            .build()
+            .map_err(|e| url_error(&seeds.join(","), e))?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| Error::valkey("connecting to the cluster", e))?;
+        Ok(Conn::Cluster(conn))
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    async fn cluster(&self, _seeds: &[String]) -> Result<Conn> {
+        Err(Error::InvalidConfig(
+            "valkey_cluster needs echostore's `cluster` feature".into(),
+        ))
+    }
+}
+
+/// A URL the client refused: say which feature is missing when that is the cause.
+fn url_error(url: &str, e: redis::RedisError) -> Error {
+    let shown = url.split('@').next_back().unwrap_or(url);
+    if url.starts_with("rediss://") && cfg!(not(feature = "tls")) {
+        return Error::InvalidConfig(format!(
+            "{shown}: rediss:// needs echostore's `tls` feature"
+        ));
+    }
+    Error::valkey("parsing the url", e)
+}
+
+/// The store's data connection: a reconnecting multiplexed connection, or a cluster's.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The tracking connections behind coherence: one RESP3 connection per server (per primary of a
+//! cluster), each running `CLIENT TRACKING ON BCAST PREFIX <table>: PREFIX lock:<table>:` for the
+//! store's tables and handing the pushes to the [`Tracker`].
+//!
+//! A connection that fails (a read error, a disconnection push, a failed health `PING`) tells the
+//! tracker, which flushes every L1 of the store; it reconnects with backoff, resubscribes, and the
+//! tracker flushes again. On a cluster, a watcher re-reads `CLUSTER SLOTS` every second: when the
+//! set of primaries changes (a failover, a node added or gone), it flushes and starts tracking the
+//! new set.
+
+use std::collections::HashSet;
+use std::sync::Weak;
+use std::time::Duration;
+
+use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
+use tokio::sync::{mpsc, watch};
+
+use crate::coherence::Tracker;
+use crate::connect::{Endpoint, Kind};
+
+/// How often each tracking connection is checked with a PING (and a cluster's topology re-read).
+const HEALTH_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest pause between reconnect attempts.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(2);
+
+/// Starts the tracking tasks of a store.
+pub(crate) fn start(tracker: Weak<Tracker>, endpoint: Endpoint) {
+    match endpoint.kind.clone() {
+        Kind::Single(url) => {
+            if let Some(t) = tracker.upgrade() {
+                t.expect_nodes(1);
+            }
+            tokio::spawn(node(tracker, endpoint, url));
+        }
+        Kind::Cluster(seeds) => {
+            tokio::spawn(cluster(tracker, endpoint, seeds));
+        }
+    }
+}
+
+/// Tracks a cluster: one [`node`] task per primary, restarted when the primaries change.
+async fn cluster(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec<String>) {
+    let mut running: Vec<(String, tokio::task::JoinHandle<()>)> = Vec::new();
+    loop {
+        let primaries = primaries(&endpoint, &seeds).await;
+        let current: Vec<&String> = running.iter().map(|(url, _)| url).collect();
+        if let Some(primaries) = primaries
+            && primaries.iter().collect::<Vec<_>>() != current
+        {
+            let Some(this) = tracker.upgrade() else {
+                return;
+            };
+            for (_, task) in running.drain(..) {
+                task.abort();
+            }
+            this.expect_nodes(primaries.len());
+            this.flush_all("the cluster's primaries changed");
+            drop(this);
+            for url in primaries {
+                let task = tokio::spawn(node(tracker.clone(), endpoint.clone(), url.clone()));
+                running.push((url, task));
+            }
+        }
+        tokio::time::sleep(HEALTH_EVERY).await;
+        if tracker.strong_count() == 0 {
+            for (_, task) in running {
+                task.abort();
+            }
+            return;
+        }
+    }
+}
+
+/// The URLs of the cluster's primaries (sorted), from the first seed that answers `CLUSTER SLOTS`.
+async fn primaries(endpoint: &Endpoint, seeds: &[String]) -> Option<Vec<String>> {
+    for seed in seeds {
+        let Ok(client) = endpoint.client(seed) else {
+            continue;
+        };
+        let Ok(Ok(mut conn)) =
+            tokio::time::timeout(endpoint.timeout, client.get_multiplexed_async_connection()).await
+        else {
+            continue;
+        };
+        let slots: redis::RedisResult<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await;
+        let Ok(slots) = slots else { continue };
+        let mut urls: Vec<String> = slots
+            .iter()
+            .filter_map(|range| match range {
+                redis::Value::Array(fields) => fields.get(2).and_then(node_address),
+                _ => None,
+            })
+            .map(|(host, port)| with_host(seed, &host, port))
+            .collect();
+        urls.sort();
+        urls.dedup();
+        return Some(urls);
+    }
+    None
+}
+
+/// `host` and `port` of a `CLUSTER SLOTS` node entry.
+fn node_address(node: &redis::Value) -> Option<(String, u16)> {
+    let redis::Value::Array(parts) = node else {
+        return None;
+    };
+    let host = match parts.first()? {
+        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+        redis::Value::SimpleString(s) => s.clone(),
+        _ => return None,
+    };
+    let port = match parts.get(1)? {
+        redis::Value::Int(p) => u16::try_from(*p).ok()?,
+        _ => return None,
+    };
+    Some((host, port))
+}
+
+/// `seed` with its host and port replaced: same scheme, same credentials.
+fn with_host(seed: &str, host: &str, port: u16) -> String {
+    let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let login = authority
+        .rsplit_once('@')
+        .map(|(login, _)| format!("{login}@"));
+    format!("{scheme}://{}{host}:{port}", login.unwrap_or_default())
+}
+
+/// One tracking connection: connect, subscribe, route pushes; on any loss flush, and reconnect.
+/// Ends when the store (and so the tracker) is gone.
+async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String) {
+    let Some(mut tables) = tracker.upgrade().map(|t| t.tables()) else {
+        return;
+    };
+    let first = Duration::from_millis(50);
+    let mut pause = first;
+    loop {
+        let mut established = false;
+        let Some(lost) = track(&tracker, &endpoint, &url, &mut tables, &mut established).await
+        else {
+            return; // the tracker is gone
+        };
+        let Some(this) = tracker.upgrade() else {
+            return;
+        };
+        this.node_lost(&url);
+        this.flush_all(lost);
+        drop(this);
+        pause = if established {
+            first
+        } else {
+            (pause * 2).min(MAX_RECONNECT_PAUSE)
+        };
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// One life of a tracking connection; returns why it ended (`None`: the tracker is gone).
+async fn track(
+    tracker: &Weak<Tracker>,
+    endpoint: &Endpoint,
+    url: &str,
+    tables: &mut watch::Receiver<Vec<String>>,
+    established: &mut bool,
+) -> Option<&'static str> {
+    let client = match resp3_client(endpoint, url) {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::warn!(error = %e, "coherence: cannot make a tracking client");
+            return Some("no client");
+        }
+    };
+    let (pushes_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(endpoint.timeout))
+        .set_response_timeout(Some(endpoint.timeout))
+        .set_push_sender(pushes_tx);
+    let mut conn = match client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+    {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::debug!(error = %e, "coherence: tracking connection failed; retrying");
+            return Some("connect failed");
+        }
+    };
+    let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("echostore-tracking")
+        .query_async(&mut conn)
+        .await;
+    let namespace = tracker.upgrade()?.namespace().to_owned();
+    let mut subscribed: HashSet<String> = HashSet::new();
+    let wanted = tables.borrow_and_update().clone();
+    if let Err(e) = subscribe(&mut conn, &namespace, &wanted, &mut subscribed).await {
+        tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
+        return Some("CLIENT TRACKING refused");
+    }
+    {
+        let this = tracker.upgrade()?;
+        this.node_tracks(url, &subscribed);
+        this.flush_all("tracking established");
+        *established = true;
+    }
+    let mut health = tokio::time::interval(HEALTH_EVERY);
+    health.tick().await;
+    loop {
+        tokio::select! {
+            push = pushes.recv() => match push {
+                Some(push) if push.kind == PushKind::Disconnection => return Some("disconnected"),
+                Some(push) => route(&*tracker.upgrade()?, push),
+                None => return Some("push channel closed"),
+            },
+            changed = tables.changed() => {
+                if changed.is_err() {
+                    return None; // the tracker is gone
+                }
+                let wanted = tables.borrow_and_update().clone();
+                if let Err(e) = subscribe(&mut conn, &namespace, &wanted, &mut subscribed).await {
+                    tracing::warn!(error = %e, "coherence: subscribing a table failed");
+                    return Some("subscribe failed");
+                }
+                tracker.upgrade()?.node_tracks(url, &subscribed);
+            },
+            _ = health.tick() => {
+                let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+                if ping.is_err() {
+                    return Some("health PING failed");
+                }
+            }
+        }
+    }
+}
+
+/// A RESP3 client for `url` (pushes need RESP3), with the endpoint's TLS roots.
+fn resp3_client(endpoint: &Endpoint, url: &str) -> crate::error::Result<redis::Client> {
+    let client = endpoint.client(url)?;
+    let info = client.get_connection_info().clone();
+    let resp3 = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let info = info.set_redis_settings(resp3);
+    match &endpoint.ca {
+        #[cfg(feature = "tls")]
+        Some(ca) => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca.clone()),
+            },
+        ),
+        _ => redis::Client::open(info),
+    }
+    .map_err(|e| crate::error::Error::valkey("configuring RESP3", e))
+}
+
+/// `CLIENT TRACKING ON BCAST` with the value and lock prefixes of the tables not yet tracked.
+async fn subscribe(
+    conn: &mut redis::aio::MultiplexedConnection,
+    namespace: &str,
+    wanted: &[String],
+    subscribed: &mut HashSet<String>,
+) -> redis::RedisResult<()> {
+    let new: Vec<&String> = wanted.iter().filter(|t| !subscribed.contains(*t)).collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("TRACKING").arg("ON").arg("BCAST");
+    for table in &new {
+        cmd.arg("PREFIX")
+            .arg(format!("{namespace}{table}:"))
+            .arg("PREFIX")
+            .arg(format!("{namespace}lock:{table}:"));
+    }
+    cmd.query_async::<()>(conn).await?;
+    subscribed.extend(new.into_iter().cloned());
+    Ok(())
+}
+
+/// An `invalidate` push: its keys changed; a nil payload means the whole database was flushed.
+fn route(tracker: &Tracker, push: PushInfo) {
+    if push.kind != PushKind::Invalidate {
+        return;
+    }
+    match push.data.first() {
+        Some(redis::Value::Array(keys)) => {
+            for key in keys {
+                if let redis::Value::BulkString(key) = key {
+                    tracker.changed(key);
+                }
+            }
+        }
+        _ => tracker.flush_all("the database was flushed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A primary's URL keeps the seed's scheme and login.
+    #[test]
+    fn node_urls_keep_scheme_and_login() {
+        assert_eq!(
+            with_host("redis://127.0.0.1:7000", "10.0.0.2", 7001),
+            "redis://10.0.0.2:7001"
+        );
+        assert_eq!(
+            with_host("rediss://app:secret@seed:7000/", "h", 7002),
+            "rediss://app:secret@h:7002"
+        );
+    }
+}
