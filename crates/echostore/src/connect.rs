@@ -33,6 +33,14 @@ pub(crate) enum Kind {
 }
 
 impl Endpoint {
+    /// How many circuit breakers the store keeps: one, or one per hash slot of a cluster.
+    pub(crate) fn breaker_count(&self) -> usize {
+        match self.kind {
+            Kind::Single(_) => 1,
+            Kind::Cluster(_) => 16384,
+        }
+    }
+
     /// A client for one server's URL, with this endpoint's TLS roots.
     pub(crate) fn client(&self, url: &str) -> Result<redis::Client> {
         let opened = match &self.ca {

@@ -141,6 +141,25 @@ impl KeyNames {
     }
 }
 
+impl KeyNames {
+    /// The Valkey Cluster hash slot of both names: CRC16 of the hash tag (the bytes between the
+    /// first `{` and the first `}` after it) modulo 16384, as the cluster computes it.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn slot(&self) -> u16 {
+        let key = &self.value[..];
+        let tag = key
+            .iter()
+            .position(|&b| b == b'{')
+            .and_then(|open| {
+                let rest = &key[open + 1..];
+                let close = rest.iter().position(|&b| b == b'}')?;
+                (close > 0).then(|| &rest[..close])
+            })
+            .unwrap_or(key);
+        crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
+    }
+}
+
 /// Which of an id's two keys a Valkey key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeyKind {
@@ -205,6 +224,27 @@ mod tests {
             k[open + 1..close].to_vec()
         };
         assert_eq!(tag(&names.value), tag(&names.lock));
+    }
+
+    /// The slot is the cluster's: CRC16/XMODEM of the hash tag (known values from the spec).
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        let names = KeyNames::new("", "t", &String::from("123456789")).expect("short id");
+        assert_eq!(
+            names.slot(),
+            0x31C3 % 16384,
+            "CRC16(\"123456789\") is 0x31C3"
+        );
+        let lock = KeyNames {
+            value: names.lock.clone(),
+            lock: names.lock.clone(),
+        };
+        assert_eq!(
+            lock.slot(),
+            names.slot(),
+            "the value and its lock share a slot"
+        );
     }
 
     /// Ids over the limit are refused, not truncated.

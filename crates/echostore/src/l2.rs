@@ -23,7 +23,9 @@ use crate::lock::Scripts;
 #[derive(Clone)]
 pub(crate) struct L2 {
     conn: Conn,
-    breaker: Arc<Breaker>,
+    /// One breaker for a single server; one per hash slot on a cluster, so a dead primary
+    /// degrades only its own slots' keys.
+    breakers: Arc<[Breaker]>,
     /// Every Lua script, hashed once per store.
     pub(crate) scripts: Arc<Scripts>,
 }
@@ -37,12 +39,14 @@ impl L2 {
         require: bool,
     ) -> Result<L2> {
         let l2 = L2 {
+            breakers: (0..endpoint.breaker_count())
+                .map(|_| Breaker::new(cooldown))
+                .collect(),
             conn: endpoint.connect().await?,
-            breaker: Arc::new(Breaker::new(cooldown)),
             scripts: Arc::new(Scripts::new()),
         };
         let ping = l2
-            .run("PING at build", |mut c| async move {
+            .run("PING at build", None, |mut c| async move {
                 redis::cmd("PING").query_async::<String>(&mut c).await
             })
             .await;
@@ -57,35 +61,54 @@ impl L2 {
     }
 
     /// Runs one Valkey call through the breaker, mapping failures to [`Error`].
-    pub(crate) async fn run<T, F, Fut>(&self, context: &'static str, call: F) -> Result<T>
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        context: &'static str,
+        names: Option<&KeyNames>,
+        call: F,
+    ) -> Result<T>
     where
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let Some(permit) = self.breaker.allow() else {
+        let breaker = self.breaker(names);
+        let Some(permit) = breaker.allow() else {
             return Err(Error::ValkeyUnavailable);
         };
         match call(self.conn.clone()).await {
             Ok(v) => {
-                self.breaker.succeeded(permit);
+                breaker.succeeded(permit);
                 Ok(v)
             }
             Err(e) => {
                 if is_connection_failure(&e) {
-                    self.breaker.failed();
+                    breaker.failed();
                 }
                 Err(Error::valkey(context, e))
             }
         }
     }
 
+    /// The breaker for calls about `names` (the first for calls about no key).
+    fn breaker(&self, names: Option<&KeyNames>) -> &Breaker {
+        #[cfg(feature = "cluster")]
+        if self.breakers.len() > 1
+            && let Some(names) = names
+        {
+            return &self.breakers[usize::from(names.slot()) % self.breakers.len()];
+        }
+        let _ = names;
+        &self.breakers[0]
+    }
+
     /// Runs a script through the breaker (EVALSHA, reloaded on NOSCRIPT by redis-rs).
     pub(crate) async fn script<T: redis::FromRedisValue>(
         &self,
         context: &'static str,
+        names: &KeyNames,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        self.run(context, |mut c| async move {
+        self.run(context, Some(names), |mut c| async move {
             invocation.invoke_async(&mut c).await
         })
         .await
@@ -95,7 +118,7 @@ impl L2 {
     /// An empty or missing value is `None`.
     pub(crate) async fn get(&self, names: &KeyNames, max_bytes: usize) -> Result<Option<Vec<u8>>> {
         let bytes: Vec<u8> = self
-            .run("GETRANGE value", |mut c| async move {
+            .run("GETRANGE value", Some(names), |mut c| async move {
                 redis::cmd("GETRANGE")
                     .arg(&names.value)
                     .arg(0)
@@ -128,23 +151,25 @@ impl L2 {
         let mut inv = self.scripts.poll.prepare_invoke();
         inv.key(&names.value).key(&names.lock).arg(max_bytes);
         let (bytes, locked): (Option<Vec<u8>>, i64) = self
-            .script("poll (GETRANGE value, EXISTS lock)", inv)
+            .script("poll (GETRANGE value, EXISTS lock)", names, inv)
             .await?;
         Ok((bytes.filter(|b| !b.is_empty()), locked == 1))
     }
 
     /// Drops the value and the lock: a fill in flight can no longer write its older value back.
     pub(crate) async fn invalidate(&self, names: &KeyNames) -> Result<()> {
-        self.run("invalidate (DEL value lock)", |mut c| async move {
-            c.del::<_, i64>(&[&names.value, &names.lock]).await
-        })
+        self.run(
+            "invalidate (DEL value lock)",
+            Some(names),
+            |mut c| async move { c.del::<_, i64>(&[&names.value, &names.lock]).await },
+        )
         .await
         .map(drop)
     }
 
     /// `true` while the breaker makes L2 calls fail fast.
     pub(crate) fn is_degraded(&self) -> bool {
-        self.breaker.is_open()
+        self.breakers.iter().any(Breaker::is_open)
     }
 }
 

@@ -184,7 +184,8 @@ pub(crate) async fn acquire_or_read(
         .arg(token)
         .arg(lock_ttl_ms)
         .arg(max_bytes);
-    let (won, value): (i64, Option<Vec<u8>>) = l2.script("acquire (SET lock NX PX)", inv).await?;
+    let (won, value): (i64, Option<Vec<u8>>) =
+        l2.script("acquire (SET lock NX PX)", names, inv).await?;
     Ok(Acquired {
         won: won == 1,
         value: value.filter(|v| !v.is_empty()),
@@ -200,7 +201,9 @@ pub(crate) async fn extend(
 ) -> Result<bool> {
     let mut inv = l2.scripts.extend.prepare_invoke();
     inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
-    let extended: i64 = l2.script("lease (token-checked PEXPIRE)", inv).await?;
+    let extended: i64 = l2
+        .script("lease (token-checked PEXPIRE)", names, inv)
+        .await?;
     Ok(extended == 1)
 }
 
@@ -219,7 +222,7 @@ pub(crate) async fn fenced_write(
         .arg(token)
         .arg(envelope)
         .arg(px);
-    let written: i64 = l2.script("fenced write", inv).await?;
+    let written: i64 = l2.script("fenced write", names, inv).await?;
     Ok(match written {
         1 => Fenced::Written,
         -1 => Fenced::Superseded,
@@ -238,7 +241,7 @@ pub(crate) async fn versioned_put(
     let mut inv = l2.scripts.put.prepare_invoke();
     inv.key(&names.value).key(&names.lock).arg(envelope).arg(px);
     let written: i64 = l2
-        .script("put (SET value unless newer, DEL lock)", inv)
+        .script("put (SET value unless newer, DEL lock)", names, inv)
         .await?;
     Ok(written == 1)
 }
@@ -247,6 +250,6 @@ pub(crate) async fn versioned_put(
 pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
     let mut inv = l2.scripts.release.prepare_invoke();
     inv.key(&names.lock).arg(token);
-    let deleted: i64 = l2.script("release (token-checked DEL)", inv).await?;
+    let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
     Ok(deleted == 1)
 }
