@@ -220,9 +220,8 @@ impl Tracker {
 
     /// One pushed key changed.
     pub(crate) fn changed(&self, key: &[u8]) {
-        if let Some(notify) = lock(&self.waiters).get(key).and_then(Weak::upgrade) {
-            notify.notify_one();
-        }
+        // The owner hears of the change before the loser wakes: a woken loser's next message to
+        // its owner (it stops waiting) then comes after the invalidation, which leaves it attached.
         match parse_key(&self.namespace, key) {
             Some((KeyKind::Value, table, id)) => {
                 for sink in self.sinks(table) {
@@ -233,6 +232,9 @@ impl Tracker {
             None => {
                 tracing::debug!(key = %String::from_utf8_lossy(key), "a push for a key of no table")
             }
+        }
+        if let Some(notify) = lock(&self.waiters).get(key).and_then(Weak::upgrade) {
+            notify.notify_one();
         }
     }
 

@@ -145,6 +145,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 every,
                 until,
                 wake.as_deref(),
+                || (self.signals)(Signal::Reading),
                 &self.core.stats,
                 |bytes| self.decode(bytes),
             )

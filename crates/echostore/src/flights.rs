@@ -51,6 +51,11 @@ pub(crate) struct Flight<V> {
     leader: Option<Reply<V>>,
     /// The callers who joined it.
     waiters: Vec<Reply<V>>,
+    /// A push for the id was handled since this flight's last read began: what it read may be
+    /// older than Valkey's value. Cleared when it reads again (a polling loser).
+    stale_read: bool,
+    /// A `put`/`invalidate` of this process overtook it: its value is never stored.
+    overwritten: bool,
 }
 
 impl<V> Flight<V> {
@@ -59,6 +64,8 @@ impl<V> Flight<V> {
             id,
             leader,
             waiters: Vec::new(),
+            stale_read: false,
+            overwritten: false,
         }
     }
 
@@ -122,9 +129,9 @@ pub(crate) enum Next<W> {
 /// A flight that landed, as the owner must treat it.
 pub(crate) struct Landed<V> {
     pub(crate) flight: Flight<V>,
-    /// `true` if it was still the id's current flight: its value may be stored in L1. `false` if
-    /// a write overtook it: answer its waiters only.
-    pub(crate) current: bool,
+    /// `true` if its value may be stored in L1: it was still the id's current flight, or it was
+    /// detached by a push and read Valkey again after it. `false`: answer its waiters only.
+    pub(crate) store: bool,
     /// A queued flight of the same id that may launch now.
     pub(crate) launch: Option<FlightId>,
 }
@@ -144,7 +151,7 @@ struct IdState<V, W> {
     /// Writes waiting for the running one, in arrival order.
     waiting: VecDeque<W>,
     /// Detached flights of this id still running.
-    overtaken: usize,
+    detached: Vec<FlightId>,
 }
 
 impl<V, W> IdState<V, W> {
@@ -153,17 +160,17 @@ impl<V, W> IdState<V, W> {
             current: None,
             writing: false,
             waiting: VecDeque::new(),
-            overtaken: 0,
+            detached: Vec::new(),
         }
     }
 
     fn is_idle(&self) -> bool {
-        self.current.is_none() && !self.writing && self.overtaken == 0
+        self.current.is_none() && !self.writing && self.detached.is_empty()
     }
 
     /// Moves a queued current flight to running if nothing holds it back; its id if so.
     fn try_launch(&mut self) -> Option<FlightId> {
-        if self.writing || self.overtaken >= MAX_LOADS_PER_ID {
+        if self.writing || self.detached.len() >= MAX_LOADS_PER_ID {
             return None;
         }
         match &mut self.current {
@@ -215,7 +222,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// A `put` or `invalidate` of `id`: it overtakes a running flight, and goes to Valkey now
     /// (returned) or after the writes ahead of it (queued).
     pub(crate) fn write(&mut self, id: &K, write: W) -> Option<W> {
-        self.overtake(id);
+        self.detach(id, true);
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
         if state.writing {
             state.waiting.push_back(write);
@@ -226,29 +233,46 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
-    /// The value of `id` changed elsewhere (a write, or a remote invalidation): a running flight
-    /// may have read the old bytes, so it is detached. A queued flight has read nothing: it stays.
+    /// The value of `id` changed elsewhere (a push): a running flight may have read the old
+    /// bytes, so it is detached and keeps nothing unless it reads again (a polling loser does). A
+    /// queued flight has read nothing: it stays.
     pub(crate) fn overtake(&mut self, id: &K) {
+        self.detach(id, false);
+    }
+
+    /// Every running flight is overtaken (coherence lost: any of them may have read old bytes).
+    pub(crate) fn overtake_all(&mut self) {
+        let ids: Vec<K> = self.ids.keys().cloned().collect();
+        for id in &ids {
+            self.detach(id, false);
+        }
+    }
+
+    /// Detaches `id`'s running flight and marks every detached flight of `id` as having read
+    /// before this change (`overwritten`: this process's own write, which nothing undoes).
+    fn detach(&mut self, id: &K, overwritten: bool) {
         let Some(state) = self.ids.get_mut(id) else {
             return;
         };
         if matches!(state.current, Some((_, Phase::Running)))
             && let Some((flight, _)) = state.current.take()
         {
-            state.overtaken += 1;
+            state.detached.push(flight.id);
             self.detached.insert(flight.id, flight);
+        }
+        for fid in &state.detached {
+            if let Some(flight) = self.detached.get_mut(fid) {
+                flight.stale_read = true;
+                flight.overwritten |= overwritten;
+            }
         }
     }
 
-    /// Every running flight is overtaken (coherence lost: any of them may have read old bytes).
-    pub(crate) fn overtake_all(&mut self) {
-        for state in self.ids.values_mut() {
-            if matches!(state.current, Some((_, Phase::Running)))
-                && let Some((flight, _)) = state.current.take()
-            {
-                state.overtaken += 1;
-                self.detached.insert(flight.id, flight);
-            }
+    /// The flight `fid` is about to read Valkey again: whatever it reads now follows every push
+    /// handled so far.
+    pub(crate) fn reading(&mut self, fid: FlightId) {
+        if let Some(flight) = self.detached.get_mut(&fid) {
+            flight.stale_read = false;
         }
     }
 
@@ -292,16 +316,16 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                 let (flight, _) = state.current.take()?;
                 Landed {
                     flight,
-                    current: true,
+                    store: true,
                     launch: None,
                 }
             }
             _ => {
                 let flight = self.detached.remove(&fid)?;
-                state.overtaken -= 1;
+                state.detached.retain(|d| *d != fid);
                 Landed {
+                    store: !flight.stale_read && !flight.overwritten,
                     flight,
-                    current: false,
                     launch: state.try_launch(),
                 }
             }

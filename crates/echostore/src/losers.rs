@@ -131,6 +131,7 @@ pub(crate) async fn poll<V>(
     every: Duration,
     deadline: Instant,
     wake: Option<&Notify>,
+    reading: impl Fn(),
     stats: &Stats,
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
 ) -> Result<PollEnd<V>> {
@@ -142,10 +143,16 @@ pub(crate) async fn poll<V>(
         }
         let wait = tokio::time::sleep(pause.min(deadline - now));
         let pushed = match wake {
-            Some(wake) => tokio::select! {
-                () = wake.notified() => true,
-                () = wait => false,
-            },
+            Some(wake) => {
+                let pushed = tokio::select! {
+                    () = wake.notified() => true,
+                    () = wait => false,
+                };
+                // The owner learns it before the read goes out: a push it handled before this
+                // came before the read, so the read may be kept.
+                reading();
+                pushed
+            }
             None => {
                 wait.await;
                 false

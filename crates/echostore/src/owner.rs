@@ -49,6 +49,8 @@ pub(crate) enum OwnerMsg<K, V> {
         flight: FlightId,
         answer: Fetched<V>,
     },
+    /// A losing flight is about to read Valkey again.
+    Reading { flight: FlightId },
     /// A flight is about to write an envelope with this fingerprint (its push will be our own).
     Writing { id: K, fingerprint: Fingerprint },
     /// A flight finished.
@@ -147,6 +149,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 state.write(&myself, id, None, write, reply)
             }
             OwnerMsg::Written { id, entry } => state.written(&myself, id, entry),
+            OwnerMsg::Reading { flight } => state.flights.reading(flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush => {
@@ -217,6 +220,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                         let _ = myself.cast(match signal {
                             Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
                             Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+                            Signal::Reading => OwnerMsg::Reading { flight },
                         });
                     }
                 };
@@ -248,7 +252,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.publish_in_flight();
         let answer = match outcome {
             Ok(filled) => {
-                if landed.current
+                if landed.store
                     && let Some(entry) = filled.keep
                 {
                     self.core.l1.insert(id.clone(), self.core.keepable(entry));
@@ -265,7 +269,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             id = ?id,
             outcome = match &answer { Ok(f) => format!("{:?}", f.origin), Err(e) => e.to_string() },
             waiters = landed.flight.waiters(),
-            stored = landed.current,
+            stored = landed.store,
             "flight landed"
         );
         landed.flight.answer(&answer);

@@ -43,6 +43,9 @@ impl<V> Filled<V> {
 pub(crate) enum Signal<V> {
     /// Answer the waiters now (the soft timeout's stale copy); the load goes on.
     Early(Fetched<V>),
+    /// The flight (a polling loser) is about to read Valkey again: what it reads follows every
+    /// push its owner has handled, so a push that detached it no longer forbids storing.
+    Reading,
     /// The flight is about to write an envelope with this fingerprint: the push it causes is this
     /// process's own (coherence checks it instead of dropping L1).
     Writing(Fingerprint),

@@ -70,11 +70,15 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
     );
     for table in &tables {
         settled(table).await;
+        // Cached, never read from the source again: in L1, or — when the winner's push reached
+        // a store while one of its loser's polls was reading (it then keeps nothing: the read may
+        // have raced the write, docs/coherence.md) — on Valkey.
         let again = table.fetch(&7).await.expect("cached");
-        assert_eq!(
-            (again.origin, again.value.as_str()),
-            (Origin::L1, "value-7-read-1"),
-            "every store's L1 holds the value"
+        assert_eq!(again.value.as_str(), "value-7-read-1");
+        assert!(
+            matches!(again.origin, Origin::L1 | Origin::L2),
+            "{:?}",
+            again.origin
         );
     }
     assert_eq!(reads.load(Ordering::SeqCst), 1);
@@ -125,10 +129,14 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
 
     for line in &lines {
         assert_eq!(line["answers"], serde_json::json!([value]), "{line}");
-        assert_eq!(
-            line["again"],
-            serde_json::json!({ "origin": "L1", "value": value }),
-            "each process's next get is an L1 hit: {line}"
+        // The next get is answered by the cache, never the source: from L1, or — when the
+        // winner's push reached a process while one of its safety polls was reading (the flight
+        // is then detached and keeps nothing: docs/coherence.md) — from Valkey.
+        let again = &line["again"];
+        assert_eq!(again["value"], serde_json::json!(value), "{line}");
+        assert!(
+            matches!(again["origin"].as_str(), Some("L1" | "L2")),
+            "{line}"
         );
         assert_eq!(line["in_flight"], 0, "{line}");
         assert_eq!(line["fenced_write_skipped"], 0, "{line}");

@@ -30,7 +30,7 @@ fn misses_on_one_id_share_one_flight() {
     assert_eq!(map.miss(&1, Some(join)), Miss::Coalesced);
     assert_eq!(map.len(), 1);
     let mut landed = map.land(&1, fid).expect("ours");
-    assert!(landed.current);
+    assert!(landed.store);
     landed
         .flight
         .answer(&Ok(Fetched::new(Arc::new(7), Origin::Loaded)));
@@ -66,7 +66,7 @@ fn a_miss_waits_for_the_writes_of_its_id() {
     let Next::Launch(fid) = map.written(&1) else {
         panic!("the queued flight launches after the last write");
     };
-    assert!(map.land(&1, fid).expect("current").current);
+    assert!(map.land(&1, fid).expect("current").store);
 }
 
 /// A write overtakes a running flight: it lands detached, and a new miss starts afresh.
@@ -79,8 +79,8 @@ fn a_write_overtakes_a_running_flight() {
     let new = launched(map.miss(&1, None));
     assert_ne!(old, new);
     let landed = map.land(&1, old).expect("detached, still ours to answer");
-    assert!(!landed.current, "an overtaken flight is not stored");
-    assert!(map.land(&1, new).expect("current").current);
+    assert!(!landed.store, "an overtaken flight is not stored");
+    assert!(map.land(&1, new).expect("current").store);
     assert!(map.land(&1, old).is_none(), "a flight lands once");
 }
 
@@ -113,8 +113,38 @@ fn loads_per_id_stay_bounded() {
     assert_eq!(running.len(), MAX_LOADS_PER_ID);
     // An overtaken flight landing lets the queued one go.
     let landed = map.land(&1, running[0]).expect("detached");
-    assert!(!landed.current);
+    assert!(!landed.store);
     assert!(landed.launch.is_some(), "the queued flight launches");
+}
+
+/// A flight detached by a push keeps its value only if it read Valkey again after the push; one
+/// detached by this process's own write never does.
+#[test]
+fn a_push_detached_flight_that_reads_again_may_store() {
+    let mut map = Map::new();
+    let fid = launched(map.miss(&1, None));
+    map.overtake(&1);
+    map.reading(fid);
+    assert!(
+        map.land(&1, fid).expect("detached").store,
+        "it read after the push"
+    );
+    let fid = launched(map.miss(&1, None));
+    map.overtake(&1);
+    map.reading(fid);
+    map.overtake(&1);
+    assert!(
+        !map.land(&1, fid).expect("detached").store,
+        "a second push after its read"
+    );
+    let fid = launched(map.miss(&1, None));
+    map.overtake(&1);
+    assert_eq!(map.write(&1, "put"), Some("put"));
+    map.reading(fid);
+    assert!(
+        !map.land(&1, fid).expect("detached").store,
+        "a local write wins for good"
+    );
 }
 
 /// A remote invalidation detaches a running flight like a write, without a write to run.
@@ -124,7 +154,7 @@ fn an_overtake_alone_detaches() {
     let fid = launched(map.miss(&1, None));
     map.overtake(&1);
     assert!(matches!(map.miss(&1, None), Miss::Launch(f) if f != fid));
-    assert!(!map.land(&1, fid).expect("detached").current);
+    assert!(!map.land(&1, fid).expect("detached").store);
 }
 
 /// An early answer reaches the flight's waiters; the flight stays for later joiners.
