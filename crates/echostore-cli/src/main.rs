@@ -12,6 +12,7 @@ mod hit_cost;
 mod inspect;
 mod keyspace;
 mod output;
+mod prometheus;
 mod purge;
 mod race;
 mod release;
