@@ -86,7 +86,7 @@ fn print_human(r: &PurgeReport) {
     if r.value_deleted {
         println!(
             "the next read of this id misses and reads the source once; with coherence on, every \
-             store's L1 has dropped it."
+             store drops it from its L1 as Valkey's push arrives (within milliseconds)."
         );
     }
     if r.lock_deleted {
