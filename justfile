@@ -21,6 +21,14 @@ race *ARGS:
 valkey:
     cargo run --release -p echostore-cli -- valkey
 
+# What Valkey holds for one id (envelope, PTTL, lock), e.g. `just inspect users 42 --valkey redis://host:6379`.
+inspect *ARGS:
+    cargo run --release -p echostore-cli -- inspect {{ARGS}}
+
+# Invalidate one id everywhere (DEL value and lock, as Table::invalidate), e.g. `just purge users 42`.
+purge *ARGS:
+    cargo run --release -p echostore-cli -- purge {{ARGS}}
+
 # What CI runs.
 ci:
     bash .ci/run

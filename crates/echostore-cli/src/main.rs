@@ -9,7 +9,11 @@
 
 mod coherence;
 mod hit_cost;
+mod inspect;
+mod keyspace;
 mod output;
+mod prometheus;
+mod purge;
 mod race;
 mod release;
 mod valkey;
@@ -52,6 +56,12 @@ enum Command {
     CoherenceReader(coherence::reader::ReaderArgs),
     /// Start an embedded Valkey, print its URL and keep it running until Ctrl-C.
     Valkey,
+    /// What Valkey holds for one id: the value's envelope (format, freshness, sizes, PTTL) and the
+    /// lock (held? token, PTTL). --valkey defaults to redis://127.0.0.1:6379.
+    Inspect(inspect::InspectArgs),
+    /// Invalidate one id: DEL its value and lock, as Table::invalidate does (with coherence, every
+    /// store's L1 drops it). --valkey defaults to redis://127.0.0.1:6379.
+    Purge(purge::PurgeArgs),
 }
 
 /// What a readout tells `main` about how to exit.
@@ -99,6 +109,8 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
                 Err("`echostore valkey` starts its own Valkey; drop --valkey".into())
             }
             Command::Valkey => valkey::serve().await.map(|()| Outcome::Held),
+            Command::Inspect(args) => inspect::run(url, args).await,
+            Command::Purge(args) => purge::run(url, args).await,
         }
     };
     if let Command::Valkey = cli.command {

@@ -68,6 +68,16 @@ pub(crate) struct RaceArgs {
     /// Print one JSON object instead of the readout.
     #[arg(long)]
     json: bool,
+
+    /// Serve the race's metrics for Prometheus on this loopback address (`127.0.0.1:9898`, or
+    /// just a port) while it runs: `GET /metrics`.
+    #[arg(long, value_name = "ADDR", value_parser = crate::prometheus::parse_addr)]
+    prometheus: Option<std::net::SocketAddr>,
+
+    /// With --prometheus, keep serving this long after the readout is printed (e.g. 30s), for a
+    /// last scrape of the final figures.
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = duration::parse, requires = "prometheus")]
+    prometheus_linger: Duration,
 }
 
 /// The loser policy, as chosen on the command line.
@@ -124,6 +134,9 @@ pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> 
         )
         .into());
     }
+    if let Some(addr) = args.prometheus {
+        crate::prometheus::serve(addr)?;
+    }
     let spinner = Spinner::start(!args.json, "lock race: starting the nodes");
     let report = race(target, args, &spinner).await;
     spinner.finish();
@@ -132,6 +145,9 @@ pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> 
         output::print_json(&report)?;
     } else {
         report::print_human(&report, args, target);
+    }
+    if args.prometheus.is_some() && !args.prometheus_linger.is_zero() {
+        tokio::time::sleep(args.prometheus_linger).await;
     }
     Ok(if report.invariant_held {
         Outcome::Held
@@ -167,6 +183,11 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
     let answers = answers?;
 
     let stats: Vec<TableStats> = nodes.iter().map(Table::stats).collect();
+    if args.prometheus.is_some() {
+        // The nodes share the label `table="race"`: publish their sum, which no node's own
+        // export can lower (a counter keeps the highest absolute value it is given).
+        stats.iter().copied().sum::<TableStats>().export(TABLE);
+    }
     // Leave nothing behind on the user's Valkey: the value (the winner released the lock).
     if let Some(first) = nodes.first() {
         first
