@@ -5,20 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, settled, table_on, until, until_stats, valkey};
+use common::{Source, coherent_store, raw, settled, table_on, until_stats, valkey};
 use echostore::{Error, Origin, Store};
 use redis::AsyncCommands;
 
 async fn store_in(url: &str, namespace: &str) -> Store {
-    let store = Store::builder()
-        .valkey(url)
-        .namespace(namespace)
-        .require_valkey(true)
-        .build()
-        .await
-        .expect("store");
-    until("tracking is up", || store.is_coherent()).await;
-    store
+    coherent_store(url, Some(namespace)).await
 }
 
 /// Two namespaces, one table name: two values, two source reads, keys under each prefix.

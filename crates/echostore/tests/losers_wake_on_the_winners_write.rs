@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, settled, table_on, until, until_stats, valkey};
+use common::{Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
 use echostore::{LoserPolicy, Origin, Store, Table};
 
 /// A loser whose safety poll would come after 30 s.
@@ -15,17 +15,6 @@ const SLOW_SAFETY_POLL: LoserPolicy<String> = LoserPolicy::Poll {
     every: Duration::from_secs(30),
     up_to: Duration::from_secs(60),
 };
-
-async fn coherent_store(url: &str) -> Store {
-    let store = Store::builder()
-        .valkey(url)
-        .require_valkey(true)
-        .build()
-        .await
-        .expect("store");
-    until("tracking is up", || store.is_coherent()).await;
-    store
-}
 
 async fn loser_table(store: &Store, source: &Source) -> Table<u64, String> {
     table_on(store, "wake", source, |t| t.losers(SLOW_SAFETY_POLL)).await
@@ -36,8 +25,8 @@ async fn loser_table(store: &Store, source: &Source) -> Table<u64, String> {
 async fn a_loser_answers_on_the_winners_write() {
     let valkey = valkey();
     let source = Source::gated();
-    let winner = loser_table(&coherent_store(&valkey.url()).await, &source).await;
-    let loser = loser_table(&coherent_store(&valkey.url()).await, &source).await;
+    let winner = loser_table(&coherent_store(&valkey.url(), None).await, &source).await;
+    let loser = loser_table(&coherent_store(&valkey.url(), None).await, &source).await;
     let won = tokio::spawn({
         let winner = winner.clone();
         async move { winner.fetch(&1).await }
@@ -73,7 +62,7 @@ async fn a_crashed_winners_lock_expiry_wakes_the_loser() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let loser = loser_table(&coherent_store(&valkey.url()).await, &source).await;
+    let loser = loser_table(&coherent_store(&valkey.url(), None).await, &source).await;
     // The crashed winner: a lock with no process behind it, gone after 300 ms.
     let planted: Option<String> = redis::cmd("SET")
         .arg("lock:wake:{1}")
@@ -111,7 +100,7 @@ async fn without_coherence_losers_poll() {
         .build()
         .await
         .expect("store");
-    let winner = loser_table(&coherent_store(&valkey.url()).await, &source).await;
+    let winner = loser_table(&coherent_store(&valkey.url(), None).await, &source).await;
     let loser = table_on(&polling, "wake", &source, |t| {
         t.losers(LoserPolicy::Poll {
             every: Duration::from_millis(5),

@@ -6,24 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, settled, table_on, until, until_stats, valkey};
+use common::{Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
 use echostore::{Origin, Store, Table};
 use redis::AsyncCommands;
 
 const TABLE: &str = "coh";
 const VALUE: &str = "coh:{1}";
-
-/// A store on `url` whose tracking connection is up.
-async fn coherent_store(url: &str) -> Store {
-    let store = Store::builder()
-        .valkey(url)
-        .require_valkey(true)
-        .build()
-        .await
-        .expect("store");
-    until("tracking is up", || store.is_coherent()).await;
-    store
-}
 
 /// Kills every store's tracking connection (named `echostore-tracking`), and only those.
 async fn kill_tracking_connections(conn: &mut redis::aio::MultiplexedConnection) -> usize {
@@ -77,10 +65,10 @@ async fn warm(table: &Table<u64, String>) -> String {
 async fn a_put_reaches_every_other_l1() {
     let valkey = valkey();
     let source = Source::open();
-    let writer = long_lived(&coherent_store(&valkey.url()).await, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
     let readers = [
-        long_lived(&coherent_store(&valkey.url()).await, &source).await,
-        long_lived(&coherent_store(&valkey.url()).await, &source).await,
+        long_lived(&coherent_store(&valkey.url(), None).await, &source).await,
+        long_lived(&coherent_store(&valkey.url(), None).await, &source).await,
     ];
     for reader in &readers {
         assert_eq!(warm(reader).await, "value-1-1");
@@ -107,8 +95,8 @@ async fn a_put_reaches_every_other_l1() {
 async fn an_invalidate_reaches_every_other_l1() {
     let valkey = valkey();
     let source = Source::open();
-    let writer = long_lived(&coherent_store(&valkey.url()).await, &source).await;
-    let reader = long_lived(&coherent_store(&valkey.url()).await, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
+    let reader = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
     warm(&reader).await;
     writer.invalidate(&1).await.expect("invalidate");
     until_stats(&reader, "the push reached the reader", |s| {
@@ -127,7 +115,7 @@ async fn foreign_writes_reach_l1() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let reader = long_lived(&coherent_store(&valkey.url()).await, &source).await;
+    let reader = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
     warm(&reader).await;
 
     let _: i64 = conn.del(VALUE).await.expect("DEL");
@@ -155,8 +143,8 @@ async fn foreign_writes_reach_l1() {
 async fn a_fill_overtaken_by_a_remote_change_is_not_kept() {
     let valkey = valkey();
     let source = Source::gated();
-    let writer = long_lived(&coherent_store(&valkey.url()).await, &Source::open()).await;
-    let reader = long_lived(&coherent_store(&valkey.url()).await, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &Source::open()).await;
+    let reader = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
     let fill = tokio::spawn({
         let reader = reader.clone();
         async move { reader.fetch(&1).await }
@@ -193,9 +181,9 @@ async fn a_lost_tracking_connection_flushes_and_recovers() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let store = coherent_store(&valkey.url()).await;
+    let store = coherent_store(&valkey.url(), None).await;
     let reader = long_lived(&store, &source).await;
-    let writer = long_lived(&coherent_store(&valkey.url()).await, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
     warm(&reader).await;
 
     let killed = kill_tracking_connections(&mut conn).await;
@@ -230,7 +218,7 @@ async fn a_lost_tracking_connection_flushes_and_recovers() {
 async fn a_valkey_restart_flushes_l1() {
     let mut valkey = valkey();
     let source = Source::open();
-    let store = coherent_store(&valkey.url()).await;
+    let store = coherent_store(&valkey.url(), None).await;
     let reader = long_lived(&store, &source).await;
     warm(&reader).await;
     valkey.restart().expect("restart");
@@ -249,7 +237,7 @@ async fn a_valkey_restart_flushes_l1() {
 async fn coherence_off_keeps_l1_as_it_was() {
     let valkey = valkey();
     let source = Source::open();
-    let writer = long_lived(&coherent_store(&valkey.url()).await, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
     let store = Store::builder()
         .valkey(valkey.url())
         .coherence(false)

@@ -24,7 +24,7 @@ pub use nodes::{example, node_lines, spawn_node};
 pub use proxy::Proxy;
 pub use source::Source;
 pub use tables::{
-    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, local_table, raw, set_table, stale_on_valkey, store_on,
-    table_on, valkey, valkey_table,
+    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, coherent_store, local_table, raw, set_table,
+    stale_on_valkey, store_on, table_on, valkey, valkey_table,
 };
 pub use wait::{settled, until, until_async, until_stats};

@@ -34,6 +34,18 @@ pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("connect")
 }
 
+/// A store on `url` (namespaced when `namespace` is given) whose coherence is up: its tracking
+/// connection is subscribed, so other stores' writes reach its L1 from now on.
+pub async fn coherent_store(url: &str, namespace: Option<&str>) -> Store {
+    let mut builder = Store::builder().valkey(url).require_valkey(true);
+    if let Some(namespace) = namespace {
+        builder = builder.namespace(namespace);
+    }
+    let store = builder.build().await.expect("store");
+    super::until("tracking is up", || store.is_coherent()).await;
+    store
+}
+
 /// A store on `url`.
 pub async fn store_on(url: &str) -> Store {
     Store::builder()
