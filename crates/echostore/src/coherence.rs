@@ -26,10 +26,8 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use crate::connect::Endpoint;
 use crate::envelope::Fingerprint;
 use crate::key::{KeyKind, parse_key};
-use crate::tracking;
 
 /// How long a value may stay in L1 while tracking is down.
 pub const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
@@ -106,9 +104,8 @@ struct Nodes {
 }
 
 impl Tracker {
-    /// Starts tracking the store's Valkey (every primary of a cluster); the tasks connect and
-    /// reconnect by themselves.
-    pub(crate) fn start(endpoint: &Endpoint, namespace: &str) -> Arc<Tracker> {
+    /// A tracker for a store's tables; `tracking::start` runs its connections.
+    pub(crate) fn new(namespace: &str) -> Arc<Tracker> {
         let (tables_tx, _) = watch::channel(Vec::new());
         let tracker = Arc::new(Tracker {
             tables: Mutex::new(HashMap::new()),
@@ -118,7 +115,6 @@ impl Tracker {
             nodes: Mutex::new(Nodes::default()),
             subscribed: Notify::new(),
         });
-        tracking::start(Arc::downgrade(&tracker), endpoint.clone());
         tracker
     }
 

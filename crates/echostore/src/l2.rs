@@ -17,7 +17,6 @@ use crate::connect::{Conn, Endpoint};
 use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
-use crate::lock::Scripts;
 
 /// How a store reaches Valkey.
 #[derive(Clone)]
@@ -26,8 +25,6 @@ pub(crate) struct L2 {
     /// One breaker for a single server; one per hash slot on a cluster, so a dead primary
     /// degrades only its own slots' keys.
     breakers: Arc<[Breaker]>,
-    /// Every Lua script, hashed once per store.
-    pub(crate) scripts: Arc<Scripts>,
 }
 
 impl L2 {
@@ -43,7 +40,6 @@ impl L2 {
                 .map(|_| Breaker::new(cooldown))
                 .collect(),
             conn: endpoint.connect().await?,
-            scripts: Arc::new(Scripts::new()),
         };
         let ping = l2
             .run("PING at build", None, |mut c| async move {
@@ -139,21 +135,6 @@ impl L2 {
     ) -> Result<Option<Fingerprint>> {
         let bytes = self.get(names, max_bytes).await?;
         Ok(bytes.as_deref().map(envelope::fingerprint))
-    }
-
-    /// What a polling loser looks at: the value (bounded, another type read as none) and whether
-    /// the lock exists, in one script.
-    pub(crate) async fn poll(
-        &self,
-        names: &KeyNames,
-        max_bytes: usize,
-    ) -> Result<(Option<Vec<u8>>, bool)> {
-        let mut inv = self.scripts.poll.prepare_invoke();
-        inv.key(&names.value).key(&names.lock).arg(max_bytes);
-        let (bytes, locked): (Option<Vec<u8>>, i64) = self
-            .script("poll (GETRANGE value, EXISTS lock)", names, inv)
-            .await?;
-        Ok((bytes.filter(|b| !b.is_empty()), locked == 1))
     }
 
     /// Drops the value and the lock: a fill in flight can no longer write its older value back.

@@ -19,6 +19,8 @@
 //! Values are read with `GETRANGE <key> 0 <max_value_bytes>`, so a value over the table's limit is
 //! never pulled into memory whole: at most one byte more than the limit comes back.
 
+use std::sync::LazyLock;
+
 use crate::error::Result;
 use crate::key::KeyNames;
 use crate::l2::L2;
@@ -122,19 +124,21 @@ mod tests {
     }
 }
 
-/// The scripts, hashed once per store (`redis::Script` computes the SHA1 and falls back from
+/// The scripts, hashed once per process (`redis::Script` computes the SHA1 and falls back from
 /// EVALSHA to loading the script when the server answers NOSCRIPT).
-pub(crate) struct Scripts {
+struct Scripts {
     acquire_or_read: redis::Script,
-    pub(crate) poll: redis::Script,
+    poll: redis::Script,
     extend: redis::Script,
     fenced_write: redis::Script,
     put: redis::Script,
     release: redis::Script,
 }
 
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
+
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    fn new() -> Self {
         Scripts {
             acquire_or_read: redis::Script::new(ACQUIRE_OR_READ_SCRIPT),
             poll: redis::Script::new(POLL_SCRIPT),
@@ -178,7 +182,7 @@ pub(crate) async fn acquire_or_read(
     lock_ttl_ms: u64,
     max_bytes: usize,
 ) -> Result<Acquired> {
-    let mut inv = l2.scripts.acquire_or_read.prepare_invoke();
+    let mut inv = SCRIPTS.acquire_or_read.prepare_invoke();
     inv.key(&names.value)
         .key(&names.lock)
         .arg(token)
@@ -199,7 +203,7 @@ pub(crate) async fn extend(
     token: &str,
     lock_ttl_ms: u64,
 ) -> Result<bool> {
-    let mut inv = l2.scripts.extend.prepare_invoke();
+    let mut inv = SCRIPTS.extend.prepare_invoke();
     inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
     let extended: i64 = l2
         .script("lease (token-checked PEXPIRE)", names, inv)
@@ -216,7 +220,7 @@ pub(crate) async fn fenced_write(
     envelope: Vec<u8>,
     px: u64,
 ) -> Result<Fenced> {
-    let mut inv = l2.scripts.fenced_write.prepare_invoke();
+    let mut inv = SCRIPTS.fenced_write.prepare_invoke();
     inv.key(&names.value)
         .key(&names.lock)
         .arg(token)
@@ -238,7 +242,7 @@ pub(crate) async fn versioned_put(
     envelope: Vec<u8>,
     px: u64,
 ) -> Result<bool> {
-    let mut inv = l2.scripts.put.prepare_invoke();
+    let mut inv = SCRIPTS.put.prepare_invoke();
     inv.key(&names.value).key(&names.lock).arg(envelope).arg(px);
     let written: i64 = l2
         .script("put (SET value unless newer, DEL lock)", names, inv)
@@ -246,9 +250,24 @@ pub(crate) async fn versioned_put(
     Ok(written == 1)
 }
 
+/// What a polling loser looks at: the value (bounded, another type read as none) and whether
+/// the lock exists, in one script.
+pub(crate) async fn poll(
+    l2: &L2,
+    names: &KeyNames,
+    max_bytes: usize,
+) -> Result<(Option<Vec<u8>>, bool)> {
+    let mut inv = SCRIPTS.poll.prepare_invoke();
+    inv.key(&names.value).key(&names.lock).arg(max_bytes);
+    let (bytes, locked): (Option<Vec<u8>>, i64) = l2
+        .script("poll (GETRANGE value, EXISTS lock)", names, inv)
+        .await?;
+    Ok((bytes.filter(|b| !b.is_empty()), locked == 1))
+}
+
 /// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing deleted.
 pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
-    let mut inv = l2.scripts.release.prepare_invoke();
+    let mut inv = SCRIPTS.release.prepare_invoke();
     inv.key(&names.lock).arg(token);
     let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
     Ok(deleted == 1)

@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::key::KeyNames;
 use crate::l2::L2;
+use crate::lock;
 use crate::stale::{Filled, Stale};
 use crate::stats::{Stats, bump};
 
@@ -163,7 +164,7 @@ pub(crate) async fn poll<V>(
         } else {
             &stats.counters.poll_waits
         });
-        match l2.poll(names, max_bytes).await {
+        match lock::poll(l2, names, max_bytes).await {
             Ok((bytes, locked)) => {
                 pause = every;
                 match decode(bytes) {

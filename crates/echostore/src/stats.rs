@@ -241,20 +241,6 @@ counters! {
     }
 }
 
-impl TableStats {
-    /// Publishes this snapshot through the [`metrics`](https://docs.rs/metrics/0.24) facade, to
-    /// whatever recorder the process installed (none: nothing happens), under the label
-    /// `table="<table>"`: each counter as the absolute value of `echostore_<counter>_total`, each
-    /// gauge as `echostore_<gauge>`.
-    ///
-    /// A started table already does this every [`METRICS_EXPORT_EVERY`](crate::METRICS_EXPORT_EVERY);
-    /// call it to publish now (before a scrape, or as a table is shut down):
-    /// `table.stats().export(table.name())`. Without the `metrics` feature it does nothing.
-    pub fn export(&self, table: &str) {
-        crate::metrics::export(&std::sync::Arc::from(table), self);
-    }
-}
-
 /// All counters of one table.
 pub(crate) struct Stats {
     /// Striped: bumped on every L1 hit.

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::key::{Key, Value, validate_table_name};
 use crate::l2::L2;
 use crate::supervisor::{Supervisor, SupervisorMsg};
+use crate::tracking;
 
 struct StoreInner {
     /// `""`, or `"<namespace>:"`.
@@ -232,7 +233,11 @@ impl StoreBuilder {
             None => None,
         };
         let tracker = match &endpoint {
-            Some(endpoint) if self.coherence => Some(Tracker::start(endpoint, &namespace)),
+            Some(endpoint) if self.coherence => {
+                let tracker = Tracker::new(&namespace);
+                tracking::start(Arc::downgrade(&tracker), endpoint.clone());
+                Some(tracker)
+            }
             _ => None,
         };
         let (supervisor, _) = Actor::spawn(None, Supervisor, ())
