@@ -107,15 +107,14 @@ impl Tracker {
     /// A tracker for a store's tables; `tracking::start` runs its connections.
     pub(crate) fn new(namespace: &str) -> Arc<Tracker> {
         let (tables_tx, _) = watch::channel(Vec::new());
-        let tracker = Arc::new(Tracker {
+        Arc::new(Tracker {
             tables: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
             namespace: namespace.to_owned(),
             tables_tx,
             nodes: Mutex::new(Nodes::default()),
             subscribed: Notify::new(),
-        });
-        tracker
+        })
     }
 
     /// Tells `sink` about the pushes for `table`'s keys from now on; returns once every tracking
