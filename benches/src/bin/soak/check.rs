@@ -21,10 +21,12 @@ pub(crate) enum Bucket {
     /// after it ended.
     FailedLoad,
     /// The later read began, in another store, while the earlier one was still loading but past
-    /// its lock's `PX`: the lock expired mid-rebuild and the later read took it over.
+    /// its lock's `PX`, and the earlier store could not reach Valkey meanwhile: its lease could not
+    /// extend the lock, which expired mid-rebuild, and the later read took it over.
     LockExpired,
-    /// The earlier read outlived its lock and then loaded: its fenced write was refused, so its
-    /// value was stored nowhere; the later read began after it ended.
+    /// The earlier read outlived its lock while its store could not reach Valkey (so its lease
+    /// lapsed) and then loaded: its fenced write was refused, so its value was stored nowhere; the
+    /// later read began after it ended.
     FencedOut,
     /// Valkey could not coordinate: it was killed (and came back empty) between the two reads, or
     /// one of the two stores could not reach it. For two reads of one store: the earlier read
@@ -98,13 +100,21 @@ impl Check {
         let during = later.start < earlier.end;
         let same_store = earlier.store == later.store;
         let outlived_lock = earlier.end - earlier.start + LOCK_SLACK >= LOCK_TTL;
+        // The winner's lease extends its lock while it loads: a lock outlived only when the
+        // winner's store could not reach Valkey for a while during the load.
+        let lease_lapsed = self.down.meets(earlier.start, earlier.end)
+            || self.troubled[earlier.store].meets(earlier.start, earlier.end);
         if !during && earlier.outcome != Outcome::Loaded {
             return Bucket::FailedLoad;
         }
-        if during && !same_store && later.start - earlier.start + LOCK_SLACK >= LOCK_TTL {
+        if during
+            && !same_store
+            && lease_lapsed
+            && later.start - earlier.start + LOCK_SLACK >= LOCK_TTL
+        {
             return Bucket::LockExpired;
         }
-        if !during && earlier.outcome == Outcome::Loaded && outlived_lock {
+        if !during && earlier.outcome == Outcome::Loaded && outlived_lock && lease_lapsed {
             return Bucket::FencedOut;
         }
         let outage = if same_store {
@@ -293,14 +303,21 @@ mod tests {
         assert_eq!(calm().classify(&earlier, &later), Bucket::Unexplained);
     }
 
-    /// Another store may take over a lock once its `PX` (less the slack) has run out.
+    /// Another store may take over a lock once its `PX` (less the slack) has run out, but only if
+    /// the winner's store lost Valkey meanwhile: otherwise its lease kept the lock.
     #[test]
     fn another_store_takes_over_an_expired_lock() {
         let earlier = loaded(0, 0, 800);
         let after_px = loaded(1, 560, 570);
-        assert_eq!(calm().classify(&earlier, &after_px), Bucket::LockExpired);
+        let lapsed = troubled(0, 100, 200);
+        assert_eq!(lapsed.classify(&earlier, &after_px), Bucket::LockExpired);
         let before_px = loaded(1, 540, 550);
         assert_eq!(calm().classify(&earlier, &before_px), Bucket::Unexplained);
+        assert_eq!(
+            calm().classify(&earlier, &after_px),
+            Bucket::Unexplained,
+            "the lease keeps a live winner's lock"
+        );
     }
 
     /// One store never runs two flights for a key: an overlapping same-store pair is a failure.
@@ -311,13 +328,16 @@ mod tests {
         assert_eq!(calm().classify(&earlier, &later), Bucket::Unexplained);
     }
 
-    /// A load that outlived its lock was fenced out and stored nowhere: the next read is explained.
+    /// A load that outlived its lock while its store lost Valkey was fenced out and stored
+    /// nowhere: the next read is explained. With Valkey up, the lease kept the lock: it is not.
     #[test]
     fn a_read_after_a_fenced_out_load_is_explained() {
         let outlived = loaded(0, 0, 560);
         for store in [0, 1] {
             let later = loaded(store, 600, 605);
-            assert_eq!(calm().classify(&outlived, &later), Bucket::FencedOut);
+            let lapsed = troubled(0, 100, 200);
+            assert_eq!(lapsed.classify(&outlived, &later), Bucket::FencedOut);
+            assert_eq!(calm().classify(&outlived, &later), Bucket::Unexplained);
         }
         let inside_the_lock = loaded(0, 0, 540);
         let later = loaded(1, 580, 585);
