@@ -31,7 +31,8 @@
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency); `clock` tells its entries'
 //!   freshness without a serialising clock read.
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
-//! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, postcard payload.
+//! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, the load's `delta`,
+//!   postcard payload.
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
 //! - `supervisor` — restarts a crashed owner.
 //! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`.
@@ -238,7 +239,7 @@ mod writes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use coherence::DOWN_L1_LIFE;
-pub use config::{MAX_DURATION, TableBuilder};
+pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};
 pub use fetched::{Fetched, Origin};
 pub use key::{Key, MAX_ID_BYTES, Value};

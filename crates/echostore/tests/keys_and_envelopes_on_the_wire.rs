@@ -51,7 +51,7 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     );
 
     let bytes: Vec<u8> = conn.get(VALUE).await.expect("GET");
-    assert_eq!(bytes[0], 1, "envelope format byte");
+    assert_eq!(bytes[0], 2, "envelope format byte");
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let (fresh_until, written_at) = (word(1), word(9));
     assert_eq!(fresh_until - written_at, 60_000, "logical life = ttl");
