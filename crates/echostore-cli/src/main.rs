@@ -3,11 +3,13 @@
 //! Each subcommand is one readout of the seed page, run for real against a Valkey: `race` (the
 //! regeneration-lock race and what its losers do), `release` (the token-checked release of the
 //! lock), `hit-cost` (the L1 hit against the L2 round trip, and the in-process herd), `coherence`
-//! (how long a write in one process takes to reach every other process's L1), and `valkey` (an
+//! (how long a write in one process takes to reach every other process's L1), `early-refresh`
+//! (a hot key rebuilt before it expires, against readers waiting at each expiry), and `valkey` (an
 //! embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
 //! private embedded Valkey and stop it when they finish.
 
 mod coherence;
+mod early_refresh;
 mod hit_cost;
 mod inspect;
 mod keyspace;
@@ -51,6 +53,8 @@ enum Command {
     HitCost(hit_cost::HitCostArgs),
     /// Coherence: writes in one store reach the L1 of reader stores in other processes; the lag.
     Coherence(coherence::CoherenceArgs),
+    /// Early refresh (XFetch): steady readers over several expiries of one hot key, off and on.
+    EarlyRefresh(early_refresh::EarlyRefreshArgs),
     /// One reader process of `coherence` (started by it, with --valkey).
     #[command(hide = true)]
     CoherenceReader(coherence::reader::ReaderArgs),
@@ -100,6 +104,9 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
             Command::HitCost(args) => hit_cost::run(&valkey::Target::open(url).await?, args).await,
             Command::Coherence(args) => {
                 coherence::run(&valkey::Target::open(url).await?, args).await
+            }
+            Command::EarlyRefresh(args) => {
+                early_refresh::run(&valkey::Target::open(url).await?, args).await
             }
             Command::CoherenceReader(args) => match url {
                 Some(url) => coherence::reader::run(url, args).await,

@@ -66,6 +66,13 @@ pub(crate) struct Deadline {
 impl Deadline {
     /// `life` from now.
     pub(crate) fn after(life: Duration) -> Self {
+        Self::early(life, Duration::ZERO)
+    }
+
+    /// `life` from now, with the coarse form set `early` sooner still: until then the coarse
+    /// clock alone answers "ahead"; from then on, every check reads the precise clock (the early
+    /// refresh window, `docs/early-refresh.md`).
+    pub(crate) fn early(life: Duration, early: Duration) -> Self {
         // The coarse clock is read first. It never runs ahead of the precise one, so its start
         // is at or before the precise start however long this thread is descheduled between
         // the two reads, and `coarse start + early` is at or before `precise - MARGIN`. (Read
@@ -73,7 +80,7 @@ impl Deadline {
         // deadline after the precise one: "fresh" past the deadline.)
         let coarse_start = coarse_now();
         let precise = Moment::now().after(life);
-        let coarse = match life.checked_sub(MARGIN) {
+        let coarse = match life.checked_sub(MARGIN.saturating_add(early)) {
             Some(early) => {
                 coarse_start.saturating_add(coarsetime::Duration::from(early).as_ticks())
             }
@@ -85,7 +92,14 @@ impl Deadline {
     /// `true` while the deadline has not passed.
     #[inline]
     pub(crate) fn is_ahead(&self) -> bool {
-        coarse_now() < self.coarse || Moment::now() < self.precise
+        self.is_surely_ahead() || Moment::now() < self.precise
+    }
+
+    /// `true` while the coarse clock alone shows the deadline ahead (and outside any early
+    /// window): the hit path's cheap check.
+    #[inline]
+    pub(crate) fn is_surely_ahead(&self) -> bool {
+        coarse_now() < self.coarse
     }
 
     /// The precise moment.
@@ -109,5 +123,18 @@ mod tests {
             std::hint::spin_loop();
         }
         assert!(start.elapsed() >= Duration::from_millis(30), "never early");
+    }
+
+    /// An early window moves only the coarse form: inside it the coarse check says no, the
+    /// precise one still says ahead.
+    #[test]
+    fn an_early_window_moves_the_coarse_form_only() {
+        let hour = Duration::from_secs(3600);
+        assert!(Deadline::early(hour, Duration::from_secs(60)).is_surely_ahead());
+        let inside = Deadline::early(hour, hour);
+        assert!(!inside.is_surely_ahead() && inside.is_ahead());
+        // An early window longer than the life leaves the deadline where it was.
+        let whole = Deadline::early(hour, Duration::MAX);
+        assert!(whole.moment().since(Moment::now()) > hour / 2 && whole.is_ahead());
     }
 }

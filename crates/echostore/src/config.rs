@@ -12,6 +12,7 @@
 //! | `load_timeout` | 30 s (`no_load_timeout()` for none) | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
 //! | `soft_timeout` | none | past it, waiters get the stale copy (if any) while the load goes on |
 //! | `fail_safe` | off | serve a stale copy instead of a loader error |
+//! | `early_refresh` | 1.0 | XFetch beta, `0.0..=10.0`: a read in a value's last stretch rebuilds it in the background before it expires; `0.0` off (`docs/early-refresh.md`) |
 //! | `max_value_bytes` | 16 MiB | larger encodings are refused with `TooLarge` and nothing is written; larger values read from Valkey are a counted miss |
 //!
 //! Every duration is at most [`MAX_DURATION`] and every count has a range, so no setting can make
@@ -42,6 +43,10 @@ const MAX_L1_CAPACITY: usize = 1 << 32;
 
 /// The shortest `lock_ttl`: the lease extends it every third of it.
 const MIN_LOCK_TTL: Duration = Duration::from_millis(3);
+
+/// The largest `early_refresh` beta: past it a value would be rebuilt more than `40·delta` before
+/// it expires (the window is `4·delta·beta`), which no cache needs; the paper's default is 1.
+pub const MAX_EARLY_REFRESH_BETA: f64 = 10.0;
 
 /// The default `load_timeout`: a hung loader frees its id after this long.
 const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -90,6 +95,7 @@ pub struct TableBuilder<K, V> {
     soft_timeout: Option<Duration>,
     fail_safe: bool,
     max_value_bytes: usize,
+    early_refresh: f64,
     loader: Option<Loader<K, V>>,
     _key: PhantomData<fn() -> K>,
 }
@@ -110,6 +116,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             soft_timeout: None,
             fail_safe: false,
             max_value_bytes: 16 << 20,
+            early_refresh: 1.0,
             loader: None,
             _key: PhantomData,
         }
@@ -538,6 +545,47 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// Early refresh (XFetch, Vattani et al. 2015) with this `beta` (default 1.0; `0.0` turns it
+    /// off; at most [`MAX_EARLY_REFRESH_BETA`]). Each value remembers how long its load took,
+    /// `delta`; a read that hits it in its last stretch refreshes it early when
+    /// `now − delta·beta·ln(U) ≥ fresh_until`, `U` uniform in (0, 1]. The reader gets the
+    /// current value at once; the refresh runs in the background as the id's one flight, through
+    /// the regeneration lock across processes (a refresh that loses the lock does nothing: the
+    /// winner's write reaches the others). A hot key is rebuilt before it expires and no caller
+    /// waits; a key nobody reads in its last stretch is not refreshed. A larger beta refreshes
+    /// earlier (more source reads, more margin for slow loads). Counted as `early_refreshes`
+    /// and `early_refresh_failures`; see `docs/early-refresh.md`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::{Error, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let prices = store
+    ///     .table::<u64, u64>("prices")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .early_refresh(2.0) // rebuild hot prices a little sooner than the default
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id * 100) })
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(*prices.get(&3).await?, 300);
+    /// let negative = store
+    ///     .table::<u64, u64>("negative")
+    ///     .early_refresh(-1.0)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
+    ///     .start()
+    ///     .await;
+    /// assert!(matches!(negative, Err(Error::InvalidConfig(_))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn early_refresh(mut self, beta: f64) -> Self {
+        self.early_refresh = beta;
+        self
+    }
+
     /// The source of truth, called once per id per expiry (across processes, with a Valkey):
     /// `Fn(K) -> Future<Output = Result<V, E>>`. Required.
     ///
@@ -625,6 +673,13 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             ),
             (!self.ttl.is_zero(), "ttl must be above zero".into()),
             (
+                (0.0..=MAX_EARLY_REFRESH_BETA).contains(&self.early_refresh),
+                format!(
+                    "early_refresh {} is outside 0.0..={MAX_EARLY_REFRESH_BETA}",
+                    self.early_refresh
+                ),
+            ),
+            (
                 self.lock_ttl >= MIN_LOCK_TTL,
                 format!("lock_ttl must be at least {MIN_LOCK_TTL:?}"),
             ),
@@ -673,6 +728,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 soft_timeout: self.soft_timeout,
                 fail_safe: self.fail_safe,
                 max_value_bytes: self.max_value_bytes,
+                early_beta: self.early_refresh,
             },
             l1: L1::new(self.l1_backend, self.l1_capacity),
             l2: self.store.l2().cloned(),

@@ -2,9 +2,9 @@
 //! counters. The handle, the read future, the owner and the fill all read it; it depends on none
 //! of them.
 //!
-//! [`Life`] is one write's life (a fresh span drawn with jitter, then the stale window), and the
-//! one place that stamps a value into an envelope and an L1 entry, whoever writes it (a `put` or a
-//! fill).
+//! [`Life`] is one write's life (a fresh span drawn with jitter, then the stale window, and the
+//! load's duration for early refresh), and the one place that stamps a value into an envelope and
+//! an L1 entry, whoever writes it (a `put` or a fill).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +34,8 @@ pub(crate) struct TableConfig<V> {
     pub(crate) soft_timeout: Option<Duration>,
     pub(crate) fail_safe: bool,
     pub(crate) max_value_bytes: usize,
+    /// XFetch's beta: how early, in loads, a read may refresh a value; 0 = never.
+    pub(crate) early_beta: f64,
 }
 
 impl<V> TableConfig<V> {
@@ -48,7 +50,14 @@ impl<V> TableConfig<V> {
             fresh_for: self.ttl.mul_f64(1.0 + spread),
             stale_for: self.stale_for,
             written_at_ms: unix_ms(),
+            delta: Duration::ZERO,
+            early_beta: self.early_beta,
         }
+    }
+
+    /// How early XFetch may refresh a value whose load took `delta`: `delta·beta`.
+    pub(crate) fn early(&self, delta: Duration) -> Duration {
+        scaled(delta, self.early_beta)
     }
 }
 
@@ -60,12 +69,22 @@ pub(crate) struct Life {
     pub(crate) stale_for: Duration,
     /// When the write happens, unix ms (the envelope's `written_at`).
     pub(crate) written_at_ms: u64,
+    /// How long the load took (zero for a `put`: no load, so never refreshed early).
+    pub(crate) delta: Duration,
+    /// The table's XFetch beta.
+    early_beta: f64,
 }
 
 impl Life {
+    /// The same life, for a value whose load took `delta`.
+    pub(crate) fn loaded_in(self, delta: Duration) -> Self {
+        Life { delta, ..self }
+    }
+
     /// The L1 entry of a value stored now.
     pub(crate) fn entry<V>(&self, value: Arc<V>) -> Entry<V> {
-        Entry::new(value, self.fresh_for, self.stale_for)
+        let early = scaled(self.delta, self.early_beta);
+        Entry::new(value, self.fresh_for, self.stale_for, early)
     }
 
     /// The envelope of a value stored now; over `max_bytes` it is refused with `TooLarge`.
@@ -75,13 +94,24 @@ impl Life {
         max_bytes: usize,
     ) -> Result<Vec<u8>> {
         let fresh_until_ms = self.written_at_ms.saturating_add(millis(self.fresh_for));
-        envelope::encode(value, fresh_until_ms, self.written_at_ms, max_bytes)
+        envelope::encode(
+            value,
+            fresh_until_ms,
+            self.written_at_ms,
+            self.delta,
+            max_bytes,
+        )
     }
 
     /// Valkey's `PX`: the physical life, fresh plus stale.
     pub(crate) fn physical_ms(&self) -> u64 {
         millis(self.fresh_for.saturating_add(self.stale_for)).max(1)
     }
+}
+
+/// `delta·beta`, saturating (beta is checked at `start()`: finite, within `0..=MAX_EARLY_BETA`).
+fn scaled(delta: Duration, beta: f64) -> Duration {
+    Duration::try_from_secs_f64(delta.as_secs_f64() * beta).unwrap_or(Duration::MAX)
 }
 
 /// A duration in whole milliseconds, saturating (settings are bounded at `start()`).

@@ -1,11 +1,17 @@
 //! The envelope: how a value is laid out in Valkey.
 //!
 //! ```text
-//! byte 0      format (1)
-//! bytes 1..9  fresh_until, unix ms, little-endian u64   (the logical life: written_at + ttl ± jitter)
-//! bytes 9..17 written_at,  unix ms, little-endian u64
-//! bytes 17..  the value, serde-encoded with postcard
+//! byte 0       format (2)
+//! bytes 1..9   fresh_until, unix ms, little-endian u64   (the logical life: written_at + ttl ± jitter)
+//! bytes 9..17  written_at,  unix ms, little-endian u64
+//! bytes 17..21 delta: how long the load took, µs, little-endian u32 (saturating; 0 = unknown)
+//! bytes 21..   the value, serde-encoded with postcard
 //! ```
+//!
+//! Format 1, which earlier versions wrote, is the same without `delta` (the value from byte 17);
+//! it still decodes, with a `delta` of zero: a value whose load time is unknown is never refreshed
+//! early (see `docs/early-refresh.md`). Bytes 0..17 are the same in both formats: the Lua scripts
+//! of [`crate::lock`] read `written_at` at bytes 10..17 of either.
 //!
 //! postcard is a compact, non-self-describing binary codec with a stable, documented wire format
 //! (1.0) and no unsafe code; it keeps small values small, which matters when a herd of processes
@@ -21,7 +27,7 @@
 //! [`MAX_DEPTH`] while decoding, before the deep value exists (a value a million deep could not
 //! even be dropped without overflowing the stack).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -29,9 +35,14 @@ use serde::de::DeserializeOwned;
 use crate::depth::{Budget, Limited};
 use crate::error::{Error, Result};
 
-/// The only layout this version writes and reads.
-const FORMAT: u8 = 1;
-const HEADER: usize = 17;
+/// The layout this version writes.
+const FORMAT: u8 = 2;
+/// The layout without `delta`, still read.
+const FORMAT_1: u8 = 1;
+/// The header of format 1: format, `fresh_until`, `written_at`.
+const HEADER_1: usize = 17;
+/// The header of format 2: format 1's, then `delta`.
+const HEADER: usize = HEADER_1 + 4;
 
 /// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
 /// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
@@ -47,6 +58,8 @@ pub(crate) struct Envelope<V> {
     pub(crate) fresh_until_ms: u64,
     /// When the fill wrote it, unix ms.
     pub(crate) written_at_ms: u64,
+    /// How long the load that produced it took (zero when unknown: format 1, or a `put`).
+    pub(crate) delta: Duration,
     /// The decoded value.
     pub(crate) value: V,
 }
@@ -61,7 +74,7 @@ impl<V> Envelope<V> {
 /// Why stored bytes are not a value of this table.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DecodeError {
-    #[error("{0} bytes is shorter than the {HEADER}-byte header")]
+    #[error("{0} bytes is shorter than the envelope's header")]
     Short(usize),
     #[error("unknown envelope format {0}")]
     Format(u8),
@@ -74,16 +87,20 @@ pub(crate) enum DecodeError {
 }
 
 /// Encodes `value` behind its header; refuses encodings over `max_bytes` with [`Error::TooLarge`].
+/// `delta` is stored in whole microseconds, saturating at `u32::MAX` (about 71 minutes).
 pub(crate) fn encode<V: Serialize>(
     value: &V,
     fresh_until_ms: u64,
     written_at_ms: u64,
+    delta: Duration,
     max_bytes: usize,
 ) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT);
     out.extend_from_slice(&fresh_until_ms.to_le_bytes());
     out.extend_from_slice(&written_at_ms.to_le_bytes());
+    let delta_us = u32::try_from(delta.as_micros()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&delta_us.to_le_bytes());
     let out = postcard::to_extend(value, out).map_err(|e| Error::Codec(e.to_string().into()))?;
     if out.len() > max_bytes {
         return Err(Error::TooLarge {
@@ -116,19 +133,30 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
 
 /// Decodes bytes read from a value key.
 pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, DecodeError> {
-    if bytes.len() < HEADER {
+    let header = match bytes.first() {
+        None => return Err(DecodeError::Short(0)),
+        Some(&FORMAT) => HEADER,
+        Some(&FORMAT_1) => HEADER_1,
+        Some(&other) => return Err(DecodeError::Format(other)),
+    };
+    if bytes.len() < header {
         return Err(DecodeError::Short(bytes.len()));
-    }
-    if bytes[0] != FORMAT {
-        return Err(DecodeError::Format(bytes[0]));
     }
     let word = |at: usize| {
         let mut b = [0u8; 8];
         b.copy_from_slice(&bytes[at..at + 8]);
         u64::from_le_bytes(b)
     };
+    let delta_us = match header {
+        HEADER => {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&bytes[HEADER_1..HEADER]);
+            u32::from_le_bytes(b)
+        }
+        _ => 0,
+    };
     let budget = Budget::new(MAX_DEPTH);
-    let mut de = postcard::Deserializer::from_bytes(&bytes[HEADER..]);
+    let mut de = postcard::Deserializer::from_bytes(&bytes[header..]);
     let value = match V::deserialize(Limited::new(&mut de, &budget)) {
         Ok(value) => value,
         Err(_) if budget.exceeded() => return Err(DecodeError::TooDeep(MAX_DEPTH)),
@@ -141,6 +169,7 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
     Ok(Envelope {
         fresh_until_ms: word(1),
         written_at_ms: word(9),
+        delta: Duration::from_micros(u64::from(delta_us)),
         value,
     })
 }
@@ -161,17 +190,51 @@ mod tests {
     /// A value survives the round trip with its timestamps.
     #[test]
     fn round_trips() {
-        let bytes = encode(&("hello".to_string(), 7u32), 2000, 1000, 1 << 20).expect("encodes");
+        let delta = Duration::from_micros(61_234);
+        let bytes =
+            encode(&("hello".to_string(), 7u32), 2000, 1000, delta, 1 << 20).expect("encodes");
+        assert_eq!(bytes[0], 2);
         let env: Envelope<(String, u32)> = decode(&bytes).expect("decodes");
         assert_eq!(env.value, ("hello".to_string(), 7));
         assert_eq!((env.fresh_until_ms, env.written_at_ms), (2000, 1000));
+        assert_eq!(env.delta, delta);
         assert!(env.is_fresh(1999) && !env.is_fresh(2000));
+    }
+
+    /// An envelope of format 1 (no `delta`) still decodes, with a delta of zero; a load too long
+    /// for the field saturates.
+    #[test]
+    fn format_1_decodes_and_delta_saturates() {
+        let mut old = vec![1u8];
+        old.extend_from_slice(&2000u64.to_le_bytes());
+        old.extend_from_slice(&1000u64.to_le_bytes());
+        old.extend(postcard::to_allocvec(&"old".to_string()).expect("encodes"));
+        let env: Envelope<String> = decode(&old).expect("format 1 decodes");
+        assert_eq!(
+            (
+                env.value.as_str(),
+                env.fresh_until_ms,
+                env.written_at_ms,
+                env.delta
+            ),
+            ("old", 2000, 1000, Duration::ZERO)
+        );
+        let long = encode(&1u8, 2, 1, Duration::from_secs(1 << 40), 1 << 20).expect("encodes");
+        let env: Envelope<u8> = decode(&long).expect("decodes");
+        assert_eq!(env.delta, Duration::from_micros(u64::from(u32::MAX)));
     }
 
     /// Truncated, foreign and mistyped bytes are errors, never panics.
     #[test]
     fn bad_bytes_are_errors() {
-        let bytes = encode(&"a long enough string".to_string(), 1, 1, 1 << 20).expect("encodes");
+        let bytes = encode(
+            &"a long enough string".to_string(),
+            1,
+            1,
+            Duration::ZERO,
+            1 << 20,
+        )
+        .expect("encodes");
         for cut in 0..bytes.len() {
             let _ = decode::<String>(&bytes[..cut]);
         }
@@ -185,7 +248,7 @@ mod tests {
             decode::<String>(&foreign),
             Err(DecodeError::Format(9))
         ));
-        let number = encode(&300u32, 1, 1, 1 << 20).expect("encodes");
+        let number = encode(&300u32, 1, 1, Duration::ZERO, 1 << 20).expect("encodes");
         assert!(
             decode::<String>(&number).is_err(),
             "a number is not a string"
@@ -206,12 +269,12 @@ mod tests {
         }
         let nest =
             |levels: usize| (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)));
-        let at_limit = encode(&nest(MAX_DEPTH), 2, 1, 1 << 20).expect("encodes");
+        let at_limit = encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, 1 << 20).expect("encodes");
         assert_eq!(
             decode::<Nest>(&at_limit).expect("at the limit").value,
             nest(MAX_DEPTH)
         );
-        let over = encode(&nest(MAX_DEPTH + 1), 2, 1, 1 << 20).expect("encodes");
+        let over = encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, 1 << 20).expect("encodes");
         assert!(matches!(
             decode::<Nest>(&over),
             Err(DecodeError::TooDeep(MAX_DEPTH))
@@ -231,7 +294,7 @@ mod tests {
     fn over_the_limit_is_too_large() {
         let big = vec![7u8; 100];
         assert!(matches!(
-            encode(&big, 1, 1, 50),
+            encode(&big, 1, 1, Duration::ZERO, 50),
             Err(Error::TooLarge { size, max: 50 }) if size > 100
         ));
     }

@@ -11,6 +11,13 @@
 //!    └─ lost ─▶ loser policy: poll | serve stale | default | fail fast
 //! ```
 //!
+//! An **early refresh** (XFetch, `docs/early-refresh.md`) is the same protocol for an id whose L1
+//! value is still fresh, with three differences: a value on Valkey counts as fresh only if it is
+//! *newer* than the one being refreshed (the same value is what needs rebuilding); losing the lock
+//! ends it with nothing done ([`Landing::Skipped`]: the winner's write reaches this process through
+//! coherence); and it serves no stale copy and no fail-safe (a failed refresh leaves the current
+//! value in L1 until its freshness ends).
+//!
 //! Without a Valkey, when it is unreachable (the breaker open), or when it refuses the acquire
 //! itself (an error reply: then no lock exists to wait for), the fill is just the loader: one
 //! source read per id per expiry in this process. Once this flight has *lost* the lock, an error
@@ -23,6 +30,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::Moment;
 use crate::core::{TableCore, millis};
 use crate::envelope::{self, Envelope, Fingerprint, unix_ms};
 use crate::error::{Error, Result};
@@ -33,7 +41,7 @@ use crate::l2::L2;
 use crate::load::Load;
 use crate::lock::{self, Fenced};
 use crate::losers::{self, Lost, PollEnd};
-use crate::stale::{Filled, Signal, Signals, Stale};
+use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
 
 /// One flight of one id: the table, the id, and how it signals its owner.
@@ -45,7 +53,14 @@ pub(crate) struct Fill<'a, K, V> {
     /// The last bytes that did not decode: the same bytes read again are not parsed (or counted)
     /// twice.
     refused: Mutex<Option<Fingerprint>>,
+    /// An early refresh of the L1 value fresh until then; `None` for a fill.
+    refreshing: Option<Moment>,
 }
+
+/// How much later than the refreshed value's a value's `fresh_until` must be to count as newer:
+/// more than the error of comparing a wall-clock deadline with a monotonic one (a millisecond of
+/// rounding each way, and a thread descheduled between the two clock reads).
+const NEWER_BY: Duration = Duration::from_millis(5);
 
 /// The id's keys on the store's Valkey.
 struct OnValkey<'a> {
@@ -61,13 +76,22 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             signals,
             load: Load::new(core, id, signals),
             refused: Mutex::new(None),
+            refreshing: None,
         }
     }
 
-    /// Runs the flight to its answer.
-    pub(crate) async fn run(self) -> Result<Filled<V>> {
+    /// The flight as an early refresh of the L1 value fresh until `until`.
+    pub(crate) fn refreshing(self, until: Moment) -> Self {
+        Fill {
+            refreshing: Some(until),
+            ..self
+        }
+    }
+
+    /// Runs the flight to its end.
+    pub(crate) async fn run(self) -> Result<Landing<V>> {
         let Some(l2) = &self.core.l2 else {
-            return self.load.here().await;
+            return self.here().await;
         };
         let at = OnValkey {
             l2,
@@ -77,7 +101,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let read = crate::metrics::time_l2(&self.core.name, l2.get(&at.names, max));
         let stale = match read.await {
             Ok(bytes) => match self.decode(bytes) {
-                Some(env) if env.is_fresh(unix_ms()) => return Ok(self.l2_hit(env)),
+                Some(env) if self.takes(&env) => return Ok(Landing::Filled(self.l2_hit(env))),
                 seen => seen.and_then(|env| self.stale(env)),
             },
             Err(e) if e.is_wrong_type() => {
@@ -91,9 +115,32 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         self.contend(&at, stale).await
     }
 
+    /// The fill without a Valkey (none, or unreachable): the loader in this process.
+    async fn here(&self) -> Result<Landing<V>> {
+        let filled = match self.refreshing {
+            Some(_) => self.load.refresh_here().await,
+            None => self.load.here().await,
+        };
+        filled.map(Landing::Filled)
+    }
+
+    /// `true` if a value read from Valkey answers this flight: fresh, and for a refresh newer
+    /// than the value being refreshed.
+    fn takes(&self, env: &Envelope<V>) -> bool {
+        let now_ms = unix_ms();
+        if !env.is_fresh(now_ms) {
+            return false;
+        }
+        let Some(until) = self.refreshing else {
+            return true;
+        };
+        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(now_ms));
+        Moment::now().after(left) > until.after(NEWER_BY)
+    }
+
     /// Contends for the lock until this flight wins it, a fresh value appears, the loser policy
     /// answers, or the deadline passes.
-    async fn contend(&self, at: &OnValkey<'_>, mut stale: Option<Stale<V>>) -> Result<Filled<V>> {
+    async fn contend(&self, at: &OnValkey<'_>, mut stale: Option<Stale<V>>) -> Result<Landing<V>> {
         let config = &self.core.config;
         let (lock_ttl_ms, max) = (millis(config.lock_ttl), config.max_value_bytes);
         let mut deadline = None;
@@ -114,27 +161,31 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                     Err(e) => return self.degraded(e).await,
                 };
             match self.decode(acquired.value) {
-                Some(env) if env.is_fresh(unix_ms()) => {
+                Some(env) if self.takes(&env) => {
                     // Written an instant ago by the previous holder: no source read.
                     if acquired.won {
                         self.release(at, &token).await;
                     }
-                    return Ok(self.l2_hit(env));
+                    return Ok(Landing::Filled(self.l2_hit(env)));
                 }
                 Some(env) => stale = self.stale(env).or(stale),
                 None => {}
             }
             if acquired.won {
                 bump(&self.core.stats.counters.lock_won);
-                return self.win(at, &token, stale).await;
+                return self.win(at, &token, stale).await.map(Landing::Filled);
             }
             bump(&self.core.stats.counters.lock_lost);
+            if self.refreshing.is_some() {
+                // Another process is rebuilding the id: its write will reach us.
+                return Ok(Landing::Skipped);
+            }
             let (every, up_to) =
                 match config
                     .losers
                     .on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl)
                 {
-                    Lost::Answer(answer) => return answer,
+                    Lost::Answer(answer) => return answer.map(Landing::Filled),
                     Lost::Poll { every, up_to } => (every, up_to),
                 };
             let until = *deadline.get_or_insert_with(|| Instant::now() + up_to);
@@ -151,7 +202,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             )
             .await;
             match polled {
-                Ok(PollEnd::Fresh(env)) => return Ok(self.l2_hit(env)),
+                Ok(PollEnd::Fresh(env)) => return Ok(Landing::Filled(self.l2_hit(env))),
                 // The holder finished, died or gave up, or the id was invalidated: contend again
                 // with what the key holds now (never an older copy that was since removed).
                 Ok(PollEnd::LockFree(seen)) => stale = seen.and_then(|env| self.stale(env)),
@@ -172,16 +223,19 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let leased = self
             .load
             .leased(self.lease(at, token), stale.as_ref(), still_ours);
-        let value = match leased.await {
-            Ok(value) => Arc::new(value),
+        let (value, delta) = match leased.await {
+            Ok((value, delta)) => (Arc::new(value), delta),
             Err(e) => {
                 // Serve a stale copy only if the lock was still ours: then no put or invalidate
                 // (which drop the lock) and no other winner replaced the copy in the meantime.
                 let ours = self.release(at, token).await != Some(false);
+                if self.refreshing.is_some() {
+                    return Err(e); // the current value stays in L1 until its freshness ends
+                }
                 return self.load.fail_safe(e, stale.filter(|_| ours), ours);
             }
         };
-        let life = self.core.config.life();
+        let life = self.core.config.life().loaded_in(delta);
         let bytes = match life.encode(&*value, self.core.config.max_value_bytes) {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -255,10 +309,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
     /// process.
-    async fn degraded(&self, error: Error) -> Result<Filled<V>> {
+    async fn degraded(&self, error: Error) -> Result<Landing<V>> {
         bump(&self.core.stats.counters.l2_errors);
         tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
-        self.load.here().await
+        self.here().await
     }
 
     /// The token-checked release, counted: `Some(true)` if the lock was ours, `None` on an error
@@ -306,8 +360,12 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             .ok()
     }
 
-    /// A stale copy from Valkey, if it is still within this table's `stale_for`.
+    /// A stale copy from Valkey, if it is still within this table's `stale_for` (never for a
+    /// refresh: its callers' value is fresh).
     fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {
+        if self.refreshing.is_some() {
+            return None;
+        }
         tracing::trace!(table = %self.core.name, written_ms_ago = unix_ms().saturating_sub(env.written_at_ms), "a stale copy on valkey");
         Stale::from_envelope(env, self.core.config.stale_for)
     }
@@ -316,7 +374,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     fn l2_hit(&self, env: Envelope<V>) -> Filled<V> {
         bump(&self.core.stats.counters.l2_hits);
         let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
-        let entry = Entry::new(Arc::new(env.value), left, self.core.config.stale_for);
+        let config = &self.core.config;
+        let early = config.early(env.delta);
+        let entry = Entry::new(Arc::new(env.value), left, config.stale_for, early);
         Filled::fresh(entry, Origin::L2)
     }
 }

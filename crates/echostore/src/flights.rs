@@ -16,6 +16,9 @@
 //! it still answers its own waiters when it lands, but its value is not stored, and the next miss
 //! starts a new flight. A remote invalidation overtakes a running flight the same way.
 //!
+//! An early refresh (XFetch) is a flight with no caller, started only when the id has none: so at
+//! most one refresh per id runs in a process, and misses that arrive meanwhile join it.
+//!
 //! Loads of one id in one process are bounded: at most [`MAX_LOADS_PER_ID`] run at once (the
 //! current flight and the overtaken ones). A flight that would exceed it stays queued until an
 //! overtaken one lands, however many writes arrive.
@@ -80,6 +83,11 @@ impl<V> Flight<V> {
     /// How many callers are waiting (including those that gave up and have not been pruned).
     pub(crate) fn waiters(&self) -> usize {
         usize::from(self.leader.is_some()) + self.waiters.len()
+    }
+
+    /// Its callers, the leader first, still listening or not; the flight is gone.
+    pub(crate) fn into_callers(self) -> impl Iterator<Item = Reply<V>> {
+        self.leader.into_iter().chain(self.waiters)
     }
 
     /// Sends the one answer to every waiter still listening, and forgets them: the leader sees the
@@ -217,6 +225,23 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             Some(fid) => Miss::Launch(fid),
             None => Miss::Queued,
         }
+    }
+
+    /// An early refresh of `id`: a flight with no caller, started only if the id has no flight
+    /// and it may launch at once (no write of the id running, the id within its bound of loads).
+    /// `None`: nothing started; whatever is in flight for the id will do.
+    pub(crate) fn refresh(&mut self, id: &K) -> Option<FlightId> {
+        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
+        if state.current.is_some() || state.writing || state.detached.len() >= MAX_LOADS_PER_ID {
+            if state.is_idle() {
+                self.ids.remove(id);
+            }
+            return None;
+        }
+        self.next += 1;
+        let fid = FlightId(self.next);
+        state.current = Some((Flight::new(fid, None), Phase::Running));
+        Some(fid)
     }
 
     /// A `put` or `invalidate` of `id`: it overtakes a running flight, and goes to Valkey now

@@ -33,7 +33,8 @@
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `tracking` — coherence's tracking connections (one per server or cluster primary).
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
-//! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, postcard payload.
+//! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, the load's `delta`,
+//!   postcard payload.
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
 //! - `supervisor` — restarts a crashed owner.
 //! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`.
@@ -242,7 +243,7 @@ mod writes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use coherence::DOWN_L1_LIFE;
-pub use config::{MAX_DURATION, TableBuilder};
+pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};
 pub use fetched::{Fetched, Origin};
 pub use key::{Key, MAX_ID_BYTES, Value};

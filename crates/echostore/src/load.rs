@@ -10,6 +10,7 @@ use std::any::Any;
 use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 
@@ -39,12 +40,26 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         let stale = self.l1_stale();
         let mine = || async { Some(true) };
         match self.softly(stale.as_ref(), mine).await {
-            Ok(value) => {
-                let entry = self.core.config.life().entry(Arc::new(value));
-                Ok(Filled::fresh(entry, Origin::Loaded))
-            }
+            Ok(loaded) => Ok(self.keep_here(loaded)),
             Err(e) => self.fail_safe(e, stale, true),
         }
+    }
+
+    /// An early refresh without Valkey: the loader alone. The current value is still fresh, so
+    /// there is no stale copy to serve early, and a failure is the refresh's (the current value
+    /// stays until its freshness ends).
+    pub(crate) async fn refresh_here(&self) -> Result<Filled<V>> {
+        Ok(self.keep_here(self.load().await?))
+    }
+
+    fn keep_here(&self, (value, delta): (V, Duration)) -> Filled<V> {
+        let entry = self
+            .core
+            .config
+            .life()
+            .loaded_in(delta)
+            .entry(Arc::new(value));
+        Filled::fresh(entry, Origin::Loaded)
     }
 
     /// The load while `lease` keeps the lock; `still_ours` asks whether it still holds.
@@ -53,7 +68,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         lease: impl Future<Output = Infallible>,
         stale: Option<&Stale<V>>,
         still_ours: F,
-    ) -> Result<V>
+    ) -> Result<(V, Duration)>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Option<bool>>,
@@ -66,7 +81,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
 
     /// The load under the table's soft timeout: once it has run that long and a stale copy may
     /// be served, the waiters get it now and the load goes on to fill the cache.
-    async fn softly<F, Fut>(&self, stale: Option<&Stale<V>>, still_ours: F) -> Result<V>
+    async fn softly<F, Fut>(&self, stale: Option<&Stale<V>>, still_ours: F) -> Result<(V, Duration)>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Option<bool>>,
@@ -91,11 +106,13 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         }
     }
 
-    /// One source read, with the table's timeout, a panic turned into an error.
-    async fn load(&self) -> Result<V> {
+    /// One source read, with the table's timeout, a panic turned into an error; the value and
+    /// how long the read took (`delta`, for early refresh).
+    async fn load(&self) -> Result<(V, Duration)> {
         let counters = &self.core.stats.counters;
         bump(&counters.source_reads);
         let _timing = crate::metrics::Timing::load(&self.core.name);
+        let began = Instant::now();
         let started =
             std::panic::catch_unwind(AssertUnwindSafe(|| (self.core.loader)(self.id.clone())));
         let future = match started {
@@ -113,7 +130,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
             None => future.await,
         };
         match finished {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(value)) => Ok((value, began.elapsed())),
             Ok(Err(e)) => Err(Error::Source(e)),
             Err(panic) => Err(Error::LoaderPanicked(panic_message(&*panic))),
         }

@@ -29,7 +29,7 @@ use crate::core::TableCore;
 use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
-use crate::l1::L1Cache;
+use crate::l1::{Freshness, L1Cache};
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
 
@@ -83,7 +83,7 @@ where
     /// Reads L1 now.
     #[inline]
     pub(crate) fn new(core: &'a TableCore<K, V>, owner: &'a OwnerRef<K, V>, id: &'a Q) -> Self {
-        let state = match hit(core, id) {
+        let state = match hit(core, owner, id) {
             Some(hit) => State::Hit(Some(hit)),
             None => State::Miss(None),
         };
@@ -129,20 +129,38 @@ where
     }
 }
 
-/// The L1 hit path, on the caller's task: a fresh entry for `id`, counted, or `None`.
+/// The L1 hit path, on the caller's task: a fresh entry for `id`, counted, or `None`. A hit
+/// that draws an early refresh (only within the entry's early window, [`crate::l1::Entry::freshness`])
+/// still answers at once, and casts the refresh to the owner.
 #[inline]
-fn hit<K, V, Q>(core: &TableCore<K, V>, id: &Q) -> Option<Fetched<V>>
+fn hit<K, V, Q>(core: &TableCore<K, V>, owner: &OwnerRef<K, V>, id: &Q) -> Option<Fetched<V>>
 where
     K: Key + Borrow<Q>,
     V: Value,
-    Q: Hash + Eq + ?Sized,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
     let entry = core.l1.get(id)?;
-    if !entry.is_fresh() {
-        return None;
+    match entry.freshness() {
+        Freshness::Fresh => {}
+        Freshness::Refresh => ask_refresh(owner, id, &entry.value),
+        Freshness::Expired => return None,
     }
     core.stats.l1_hits.incr();
     Some(Fetched::new(entry.value, Origin::L1))
+}
+
+/// Asks the owner to refresh `id` early; off the hot path (a draw in the last stretch won).
+#[cold]
+#[inline(never)]
+fn ask_refresh<K, V, Q>(owner: &OwnerRef<K, V>, id: &Q, value: &Arc<V>)
+where
+    K: Key,
+    V: Value,
+    Q: ToOwned<Owned = K> + ?Sized,
+{
+    let (id, value) = (id.to_owned(), Arc::clone(value));
+    // A stopped owner refreshes nothing; the value stays until its freshness ends.
+    let _ = owner.current().cast(OwnerMsg::Refresh { id, value });
 }
 
 /// The miss path: a call to the owner, which joins or starts the flight for `id` (owned from here

@@ -26,6 +26,7 @@ use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
+use crate::clock::Moment;
 use crate::coherence::OwnWrites;
 use crate::core::TableCore;
 use crate::envelope::Fingerprint;
@@ -35,7 +36,7 @@ use crate::fill::Fill;
 use crate::flights::{FlightId, Flights, Miss, Next, Reply};
 use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
-use crate::stale::{Filled, Signal};
+use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::writes::{L2Write, PendingWrite};
 
@@ -43,6 +44,8 @@ use crate::writes::{L2Write, PendingWrite};
 pub(crate) enum OwnerMsg<K, V> {
     /// A caller missed L1 (the Elixir `{:fill, id}`).
     Fill { id: K, reply: Reply<V> },
+    /// A hit on `value` drew an early refresh of `id` (XFetch); nobody waits for it.
+    Refresh { id: K, value: Arc<V> },
     /// A flight answers its waiters before it ends (the soft timeout's stale copy).
     Early {
         id: K,
@@ -53,11 +56,12 @@ pub(crate) enum OwnerMsg<K, V> {
     Reading { flight: FlightId },
     /// A flight is about to write an envelope with this fingerprint (its push will be our own).
     Writing { id: K, fingerprint: Fingerprint },
-    /// A flight finished.
+    /// A flight finished; `refresh`: it was an early refresh.
     Landed {
         id: K,
         flight: FlightId,
-        outcome: Result<Filled<V>>,
+        refresh: bool,
+        outcome: Result<Landing<V>>,
     },
     /// Store `entry` for `id` (L1 once `write`, if any, has reached Valkey).
     Put {
@@ -129,6 +133,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             OwnerMsg::Fill { id, reply } => state.fill(&myself, id, reply),
+            OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
                 if let Some(flight) = state.flights.get_mut(&id, flight) {
                     flight.answer(&Ok(answer));
@@ -137,8 +142,9 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Landed {
                 id,
                 flight,
+                refresh,
                 outcome,
-            } => state.landed(&myself, &id, flight, outcome),
+            } => state.landed(&myself, &id, flight, refresh, outcome),
             OwnerMsg::Put {
                 id,
                 entry,
@@ -190,8 +196,27 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         match self.flights.miss(&id, Some(reply)) {
             Miss::Coalesced => bump(&self.core.stats.counters.coalesced),
-            Miss::Launch(flight) => self.launch(myself, id, flight),
+            Miss::Launch(flight) => self.launch(myself, id, flight, None),
             Miss::Queued => {}
+        }
+    }
+
+    /// A hit drew an early refresh of `id` on `value`. Only for the entry that drew it (a write,
+    /// an invalidation or a fill since may have replaced it): the entry is marked so that later
+    /// hits draw no more, and the refresh starts as the id's one flight unless one is already
+    /// on its way.
+    fn refresh(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, value: &Arc<V>) {
+        let Some(entry) = self.core.l1.get(&id) else {
+            return;
+        };
+        if !Arc::ptr_eq(&entry.value, value) || !entry.refreshes_early() || !entry.is_fresh() {
+            return;
+        }
+        let until = entry.fresh_until();
+        self.core.l1.insert(id.clone(), entry.refresh_asked());
+        if let Some(flight) = self.flights.refresh(&id) {
+            bump(&self.core.stats.counters.early_refreshes);
+            self.launch(myself, id, flight, Some(until));
         }
     }
 
@@ -203,11 +228,18 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             landed.flight.answer(&Ok(hit));
             return;
         }
-        self.launch(myself, id, flight);
+        self.launch(myself, id, flight, None);
     }
 
-    /// Starts a flight as a task of its own; the owner goes on serving.
-    fn launch(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, flight: FlightId) {
+    /// Starts a flight as a task of its own; the owner goes on serving. `refreshing`: an early
+    /// refresh of the L1 value fresh until then.
+    fn launch(
+        &self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        flight: FlightId,
+        refreshing: Option<Moment>,
+    ) {
         let core = Arc::clone(&self.core);
         let myself = myself.clone();
         let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
@@ -224,7 +256,12 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                         });
                     }
                 };
-                let outcome = AssertUnwindSafe(Fill::new(&core, &id, &signals).run())
+                let fill = Fill::new(&core, &id, &signals);
+                let fill = match refreshing {
+                    Some(until) => fill.refreshing(until),
+                    None => fill,
+                };
+                let outcome = AssertUnwindSafe(fill.run())
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
@@ -232,6 +269,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 let _ = myself.cast(OwnerMsg::Landed {
                     id,
                     flight,
+                    refresh: refreshing.is_some(),
                     outcome,
                 });
             }
@@ -244,14 +282,30 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         myself: &ActorRef<OwnerMsg<K, V>>,
         id: &K,
         flight: FlightId,
-        outcome: Result<Filled<V>>,
+        refresh: bool,
+        outcome: Result<Landing<V>>,
     ) {
         let Some(mut landed) = self.flights.land(id, flight) else {
+            if refresh && outcome.is_err() {
+                bump(&self.core.stats.counters.early_refresh_failures);
+            }
             return;
         };
         self.publish_in_flight();
         let answer = match outcome {
-            Ok(filled) => {
+            Ok(Landing::Skipped) => {
+                // Another process is rebuilding the id. Callers who joined (their copy expired
+                // meanwhile) fly again: a new flight waits for that process's value.
+                let queued = landed.launch.take();
+                for reply in landed.flight.into_callers() {
+                    self.rejoin(myself, id.clone(), reply);
+                }
+                if let Some(queued) = queued {
+                    self.launch_queued(myself, id.clone(), queued);
+                }
+                return;
+            }
+            Ok(Landing::Filled(filled)) => {
                 if landed.store
                     && let Some(entry) = filled.keep
                 {
@@ -260,7 +314,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 Ok(filled.fetched)
             }
             Err(e) => {
-                bump(&self.core.stats.counters.errors);
+                if refresh {
+                    bump(&self.core.stats.counters.early_refresh_failures);
+                    tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
+                }
+                if !refresh || landed.flight.waiters() > 0 {
+                    bump(&self.core.stats.counters.errors);
+                }
                 Err(e)
             }
         };
@@ -275,6 +335,21 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         landed.flight.answer(&answer);
         if let Some(queued) = landed.launch {
             self.launch_queued(myself, id.clone(), queued);
+        }
+    }
+
+    /// A caller of a refresh that changed nothing: answered from L1 if it holds a fresh value
+    /// now, else in a flight again (not counted as `coalesced` twice).
+    fn rejoin(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
+        if reply.is_closed() {
+            return;
+        }
+        if let Some(hit) = self.l1_hit(&id) {
+            let _ = reply.send(Ok(hit));
+            return;
+        }
+        if let Miss::Launch(flight) = self.flights.miss(&id, Some(reply)) {
+            self.launch(myself, id, flight, None);
         }
     }
 

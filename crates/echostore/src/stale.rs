@@ -1,5 +1,5 @@
-//! What a flight answers with ([`Filled`]), what it tells its owner before it ends
-//! ([`Signal`]), and the stale copies it may serve ([`Stale`]).
+//! What a flight answers with ([`Filled`]), how it ends ([`Landing`]), what it tells its owner
+//! before it ends ([`Signal`]), and the stale copies it may serve ([`Stale`]).
 //!
 //! A stale copy is a value past its freshness but within the table's `stale_for`: the serve-stale
 //! loser, fail-safe and the soft timeout may answer with it. The window is checked when the copy
@@ -37,6 +37,15 @@ impl<V> Filled<V> {
             keep: None,
         }
     }
+}
+
+/// How a flight ended, as its owner takes it.
+pub(crate) enum Landing<V> {
+    /// An answer for the waiters (or the error below), perhaps kept in L1.
+    Filled(Filled<V>),
+    /// An early refresh that changed nothing: another process holds the regeneration lock, and
+    /// its write reaches this process through coherence. Callers who joined it fly again.
+    Skipped,
 }
 
 /// What a running flight tells its owner.

@@ -74,10 +74,12 @@ async fn a_put_racing_a_foreign_write_leaves_no_stale_l1() {
     );
 }
 
-/// The `u64` of an envelope: postcard's varint after the 17-byte header (docs/lock-protocol.md).
+/// The `u64` of an envelope: postcard's varint after the header, 17 bytes in format 1 and 21 in
+/// format 2 (docs/lock-protocol.md).
 fn payload(envelope: &[u8]) -> u64 {
+    let header = if envelope[0] == 1 { 17 } else { 21 };
     let mut value = 0u64;
-    for (i, byte) in envelope[17..].iter().enumerate() {
+    for (i, byte) in envelope[header..].iter().enumerate() {
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
             break;

@@ -173,6 +173,6 @@ async fn another_valkey_type_under_the_key_is_a_miss_and_gets_overwritten() {
     let s = t.stats();
     assert_eq!((s.decode_errors, s.source_reads, s.lock_won), (1, 1, 1));
     let bytes: Vec<u8> = conn.get("typed:{k}").await.expect("now a string");
-    assert_eq!(bytes[0], 1, "overwritten with an envelope");
+    assert_eq!(bytes[0], 2, "overwritten with an envelope (format 2)");
     settled(&t).await;
 }

@@ -51,7 +51,7 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     );
 
     let bytes: Vec<u8> = conn.get(VALUE).await.expect("GET");
-    assert_eq!(bytes[0], 1, "envelope format byte");
+    assert_eq!(bytes[0], 2, "envelope format byte");
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let (fresh_until, written_at) = (word(1), word(9));
     assert_eq!(fresh_until - written_at, 60_000, "logical life = ttl");
@@ -139,7 +139,7 @@ async fn undecodable_bytes_are_a_counted_miss_and_get_overwritten() {
         let counted = t.stats().decode_errors >= 1;
         assert!(counted || garbage.is_empty(), "{garbage:?}: counted");
         let bytes: Vec<u8> = conn.get(VALUE).await.expect("GET");
-        assert_eq!(bytes[0], 1, "overwritten by a real envelope");
+        assert_eq!(bytes[0], 2, "overwritten by a real envelope (format 2)");
         assert_ne!(bytes, garbage);
         settled(&t).await;
     }

@@ -172,3 +172,33 @@ fn an_early_answer_leaves_the_flight_running() {
     assert_eq!(map.miss(&1, None), Miss::Coalesced);
     assert_eq!(map.len(), 1);
 }
+
+/// An early refresh starts a flight with no caller only when the id has none and nothing holds
+/// it back; a miss joins it, and a second refresh does not start.
+#[test]
+fn a_refresh_is_the_ids_one_flight() {
+    let mut map = Map::new();
+    let fid = map.refresh(&1).expect("a refresh starts");
+    assert_eq!(map.refresh(&1), None, "one refresh per id at a time");
+    let (join, _join_rx) = port();
+    assert_eq!(map.miss(&1, Some(join)), Miss::Coalesced);
+    let landed = map.land(&1, fid).expect("ours");
+    assert_eq!(
+        landed.flight.into_callers().count(),
+        1,
+        "the joiner, to fly again"
+    );
+    assert_eq!(map.len(), 0);
+
+    // A miss's flight, or a running write, leaves no room for a refresh.
+    let (lead, _lead_rx) = port();
+    let miss = launched(map.miss(&2, Some(lead)));
+    assert_eq!(map.refresh(&2), None);
+    assert!(map.land(&2, miss).is_some());
+    assert_eq!(map.write(&3, "put"), Some("put"));
+    assert_eq!(map.refresh(&3), None);
+    assert_eq!(map.written(&3), Next::Idle);
+    assert_eq!(map.refresh(&4).map(|_| ()), Some(()));
+    assert_eq!(map.refresh(&5).map(|_| ()), Some(()));
+    assert_eq!(map.len(), 2);
+}

@@ -1,5 +1,6 @@
-//! Envelopes as the tests read and plant them on Valkey: `format (1) | fresh_until | written_at |
-//! postcard payload` (docs/lock-protocol.md).
+//! Envelopes as the tests read and plant them on Valkey: `format | fresh_until | written_at |
+//! [delta, format 2] | postcard payload` (docs/lock-protocol.md). EchoStore writes format 2; the
+//! tests plant format 1, which it still reads.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -44,15 +45,15 @@ pub async fn read_envelope<V: DeserializeOwned>(
     key: &str,
 ) -> Option<OnValkey<V>> {
     let bytes: Vec<u8> = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET")?;
-    assert_eq!(
-        bytes.first(),
-        Some(&1),
-        "an envelope of format 1 under {key}"
-    );
+    let header = match bytes.first() {
+        Some(1) => 17,
+        Some(2) => 21,
+        other => panic!("an envelope of format 1 or 2 under {key}, not {other:?}"),
+    };
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     Some(OnValkey {
         fresh_until_ms: word(1),
         written_at_ms: word(9),
-        value: postcard::from_bytes(&bytes[17..]).expect("a payload of the table's type"),
+        value: postcard::from_bytes(&bytes[header..]).expect("a payload of the table's type"),
     })
 }
