@@ -44,6 +44,8 @@ use crate::losers::{self, Lost, PollEnd};
 use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
 
+mod lease;
+
 /// One flight of one id: the table, the id, and how it signals its owner.
 pub(crate) struct Fill<'a, K, V> {
     core: &'a TableCore<K, V>,
@@ -274,66 +276,12 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         })
     }
 
-    /// The lease: every `lock_ttl / 3`, extend the lock while it is ours. Never returns: it stops
-    /// extending (and waits forever) once the lock is not ours; the load ending drops it.
-    async fn lease(&self, at: &OnValkey<'_>, token: &str) -> Infallible {
-        let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
-        loop {
-            tokio::time::sleep(every).await;
-            if self.extend(at, token).await == Some(false) {
-                return std::future::pending().await;
-            }
-        }
-    }
-
-    /// One token-checked extension: `Some(false)` when the lock is not ours, `None` on an error.
-    async fn extend(&self, at: &OnValkey<'_>, token: &str) -> Option<bool> {
-        let counters = &self.core.stats.counters;
-        match lock::extend(at.l2, &at.names, token, millis(self.core.config.lock_ttl)).await {
-            Ok(true) => {
-                bump(&counters.lease_extended);
-                Some(true)
-            }
-            Ok(false) => {
-                bump(&counters.lease_lost);
-                tracing::debug!(table = %self.core.name, id = ?self.id, "lease lost: the lock is no longer ours");
-                Some(false)
-            }
-            Err(e) => {
-                bump(&counters.l2_errors);
-                tracing::debug!(table = %self.core.name, error = %e, "lease extension failed; trying again");
-                None
-            }
-        }
-    }
-
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
     /// process.
     async fn degraded(&self, error: Error) -> Result<Landing<V>> {
         bump(&self.core.stats.counters.l2_errors);
         tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
         self.here().await
-    }
-
-    /// The token-checked release, counted: `Some(true)` if the lock was ours, `None` on an error
-    /// (the lock then expires by its PX).
-    async fn release(&self, at: &OnValkey<'_>, token: &str) -> Option<bool> {
-        let counters = &self.core.stats.counters;
-        match lock::release(at.l2, &at.names, token).await {
-            Ok(true) => {
-                bump(&counters.released);
-                Some(true)
-            }
-            Ok(false) => {
-                bump(&counters.release_skipped);
-                Some(false)
-            }
-            Err(e) => {
-                bump(&counters.l2_errors);
-                tracing::warn!(table = %self.core.name, error = %e, "release failed; the lock will expire by its PX");
-                None
-            }
-        }
     }
 
     /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss (once

@@ -231,11 +231,7 @@ mod tests {
     #[test]
     fn slots_follow_the_cluster_spec() {
         let names = KeyNames::new("", "t", &String::from("123456789")).expect("short id");
-        assert_eq!(
-            names.slot(),
-            0x31C3,
-            "CRC16(\"123456789\") is 0x31C3"
-        );
+        assert_eq!(names.slot(), 0x31C3, "CRC16(\"123456789\") is 0x31C3");
         let lock = KeyNames {
             value: names.lock.clone(),
             lock: names.lock.clone(),

@@ -6,15 +6,8 @@
 //! a flight runs as a spawned task that reports back with [`OwnerMsg::Landed`]; a Valkey write runs
 //! as a spawned task that reports back with [`OwnerMsg::Written`].
 //!
-//! L1 follows what reached Valkey: a `put` or `invalidate` drops the id from L1 at once, and a
-//! put's entry enters L1 only when its write has landed on Valkey, no later write of the id is
-//! waiting, and no other process's change of the id was pushed while it was on the wire. So a write that fails, is superseded, or is lost with a crashed owner never leaves
-//! L1 holding what Valkey does not. (Without a Valkey, L1 is the only copy and changes at once.)
-//!
-//! Coherence pushes arrive as [`OwnerMsg::Invalidated`] (another process changed an id: drop it
-//! from L1, detach a running flight) and [`OwnerMsg::Flush`] (pushes may have been missed: drop
-//! all of L1, detach every running flight). While tracking is down, L1 keeps values only briefly
-//! ([`TableCore::keepable`]).
+//! L1 follows what reached Valkey (writes and coherence pushes: `owner/writes.rs`); an early
+//! refresh is a flight with no caller; with tracking down, see [`TableCore::keepable`].
 
 use std::collections::HashSet;
 use std::marker::PhantomData;
@@ -84,6 +77,8 @@ pub(crate) enum OwnerMsg<K, V> {
     /// Invalidations may have been missed (coherence lost or regained): drop all of L1.
     Flush,
 }
+
+mod writes;
 
 /// The owner's behaviour; its state is [`OwnerState`].
 pub(crate) struct Owner<K, V>(PhantomData<fn() -> (K, V)>);
@@ -350,89 +345,6 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         if let Miss::Launch(flight) = self.flights.miss(&id, Some(reply)) {
             self.launch(myself, id, flight, None);
-        }
-    }
-
-    /// A `put` (with its entry) or an `invalidate`: L1 drops the id now; the Valkey write goes
-    /// behind any other write of the id. Without Valkey, L1 takes the entry at once.
-    fn write(
-        &mut self,
-        myself: &ActorRef<OwnerMsg<K, V>>,
-        id: K,
-        entry: Option<Entry<V>>,
-        write: Option<L2Write>,
-        reply: RpcReplyPort<Result<()>>,
-    ) {
-        let Some(write) = write else {
-            self.flights.overtake(&id);
-            match entry {
-                Some(entry) => self.core.l1.insert(id, entry),
-                None => self.core.l1.remove(&id),
-            }
-            let _ = reply.send(Ok(()));
-            return;
-        };
-        self.core.l1.remove(&id);
-        let pending = PendingWrite {
-            write,
-            entry,
-            reply,
-        };
-        if let Some(now) = self.flights.write(&id, pending) {
-            self.spawn_write(myself, id, now);
-        }
-    }
-
-    fn spawn_write(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, pending: PendingWrite<V>) {
-        if let Some(fingerprint) = pending.fingerprint() {
-            self.own.expect(&id, fingerprint);
-        }
-        let (core, myself) = (Arc::clone(&self.core), myself.clone());
-        tokio::spawn(async move {
-            let entry = pending.apply(&core).await;
-            let _ = myself.cast(OwnerMsg::Written { id, entry });
-        });
-    }
-
-    /// A push says `id` changed on Valkey. If it may be this process's own write, read the value
-    /// back first (off the owner) and compare fingerprints; otherwise drop the id from L1 and
-    /// detach a running flight.
-    fn invalidated(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, checked: bool) {
-        if !checked
-            && let Some(mine) = self.own.take(&id)
-            && let Some(l2) = self.core.l2.clone()
-            && let Ok(names) = self.core.names(&id)
-        {
-            let (myself, max) = (myself.clone(), self.core.config.max_value_bytes);
-            tokio::spawn(async move {
-                if !matches!(l2.fingerprint(&names, max).await, Ok(Some(now)) if now == mine) {
-                    let _ = myself.cast(OwnerMsg::Invalidated { id, checked: true });
-                }
-            });
-            return;
-        }
-        bump(&self.core.stats.counters.invalidations);
-        self.core.l1.remove(&id);
-        self.flights.overtake(&id);
-        if self.flights.is_writing(&id) {
-            self.overtaken_writes.insert(id);
-        }
-    }
-
-    /// The write at the head of `id`'s queue landed: keep its entry unless a later write of the id
-    /// waits, then start that write, or the flight queued behind them.
-    fn written(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, entry: Option<Entry<V>>) {
-        let entry = entry.filter(|_| !self.overtaken_writes.remove(&id));
-        match self.flights.written(&id) {
-            Next::Write(next) => self.spawn_write(myself, id, next),
-            next => {
-                if let Some(entry) = entry {
-                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
-                }
-                if let Next::Launch(flight) = next {
-                    self.launch_queued(myself, id, flight);
-                }
-            }
         }
     }
 }

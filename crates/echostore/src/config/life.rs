@@ -1,0 +1,228 @@
+//! The settings of what a table keeps and for how long: `ttl`, `jitter`, `stale_for`,
+//! `early_refresh`, and L1's size and backend, with the largest value accepted.
+
+use super::*;
+
+impl<K: Key, V: Value> TableBuilder<K, V> {
+    /// Logical life of a value (default 60 s), spread by [`jitter`](Self::jitter). Past it, a
+    /// read loads afresh (or, with [`stale_for`](Self::stale_for), may still be served stale).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::{Origin, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .ttl(Duration::from_millis(100))
+    ///     .jitter(0.0) // exactly 100 ms, for the example
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(users.fetch(&1).await?.origin, Origin::Loaded);
+    /// assert_eq!(users.fetch(&1).await?.origin, Origin::L1);
+    /// tokio::time::sleep(Duration::from_millis(150)).await;
+    /// assert_eq!(users.fetch(&1).await?.origin, Origin::Loaded); // expired: read again
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Spread of expiries as a fraction of `ttl`, `0.0..=0.5` (default 0.1): each write lives
+    /// `ttl ± ttl·jitter`, drawn afresh, so values filled together do not expire together.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::{Error, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .ttl(Duration::from_secs(60))
+    ///     .jitter(0.25) // each value lives 45 to 75 s
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// let too_wide = store
+    ///     .table::<u64, String>("too_wide")
+    ///     .jitter(0.8)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await;
+    /// assert!(matches!(too_wide, Err(Error::InvalidConfig(_))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// How long a value is kept past its logical life for serve-stale and fail-safe (default 0).
+    /// On Valkey the key's `PX` is `ttl + stale_for`; a stale copy is never counted as fresh.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::time::Duration;
+    /// use echostore::{Origin, Store};
+    ///
+    /// static DB_UP: AtomicBool = AtomicBool::new(true);
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .ttl(Duration::from_millis(50))
+    ///     .stale_for(Duration::from_secs(3600))
+    ///     .fail_safe(true) // a failed load answers with the stale copy
+    ///     .loader(|id: u64| async move {
+    ///         match DB_UP.load(Ordering::SeqCst) {
+    ///             true => Ok(format!("user {id}")),
+    ///             false => Err("the database is down"),
+    ///         }
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// users.get(&1).await?;
+    /// DB_UP.store(false, Ordering::SeqCst);
+    /// tokio::time::sleep(Duration::from_millis(100)).await; // past ttl, within stale_for
+    /// let served = users.fetch(&1).await?;
+    /// assert_eq!((served.value.as_str(), served.origin), ("user 1", Origin::Stale));
+    /// assert!(served.stale_by.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stale_for(mut self, stale_for: Duration) -> Self {
+        self.stale_for = stale_for;
+        self
+    }
+
+    /// Entries kept in L1 (default 100 000, at least 1). When L1 is full an older entry is
+    /// evicted; a fill still answers its callers.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::Store;
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .l1_capacity(100)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// for id in 0..1_000 {
+    ///     users.get(&id).await?;
+    /// }
+    /// assert!(users.stats().l1_len <= 100);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn l1_capacity(mut self, capacity: usize) -> Self {
+        self.l1_capacity = capacity;
+        self
+    }
+
+    /// The cache library behind L1 (default quick_cache, the fastest hit; [`L1Backend::Moka`]
+    /// for moka's TinyLFU admission).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{L1Backend, Origin, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .l1_backend(L1Backend::Moka)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// users.get(&1).await?;
+    /// assert_eq!(users.fetch(&1).await?.origin, Origin::L1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn l1_backend(mut self, backend: L1Backend) -> Self {
+        self.l1_backend = backend;
+        self
+    }
+
+    /// Largest encoded value accepted (default 16 MiB, at most 512 MiB). With a Valkey, a `put`
+    /// of a larger one fails with `Error::TooLarge` and writes nothing, and a fill that loads one
+    /// answers its waiters with `TooLarge` and caches nothing; a larger value found on Valkey is a
+    /// counted miss. Without a Valkey nothing is encoded and the limit does not apply.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{Error, Store};
+    ///
+    /// let valkey = embedded_valkey::EmbeddedValkey::start().expect("a valkey-server");
+    /// let store = Store::builder().valkey(valkey.url()).build().await?;
+    /// let notes = store
+    ///     .table::<u64, String>("notes")
+    ///     .max_value_bytes(1024)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("note {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// notes.put(&1, "short".to_owned()).await?;
+    /// let err = notes.put(&2, "x".repeat(4096)).await.expect_err("too large");
+    /// assert!(matches!(err, Error::TooLarge { max: 1024, .. }));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_value_bytes(mut self, max: usize) -> Self {
+        self.max_value_bytes = max;
+        self
+    }
+
+    /// Early refresh (XFetch, Vattani et al. 2015) with this `beta` (default 1.0; `0.0` turns it
+    /// off; at most [`MAX_EARLY_REFRESH_BETA`]). Each value remembers how long its load took,
+    /// `delta`; a read that hits it in its last stretch refreshes it early when
+    /// `now − delta·beta·ln(U) ≥ fresh_until`, `U` uniform in (0, 1]. The reader gets the
+    /// current value at once; the refresh runs in the background as the id's one flight, through
+    /// the regeneration lock across processes (a refresh that loses the lock does nothing: the
+    /// winner's write reaches the others). A hot key is rebuilt before it expires and no caller
+    /// waits; a key nobody reads in its last stretch is not refreshed. A larger beta refreshes
+    /// earlier (more source reads, more margin for slow loads). Counted as `early_refreshes`
+    /// and `early_refresh_failures`; see `docs/early-refresh.md`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::{Error, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let prices = store
+    ///     .table::<u64, u64>("prices")
+    ///     .ttl(Duration::from_secs(30))
+    ///     .early_refresh(2.0) // rebuild hot prices a little sooner than the default
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id * 100) })
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(*prices.get(&3).await?, 300);
+    /// let negative = store
+    ///     .table::<u64, u64>("negative")
+    ///     .early_refresh(-1.0)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
+    ///     .start()
+    ///     .await;
+    /// assert!(matches!(negative, Err(Error::InvalidConfig(_))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn early_refresh(mut self, beta: f64) -> Self {
+        self.early_refresh = beta;
+        self
+    }
+}

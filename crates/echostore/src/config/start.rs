@@ -1,0 +1,109 @@
+//! `start()`: every setting checked against its range (none can make later arithmetic overflow),
+//! then the table's shared state built and its owner started.
+
+use super::*;
+
+impl<K: Key, V: Value> TableBuilder<K, V> {
+    /// Checks the settings and starts the table's owner under the store's supervisor.
+    ///
+    /// Fails with [`Error::InvalidName`] for a name outside `[A-Za-z0-9_.-]{1,64}` and with
+    /// [`Error::InvalidConfig`] for a missing loader or a setting out of its range.
+    pub async fn start(self) -> Result<Table<K, V>> {
+        validate_table_name(&self.name)?;
+        let invalid = |what: String| Error::InvalidConfig(format!("table {:?}: {what}", self.name));
+        let loader = self.loader.ok_or_else(|| invalid("no loader".into()))?;
+        let durations = [
+            ("ttl", Some(self.ttl)),
+            ("stale_for", Some(self.stale_for)),
+            ("lock_ttl", Some(self.lock_ttl)),
+            ("load_timeout", self.load_timeout),
+            ("soft_timeout", self.soft_timeout),
+        ];
+        let poll = match &self.losers {
+            LoserPolicy::Poll { every, up_to } => {
+                [("Poll.every", Some(*every)), ("Poll.up_to", Some(*up_to))]
+            }
+            _ => [("Poll.every", None), ("Poll.up_to", None)],
+        };
+        for (setting, value) in durations.into_iter().chain(poll) {
+            if let Some(value) = value
+                && value > MAX_DURATION
+            {
+                return Err(invalid(format!(
+                    "{setting} {value:?} is over the limit of {MAX_DURATION:?}"
+                )));
+            }
+        }
+        let checks = [
+            (
+                (0.0..=0.5).contains(&self.jitter),
+                format!("jitter {} is outside 0.0..=0.5", self.jitter),
+            ),
+            (!self.ttl.is_zero(), "ttl must be above zero".into()),
+            (
+                (0.0..=MAX_EARLY_REFRESH_BETA).contains(&self.early_refresh),
+                format!(
+                    "early_refresh {} is outside 0.0..={MAX_EARLY_REFRESH_BETA}",
+                    self.early_refresh
+                ),
+            ),
+            (
+                self.lock_ttl >= MIN_LOCK_TTL,
+                format!("lock_ttl must be at least {MIN_LOCK_TTL:?}"),
+            ),
+            (
+                (1..=MAX_L1_CAPACITY).contains(&self.l1_capacity),
+                format!("l1_capacity must be within 1..={MAX_L1_CAPACITY}"),
+            ),
+            (
+                (1..=MAX_VALUE_BYTES_LIMIT).contains(&self.max_value_bytes),
+                format!("max_value_bytes must be within 1..={MAX_VALUE_BYTES_LIMIT}"),
+            ),
+            (
+                self.load_timeout.is_none_or(|t| !t.is_zero()),
+                "load_timeout must be above zero".into(),
+            ),
+            (
+                self.soft_timeout.is_none_or(|soft| {
+                    !soft.is_zero() && self.load_timeout.is_none_or(|hard| soft < hard)
+                }),
+                "soft_timeout must be above zero and below load_timeout".into(),
+            ),
+            (
+                !matches!(self.losers, LoserPolicy::Poll { every, .. } if every.is_zero()),
+                "LoserPolicy::Poll needs every > 0".into(),
+            ),
+        ];
+        if let Some((_, what)) = checks.into_iter().find(|(ok, _)| !ok) {
+            return Err(invalid(what));
+        }
+        let losers = match self.losers {
+            LoserPolicy::Poll { every, up_to } => LoserPolicy::Poll { every, up_to },
+            LoserPolicy::ServeStale => LoserPolicy::ServeStale,
+            LoserPolicy::Default(v) => LoserPolicy::Default(Arc::new(v)),
+            LoserPolicy::FailFast => LoserPolicy::FailFast,
+        };
+        let core = TableCore {
+            name: Arc::from(self.name.as_str()),
+            namespace: Arc::from(self.store.namespace()),
+            config: TableConfig {
+                ttl: self.ttl,
+                jitter: self.jitter,
+                stale_for: self.stale_for,
+                lock_ttl: self.lock_ttl,
+                losers,
+                load_timeout: self.load_timeout,
+                soft_timeout: self.soft_timeout,
+                fail_safe: self.fail_safe,
+                max_value_bytes: self.max_value_bytes,
+                early_beta: self.early_refresh,
+            },
+            l1: L1::new(self.l1_backend, self.l1_capacity),
+            l2: self.store.l2().cloned(),
+            loader,
+            stats: Stats::new(),
+            tracker: self.store.tracker().cloned(),
+        };
+        Table::start(self.store, core).await
+    }
+}

@@ -1,0 +1,53 @@
+//! One flight's callers: the leader kept apart from the joiners, and the one answer they all get.
+
+use super::*;
+
+impl<V> Flight<V> {
+    pub(super) fn new(id: FlightId, leader: Option<Reply<V>>) -> Self {
+        Flight {
+            id,
+            leader,
+            waiters: Vec::new(),
+            stale_read: false,
+            overwritten: false,
+        }
+    }
+
+    pub(super) fn join(&mut self, reply: Reply<V>) {
+        if self.waiters.len() == self.waiters.capacity() {
+            // About to grow: drop callers that gave up first (amortised O(1) per join).
+            self.waiters.retain(|w| !w.is_closed());
+        }
+        self.waiters.push(reply);
+    }
+
+    /// How many callers are waiting (including those that gave up and have not been pruned).
+    pub(crate) fn waiters(&self) -> usize {
+        usize::from(self.leader.is_some()) + self.waiters.len()
+    }
+
+    /// Its callers, the leader first, still listening or not; the flight is gone.
+    pub(crate) fn into_callers(self) -> impl Iterator<Item = Reply<V>> {
+        self.leader.into_iter().chain(self.waiters)
+    }
+
+    /// Sends the one answer to every waiter still listening, and forgets them: the leader sees the
+    /// flight's origin, the joiners see `Coalesced` (stale and default answers keep their origin).
+    /// A flight answered early (soft timeout) keeps running for callers that join later.
+    pub(crate) fn answer(&mut self, outcome: &Result<Fetched<V>>) {
+        if let Some(leader) = self.leader.take()
+            && !leader.is_closed()
+        {
+            let _ = leader.send(outcome.clone());
+        }
+        let joined = match outcome {
+            Ok(fetched) => Ok(fetched.for_joiner()),
+            Err(e) => Err(e.clone()),
+        };
+        for waiter in std::mem::take(&mut self.waiters) {
+            if !waiter.is_closed() {
+                let _ = waiter.send(joined.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! How the owner runs the Valkey writes of `put` and `invalidate`, and takes coherence pushes.
+//!
+//! L1 follows what reached Valkey: a `put` or `invalidate` drops the id from L1 at once, and a
+//! put's entry enters L1 only when its write has landed, no later write of the id is waiting, and
+//! no other process's change of the id was pushed while it was on the wire. So a write that fails,
+//! is superseded, or is lost with a crashed owner never leaves L1 holding what Valkey does not.
+//! (Without a Valkey, L1 is the only copy and changes at once.) A push (`Invalidated`) that may
+//! be this process's own write is checked by reading the value back; any other drops the id from
+//! L1 and detaches a running flight; `Flush` (pushes missed) drops all of L1.
+
+use super::*;
+
+impl<K: Key, V: Value> OwnerState<K, V> {
+    /// A `put` (with its entry) or an `invalidate`: L1 drops the id now; the Valkey write goes
+    /// behind any other write of the id. Without Valkey, L1 takes the entry at once.
+    pub(super) fn write(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        entry: Option<Entry<V>>,
+        write: Option<L2Write>,
+        reply: RpcReplyPort<Result<()>>,
+    ) {
+        let Some(write) = write else {
+            self.flights.overtake(&id);
+            match entry {
+                Some(entry) => self.core.l1.insert(id, entry),
+                None => self.core.l1.remove(&id),
+            }
+            let _ = reply.send(Ok(()));
+            return;
+        };
+        self.core.l1.remove(&id);
+        let pending = PendingWrite {
+            write,
+            entry,
+            reply,
+        };
+        if let Some(now) = self.flights.write(&id, pending) {
+            self.spawn_write(myself, id, now);
+        }
+    }
+
+    pub(super) fn spawn_write(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        pending: PendingWrite<V>,
+    ) {
+        if let Some(fingerprint) = pending.fingerprint() {
+            self.own.expect(&id, fingerprint);
+        }
+        let (core, myself) = (Arc::clone(&self.core), myself.clone());
+        tokio::spawn(async move {
+            let entry = pending.apply(&core).await;
+            let _ = myself.cast(OwnerMsg::Written { id, entry });
+        });
+    }
+
+    /// The write at the head of `id`'s queue landed: keep its entry unless a later write of the id
+    /// waits, then start that write, or the flight queued behind them.
+    pub(super) fn written(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        entry: Option<Entry<V>>,
+    ) {
+        let entry = entry.filter(|_| !self.overtaken_writes.remove(&id));
+        match self.flights.written(&id) {
+            Next::Write(next) => self.spawn_write(myself, id, next),
+            next => {
+                if let Some(entry) = entry {
+                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
+                }
+                if let Next::Launch(flight) = next {
+                    self.launch_queued(myself, id, flight);
+                }
+            }
+        }
+    }
+
+    /// A push says `id` changed on Valkey. If it may be this process's own write, read the value
+    /// back first (off the owner) and compare fingerprints; otherwise drop the id from L1 and
+    /// detach a running flight.
+    pub(super) fn invalidated(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, checked: bool) {
+        if !checked
+            && let Some(mine) = self.own.take(&id)
+            && let Some(l2) = self.core.l2.clone()
+            && let Ok(names) = self.core.names(&id)
+        {
+            let (myself, max) = (myself.clone(), self.core.config.max_value_bytes);
+            tokio::spawn(async move {
+                if !matches!(l2.fingerprint(&names, max).await, Ok(Some(now)) if now == mine) {
+                    let _ = myself.cast(OwnerMsg::Invalidated { id, checked: true });
+                }
+            });
+            return;
+        }
+        bump(&self.core.stats.counters.invalidations);
+        self.core.l1.remove(&id);
+        self.flights.overtake(&id);
+        if self.flights.is_writing(&id) {
+            self.overtaken_writes.insert(id);
+        }
+    }
+}
