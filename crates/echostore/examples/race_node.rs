@@ -13,8 +13,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use echostore::{LoserPolicy, Store};
+use echostore::LoserPolicy;
 use redis::AsyncCommands;
+
+#[path = "support/mod.rs"]
+mod support;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,12 +27,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let (nodes, requests): (u64, usize) = (nodes.parse()?, requests.parse()?);
     let counter = format!("race:{run}:source_reads");
-    let source = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let source = support::connect(url).await?;
 
-    let store = Store::builder()
-        .valkey(url.as_str())
+    let store = support::store_builder(url)
         .require_valkey(true)
         .build()
         .await?;
@@ -52,14 +52,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // Check in, then wait for the other nodes so the herds overlap.
-    let mut conn = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let ready = format!("race:{run}:ready");
-    let _: u64 = conn.incr(&ready, 1).await?;
-    while conn.get::<_, u64>(&ready).await? < nodes {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let mut conn = support::connect(url).await?;
+    support::check_in(&mut conn, &format!("race:{run}:ready"), nodes).await?;
 
     let barrier = Arc::new(tokio::sync::Barrier::new(requests));
     let key = format!("hot-{run}");

@@ -15,8 +15,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use echostore::{LoserPolicy, Store};
+use echostore::LoserPolicy;
 use redis::AsyncCommands;
+
+#[path = "support/mod.rs"]
+mod support;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,12 +32,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (nodes, requests): (u64, usize) = (nodes.parse()?, requests.parse()?);
     let lock_ttl = Duration::from_millis(lock_ttl_ms.parse()?);
     let counter = format!("slow:{run}:source_reads");
-    let source = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let source = support::connect(url).await?;
 
-    let store = Store::builder()
-        .valkey(url.as_str())
+    let store = support::store_builder(url)
         .require_valkey(true)
         .build()
         .await?;
@@ -60,14 +60,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // Check in, then wait for the other nodes so the herds overlap.
-    let mut conn = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let ready = format!("slow:{run}:ready");
-    let _: u64 = conn.incr(&ready, 1).await?;
-    while conn.get::<_, u64>(&ready).await? < nodes {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let mut conn = support::connect(url).await?;
+    support::check_in(&mut conn, &format!("slow:{run}:ready"), nodes).await?;
 
     let barrier = Arc::new(tokio::sync::Barrier::new(requests));
     let key = format!("hot-{run}");

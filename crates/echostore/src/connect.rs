@@ -77,17 +77,18 @@ impl Endpoint {
 
     #[cfg(feature = "cluster")]
     async fn cluster(&self, seeds: &[String]) -> Result<Conn> {
-        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
+        let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
             .connection_timeout(self.timeout)
             .response_timeout(self.timeout)
             .retries(2);
         #[cfg(feature = "tls")]
-        if let Some(ca) = &self.ca {
-            builder = builder.certs(redis::TlsCertificates {
+        let builder = match &self.ca {
+            Some(ca) => builder.certs(redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(ca.clone()),
-            });
-        }
+            }),
+            None => builder,
+        };
         let client = builder
             .build()
             .map_err(|e| url_error(&seeds.join(","), e))?;

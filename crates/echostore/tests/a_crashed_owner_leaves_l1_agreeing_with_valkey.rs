@@ -38,7 +38,7 @@ impl Key for Touchy {
 }
 
 /// `INFO clients`' `blocked_clients`: a client postponed by `CLIENT PAUSE` is counted there.
-async fn blocked_clients(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+async fn blocked_clients(conn: &mut common::RawConn) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("clients")
         .query_async(conn)

@@ -28,10 +28,7 @@ async fn table(url: &str) -> Table<String, u64> {
 
 /// Waits until a push for a fresh probe key has reached both tables: every push Valkey sent
 /// before it has then been handled by their owners (one tracking connection, one mailbox each).
-async fn pushes_drained(
-    conn: &mut redis::aio::MultiplexedConnection,
-    tables: &[&Table<String, u64>],
-) {
+async fn pushes_drained(conn: &mut common::RawConn, tables: &[&Table<String, u64>]) {
     let before: Vec<u64> = tables.iter().map(|t| t.stats().invalidations).collect();
     let _: () = conn.set("pr:{probe}", "x").await.expect("SET probe");
     until("the probe's push reached both tables", || {

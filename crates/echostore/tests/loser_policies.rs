@@ -16,7 +16,7 @@ const LOCK: &str = "lock:pol:{1}";
 const VALUE: &str = "pol:{1}";
 
 /// Takes the lock as "another process" would, with its own token.
-async fn hold_lock(conn: &mut redis::aio::MultiplexedConnection, px: u64) -> String {
+async fn hold_lock(conn: &mut common::RawConn, px: u64) -> String {
     let token = "other-process-token".to_string();
     let set: Option<String> = redis::cmd("SET")
         .arg(LOCK)

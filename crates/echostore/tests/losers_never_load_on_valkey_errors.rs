@@ -14,7 +14,7 @@ const VALUE: &str = "los:{1}";
 const LOCK: &str = "lock:los:{1}";
 
 /// Takes the lock as another process would.
-async fn hold_lock(conn: &mut redis::aio::MultiplexedConnection) {
+async fn hold_lock(conn: &mut common::RawConn) {
     let held: Option<String> = redis::cmd("SET")
         .arg(LOCK)
         .arg("another-process")

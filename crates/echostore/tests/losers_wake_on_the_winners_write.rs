@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
+use common::{
+    Source, builder_on, coherent_store, raw, settled, table_on, until, until_stats, valkey,
+};
 use echostore::{LoserPolicy, Origin, Store, Table};
 
 /// A loser whose safety poll would come after 30 s.
@@ -93,8 +95,7 @@ async fn a_crashed_winners_lock_expiry_wakes_the_loser() {
 async fn without_coherence_losers_poll() {
     let valkey = valkey();
     let source = Source::gated();
-    let polling = Store::builder()
-        .valkey(valkey.url())
+    let polling = builder_on(&valkey.url())
         .coherence(false)
         .require_valkey(true)
         .build()

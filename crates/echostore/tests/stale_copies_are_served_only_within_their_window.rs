@@ -51,7 +51,7 @@ async fn a_stale_copy(url: &str, stale_for: Duration) -> (u64, Table<u64, String
 /// life, `ttl + stale_for`, is over) and the wall clock is past `fresh_until + stale_for` (the
 /// serve-time check runs on the monotonic clock from a wall reading truncated to the ms: one ms
 /// later at most).
-async fn until_the_window_closed(conn: &mut redis::aio::MultiplexedConnection, window_end: u64) {
+async fn until_the_window_closed(conn: &mut common::RawConn, window_end: u64) {
     until_async("the stale copy expired on Valkey", async || {
         !conn.exists::<_, bool>(VALUE).await.expect("EXISTS")
     })

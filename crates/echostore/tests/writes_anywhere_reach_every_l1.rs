@@ -7,44 +7,14 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, coherent_store, raw, settled, table_on, until, until_async, until_stats, valkey,
+    Source, builder_on, coherent_store, raw, settled, table_on, until, until_async, until_stats,
+    valkey,
 };
 use echostore::{Origin, Store, Table};
 use redis::AsyncCommands;
 
 const TABLE: &str = "coh";
 const VALUE: &str = "coh:{1}";
-
-/// Kills every store's tracking connection (named `echostore-tracking`), and only those.
-async fn kill_tracking_connections(conn: &mut redis::aio::MultiplexedConnection) -> usize {
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(conn)
-        .await
-        .expect("CLIENT LIST");
-    let ids: Vec<String> = clients
-        .lines()
-        .filter(|line| {
-            line.split(' ')
-                .any(|field| field == "name=echostore-tracking")
-        })
-        .filter_map(|line| {
-            line.split(' ')
-                .find_map(|f| f.strip_prefix("id="))
-                .map(str::to_owned)
-        })
-        .collect();
-    for id in &ids {
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("ID")
-            .arg(id)
-            .query_async(conn)
-            .await
-            .expect("CLIENT KILL ID");
-    }
-    ids.len()
-}
 
 /// A table whose L1 keeps values a minute: only coherence can make it drop one sooner.
 async fn long_lived(store: &Store, source: &Source) -> Table<u64, String> {
@@ -188,71 +158,13 @@ async fn a_fill_overtaken_by_a_remote_change_is_not_kept() {
     assert_eq!((f.origin, f.value.as_str()), (Origin::L2, "from-put"));
 }
 
-/// Killing the tracking connection flushes L1 at once; tracking comes back and works again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_tracking_connection_flushes_and_recovers() {
-    let valkey = valkey();
-    let mut conn = raw(&valkey.url()).await;
-    let source = Source::open();
-    let store = coherent_store(&valkey.url(), None).await;
-    let reader = long_lived(&store, &source).await;
-    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
-    warm(&reader).await;
-
-    let killed = kill_tracking_connections(&mut conn).await;
-    assert_eq!(killed, 2, "both stores' tracking connections were killed");
-    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes >= 1).await;
-    until("tracking is back", || store.is_coherent()).await;
-    until_stats(&reader, "flushed again once back", |s| {
-        s.coherence_flushes >= 2
-    })
-    .await;
-    assert_eq!(
-        reader.stats().l1_len,
-        0,
-        "nothing from before the loss is trusted"
-    );
-
-    assert_eq!(
-        warm(&reader).await,
-        "value-1-1",
-        "re-read from Valkey, not the source"
-    );
-    let before = reader.stats().invalidations;
-    writer.put(&1, "after the loss".into()).await.expect("put");
-    until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
-    assert_eq!(*reader.get(&1).await.expect("re-read"), "after the loss");
-    assert_eq!(source.calls(), 1);
-    settled(&reader).await;
-}
-
-/// A Valkey restart (empty) is a lost connection too: L1 is flushed, and reads reload.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_valkey_restart_flushes_l1() {
-    let mut valkey = valkey();
-    let source = Source::open();
-    let store = coherent_store(&valkey.url(), None).await;
-    let reader = long_lived(&store, &source).await;
-    warm(&reader).await;
-    valkey.restart().expect("restart");
-    until_stats(&reader, "the restart flushed L1", |s| {
-        s.coherence_flushes >= 1
-    })
-    .await;
-    until("tracking is back", || store.is_coherent()).await;
-    let f = reader.fetch(&1).await.expect("reload");
-    assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "value-1-2"));
-    settled(&reader).await;
-}
-
 /// With coherence off, L1 keeps serving its copy until its ttl, whatever another store writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coherence_off_keeps_l1_as_it_was() {
     let valkey = valkey();
     let source = Source::open();
     let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
-    let store = Store::builder()
-        .valkey(valkey.url())
+    let store = builder_on(&valkey.url())
         .coherence(false)
         .require_valkey(true)
         .build()

@@ -41,7 +41,7 @@ pub struct OnValkey<V> {
 
 /// The envelope under `key`, decoded; `None` if the key is missing.
 pub async fn read_envelope<V: DeserializeOwned>(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut super::RawConn,
     key: &str,
 ) -> Option<OnValkey<V>> {
     let bytes: Vec<u8> = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET")?;

@@ -16,6 +16,7 @@ mod nodes;
 mod proxy;
 mod source;
 mod tables;
+mod target;
 mod wait;
 
 pub use envelopes::{OnValkey, envelope, envelope_header, read_envelope, unix_ms};
@@ -24,7 +25,8 @@ pub use nodes::{example, node_lines, spawn_node};
 pub use proxy::Proxy;
 pub use source::Source;
 pub use tables::{
-    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, coherent_store, local_table, raw, set_table,
-    stale_on_valkey, store_on, table_on, valkey, valkey_table,
+    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, local_table, set_table,
+    stale_on_valkey, store_on, table_on, valkey_table,
 };
+pub use target::{RawConn, TARGET_ENV, Valkey, cluster_seeds, raw, valkey};
 pub use wait::{settled, until, until_async, until_stats};

@@ -20,24 +20,18 @@ pub const SET_VALUE: &str = "set:{EMS0ODMggk1d5N}";
 /// The regeneration lock of [`SET_ID`] in table `set`.
 pub const SET_LOCK: &str = "lock:set:{EMS0ODMggk1d5N}";
 
-/// A private, real Valkey for one test (killed on drop).
-pub fn valkey() -> embedded_valkey::EmbeddedValkey {
-    embedded_valkey::EmbeddedValkey::start().expect("a real valkey-server for the test")
-}
-
-/// A plain client connection, standing in for another process or an operator.
-pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
+/// A store builder on `url`: a server's URL, or a `cluster:` one (see `target.rs`).
+pub fn builder_on(url: &str) -> echostore::StoreBuilder {
+    match super::target::cluster_seeds(url) {
+        Some(seeds) => Store::builder().valkey_cluster(seeds),
+        None => Store::builder().valkey(url),
+    }
 }
 
 /// A store on `url` (namespaced when `namespace` is given) whose coherence is up: its tracking
 /// connection is subscribed, so other stores' writes reach its L1 from now on.
 pub async fn coherent_store(url: &str, namespace: Option<&str>) -> Store {
-    let mut builder = Store::builder().valkey(url).require_valkey(true);
+    let mut builder = builder_on(url).require_valkey(true);
     if let Some(namespace) = namespace {
         builder = builder.namespace(namespace);
     }
@@ -48,8 +42,7 @@ pub async fn coherent_store(url: &str, namespace: Option<&str>) -> Store {
 
 /// A store on `url`.
 pub async fn store_on(url: &str) -> Store {
-    Store::builder()
-        .valkey(url)
+    builder_on(url)
         .require_valkey(true)
         .build()
         .await
@@ -110,7 +103,7 @@ pub async fn set_table(
 
 /// Whether the envelope under `key` is past its logical life: its `fresh_until` (unix ms, bytes
 /// 1..9) checked against the wall clock, as EchoStore checks it. A missing key is not stale.
-pub async fn stale_on_valkey(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+pub async fn stale_on_valkey(conn: &mut super::RawConn, key: &str) -> bool {
     let Some(bytes) = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET") else {
         return false;
     };

@@ -1,0 +1,132 @@
+//! The Valkey a test runs against: one private server, or — with `ECHOSTORE_TEST_TARGET=cluster`
+//! and the `cluster` feature — a private three-primary cluster, so that the same lock and
+//! coherence tests run on both (`.ci/run` runs them twice). A cluster's URL for the helpers is
+//! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms.
+
+use std::ops::{Deref, DerefMut};
+
+use embedded_valkey::EmbeddedValkey;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// The environment variable that sends the tests to a cluster.
+pub const TARGET_ENV: &str = "ECHOSTORE_TEST_TARGET";
+
+/// A private, real Valkey for one test (killed on drop): a server, or a cluster when asked.
+pub enum Valkey {
+    Single(EmbeddedValkey),
+    #[cfg(feature = "cluster")]
+    Cluster(embedded_valkey::EmbeddedCluster),
+}
+
+/// Starts the test's Valkey.
+pub fn valkey() -> Valkey {
+    #[cfg(feature = "cluster")]
+    if std::env::var(TARGET_ENV).as_deref() == Ok("cluster") {
+        return Valkey::Cluster(
+            embedded_valkey::EmbeddedCluster::start(3).expect("a local cluster"),
+        );
+    }
+    Valkey::Single(EmbeddedValkey::start().expect("a real valkey-server for the test"))
+}
+
+impl Valkey {
+    /// The URL the helpers take: a server's, or `cluster:` and the seeds.
+    pub fn url(&self) -> String {
+        match self {
+            Valkey::Single(v) => v.url(),
+            #[cfg(feature = "cluster")]
+            Valkey::Cluster(c) => format!("cluster:{}", c.urls().join(",")),
+        }
+    }
+}
+
+/// The server, for the tests that stop, restart or reconfigure it (they run on one server only).
+impl Deref for Valkey {
+    type Target = EmbeddedValkey;
+
+    fn deref(&self) -> &EmbeddedValkey {
+        match self {
+            Valkey::Single(v) => v,
+            #[cfg(feature = "cluster")]
+            Valkey::Cluster(_) => panic!("this test needs a single server, not a cluster"),
+        }
+    }
+}
+
+impl DerefMut for Valkey {
+    fn deref_mut(&mut self) -> &mut EmbeddedValkey {
+        match self {
+            Valkey::Single(v) => v,
+            #[cfg(feature = "cluster")]
+            Valkey::Cluster(_) => panic!("this test needs a single server, not a cluster"),
+        }
+    }
+}
+
+/// The seeds of a `cluster:` URL, or `None` for a server's URL.
+pub fn cluster_seeds(url: &str) -> Option<Vec<String>> {
+    url.strip_prefix("cluster:")
+        .map(|seeds| seeds.split(',').map(str::to_owned).collect())
+}
+
+/// A plain client connection, standing in for another process or an operator: to the server, or
+/// a cluster client that routes each key to its shard.
+#[derive(Clone)]
+pub enum RawConn {
+    Single(MultiplexedConnection),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// Connects a [`RawConn`] to `url`.
+pub async fn raw(url: &str) -> RawConn {
+    if let Some(_seeds) = cluster_seeds(url) {
+        #[cfg(feature = "cluster")]
+        return RawConn::Cluster(
+            redis::cluster::ClusterClient::new(_seeds)
+                .expect("seeds")
+                .get_async_connection()
+                .await
+                .expect("connect to the cluster"),
+        );
+    }
+    RawConn::Single(
+        redis::Client::open(url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect"),
+    )
+}
+
+impl ConnectionLike for RawConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RawConn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            RawConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RawConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RawConn::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            RawConn::Cluster(c) => c.get_db(),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Losing coherence: a killed tracking connection or a restarted Valkey flushes every L1 of the
+//! store at once, and tracking comes back and works again. (A single server: these tests kill
+//! and restart it.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
+use echostore::{Origin, Store, Table};
+
+/// A table whose L1 keeps values a minute: only coherence can make it drop one sooner.
+async fn long_lived(store: &Store, source: &Source) -> Table<u64, String> {
+    table_on(store, "coh", source, |t| {
+        t.ttl(Duration::from_secs(60)).jitter(0.0)
+    })
+    .await
+}
+
+/// Loads id 1 into `table`'s L1 and checks that the next read is an L1 hit.
+async fn warm(table: &Table<u64, String>) -> String {
+    table.get(&1).await.expect("loaded");
+    let hit = table.fetch(&1).await.expect("hit");
+    assert_eq!(hit.origin, Origin::L1);
+    hit.value.to_string()
+}
+
+/// Kills every store's tracking connection (named `echostore-tracking`), and only those.
+async fn kill_tracking_connections(conn: &mut common::RawConn) -> usize {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .expect("CLIENT LIST");
+    let ids: Vec<String> = clients
+        .lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|field| field == "name=echostore-tracking")
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_owned)
+        })
+        .collect();
+    for id in &ids {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(conn)
+            .await
+            .expect("CLIENT KILL ID");
+    }
+    ids.len()
+}
+
+/// Killing the tracking connection flushes L1 at once; tracking comes back and works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_tracking_connection_flushes_and_recovers() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
+    warm(&reader).await;
+
+    let killed = kill_tracking_connections(&mut conn).await;
+    assert_eq!(killed, 2, "both stores' tracking connections were killed");
+    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes >= 1).await;
+    until("tracking is back", || store.is_coherent()).await;
+    until_stats(&reader, "flushed again once back", |s| {
+        s.coherence_flushes >= 2
+    })
+    .await;
+    assert_eq!(
+        reader.stats().l1_len,
+        0,
+        "nothing from before the loss is trusted"
+    );
+
+    assert_eq!(
+        warm(&reader).await,
+        "value-1-1",
+        "re-read from Valkey, not the source"
+    );
+    let before = reader.stats().invalidations;
+    writer.put(&1, "after the loss".into()).await.expect("put");
+    until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
+    assert_eq!(*reader.get(&1).await.expect("re-read"), "after the loss");
+    assert_eq!(source.calls(), 1);
+    settled(&reader).await;
+}
+
+/// A Valkey restart (empty) is a lost connection too: L1 is flushed, and reads reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valkey_restart_flushes_l1() {
+    let mut valkey = valkey();
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+    valkey.restart().expect("restart");
+    until_stats(&reader, "the restart flushed L1", |s| {
+        s.coherence_flushes >= 1
+    })
+    .await;
+    until("tracking is back", || store.is_coherent()).await;
+    let f = reader.fetch(&1).await.expect("reload");
+    assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "value-1-2"));
+    settled(&reader).await;
+}
