@@ -99,6 +99,12 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
     let readout = async {
         // Each readout holds its target until it ends: dropping an embedded Valkey stops it.
         match &cli.command {
+            Command::Race(args) if args.cluster && url.is_some() => {
+                Err("race --cluster starts a local cluster of its own: drop --valkey".into())
+            }
+            Command::Race(args) if args.cluster => {
+                race::run(&valkey::Target::cluster().await?, args).await
+            }
             Command::Race(args) => race::run(&valkey::Target::open(url).await?, args).await,
             Command::Release(args) => release::run(&valkey::Target::open(url).await?, args).await,
             Command::HitCost(args) => hit_cost::run(&valkey::Target::open(url).await?, args).await,

@@ -18,6 +18,9 @@ pub(crate) struct Target {
     url: String,
     /// Kept alive for the readout; dropping it stops the server.
     embedded: Option<EmbeddedValkey>,
+    /// A local cluster (`race --cluster`), kept alive for the readout; `url` is then
+    /// `cluster:<seed>,…`.
+    cluster: Option<embedded_valkey::EmbeddedCluster>,
 }
 
 impl Target {
@@ -27,6 +30,7 @@ impl Target {
             Some(url) => Target {
                 url: url.to_owned(),
                 embedded: None,
+                cluster: None,
             },
             None => {
                 let server = tokio::task::spawn_blocking(EmbeddedValkey::start)
@@ -36,6 +40,7 @@ impl Target {
                 Target {
                     url: server.url(),
                     embedded: Some(server),
+                    cluster: None,
                 }
             }
         };
@@ -47,13 +52,40 @@ impl Target {
         Ok(target)
     }
 
-    /// The URL to hand to `Store::builder().valkey(..)`.
+    /// A private three-primary Valkey Cluster on loopback, for `race --cluster`.
+    pub(crate) async fn cluster() -> CliResult<Target> {
+        let cluster = tokio::task::spawn_blocking(|| embedded_valkey::EmbeddedCluster::start(3))
+            .await
+            .map_err(|e| format!("starting a local cluster: {e}"))?
+            .map_err(|e| format!("cannot start a local cluster: {e}"))?;
+        Ok(Target {
+            url: format!("cluster:{}", cluster.urls().join(",")),
+            embedded: None,
+            cluster: Some(cluster),
+        })
+    }
+
+    /// The URL the target was opened with (`cluster:<seed>,…` for a cluster).
     pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
+    /// A store builder on this target: `valkey(url)`, or `valkey_cluster(seeds)`.
+    pub(crate) fn store_builder(&self) -> echostore::StoreBuilder {
+        match self.url.strip_prefix("cluster:") {
+            Some(seeds) => echostore::Store::builder().valkey_cluster(seeds.split(',')),
+            None => echostore::Store::builder().valkey(self.url.as_str()),
+        }
+    }
+
     /// The URL with any password hidden, and whether the server is embedded.
     pub(crate) fn describe(&self) -> String {
+        if let Some(cluster) = &self.cluster {
+            return format!(
+                "a local Valkey Cluster of {} primaries",
+                cluster.primaries()
+            );
+        }
         match &self.embedded {
             Some(_) => format!("embedded Valkey at {}", self.shown_url()),
             None => format!("Valkey at {}", self.shown_url()),

@@ -93,6 +93,25 @@ fn race_poll_reads_the_source_once_and_polls() {
     assert_eq!(v["answers"]["other_errors"], 0, "{v}");
 }
 
+/// The race on a local three-primary cluster: still one source read for every request.
+#[test]
+fn race_on_a_cluster_reads_the_source_once() {
+    let v = readout(&[
+        "race",
+        "--cluster",
+        "--nodes",
+        "3",
+        "--requests",
+        "60",
+        "--source-latency",
+        "20ms",
+        "--json",
+    ]);
+    assert_race_shape(&v);
+    assert_eq!(num(&v, "lock_won"), 1.0, "{v}");
+    assert_eq!(v["answers"]["other_errors"], 0, "{v}");
+}
+
 /// Serve-stale losers: one source read, the loser node served the stale copy with a staleness.
 #[test]
 fn race_stale_reads_the_source_once_and_serves_stale() {

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use echostore::{Error, LoserPolicy, Origin, Store, Table, TableStats};
+use echostore::{Error, LoserPolicy, Origin, Table, TableStats};
 use echostore_benches::duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, watch};
@@ -48,6 +48,10 @@ const CONTEND_FOR: Duration = Duration::from_secs(2);
 /// Flags of `echostore race`.
 #[derive(Debug, Args)]
 pub(crate) struct RaceArgs {
+    /// Run the race on a local three-primary Valkey Cluster instead of one server (the hot key's
+    /// value and lock share a hash slot, so every script runs on one shard).
+    #[arg(long)]
+    pub(crate) cluster: bool,
     /// What the requests that lose the lock do.
     #[arg(long, value_enum, default_value_t = Losers::Poll)]
     losers: Losers,
@@ -207,11 +211,7 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
 
 /// Lays down a copy of the hot key whose logical life has already passed, for serve-stale.
 async fn prefill(target: &Target, key: &str) -> CliResult<()> {
-    let store = Store::builder()
-        .valkey(target.url())
-        .require_valkey(true)
-        .build()
-        .await?;
+    let store = target.store_builder().require_valkey(true).build().await?;
     let table = store
         .table::<String, Payload>(TABLE)
         .ttl(PREFILL_TTL)
@@ -272,8 +272,8 @@ async fn start_node(
     args: &RaceArgs,
     source: Source,
 ) -> CliResult<Table<String, Payload>> {
-    let store = Store::builder()
-        .valkey(target.url())
+    let store = target
+        .store_builder()
         .require_valkey(true)
         .build()
         .await
