@@ -118,9 +118,15 @@ impl Check {
             return Bucket::FencedOut;
         }
         let outage = if same_store {
-            // One store never runs two flights for a key, and keeps what it loads in L1; only a
-            // load whose lock vanished with a killed Valkey is stored nowhere.
-            !during && self.spanned_restart(earlier)
+            // One store never runs two flights for a key, and keeps what it loads in L1 — until
+            // coherence flushes it: losing the tracking connection (Valkey killed) drops every L1
+            // entry, and while Valkey is down the next read goes to the source. A load whose lock
+            // vanished with a killed Valkey is stored nowhere either.
+            // The flush also detaches a running flight, so the next miss may start a second
+            // load of the key while the first still runs (at most two: MAX_LOADS_PER_ID).
+            (!during && self.spanned_restart(earlier))
+                || self.down.meets(earlier.start, later.start)
+                || self.troubled[later.store].meets(earlier.start, later.start)
         } else {
             self.down.meets(earlier.start, later.start)
                 || self.troubled[earlier.store].meets(earlier.start, later.start)
@@ -320,6 +326,21 @@ mod tests {
         );
     }
 
+    /// A Valkey outage between two reads of one store explains them, overlapping or not: losing
+    /// coherence flushed its L1 and detached the running flight.
+    #[test]
+    fn an_outage_flushes_a_stores_l1_and_detaches_its_flight() {
+        let earlier = loaded(0, 0, 100);
+        assert_eq!(
+            outage(40, 60).classify(&earlier, &loaded(0, 50, 60)),
+            Bucket::Outage
+        );
+        assert_eq!(
+            outage(120, 140).classify(&earlier, &loaded(0, 150, 160)),
+            Bucket::Outage
+        );
+    }
+
     /// One store never runs two flights for a key: an overlapping same-store pair is a failure.
     #[test]
     fn one_store_never_overlaps_itself() {
@@ -385,17 +406,20 @@ mod tests {
         );
     }
 
-    /// One store reads a key twice in a window only when its first load took its lock on the
-    /// killed server and ended once the new one was up.
+    /// One store reads a key twice in a window only across an outage: its first load took its
+    /// lock on the killed server and ended once the new one was up, or losing Valkey (and so
+    /// coherence) flushed its L1 between the two reads. With no outage between them, never.
     #[test]
-    fn one_store_rereads_only_after_a_load_that_spanned_a_restart() {
+    fn one_store_rereads_only_across_an_outage() {
         let spanned = loaded(0, 50, 350);
         let later = loaded(0, 360, 365);
         assert_eq!(outage(100, 300).classify(&spanned, &later), Bucket::Outage);
         let before = loaded(0, 0, 5);
         let during = loaded(0, 150, 155);
+        assert_eq!(outage(100, 300).classify(&before, &during), Bucket::Outage);
+        let after = loaded(0, 20, 25);
         assert_eq!(
-            outage(100, 300).classify(&before, &during),
+            outage(100, 300).classify(&before, &after),
             Bucket::Unexplained
         );
     }
