@@ -87,7 +87,19 @@ macro_rules! counters {
 
         /// A snapshot of one table's counters, from [`Table::stats`](crate::Table::stats).
         ///
-        /// Counters only grow; `in_flight` and `l1_len` are gauges read at snapshot time.
+        /// Counters only grow from the table's start; `in_flight` and `l1_len` are gauges read at
+        /// snapshot time. Each counter is read on its own, so a snapshot taken while the table
+        /// works may be a few events apart between counters; subtract two snapshots for rates.
+        ///
+        /// Reading them: the hit ratio is `(l1_hits + l2_hits) / (l1_hits + l2_hits +
+        /// source_reads)`; `coalesced` counts misses that did not become source reads;
+        /// `lock_won`/`lock_lost` say which process rebuilt keys; `stale_served`,
+        /// `defaults_served`, `failed_fast`, `poll_waits` and `push_wakeups` are the loser
+        /// policies at work; `errors`, `l2_errors`, `decode_errors` and `load_timeouts` are faults.
+        ///
+        /// Expected under races, never a sign of lost data: `fenced_write_skipped`,
+        /// `release_skipped`, `writes_superseded` and `lease_lost`. They rise with how often
+        /// writes and reads of the same ids overlap, across processes.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
         #[non_exhaustive]
         pub struct TableStats {

@@ -176,3 +176,25 @@ async fn another_valkey_type_under_the_key_is_a_miss_and_gets_overwritten() {
     assert_eq!(bytes[0], 2, "overwritten with an envelope (format 2)");
     settled(&t).await;
 }
+
+/// A wrong password (the URL's ACL login) is a clear error at build, naming the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_a_clear_error() {
+    let valkey = embedded_valkey::EmbeddedValkey::builder()
+        .password("the-right-one")
+        .start()
+        .expect("a valkey with a password");
+    let port = valkey.port();
+    let err = echostore::Store::builder()
+        .valkey(format!("redis://:not-the-right-one@127.0.0.1:{port}/"))
+        .require_valkey(true)
+        .build()
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(err.is_valkey(), "{text}");
+    assert!(
+        text.contains("WRONGPASS") || text.to_lowercase().contains("password"),
+        "the cause is named: {text}"
+    );
+}
