@@ -203,8 +203,10 @@ async fn track(
     }
     {
         let this = tracker.upgrade()?;
-        this.node_tracks(url, &subscribed);
+        // Flush before announcing: a table waiting in `add_table` starts only after this, so the
+        // flush reaches its owner before any value the table loads next.
         this.flush_all("tracking established");
+        this.node_tracks(url, &subscribed);
         *established = true;
     }
     let mut health = tokio::time::interval(HEALTH_EVERY);
