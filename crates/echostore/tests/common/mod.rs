@@ -28,5 +28,6 @@ pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, local_table, set_table,
     stale_on_valkey, store_on, table_on, valkey_table,
 };
-pub use target::{RawConn, TARGET_ENV, Valkey, cluster_seeds, raw, valkey};
+pub(crate) use target::{RawConn, raw};
+pub use target::{TARGET_ENV, Valkey, cluster_seeds, valkey};
 pub use wait::{settled, until, until_async, until_stats};

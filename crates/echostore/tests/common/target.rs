@@ -6,8 +6,6 @@
 use std::ops::{Deref, DerefMut};
 
 use embedded_valkey::EmbeddedValkey;
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// The environment variable that sends the tests to a cluster.
 pub const TARGET_ENV: &str = "ECHOSTORE_TEST_TARGET";
@@ -70,63 +68,14 @@ pub fn cluster_seeds(url: &str) -> Option<Vec<String>> {
         .map(|seeds| seeds.split(',').map(str::to_owned).collect())
 }
 
+#[path = "../../examples/support/mod.rs"]
+mod support;
+
 /// A plain client connection, standing in for another process or an operator: to the server, or
-/// a cluster client that routes each key to its shard.
-#[derive(Clone)]
-pub enum RawConn {
-    Single(MultiplexedConnection),
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-}
+/// a cluster client that routes each key to its shard (the node examples' own connection).
+pub(crate) use support::Conn as RawConn;
 
 /// Connects a [`RawConn`] to `url`.
-pub async fn raw(url: &str) -> RawConn {
-    if let Some(_seeds) = cluster_seeds(url) {
-        #[cfg(feature = "cluster")]
-        return RawConn::Cluster(
-            redis::cluster::ClusterClient::new(_seeds)
-                .expect("seeds")
-                .get_async_connection()
-                .await
-                .expect("connect to the cluster"),
-        );
-    }
-    RawConn::Single(
-        redis::Client::open(url)
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect"),
-    )
-}
-
-impl ConnectionLike for RawConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RawConn::Single(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            RawConn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RawConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "cluster")]
-            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            RawConn::Single(c) => c.get_db(),
-            #[cfg(feature = "cluster")]
-            RawConn::Cluster(c) => c.get_db(),
-        }
-    }
+pub(crate) async fn raw(url: &str) -> RawConn {
+    support::connect(url).await.expect("connect")
 }
