@@ -39,10 +39,13 @@ const MAX_BACKOFF: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LoserPolicy<V> {
-    /// Sleep `every`, re-read the value; return it once fresh. If the lock vanishes with no
-    /// fresh value (its holder died), contend again. After `up_to`, `Error::WaitTimeout`.
+    /// Wait, re-read the value; return it once fresh. With coherence on, a push for the value
+    /// or the lock key (the winner wrote, or its lock went) wakes the loser at once and `every`
+    /// is only the safety interval; without it, the loser re-reads every `every`. If the lock
+    /// vanishes with no fresh value (its holder died), contend again. After `up_to`,
+    /// `Error::WaitTimeout`.
     Poll {
-        /// Pause between reads.
+        /// Pause between reads (the safety interval when coherence wakes the loser).
         every: Duration,
         /// Give up after this long.
         up_to: Duration,
