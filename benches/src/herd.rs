@@ -1,7 +1,7 @@
 //! The herd: `callers` tasks spawned at once all get one fresh id whose source takes a few
 //! milliseconds, timed from the first spawn until every caller has the value. One [`Herd`]
-//! answers through tables (one store's owner, or several stores dealt round-robin) or through the
-//! bare [`SingleFlight`] baseline with the same task spawning; its [`Source`] counts the reads, so
+//! answers through tables (one store's owner, or several stores dealt round-robin), through the
+//! bare [`SingleFlight`] baseline, or through moka's `get_with`, with the same task spawning; its [`Source`] counts the reads, so
 //! a caller can check that each herd read the source once.
 
 use std::sync::Arc;
@@ -73,6 +73,8 @@ enum Answerer {
     /// Tables (one per store), dealt the callers round-robin.
     Tables(Vec<Table<u64, String>>),
     Baseline(Arc<SingleFlight<u64, String>>),
+    /// moka's own single-flight: `future::Cache::get_with`.
+    Moka(moka::future::Cache<u64, Arc<String>>),
 }
 
 impl Herd {
@@ -89,6 +91,15 @@ impl Herd {
     pub fn baseline(source: Arc<Source>) -> Herd {
         Herd {
             answerer: Answerer::Baseline(Arc::default()),
+            source,
+        }
+    }
+
+    /// A herd answered by moka's `future::Cache::get_with` (the peer the owner's flights are
+    /// compared with), reading `source`.
+    pub fn moka(source: Arc<Source>) -> Herd {
+        Herd {
+            answerer: Answerer::Moka(moka::future::Cache::new(1 << 20)),
             source,
         }
     }
@@ -110,6 +121,14 @@ impl Herd {
                 Answerer::Baseline(flight) => {
                     let (flight, source) = (Arc::clone(flight), Arc::clone(&self.source));
                     tokio::spawn(async move { flight.get(&id, || source.read(id)).await.map(drop) })
+                }
+                Answerer::Moka(cache) => {
+                    let (cache, source) = (cache.clone(), Arc::clone(&self.source));
+                    tokio::spawn(async move {
+                        let read = async move { Arc::new(source.read(id).await) };
+                        drop(cache.get_with(id, read).await);
+                        Ok(())
+                    })
                 }
             })
             .collect();

@@ -1,0 +1,334 @@
+//! EchoStore against its peers, every figure a ratio to a baseline measured in the same run:
+//!
+//! 1. **an L2 hit**: `Table::fetch` on an L1 miss answered by Valkey (values written by another
+//!    store, as another process would have), against a raw redis-rs `GET` of the very same keys
+//!    over one multiplexed connection;
+//! 2. **a herd**: 10,000 callers (1,000 under `CI`) miss one fresh key whose source takes 5 ms,
+//!    through a table without Valkey (the owner's flights), against the bare mutex + oneshot
+//!    single-flight and against moka's `future::Cache::get_with`;
+//! 3. **an L1 hit** in a plain async loop on a runtime worker, over 100k random `u64` keys with
+//!    64-byte values, against a bare quick_cache lookup of an `Arc` and moka's
+//!    `future::Cache::get`.
+//!
+//! The figures that count are the **interleaved rounds** printed first: each round runs every
+//! contender of a row once, in a rotated order, and the ratio is taken per round (so a noisy
+//! neighbour slows both sides of it) and reported as the median over the rounds. Criterion then
+//! measures each contender on its own for its usual report. Every herd asserts one source read,
+//! every L2 fetch asserts its origin, so a build that broke either cannot produce a figure.
+#![allow(missing_docs)] // criterion_group! generates an undocumented function
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use echostore::{L1Backend, Origin, Store, Table};
+use echostore_benches::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_benches::measure::median;
+use echostore_benches::{
+    filled_table, human, measurement_time, random_ids, runtime, size, under_ci,
+};
+use embedded_valkey::EmbeddedValkey;
+use redis::AsyncCommands;
+use tokio::runtime::Runtime;
+
+/// Bytes of every value.
+const VALUE_BYTES: usize = 64;
+
+/// One contender: runs `iters` operations and returns the time they took.
+type Run<'a> = Box<dyn FnMut(u64) -> Duration + 'a>;
+
+/// One row of the table: its contenders (the first is EchoStore's), how many operations a round
+/// gives each, and which contenders EchoStore is reported against.
+struct Row<'a> {
+    title: String,
+    batch: u64,
+    contenders: Vec<(&'static str, Run<'a>)>,
+}
+
+fn value_of(id: u64) -> String {
+    let mut value = format!("value of {id} ");
+    value.extend(std::iter::repeat_n(
+        'v',
+        VALUE_BYTES.saturating_sub(value.len()),
+    ));
+    value
+}
+
+/// Runs `rounds` interleaved rounds of `row` and prints each contender's median per operation and
+/// EchoStore's ratio to each other contender (the median of the per-round ratios).
+fn interleaved(row: &mut Row<'_>, rounds: usize) -> Vec<(String, f64)> {
+    let n = row.contenders.len();
+    let mut per_op: Vec<Vec<f64>> = vec![Vec::new(); n];
+    // A warm-up round, not recorded.
+    for (_, run) in &mut row.contenders {
+        run(row.batch.div_ceil(4));
+    }
+    for round in 0..rounds {
+        for k in 0..n {
+            let at = (round + k) % n;
+            let elapsed = (row.contenders[at].1)(row.batch);
+            per_op[at].push(elapsed.as_nanos() as f64 / row.batch as f64);
+        }
+    }
+    println!("\n{} ({rounds} interleaved rounds):", row.title);
+    for ((name, _), times) in row.contenders.iter().zip(&per_op) {
+        println!("  {name}: median {}", human(median(times)));
+    }
+    let mut ratios = Vec::new();
+    for k in 1..n {
+        let each: Vec<f64> = per_op[0]
+            .iter()
+            .zip(&per_op[k])
+            .map(|(ours, theirs)| ours / theirs)
+            .collect();
+        let (lo, hi) = (
+            each.iter().copied().fold(f64::INFINITY, f64::min),
+            each.iter().copied().fold(0.0, f64::max),
+        );
+        let ratio = median(&each);
+        println!(
+            "  {} / {}: {ratio:.2}× (rounds {lo:.2}–{hi:.2}×)",
+            row.contenders[0].0, row.contenders[k].0
+        );
+        ratios.push((row.contenders[k].0.to_owned(), ratio));
+    }
+    ratios
+}
+
+/// Each contender of `row` measured by criterion on its own.
+fn criterion_row(c: &mut Criterion, row: &mut Row<'_>, herd: bool) {
+    let mut group = c.benchmark_group(row.title.clone());
+    group.measurement_time(measurement_time());
+    if herd {
+        group.sampling_mode(SamplingMode::Flat);
+        group.sample_size(10);
+        group.warm_up_time(Duration::from_millis(300));
+    }
+    for (name, run) in &mut row.contenders {
+        group.bench_function(*name, |b| b.iter_custom(|iters| run(iters)));
+    }
+    group.finish();
+}
+
+/// Valkey filled through a writer store; a reader table whose L1 keeps one entry, so that cycling
+/// over the ids makes every fetch an L1 miss and an L2 hit. Its loader fails and counts: the
+/// bench asserts at the end that it never ran.
+async fn l2_reader(url: &str, keys: u64, loads: Arc<AtomicU64>) -> Table<u64, String> {
+    let store = || async {
+        Store::builder()
+            .valkey(url)
+            .require_valkey(true)
+            .build()
+            .await
+            .expect("a store on the embedded valkey")
+    };
+    let writer = store()
+        .await
+        .table::<u64, String>("bench-peers")
+        .ttl(Duration::from_secs(3600))
+        .loader(|_id: u64| async move { Err::<String, _>(std::io::Error::other("never loaded")) })
+        .start()
+        .await
+        .expect("writer table");
+    for id in 0..keys {
+        writer.put(&id, value_of(id)).await.expect("put");
+    }
+    store()
+        .await
+        .table::<u64, String>("bench-peers")
+        .ttl(Duration::from_secs(3600))
+        .l1_capacity(1)
+        .loader(move |_id: u64| {
+            let loads = Arc::clone(&loads);
+            async move {
+                loads.fetch_add(1, Ordering::SeqCst);
+                Err::<String, _>(std::io::Error::other("the peer bench must never load"))
+            }
+        })
+        .start()
+        .await
+        .expect("reader table")
+}
+
+/// `iters` herds on fresh ids; asserts one source read per herd, outside the timing.
+fn herds(rt: &Runtime, herd: &Herd, ids: &AtomicU64, callers: usize, iters: u64) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        let before = herd.reads();
+        total += rt
+            .block_on(herd.run(id, callers))
+            .unwrap_or_else(|e| panic!("a herd of {callers} on id {id}: {e}"));
+        assert_eq!(herd.reads() - before, 1, "a herd read the source more than once");
+    }
+    total
+}
+
+/// A contender that awaits `$hit` for each id of `$ids` (from an offset that moves each call), in
+/// one task on a runtime worker, with `$state` cloned into the task as `$s`.
+macro_rules! async_loop {
+    ($rt:expr, $ids:expr, $state:expr, |$($s:ident)+, $id:ident| $hit:expr) => {{
+        let (rt, ids, state) = ($rt, Arc::clone($ids), $state);
+        Box::new(move |iters: u64| {
+            let (ids, $($s)+) = (Arc::clone(&ids), state.clone());
+            rt.block_on(async move {
+                tokio::spawn(async move {
+                    let start = Instant::now();
+                    let mut at = (iters as usize).wrapping_mul(7919) % ids.len();
+                    for _ in 0..iters {
+                        let $id = ids[at];
+                        $hit;
+                        at = if at + 1 == ids.len() { 0 } else { at + 1 };
+                    }
+                    start.elapsed()
+                })
+                .await
+                .expect("the timed task")
+            })
+        }) as Run<'_>
+    }};
+}
+
+fn peers(c: &mut Criterion) {
+    let rt = runtime();
+    let rounds = if under_ci() { 3 } else { 7 };
+    let valkey = EmbeddedValkey::start().expect("an embedded valkey-server");
+    let url = valkey.url();
+
+    // Row 1: an L2 hit against a raw GET of the same key.
+    let keys = size(100_000, 5_000) as u64;
+    let loads = Arc::new(AtomicU64::new(0));
+    let reader = rt.block_on(l2_reader(&url, keys, Arc::clone(&loads)));
+    let conn = rt.block_on(async {
+        redis::Client::open(url.as_str())
+            .expect("valkey url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a multiplexed connection")
+    });
+    let l2_ids = Arc::new(random_ids(keys, size(1 << 20, 1 << 16)));
+    let mut rows = Vec::new();
+    {
+        let fetch = async_loop!(&rt, &l2_ids, reader.clone(), |reader, id| {
+            let fetched = reader.fetch(&id).await.expect("an L2 hit");
+            assert_eq!(fetched.origin, Origin::L2, "id {id} did not come from L2");
+            black_box(fetched.value)
+        });
+        let raw = async_loop!(&rt, &l2_ids, conn.clone(), |mut conn, id| {
+            let key = format!("bench-peers:{{{id}}}");
+            let bytes: Option<Vec<u8>> = conn.get(&key).await.expect("GET");
+            assert!(bytes.is_some_and(|b| b.len() > VALUE_BYTES), "GET {key}");
+        });
+        rows.push(Row {
+            title: format!("an L2 hit, {keys} keys, {VALUE_BYTES}-byte values"),
+            batch: size(4_000, 500) as u64,
+            contenders: vec![("echostore L2 hit", fetch), ("raw GET", raw)],
+        });
+    }
+
+    // Row 2: the herd.
+    let callers = size(10_000, 1_000);
+    let herd_ids = Arc::new(AtomicU64::new(0));
+    let (table_herd, bare_herd, moka_herd) = rt.block_on(async {
+        let store = Store::builder().build().await.expect("store");
+        let source = Source::new(SOURCE_LATENCY);
+        let table = herd_table(&store, "peers-herd", &source)
+            .await
+            .expect("herd table");
+        (
+            Herd::tables(vec![table], source),
+            Herd::baseline(Source::new(SOURCE_LATENCY)),
+            Herd::moka(Source::new(SOURCE_LATENCY)),
+        )
+    });
+    {
+        let herd_run = |herd: &'static Herd| -> Run<'_> {
+            let (rt, ids) = (&rt, Arc::clone(&herd_ids));
+            Box::new(move |iters| herds(rt, herd, &ids, callers, iters))
+        };
+        let leak = |herd: Herd| -> &'static Herd { Box::leak(Box::new(herd)) };
+        rows.push(Row {
+            title: format!("a herd of {callers} misses on one key, 5 ms source"),
+            batch: size(5, 2) as u64,
+            contenders: vec![
+                ("echostore herd", herd_run(leak(table_herd))),
+                ("bare single-flight", herd_run(leak(bare_herd))),
+                ("moka get_with", herd_run(leak(moka_herd))),
+            ],
+        });
+    }
+
+    // Row 3: the L1 hit in an async loop.
+    let l1_keys = size(100_000, 10_000) as u64;
+    let l1_ids = Arc::new(random_ids(l1_keys, size(1 << 20, 1 << 16)));
+    let store = rt.block_on(Store::builder().build()).expect("store");
+    let all: Vec<u64> = (0..l1_keys).collect();
+    let table = rt
+        .block_on(filled_table(
+            &store,
+            "peers-l1",
+            L1Backend::QuickCache,
+            &all,
+            value_of,
+        ))
+        .expect("a filled table");
+    let bare = Arc::new(quick_cache::sync::Cache::<u64, Arc<String>>::new(
+        l1_keys as usize * 2,
+    ));
+    let moka = moka::future::Cache::<u64, Arc<String>>::new(l1_keys * 2);
+    rt.block_on(async {
+        for id in 0..l1_keys {
+            bare.insert(id, Arc::new(value_of(id)));
+            moka.insert(id, Arc::new(value_of(id))).await;
+        }
+    });
+    {
+        let echostore = async_loop!(&rt, &l1_ids, table.clone(), |table, id| {
+            black_box(table.get(&id).await.expect("an L1 hit"))
+        });
+        let quick = async_loop!(&rt, &l1_ids, Arc::clone(&bare), |bare, id| {
+            black_box(bare.get(&id).expect("in the cache"))
+        });
+        let moka = async_loop!(&rt, &l1_ids, moka.clone(), |moka, id| {
+            black_box(moka.get(&id).await.expect("in the cache"))
+        });
+        rows.push(Row {
+            title: format!("an L1 hit in an async loop, {l1_keys} random keys"),
+            batch: size(400_000, 20_000) as u64,
+            contenders: vec![
+                ("echostore L1 hit", echostore),
+                ("bare quick_cache", quick),
+                ("moka::future get", moka),
+            ],
+        });
+    }
+
+    let mut summary = Vec::new();
+    for row in &mut rows {
+        summary.push((row.title.clone(), interleaved(row, rounds)));
+    }
+    for (at, row) in rows.iter_mut().enumerate() {
+        criterion_row(c, row, at == 1);
+    }
+
+    assert_eq!(loads.load(Ordering::SeqCst), 0, "the L2 reader read the source");
+    println!("\nEchoStore against its peers, this run (median of per-round ratios):");
+    for (title, ratios) in &summary {
+        let ratios: Vec<String> = ratios
+            .iter()
+            .map(|(peer, r)| format!("{r:.2}× {peer}"))
+            .collect();
+        println!("  {title}: {}", ratios.join(", "));
+    }
+    drop(rows);
+    drop(valkey);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = peers
+}
+criterion_main!(benches);
