@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::board::Board;
 use crate::coherence::{DOWN_L1_LIFE, Tracker};
 use crate::envelope::{self, unix_ms};
 use crate::error::{Result, SharedError};
@@ -131,6 +132,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) stats: Stats,
     /// The store's coherence, when on.
     pub(crate) tracker: Option<Arc<Tracker>>,
+    /// The current flights, where a miss joins one without a message to the owner.
+    pub(crate) board: Arc<Board<K, V>>,
 }
 
 impl<K: crate::key::Key, V> TableCore<K, V> {

@@ -25,12 +25,18 @@
 //!
 //! A caller that drops its future leaves its reply port in the list; the flight runs on for the
 //! others, and closed ports are skipped when answering (and pruned whenever the list would grow).
+//!
+//! The current flights are also listed on the table's [`Board`], where a miss joins without a
+//! message to the owner: this map publishes a flight in the step that makes it current and
+//! withdraws it in the step that ends that, so the board never lists anything else.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::sync::Arc;
 
 use ractor::RpcReplyPort;
 
+use crate::board::{Answerer, Board};
 use crate::error::Result;
 use crate::fetched::Fetched;
 
@@ -52,8 +58,10 @@ pub(crate) struct Flight<V> {
     /// joiners, so that pruning callers who gave up, or answering early, never turns a joiner
     /// into the leader (and its `Coalesced` into the flight's own origin).
     leader: Option<Reply<V>>,
-    /// The callers who joined it.
+    /// The callers who joined it through the owner.
     waiters: Vec<Reply<V>>,
+    /// The callers who joined it through the board.
+    board: Answerer<V>,
     /// A push for the id was handled since this flight's last read began: what it read may be
     /// older than Valkey's value. Cleared when it reads again (a polling loser).
     stale_read: bool,
@@ -146,14 +154,20 @@ pub(crate) struct Flights<K, V, W> {
     ids: HashMap<K, IdState<V, W>>,
     /// Overtaken flights, still running, by flight id.
     detached: HashMap<FlightId, Flight<V>>,
+    /// Where the current flights are listed for misses to join.
+    board: Arc<Board<K, V>>,
     next: u64,
 }
 
 impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
-    pub(crate) fn new() -> Self {
+    /// An empty map that lists its current flights on `board` (cleared: a new owner's flights
+    /// start from none).
+    pub(crate) fn new(board: Arc<Board<K, V>>) -> Self {
+        board.clear();
         Flights {
             ids: HashMap::new(),
             detached: HashMap::new(),
+            board,
             next: 0,
         }
     }
@@ -170,7 +184,9 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
         self.next += 1;
         let fid = FlightId(self.next);
-        state.current = Some((Flight::new(fid, reply), Phase::Queued));
+        let flight = Flight::new(fid, reply);
+        self.board.publish(id.clone(), &flight.board);
+        state.current = Some((flight, Phase::Queued));
         match state.try_launch() {
             Some(fid) => Miss::Launch(fid),
             None => Miss::Queued,
@@ -190,7 +206,9 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
         self.next += 1;
         let fid = FlightId(self.next);
-        state.current = Some((Flight::new(fid, None), Phase::Running));
+        let flight = Flight::new(fid, None);
+        self.board.publish(id.clone(), &flight.board);
+        state.current = Some((flight, Phase::Running));
         Some(fid)
     }
 
@@ -232,6 +250,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         if matches!(state.current, Some((_, Phase::Running)))
             && let Some((flight, _)) = state.current.take()
         {
+            self.board.withdraw(id, &flight.board);
             state.detached.push(flight.id);
             self.detached.insert(flight.id, flight);
         }
@@ -275,11 +294,21 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         next
     }
 
-    /// The flight `fid` of `id`, current or detached, to answer its waiters early.
-    pub(crate) fn get_mut(&mut self, id: &K, fid: FlightId) -> Option<&mut Flight<V>> {
-        match self.ids.get_mut(id).and_then(|s| s.current.as_mut()) {
-            Some((flight, _)) if flight.id == fid => Some(flight),
-            _ => self.detached.get_mut(&fid),
+    /// The flight `fid` of `id` (current or detached) answers its waiters so far with `answer`
+    /// and runs on for callers who join later (a soft timeout's stale copy).
+    pub(crate) fn answer_early(&mut self, id: &K, fid: FlightId, answer: Fetched<V>) {
+        let board = Arc::clone(&self.board);
+        let (flight, current) = match self.ids.get_mut(id).and_then(|s| s.current.as_mut()) {
+            Some((flight, _)) if flight.id == fid => (flight, true),
+            _ => match self.detached.get_mut(&fid) {
+                Some(flight) => (flight, false),
+                None => return,
+            },
+        };
+        flight.answer(&Ok(answer));
+        flight.board = Answerer::new();
+        if current {
+            board.publish(id.clone(), &flight.board);
         }
     }
 
@@ -289,6 +318,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let landed = match &state.current {
             Some((flight, _)) if flight.id == fid => {
                 let (flight, _) = state.current.take()?;
+                self.board.withdraw(id, &flight.board);
                 Landed {
                     flight,
                     store: true,

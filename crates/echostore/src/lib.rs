@@ -211,6 +211,7 @@
 //! ```
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+mod board;
 mod breaker;
 mod clock;
 mod coherence;

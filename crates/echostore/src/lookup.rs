@@ -32,6 +32,7 @@ use crate::key::{Key, Value};
 use crate::l1::{Freshness, L1Cache};
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
+use crate::stats::bump;
 
 /// What a read answers with: the value alone (`get`) or the value and its origin (`fetch`).
 pub(crate) trait Answer<V>: Sized {
@@ -119,7 +120,7 @@ where
                     }
                 },
                 State::Miss(call) => {
-                    let call = call.get_or_insert_with(|| miss(this.owner, this.id));
+                    let call = call.get_or_insert_with(|| miss(this.core, this.owner, this.id));
                     let answer = ready!(call.as_mut().poll(cx));
                     this.state = State::Hit(None);
                     return Poll::Ready(answer.map(A::answer));
@@ -163,16 +164,33 @@ where
     let _ = owner.current().cast(OwnerMsg::Refresh { id, value });
 }
 
-/// The miss path: a call to the owner, which joins or starts the flight for `id` (owned from here
-/// on: the flights map keeps it).
-fn miss<'a, K, V, Q>(owner: &'a OwnerRef<K, V>, id: &Q) -> BoxFuture<'a, Result<Fetched<V>>>
+/// The miss path: the current flight of `id` joined on the board, counted `coalesced`, without
+/// a message to the owner; else a call to the owner, which joins or starts the flight (the id is
+/// owned from here on: the flights map keeps it).
+fn miss<'a, K, V, Q>(
+    core: &TableCore<K, V>,
+    owner: &'a OwnerRef<K, V>,
+    id: &Q,
+) -> BoxFuture<'a, Result<Fetched<V>>>
 where
-    K: Key,
+    K: Key + Borrow<Q>,
     V: Value,
-    Q: ToOwned<Owned = K> + ?Sized,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
+    let joined = core.board.join(id);
     let id = id.to_owned();
-    owner
-        .call(move |reply| OwnerMsg::Fill { id, reply })
-        .boxed()
+    let Some(cell) = joined else {
+        return owner
+            .call(move |reply| OwnerMsg::Fill { id, reply })
+            .boxed();
+    };
+    bump(&core.stats.counters.coalesced);
+    async move {
+        match cell.wait().await {
+            Some(answer) => answer,
+            // The flight changed nothing: miss again, through the owner.
+            None => owner.call(move |reply| OwnerMsg::Rejoin { id, reply }).await,
+        }
+    }
+    .boxed()
 }

@@ -37,6 +37,9 @@ use crate::writes::{L2Write, PendingWrite};
 pub(crate) enum OwnerMsg<K, V> {
     /// A caller missed L1 (the Elixir `{:fill, id}`).
     Fill { id: K, reply: Reply<V> },
+    /// A caller who joined a flight through the board must fly again: that flight changed
+    /// nothing (an early refresh that lost the lock). Not counted as `coalesced` twice.
+    Rejoin { id: K, reply: Reply<V> },
     /// A hit on `value` drew an early refresh of `id` (XFetch); nobody waits for it.
     Refresh { id: K, value: Arc<V> },
     /// A flight answers its waiters before it ends (the soft timeout's stale copy).
@@ -113,8 +116,8 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`.
         core.stats.in_flight.store(0, Relaxed);
         Ok(OwnerState {
+            flights: Flights::new(Arc::clone(&core.board)),
             core,
-            flights: Flights::new(),
             own: OwnWrites::new(),
             overtaken_writes: HashSet::new(),
         })
@@ -130,10 +133,9 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Fill { id, reply } => state.fill(&myself, id, reply),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
-                if let Some(flight) = state.flights.get_mut(&id, flight) {
-                    flight.answer(&Ok(answer));
-                }
+                state.flights.answer_early(&id, flight, answer);
             }
+            OwnerMsg::Rejoin { id, reply } => state.rejoin(&myself, id, reply),
             OwnerMsg::Landed {
                 id,
                 flight,

@@ -103,6 +103,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             loader,
             stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
+            board: Arc::new(crate::board::Board::new()),
         };
         Table::start(self.store, core).await
     }

@@ -8,6 +8,7 @@ impl<V> Flight<V> {
             id,
             leader,
             waiters: Vec::new(),
+            board: Answerer::new(),
             stale_read: false,
             overwritten: false,
         }
@@ -21,13 +22,16 @@ impl<V> Flight<V> {
         self.waiters.push(reply);
     }
 
-    /// How many callers are waiting (including those that gave up and have not been pruned).
+    /// How many callers are waiting (including those that gave up and have not been pruned;
+    /// those who joined through the board count until it is answered).
     pub(crate) fn waiters(&self) -> usize {
-        usize::from(self.leader.is_some()) + self.waiters.len()
+        usize::from(self.leader.is_some()) + self.waiters.len() + self.board.joined()
     }
 
-    /// Its callers, the leader first, still listening or not; the flight is gone.
+    /// Its callers who joined through the owner, the leader first, still listening or not; those
+    /// who joined through the board are told to fly again. The flight is gone.
     pub(crate) fn into_callers(self) -> impl Iterator<Item = Reply<V>> {
+        self.board.answer(None);
         self.leader.into_iter().chain(self.waiters)
     }
 
@@ -49,5 +53,6 @@ impl<V> Flight<V> {
                 let _ = waiter.send(joined.clone());
             }
         }
+        self.board.answer(Some(joined));
     }
 }

@@ -3,10 +3,16 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use futures::FutureExt;
+
 use super::*;
 use crate::fetched::Origin;
 
 type Map = Flights<u32, u32, &'static str>;
+
+fn new_map() -> Map {
+    Flights::new(Arc::new(Board::new()))
+}
 
 fn port() -> (Reply<u32>, oneshot::Receiver<Result<Fetched<u32>>>) {
     let (tx, rx) = oneshot::channel();
@@ -23,7 +29,7 @@ fn launched(miss: Miss) -> FlightId {
 /// The first miss launches; the others join and hear `Coalesced`, the leader the origin.
 #[test]
 fn misses_on_one_id_share_one_flight() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let (lead, mut lead_rx) = port();
     let (join, mut join_rx) = port();
     let fid = launched(map.miss(&1, Some(lead)));
@@ -49,7 +55,7 @@ fn misses_on_one_id_share_one_flight() {
 /// A miss during a write is queued, and launches when the last write has landed.
 #[test]
 fn a_miss_waits_for_the_writes_of_its_id() {
-    let mut map = Map::new();
+    let mut map = new_map();
     assert_eq!(map.write(&1, "put a"), Some("put a"));
     assert_eq!(map.write(&1, "put b"), None, "one write at a time");
     assert_eq!(map.miss(&1, None), Miss::Queued);
@@ -72,7 +78,7 @@ fn a_miss_waits_for_the_writes_of_its_id() {
 /// A write overtakes a running flight: it lands detached, and a new miss starts afresh.
 #[test]
 fn a_write_overtakes_a_running_flight() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let old = launched(map.miss(&1, None));
     assert_eq!(map.write(&1, "invalidate"), Some("invalidate"));
     assert_eq!(map.written(&1), Next::Idle);
@@ -87,7 +93,7 @@ fn a_write_overtakes_a_running_flight() {
 /// A queued flight is not overtaken: it has read nothing yet.
 #[test]
 fn a_queued_flight_stays_current_across_writes() {
-    let mut map = Map::new();
+    let mut map = new_map();
     map.write(&1, "put a");
     assert_eq!(map.miss(&1, None), Miss::Queued);
     assert_eq!(map.write(&1, "put b"), None);
@@ -99,7 +105,7 @@ fn a_queued_flight_stays_current_across_writes() {
 /// Any number of writes leave at most `MAX_LOADS_PER_ID` loads of one id running.
 #[test]
 fn loads_per_id_stay_bounded() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let mut running = Vec::new();
     for _ in 0..100 {
         match map.miss(&1, None) {
@@ -121,7 +127,7 @@ fn loads_per_id_stay_bounded() {
 /// detached by this process's own write never does.
 #[test]
 fn a_push_detached_flight_that_reads_again_may_store() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let fid = launched(map.miss(&1, None));
     map.overtake(&1);
     map.reading(fid);
@@ -150,7 +156,7 @@ fn a_push_detached_flight_that_reads_again_may_store() {
 /// A remote invalidation detaches a running flight like a write, without a write to run.
 #[test]
 fn an_overtake_alone_detaches() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let fid = launched(map.miss(&1, None));
     map.overtake(&1);
     assert!(matches!(map.miss(&1, None), Miss::Launch(f) if f != fid));
@@ -160,11 +166,10 @@ fn an_overtake_alone_detaches() {
 /// An early answer reaches the flight's waiters; the flight stays for later joiners.
 #[test]
 fn an_early_answer_leaves_the_flight_running() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let (lead, mut lead_rx) = port();
     let fid = launched(map.miss(&1, Some(lead)));
-    let flight = map.get_mut(&1, fid).expect("current");
-    flight.answer(&Ok(Fetched::new(Arc::new(1), Origin::Stale)));
+    map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
     assert_eq!(
         lead_rx.try_recv().expect("early").expect("ok").origin,
         Origin::Stale
@@ -177,7 +182,7 @@ fn an_early_answer_leaves_the_flight_running() {
 /// it back; a miss joins it, and a second refresh does not start.
 #[test]
 fn a_refresh_is_the_ids_one_flight() {
-    let mut map = Map::new();
+    let mut map = new_map();
     let fid = map.refresh(&1).expect("a refresh starts");
     assert_eq!(map.refresh(&1), None, "one refresh per id at a time");
     let (join, _join_rx) = port();
@@ -201,4 +206,73 @@ fn a_refresh_is_the_ids_one_flight() {
     assert_eq!(map.refresh(&4).map(|_| ()), Some(()));
     assert_eq!(map.refresh(&5).map(|_| ()), Some(()));
     assert_eq!(map.len(), 2);
+}
+
+/// The board lists exactly the current flights: published by the miss that starts one (queued or
+/// running), withdrawn when it lands or a write or push overtakes it; a queued flight stays.
+#[test]
+fn the_board_lists_the_current_flights_only() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let fid = launched(map.miss(&1, None));
+    let joined = board.join(&1).expect("a running flight is listed");
+    map.overtake(&1);
+    assert!(board.join(&1).is_none(), "a push withdrew it");
+    // The detached flight still answers the caller who joined it on the board.
+    let mut landed = map.land(&1, fid).expect("ours");
+    landed.flight.answer(&Ok(Fetched::new(Arc::new(3), Origin::Loaded)));
+    let answer = joined.wait().now_or_never().expect("answered");
+    let fetched = answer.expect("an answer").expect("ok");
+    assert_eq!((*fetched.value, fetched.origin), (3, Origin::Coalesced));
+
+    assert_eq!(map.write(&2, "put"), Some("put"));
+    assert_eq!(map.miss(&2, None), Miss::Queued);
+    assert!(board.join(&2).is_some(), "a queued flight is listed");
+    assert_eq!(map.write(&2, "put again"), None);
+    assert!(board.join(&2).is_some(), "a write does not overtake a queued flight");
+    assert_eq!(map.written(&2), Next::Write("put again"));
+    let fid = match map.written(&2) {
+        Next::Launch(fid) => fid,
+        other => panic!("expected the queued flight to launch, got {other:?}"),
+    };
+    map.land(&2, fid).expect("ours");
+    assert!(board.join(&2).is_none(), "a landed flight is withdrawn");
+    assert_eq!(board.len(), 0);
+}
+
+/// An early answer reaches the board's joiners so far; later joiners wait for the final one.
+#[test]
+fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let fid = launched(map.miss(&1, None));
+    let first = board.join(&1).expect("listed");
+    map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
+    let second = board.join(&1).expect("still listed");
+    let early = first.wait().now_or_never().expect("answered early");
+    assert_eq!(early.expect("some").expect("ok").origin, Origin::Stale);
+    assert!(second.wait().now_or_never().is_none(), "waits for the load");
+    let mut landed = map.land(&1, fid).expect("ours");
+    landed.flight.answer(&Ok(Fetched::new(Arc::new(2), Origin::Loaded)));
+    let last = second.wait().now_or_never().expect("answered");
+    assert_eq!(*last.expect("some").expect("ok").value, 2);
+}
+
+/// A flight that changed nothing tells its board joiners to fly again; one dropped with the
+/// owner answers `Stopped`.
+#[test]
+fn board_joiners_fly_again_or_hear_stopped() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let fid = launched(map.miss(&1, None));
+    let skipped = board.join(&1).expect("listed");
+    let landed = map.land(&1, fid).expect("ours");
+    assert_eq!(landed.flight.into_callers().count(), 0);
+    assert!(skipped.wait().now_or_never().expect("answered").is_none());
+
+    launched(map.miss(&2, None));
+    let orphaned = board.join(&2).expect("listed");
+    drop(map);
+    let answer = orphaned.wait().now_or_never().expect("answered");
+    assert!(matches!(answer, Some(Err(crate::error::Error::Stopped))));
 }
