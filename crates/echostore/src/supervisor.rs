@@ -12,7 +12,9 @@
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, ActorStatus, SupervisionEvent,
+};
 
 /// Starts a replacement owner linked under the given supervisor; `None` when the table is gone.
 pub(crate) type Restart = Box<dyn FnMut(ActorCell) -> BoxFuture<'static, Option<ActorCell>> + Send>;
@@ -20,7 +22,7 @@ pub(crate) type Restart = Box<dyn FnMut(ActorCell) -> BoxFuture<'static, Option<
 /// Messages to the supervisor.
 pub(crate) enum SupervisorMsg {
     /// Restart `owner` with `restart` if it crashes.
-    Watch { owner: ActorId, restart: Restart },
+    Watch { owner: ActorCell, restart: Restart },
 }
 
 /// The supervisor's behaviour.
@@ -54,7 +56,11 @@ impl Actor for Supervisor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Watch { owner, restart } => {
-                state.watched.insert(owner, restart);
+                // An owner that stopped before this message was read has had its event already
+                // (ractor marks it stopping first): keeping its restart would keep its table alive.
+                if owner.get_status() < ActorStatus::Stopping {
+                    state.watched.insert(owner.get_id(), restart);
+                }
             }
         }
         Ok(())

@@ -81,9 +81,12 @@ impl<K: Key, V: Value> Table<K, V> {
                 .add_table(&core.name, Arc::downgrade(&sink), wait)
                 .await;
         }
-        let id = owner.current().get_id();
+        let cell = owner.current().get_cell();
         supervisor
-            .cast(SupervisorMsg::Watch { owner: id, restart })
+            .cast(SupervisorMsg::Watch {
+                owner: cell,
+                restart,
+            })
             .map_err(|_| Error::Stopped)?;
         crate::metrics::spawn_exporter(&core);
         Ok(Table {
