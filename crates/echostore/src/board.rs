@@ -1,25 +1,37 @@
-//! The board: the flights a miss may join without a message to the owner.
+//! The board: the flights a miss may join without a message to the owner, and the L2 reads
+//! that misses make on their own tasks.
 //!
 //! The owner admits every flight ([`crate::flights`]); the board is where it publishes them. It
-//! lists, per id, the **current** flight's [`Cell`], and nothing else: the flights map publishes
-//! a flight in the step that makes it current and withdraws it in the step that ends that (it
-//! lands, or a write, a push or a flush overtakes it), both on the owner's task. A miss that finds
-//! its id here joins that flight on its own task — counted `coalesced`, it waits on the cell for
-//! the one answer — so a herd of misses costs the owner one message, not one per caller.
+//! lists, per id, the **current** flight's [`Cell`]: the flights map publishes a flight in the
+//! step that makes it current and withdraws it in the step that ends that (it lands, or a write,
+//! a push or a flush overtakes it), both on the owner's task. A miss that finds its id here joins
+//! that flight on its own task — counted `coalesced`, it waits on the cell for the one answer —
+//! so a herd of misses costs the owner one message, not one per caller.
+//!
+//! An id with no flight listed and no write of it on its way to Valkey may instead be **read**:
+//! the first miss lists a cell of its own and reads Valkey on its own task (`crate::miss`), and
+//! the misses after it join that cell. A fresh value is *settled* — put in L1 under the board's
+//! lock, only if the read is still listed — and answered; anything else goes to the owner as a
+//! miss, and the reader relays the owner's answer to those who joined it. The owner withdraws a
+//! read when a write of the id starts, when a push for the id arrives, and on a flush, each
+//! *before* it changes L1; it marks the id as written while the write is on the wire, so that no
+//! read starts then. So a read never leaves in L1 what a write replaced or a push announced gone,
+//! and an L2 hit costs its caller one round trip and no hand-off.
 //!
 //! Joining through the board is the same as joining through the owner's mailbox, only earlier:
 //! the caller joins the flight that was current when it looked, which is the flight its message
 //! would have joined had the owner read it at that instant. A `put` that has returned has already
-//! withdrawn the flight it overtook, so a read made after it never joins a flight that reads what
-//! the put replaced.
+//! withdrawn the flight or read it overtook, so a read made after it never joins one that reads
+//! what the put replaced.
 //!
 //! A cell is answered once. A flight that answers early (its soft timeout's stale copy) answers
 //! its cell and publishes a fresh one for later joiners; a flight that changed nothing (an early
-//! refresh that lost the lock) answers "fly again", and its joiners miss once more through the
-//! owner; an owner that dies drops its cells' [`Answerer`]s, which answer [`Error::Stopped`].
+//! refresh that lost the lock), or a reader whose caller gave up, answers "fly again", and its
+//! joiners miss once more through the owner; an owner that dies drops its cells' [`Answerer`]s,
+//! which answer [`Error::Stopped`].
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -33,9 +45,31 @@ use crate::fetched::Fetched;
 /// What a joiner receives: the flight's answer as a joiner sees it, or `None` to fly again.
 pub(crate) type Joined<V> = Option<Result<Fetched<V>>>;
 
-/// The current flights of one table, by id.
+/// The current flights and reads of one table, by id, and the ids being written.
 pub(crate) struct Board<K, V> {
-    cells: Mutex<HashMap<K, Arc<Cell<V>>>>,
+    lists: Mutex<Lists<K, V>>,
+}
+
+struct Lists<K, V> {
+    cells: HashMap<K, Listed<V>>,
+    /// Ids with a write on its way to Valkey: no read starts for them.
+    writing: HashSet<K>,
+}
+
+/// A listed cell: the owner's flight, or a caller's read.
+struct Listed<V> {
+    cell: Arc<Cell<V>>,
+    read: bool,
+}
+
+/// What a miss finds on the board.
+pub(crate) enum Entered<V> {
+    /// A flight or a read of the id, joined: wait on its cell.
+    Joined(Arc<Cell<V>>),
+    /// Nothing to join, and the id may be read: this caller reads it, answering the cell.
+    Read(Answerer<V>),
+    /// Ask the owner (a write of the id is on its way, or no read is possible).
+    Owner,
 }
 
 /// One flight's answer for the callers who joined it through the board.
@@ -53,56 +87,133 @@ pub(crate) struct Answerer<V>(Arc<Cell<V>>);
 impl<K: Eq + Hash, V> Board<K, V> {
     pub(crate) fn new() -> Self {
         Board {
-            cells: Mutex::new(HashMap::new()),
+            lists: Mutex::new(Lists {
+                cells: HashMap::new(),
+                writing: HashSet::new(),
+            }),
         }
     }
 
-    fn cells(&self) -> MutexGuard<'_, HashMap<K, Arc<Cell<V>>>> {
-        self.cells.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lists(&self) -> MutexGuard<'_, Lists<K, V>> {
+        self.lists.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Joins the current flight of `id`, if the board lists one.
+    /// A miss on `id`: joins what is listed; else, if `readable` and no write of the id is on its
+    /// way, lists a read of it for this caller (`owned` makes the key).
     ///
-    /// A key whose `Hash` or `Eq` panics joins nothing here: the miss goes to the owner, whose
-    /// flights map meets the same panic, crashes, answers its callers [`Error::Stopped`] and is
-    /// restarted, as for any miss (the panic does not unwind into the caller's task).
-    pub(crate) fn join<Q>(&self, id: &Q) -> Option<Arc<Cell<V>>>
+    /// A key whose `Hash` or `Eq` panics is sent to the owner, whose flights map meets the same
+    /// panic, crashes, answers its callers [`Error::Stopped`] and is restarted, as for any miss
+    /// (the panic does not unwind into the caller's task; the map is left as it was).
+    pub(crate) fn enter<Q>(&self, id: &Q, readable: bool, owned: impl FnOnce() -> K) -> Entered<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let join = || {
-            let cells = self.cells();
-            let cell = cells.get(id)?;
-            cell.joined.fetch_add(1, Relaxed);
-            Some(Arc::clone(cell))
+        let enter = || {
+            let mut lists = self.lists();
+            if let Some(listed) = lists.cells.get(id) {
+                listed.cell.joined.fetch_add(1, Relaxed);
+                return Entered::Joined(Arc::clone(&listed.cell));
+            }
+            if !readable || lists.writing.contains(id) {
+                return Entered::Owner;
+            }
+            let answerer = Answerer::new();
+            let listed = Listed {
+                cell: Arc::clone(&answerer.0),
+                read: true,
+            };
+            lists.cells.insert(owned(), listed);
+            Entered::Read(answerer)
         };
-        // The map is only read here: a panic leaves it as it was.
-        std::panic::catch_unwind(AssertUnwindSafe(join)).unwrap_or(None)
+        std::panic::catch_unwind(AssertUnwindSafe(enter)).unwrap_or(Entered::Owner)
     }
 
-    /// Lists `answerer`'s cell as the current flight of `id`.
+    /// The read `answerer` of `id` found a fresh value: if it is still listed, `keep` runs (the
+    /// L1 insert) under the board's lock and the read is withdrawn; `false` if it was not listed
+    /// (a write, a push or a flush overtook it, or a flight replaced it).
+    pub(crate) fn settle(&self, id: &K, answerer: &Answerer<V>, keep: impl FnOnce()) -> bool {
+        let mut lists = self.lists();
+        if !lists.cells.get(id).is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0)) {
+            return false;
+        }
+        keep();
+        lists.cells.remove(id);
+        true
+    }
+
+    /// Withdraws the read of `id`, if one is listed (its value may be older than a change the
+    /// owner is about to make).
+    pub(crate) fn overtake_read(&self, id: &K) {
+        let mut lists = self.lists();
+        if lists.cells.get(id).is_some_and(|l| l.read) {
+            lists.cells.remove(id);
+        }
+    }
+
+    /// Withdraws every read (pushes may have been missed).
+    pub(crate) fn overtake_reads(&self) {
+        self.lists().cells.retain(|_, l| !l.read);
+    }
+
+    /// A write of `id` is on its way to Valkey (`true`) or none is any more (`false`); a read
+    /// listed when it starts is withdrawn.
+    pub(crate) fn writing(&self, id: &K, writing: bool)
+    where
+        K: Clone,
+    {
+        let mut lists = self.lists();
+        if writing {
+            if lists.cells.get(id).is_some_and(|l| l.read) {
+                lists.cells.remove(id);
+            }
+            lists.writing.insert(id.clone());
+        } else {
+            lists.writing.remove(id);
+        }
+    }
+
+    /// Joins what is listed for `id`, if anything (the tests' view of [`enter`](Self::enter)).
+    #[cfg(test)]
+    pub(crate) fn join(&self, id: &K) -> Option<Arc<Cell<V>>>
+    where
+        K: Clone,
+    {
+        match self.enter(id, false, || id.clone()) {
+            Entered::Joined(cell) => Some(cell),
+            _ => None,
+        }
+    }
+
+    /// Lists `answerer`'s cell as the current flight of `id` (in place of a read: the flight's
+    /// answer is at least as new).
     pub(crate) fn publish(&self, id: K, answerer: &Answerer<V>) {
-        self.cells().insert(id, Arc::clone(&answerer.0));
+        let listed = Listed {
+            cell: Arc::clone(&answerer.0),
+            read: false,
+        };
+        self.lists().cells.insert(id, listed);
     }
 
     /// Withdraws `answerer`'s cell from `id`, if it is the one listed.
     pub(crate) fn withdraw(&self, id: &K, answerer: &Answerer<V>) {
-        let mut cells = self.cells();
-        if cells.get(id).is_some_and(|c| Arc::ptr_eq(c, &answerer.0)) {
-            cells.remove(id);
+        let mut lists = self.lists();
+        if lists.cells.get(id).is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0)) {
+            lists.cells.remove(id);
         }
     }
 
-    /// Withdraws every cell (a new owner starts with no flights).
+    /// Withdraws every cell and mark (a new owner starts with no flights and no writes).
     pub(crate) fn clear(&self) {
-        self.cells().clear();
+        let mut lists = self.lists();
+        lists.cells.clear();
+        lists.writing.clear();
     }
 
     /// Ids listed now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.cells().len()
+        self.lists().cells.len()
     }
 }
 

@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 
 use crate::board::Board;
 use crate::coherence::{DOWN_L1_LIFE, Tracker};
-use crate::envelope::{self, unix_ms};
+use crate::envelope::{self, Envelope, unix_ms};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1};
 use crate::l2::L2;
@@ -140,6 +140,14 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
     /// The Valkey names of `id`'s value and lock in this table.
     pub(crate) fn names(&self, id: &K) -> Result<crate::key::KeyNames> {
         crate::key::KeyNames::new(&self.namespace, &self.name, id)
+    }
+
+    /// The L1 entry of a fresh value read from Valkey: fresh until the envelope's own
+    /// `fresh_until`, refreshed early by its recorded load time.
+    pub(crate) fn l2_entry(&self, env: Envelope<V>) -> Entry<V> {
+        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
+        let early = self.config.early(env.delta);
+        Entry::new(Arc::new(env.value), left, self.config.stale_for, early)
     }
 
     /// `entry` as L1 may keep it now: while coherence is on but tracking is down, for at most

@@ -36,7 +36,6 @@ use crate::envelope::{self, Envelope, Fingerprint, unix_ms};
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::key::{Key, KeyNames, Value};
-use crate::l1::Entry;
 use crate::l2::L2;
 use crate::load::Load;
 use crate::lock::{self, Fenced};
@@ -321,10 +320,6 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.
     fn l2_hit(&self, env: Envelope<V>) -> Filled<V> {
         bump(&self.core.stats.counters.l2_hits);
-        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
-        let config = &self.core.config;
-        let early = config.early(env.delta);
-        let entry = Entry::new(Arc::new(env.value), left, config.stale_for, early);
-        Filled::fresh(entry, Origin::L2)
+        Filled::fresh(self.core.l2_entry(env), Origin::L2)
     }
 }

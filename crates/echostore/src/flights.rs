@@ -28,7 +28,9 @@
 //!
 //! The current flights are also listed on the table's [`Board`], where a miss joins without a
 //! message to the owner: this map publishes a flight in the step that makes it current and
-//! withdraws it in the step that ends that, so the board never lists anything else.
+//! withdraws it in the step that ends that, so the board never lists anything else. It also
+//! keeps the board's other half true: an id is marked as written while a write of it is running,
+//! and a write, a push or a flush withdraws the reads that callers listed.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -216,6 +218,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// (returned) or after the writes ahead of it (queued).
     pub(crate) fn write(&mut self, id: &K, write: W) -> Option<W> {
         self.detach(id, true);
+        self.board.writing(id, true);
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
         if state.writing {
             state.waiting.push_back(write);
@@ -230,11 +233,13 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// bytes, so it is detached and keeps nothing unless it reads again (a polling loser does). A
     /// queued flight has read nothing: it stays.
     pub(crate) fn overtake(&mut self, id: &K) {
+        self.board.overtake_read(id);
         self.detach(id, false);
     }
 
     /// Every running flight is overtaken (coherence lost: any of them may have read old bytes).
     pub(crate) fn overtake_all(&mut self) {
+        self.board.overtake_reads();
         let ids: Vec<K> = self.ids.keys().cloned().collect();
         for id in &ids {
             self.detach(id, false);
@@ -284,6 +289,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             return Next::Write(write);
         }
         state.writing = false;
+        self.board.writing(id, false);
         let next = match state.try_launch() {
             Some(fid) => Next::Launch(fid),
             None => Next::Idle,

@@ -230,6 +230,7 @@ mod l2;
 mod load;
 mod lock;
 mod lookup;
+mod miss;
 mod losers;
 mod metrics;
 mod owner;

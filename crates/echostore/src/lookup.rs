@@ -23,8 +23,6 @@ use std::task::{Context, Poll, ready};
 
 use futures::future::BoxFuture;
 
-use futures::FutureExt;
-
 use crate::core::TableCore;
 use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
@@ -32,7 +30,6 @@ use crate::key::{Key, Value};
 use crate::l1::{Freshness, L1Cache};
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
-use crate::stats::bump;
 
 /// What a read answers with: the value alone (`get`) or the value and its origin (`fetch`).
 pub(crate) trait Answer<V>: Sized {
@@ -120,7 +117,8 @@ where
                     }
                 },
                 State::Miss(call) => {
-                    let call = call.get_or_insert_with(|| miss(this.core, this.owner, this.id));
+                    let call =
+                        call.get_or_insert_with(|| crate::miss::miss(this.core, this.owner, this.id));
                     let answer = ready!(call.as_mut().poll(cx));
                     this.state = State::Hit(None);
                     return Poll::Ready(answer.map(A::answer));
@@ -162,35 +160,4 @@ where
     let (id, value) = (id.to_owned(), Arc::clone(value));
     // A stopped owner refreshes nothing; the value stays until its freshness ends.
     let _ = owner.current().cast(OwnerMsg::Refresh { id, value });
-}
-
-/// The miss path: the current flight of `id` joined on the board, counted `coalesced`, without
-/// a message to the owner; else a call to the owner, which joins or starts the flight (the id is
-/// owned from here on: the flights map keeps it).
-fn miss<'a, K, V, Q>(
-    core: &TableCore<K, V>,
-    owner: &'a OwnerRef<K, V>,
-    id: &Q,
-) -> BoxFuture<'a, Result<Fetched<V>>>
-where
-    K: Key + Borrow<Q>,
-    V: Value,
-    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-{
-    let joined = core.board.join(id);
-    let id = id.to_owned();
-    let Some(cell) = joined else {
-        return owner
-            .call(move |reply| OwnerMsg::Fill { id, reply })
-            .boxed();
-    };
-    bump(&core.stats.counters.coalesced);
-    async move {
-        match cell.wait().await {
-            Some(answer) => answer,
-            // The flight changed nothing: miss again, through the owner.
-            None => owner.call(move |reply| OwnerMsg::Rejoin { id, reply }).await,
-        }
-    }
-    .boxed()
 }

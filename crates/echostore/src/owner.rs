@@ -157,8 +157,8 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush => {
                 bump(&state.core.stats.counters.coherence_flushes);
+                state.flights.overtake_all(); // before L1 changes: no read settles after
                 state.core.l1.clear();
-                state.flights.overtake_all();
                 state.own.clear();
                 state.overtaken_writes.clear();
             }

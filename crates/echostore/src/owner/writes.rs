@@ -30,13 +30,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             let _ = reply.send(Ok(()));
             return;
         };
-        self.core.l1.remove(&id);
         let pending = PendingWrite {
             write,
             entry,
             reply,
         };
-        if let Some(now) = self.flights.write(&id, pending) {
+        // The board's reads of the id are withdrawn before L1 changes: none can put back what
+        // the write replaces.
+        let now = self.flights.write(&id, pending);
+        self.core.l1.remove(&id);
+        if let Some(now) = now {
             self.spawn_write(myself, id, now);
         }
     }
@@ -97,8 +100,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         }
         bump(&self.core.stats.counters.invalidations);
+        self.flights.overtake(&id); // before L1 changes: a read of the id can no longer settle
         self.core.l1.remove(&id);
-        self.flights.overtake(&id);
         if self.flights.is_writing(&id) {
             self.overtaken_writes.insert(id);
         }

@@ -1,0 +1,146 @@
+//! What a miss does on the caller's own task, before (and mostly instead of) a message to the
+//! owner: it joins what the table's [`Board`](crate::board) lists for the id, or reads Valkey
+//! itself, or asks the owner.
+//!
+//! ```text
+//! L1 miss ─▶ board ─ flight or read listed ─▶ join: wait on its cell (coalesced)
+//!              ├──── id being written, or no Valkey ─▶ the owner (Fill)
+//!              └──── nothing listed ─▶ read: GETRANGE value ── fresh ─▶ settle into L1, answer
+//!                                                 └─ anything else ─▶ the owner (Fill), relay
+//! ```
+//!
+//! The read is the fill's first step (`crate::fill`), done where the caller already is: an L2 hit
+//! then costs the caller one round trip to Valkey and no hand-off between tasks, which on a
+//! loaded two-core machine is most of what the owner's path added (`docs/benchmarks.md`, "The
+//! miss path, hop by hop"). It only ever *answers* from a fresh value; a missing, stale,
+//! oversized or undecodable value, or a Valkey error, goes to the owner untouched and uncounted,
+//! and the owner's flight does everything the protocol says (the lock, the loser policies, the
+//! counters). So the one source read per id stays the owner's to admit.
+//!
+//! A caller that drops its future while reading tells those who joined it to fly again (they
+//! miss once more through the owner); the read itself is a GET, so nothing is lost.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::board::{Answerer, Cell, Entered};
+use crate::core::TableCore;
+use crate::envelope::{self, unix_ms};
+use crate::error::Result;
+use crate::fetched::{Fetched, Origin};
+use crate::key::{Key, Value};
+use crate::l1::L1Cache;
+use crate::owner::OwnerMsg;
+use crate::owner_ref::OwnerRef;
+use crate::stats::bump;
+
+/// The miss path of a read of `id` (owned from here on: the board and the owner keep it).
+pub(crate) fn miss<'a, K, V, Q>(
+    core: &'a TableCore<K, V>,
+    owner: &'a OwnerRef<K, V>,
+    id: &Q,
+) -> BoxFuture<'a, Result<Fetched<V>>>
+where
+    K: Key + Borrow<Q>,
+    V: Value,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    let entered = core.board.enter(id, core.l2.is_some(), || id.to_owned());
+    let id = id.to_owned();
+    match entered {
+        Entered::Joined(cell) => {
+            bump(&core.stats.counters.coalesced);
+            joined(owner, id, cell).boxed()
+        }
+        Entered::Read(answerer) => {
+            let reading = Reading {
+                core,
+                id,
+                answerer,
+            };
+            reading.run(owner).boxed()
+        }
+        Entered::Owner => ask(owner, id).boxed(),
+    }
+}
+
+/// A miss the owner answers: it joins or starts the id's flight.
+async fn ask<K: Key, V: Value>(owner: &OwnerRef<K, V>, id: K) -> Result<Fetched<V>> {
+    owner.call(move |reply| OwnerMsg::Fill { id, reply }).await
+}
+
+/// A caller who joined a flight or a read: its answer, or a miss through the owner if that one
+/// changed nothing (not counted as `coalesced` twice).
+async fn joined<K: Key, V: Value>(
+    owner: &OwnerRef<K, V>,
+    id: K,
+    cell: std::sync::Arc<Cell<V>>,
+) -> Result<Fetched<V>> {
+    match cell.wait().await {
+        Some(answer) => answer,
+        None => owner.call(move |reply| OwnerMsg::Rejoin { id, reply }).await,
+    }
+}
+
+/// A read of `id` listed on the board for this caller; dropped unanswered (the caller gave up),
+/// it withdraws itself and tells its joiners to fly again.
+struct Reading<'a, K: Key, V> {
+    core: &'a TableCore<K, V>,
+    id: K,
+    answerer: Answerer<V>,
+}
+
+impl<K: Key, V: Value> Reading<'_, K, V> {
+    async fn run(self, owner: &OwnerRef<K, V>) -> Result<Fetched<V>> {
+        if let Some(hit) = self.read().await {
+            return Ok(hit);
+        }
+        // Not a fresh value: the owner's flight takes it from here (its cell replaces this read
+        // on the board); this caller relays its answer to those who joined the read.
+        let answer = ask(owner, self.id.clone()).await;
+        self.answerer.answer(Some(match &answer {
+            Ok(fetched) => Ok(fetched.for_joiner()),
+            Err(e) => Err(e.clone()),
+        }));
+        answer
+    }
+
+    /// The value on Valkey if it is fresh, settled into L1 (unless a change overtook the read)
+    /// and answered to those who joined; `None` for anything else, untouched.
+    async fn read(&self) -> Option<Fetched<V>> {
+        let core = self.core;
+        let l2 = core.l2.as_ref()?;
+        let names = core.names(&self.id).ok()?;
+        let max = core.config.max_value_bytes;
+        let bytes = crate::metrics::time_l2(&core.name, l2.get(&names, max))
+            .await
+            .ok()??;
+        if bytes.len() > max {
+            return None;
+        }
+        let env = envelope::decode::<V>(&bytes).ok()?;
+        if !env.is_fresh(unix_ms()) {
+            return None;
+        }
+        bump(&core.stats.counters.l2_hits);
+        let entry = core.l2_entry(env);
+        let fetched = Fetched::new(std::sync::Arc::clone(&entry.value), Origin::L2);
+        core.board.settle(&self.id, &self.answerer, || {
+            core.l1.insert(self.id.clone(), core.keepable(entry));
+        });
+        self.answerer.answer(Some(Ok(fetched.for_joiner())));
+        Some(fetched)
+    }
+}
+
+impl<K: Key, V> Drop for Reading<'_, K, V> {
+    fn drop(&mut self) {
+        // Answered: a no-op. Otherwise the caller gave up (or the read was cut short): whoever
+        // joined misses again through the owner.
+        self.answerer.answer(None);
+        self.core.board.withdraw(&self.id, &self.answerer);
+    }
+}

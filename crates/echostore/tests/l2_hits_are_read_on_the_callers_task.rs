@@ -1,0 +1,132 @@
+//! A miss whose value is fresh on Valkey is read on the caller's own task, once for however many
+//! callers miss it together: the others join that read, L1 keeps the value, the source is never
+//! read. A reader that gives up leaves its joiners answered (through the owner), and a write
+//! that starts while a read is out keeps the read's value out of L1.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Proxy, Source, answers, herd, settled, until, until_stats, valkey, valkey_table};
+use echostore::{Origin, Store};
+
+/// Another store wrote id 5; a herd of 50 on this store misses it together. All 50 get the
+/// value, Valkey was read once for them (`l2_hits` 1: the others joined that read or hit L1),
+/// the loader never ran, and the value stays in L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herd_on_a_value_on_valkey_reads_it_once() {
+    let valkey = valkey();
+    let source = Source::open();
+    let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
+    writer.put(&5, "written".into()).await.expect("put");
+    let reader = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
+
+    for answer in answers(herd(&reader, 50, 5)).await {
+        assert_eq!(*answer.expect("a value").value, "written");
+    }
+    let stats = reader.stats();
+    assert_eq!(stats.l2_hits, 1, "one read of Valkey for the herd");
+    assert_eq!(stats.coalesced + stats.l1_hits, 49, "{stats:?}");
+    assert_eq!((source.calls(), stats.source_reads), (0, 0));
+    assert_eq!(reader.fetch(&5).await.expect("kept").origin, Origin::L1);
+    settled(&reader).await;
+}
+
+/// The first caller's read of id 7 is held on its way to Valkey (a proxy holds the requests);
+/// nine more callers join it; then the first gives up (its task is aborted). The nine are told
+/// to miss again, through the owner, and once Valkey answers they all get the value: no source
+/// read, nothing left in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_gives_up_leaves_its_joiners_answered() {
+    let valkey = valkey();
+    let source = Source::open();
+    let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
+    writer.put(&7, "written".into()).await.expect("put");
+    let proxy = Proxy::start(&valkey.url()).await;
+    let store = Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .coherence(false) // only the data connection goes through the proxy
+        .valkey_timeout(Duration::from_secs(30)) // the hold is a delay, not an outage
+        .build()
+        .await
+        .expect("store through the proxy");
+    let reader = store
+        .table::<u64, String>("reads")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table");
+    reader.fetch(&1).await.expect("a first read, through the proxy");
+
+    proxy.hold();
+    let first = tokio::spawn({
+        let reader = reader.clone();
+        async move { reader.fetch(&7).await }
+    });
+    let joiners: Vec<_> = (0..9)
+        .map(|_| {
+            let reader = reader.clone();
+            tokio::spawn(async move { reader.fetch(&7).await })
+        })
+        .collect();
+    until_stats(&reader, "nine callers joined the read", |s| {
+        s.coalesced == 9
+    })
+    .await;
+    first.abort();
+    assert!(first.await.expect_err("aborted").is_cancelled());
+    proxy.release();
+
+    for joiner in joiners {
+        let fetched = joiner.await.expect("task").expect("a value");
+        assert_eq!(*fetched.value, "written");
+    }
+    assert_eq!(source.calls(), 1, "only id 1 was ever loaded");
+    settled(&reader).await;
+}
+
+/// A put of id 3 is held on its way to Valkey; a get of id 3 made meanwhile does not read
+/// Valkey's older value into L1: it waits behind the write (the owner queues it) and answers the
+/// put's value, and L1 then holds the put's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_never_starts_while_its_id_is_written() {
+    let valkey = valkey();
+    let source = Source::open();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let store = Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .coherence(false)
+        .valkey_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("store through the proxy");
+    let table = store
+        .table::<u64, String>("reads")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table");
+    table.put(&3, "before".into()).await.expect("first put");
+    table.invalidate(&1).await.expect("warms the connection");
+
+    proxy.hold();
+    let put = tokio::spawn({
+        let table = table.clone();
+        async move { table.put(&3, "after".into()).await }
+    });
+    until("the put reached the owner", || table.stats().l1_len == 0).await;
+    let get = tokio::spawn({
+        let table = table.clone();
+        async move { table.fetch(&3).await }
+    });
+    until_stats(&table, "the get waits in the owner", |s| s.in_flight == 1).await;
+    proxy.release();
+    put.await.expect("task").expect("the put landed");
+    let fetched = get.await.expect("task").expect("a value");
+    assert_eq!(*fetched.value, "after", "{fetched:?}");
+    assert_eq!(*table.get(&3).await.expect("L1"), "after");
+    assert_eq!(source.calls(), 0);
+    settled(&table).await;
+}
