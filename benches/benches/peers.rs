@@ -107,7 +107,7 @@ fn criterion_row(c: &mut Criterion, row: &mut Row<'_>, herd: bool) {
         group.warm_up_time(Duration::from_millis(300));
     }
     for (name, run) in &mut row.contenders {
-        group.bench_function(*name, |b| b.iter_custom(|iters| run(iters)));
+        group.bench_function(*name, |b| b.iter_custom(&mut *run));
     }
     group.finish();
 }
@@ -161,7 +161,11 @@ fn herds(rt: &Runtime, herd: &Herd, ids: &AtomicU64, callers: usize, iters: u64)
         total += rt
             .block_on(herd.run(id, callers))
             .unwrap_or_else(|e| panic!("a herd of {callers} on id {id}: {e}"));
-        assert_eq!(herd.reads() - before, 1, "a herd read the source more than once");
+        assert_eq!(
+            herd.reads() - before,
+            1,
+            "a herd read the source more than once"
+        );
     }
     total
 }
@@ -313,7 +317,11 @@ fn peers(c: &mut Criterion) {
         criterion_row(c, row, at == 1);
     }
 
-    assert_eq!(loads.load(Ordering::SeqCst), 0, "the L2 reader read the source");
+    assert_eq!(
+        loads.load(Ordering::SeqCst),
+        0,
+        "the L2 reader read the source"
+    );
     println!("\nEchoStore against its peers, this run (median of per-round ratios):");
     for (title, ratios) in &summary {
         let ratios: Vec<String> = ratios

@@ -134,7 +134,11 @@ impl<K: Eq + Hash, V> Board<K, V> {
     /// (a write, a push or a flush overtook it, or a flight replaced it).
     pub(crate) fn settle(&self, id: &K, answerer: &Answerer<V>, keep: impl FnOnce()) -> bool {
         let mut lists = self.lists();
-        if !lists.cells.get(id).is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0)) {
+        if !lists
+            .cells
+            .get(id)
+            .is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0))
+        {
             return false;
         }
         keep();
@@ -198,7 +202,11 @@ impl<K: Eq + Hash, V> Board<K, V> {
     /// Withdraws `answerer`'s cell from `id`, if it is the one listed.
     pub(crate) fn withdraw(&self, id: &K, answerer: &Answerer<V>) {
         let mut lists = self.lists();
-        if lists.cells.get(id).is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0)) {
+        if lists
+            .cells
+            .get(id)
+            .is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0))
+        {
             lists.cells.remove(id);
         }
     }
@@ -279,7 +287,10 @@ mod tests {
         let early = board.join(&1).expect("published");
         let waiting = tokio::spawn(async move { early.wait().await });
         let value = Arc::new(7);
-        answerer.answer(Some(Ok(Fetched::new(Arc::clone(&value), Origin::Coalesced))));
+        answerer.answer(Some(Ok(Fetched::new(
+            Arc::clone(&value),
+            Origin::Coalesced,
+        ))));
         let late = board.join(&1).expect("still published");
         for answer in [waiting.await.expect("task"), late.wait().await] {
             let fetched = answer.expect("an answer").expect("ok");

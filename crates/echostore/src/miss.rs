@@ -56,11 +56,7 @@ where
             joined(owner, id, cell).boxed()
         }
         Entered::Read(answerer) => {
-            let reading = Reading {
-                core,
-                id,
-                answerer,
-            };
+            let reading = Reading { core, id, answerer };
             reading.run(owner).boxed()
         }
         Entered::Owner => ask(owner, id).boxed(),
@@ -81,7 +77,11 @@ async fn joined<K: Key, V: Value>(
 ) -> Result<Fetched<V>> {
     match cell.wait().await {
         Some(answer) => answer,
-        None => owner.call(move |reply| OwnerMsg::Rejoin { id, reply }).await,
+        None => {
+            owner
+                .call(move |reply| OwnerMsg::Rejoin { id, reply })
+                .await
+        }
     }
 }
 

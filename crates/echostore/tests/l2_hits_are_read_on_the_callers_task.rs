@@ -57,7 +57,10 @@ async fn a_reader_that_gives_up_leaves_its_joiners_answered() {
         .start()
         .await
         .expect("table");
-    reader.fetch(&1).await.expect("a first read, through the proxy");
+    reader
+        .fetch(&1)
+        .await
+        .expect("a first read, through the proxy");
 
     proxy.hold();
     let first = tokio::spawn({

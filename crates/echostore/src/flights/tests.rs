@@ -220,7 +220,9 @@ fn the_board_lists_the_current_flights_only() {
     assert!(board.join(&1).is_none(), "a push withdrew it");
     // The detached flight still answers the caller who joined it on the board.
     let mut landed = map.land(&1, fid).expect("ours");
-    landed.flight.answer(&Ok(Fetched::new(Arc::new(3), Origin::Loaded)));
+    landed
+        .flight
+        .answer(&Ok(Fetched::new(Arc::new(3), Origin::Loaded)));
     let answer = joined.wait().now_or_never().expect("answered");
     let fetched = answer.expect("an answer").expect("ok");
     assert_eq!((*fetched.value, fetched.origin), (3, Origin::Coalesced));
@@ -229,7 +231,10 @@ fn the_board_lists_the_current_flights_only() {
     assert_eq!(map.miss(&2, None), Miss::Queued);
     assert!(board.join(&2).is_some(), "a queued flight is listed");
     assert_eq!(map.write(&2, "put again"), None);
-    assert!(board.join(&2).is_some(), "a write does not overtake a queued flight");
+    assert!(
+        board.join(&2).is_some(),
+        "a write does not overtake a queued flight"
+    );
     assert_eq!(map.written(&2), Next::Write("put again"));
     let fid = match map.written(&2) {
         Next::Launch(fid) => fid,
@@ -253,7 +258,9 @@ fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
     assert_eq!(early.expect("some").expect("ok").origin, Origin::Stale);
     assert!(second.wait().now_or_never().is_none(), "waits for the load");
     let mut landed = map.land(&1, fid).expect("ours");
-    landed.flight.answer(&Ok(Fetched::new(Arc::new(2), Origin::Loaded)));
+    landed
+        .flight
+        .answer(&Ok(Fetched::new(Arc::new(2), Origin::Loaded)));
     let last = second.wait().now_or_never().expect("answered");
     assert_eq!(*last.expect("some").expect("ok").value, 2);
 }
