@@ -9,7 +9,7 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# The criterion benches (L1 hit, L2 GET, herd); figures go in docs/benchmarks.md.
+# The criterion benches (L1 hit, L2 GET, herd, wake-up, peers); figures go in docs/benchmarks.md.
 bench:
     cargo bench -p echostore-benches
 

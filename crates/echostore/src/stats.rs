@@ -246,7 +246,8 @@ counters! {
     early_refresh_failures,
     }
     gauges {
-        /// Flights running now (ids being filled).
+        /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey
+        /// on its own task is not one).
         in_flight,
         /// Entries in L1 now (fresh or not yet evicted).
         l1_len,
