@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use echostore::{L1Backend, Origin, Store, Table};
+use echostore::{L1Backend, Origin, Store};
+use echostore_benches::fixtures::{VALUE_BYTES, l2_only_table, value_of};
 use echostore_benches::measure::{Latencies, l1_hit, timed_gets};
 use echostore_benches::{
     Samples, filled_table, human, measurement_time, print_ratio, print_summary, random_ids,
@@ -23,66 +24,7 @@ use echostore_benches::{
 use embedded_valkey::EmbeddedValkey;
 use redis::AsyncCommands;
 
-/// The raw GET reads a value of this many bytes; the table's values are strings of the same
-/// length (on Valkey they sit in an envelope about 20 bytes longer).
-const VALUE_BYTES: usize = 64;
-
 const SAMPLE_SIZE: usize = 100;
-
-fn value_of(id: u64) -> String {
-    let mut value = format!("value of {id} ");
-    value.extend(std::iter::repeat_n(
-        'v',
-        VALUE_BYTES.saturating_sub(value.len()),
-    ));
-    value
-}
-
-/// A table whose every `get` is an L1 miss and an L2 hit.
-///
-/// Its L1 holds one entry and the bench cycles through `keys` ids in order, so the id asked for
-/// is never the one L1 kept from the previous get. The values were `put` beforehand through
-/// another store (as another process would have filled Valkey), so this table's own L1 never saw
-/// them. Its loader counts its calls and fails: a get that reached the source would show up, and
-/// each timed `fetch` checks that its answer's origin is `L2`.
-async fn l2_only_table(url: &str, keys: u64, loads: Arc<AtomicU64>) -> Table<u64, String> {
-    let writer = Store::builder()
-        .valkey(url)
-        .require_valkey(true)
-        .build()
-        .await
-        .expect("writer store");
-    let filler = writer
-        .table::<u64, String>("bench-l2")
-        .ttl(Duration::from_secs(3600))
-        .loader(|_id: u64| async move { Err::<String, _>(std::io::Error::other("never loaded")) })
-        .start()
-        .await
-        .expect("writer table");
-    for id in 0..keys {
-        filler.put(&id, value_of(id)).await.expect("put");
-    }
-    let reader = Store::builder()
-        .valkey(url)
-        .require_valkey(true)
-        .build()
-        .await
-        .expect("reader store");
-    reader
-        .table::<u64, String>("bench-l2")
-        .ttl(Duration::from_secs(3600))
-        .l1_capacity(1)
-        .loader(move |_id: u64| {
-            let loads = Arc::clone(&loads);
-            async move {
-                loads.fetch_add(1, Ordering::SeqCst);
-                Err::<String, _>(std::io::Error::other("the L2 bench must never load"))
-            }
-        })
-        .start()
-        .await
-        .expect("reader table")
-}
 
 /// `total_commands_processed` from Valkey's `INFO stats`.
 async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -120,7 +62,9 @@ fn l2_get(c: &mut Criterion) {
 
     // (b) Table::get on an L1 miss that is an L2 hit.
     let loads = Arc::new(AtomicU64::new(0));
-    let l2_table = rt.block_on(l2_only_table(&url, keys, Arc::clone(&loads)));
+    let l2_table = rt
+        .block_on(l2_only_table(&url, "bench-l2", keys, Arc::clone(&loads)))
+        .expect("an L2-only table");
 
     // (c) an L1 hit, as in `l1_hit`: quick_cache, 100k random keys, one thread.
     let l1_keys = size(100_000, 10_000) as u64;

@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use echostore::{L1Backend, Origin, Store, Table};
+use echostore::{L1Backend, Origin, Store};
+use echostore_benches::fixtures::{VALUE_BYTES, l2_only_table, value_of};
 use echostore_benches::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
 use echostore_benches::measure::median;
 use echostore_benches::{
@@ -32,9 +33,6 @@ use echostore_benches::{
 use embedded_valkey::EmbeddedValkey;
 use redis::AsyncCommands;
 use tokio::runtime::Runtime;
-
-/// Bytes of every value.
-const VALUE_BYTES: usize = 64;
 
 /// One contender: runs `iters` operations and returns the time they took.
 type Run<'a> = Box<dyn FnMut(u64) -> Duration + 'a>;
@@ -45,15 +43,6 @@ struct Row<'a> {
     title: String,
     batch: u64,
     contenders: Vec<(&'static str, Run<'a>)>,
-}
-
-fn value_of(id: u64) -> String {
-    let mut value = format!("value of {id} ");
-    value.extend(std::iter::repeat_n(
-        'v',
-        VALUE_BYTES.saturating_sub(value.len()),
-    ));
-    value
 }
 
 /// Runs `rounds` interleaved rounds of `row` and prints each contender's median per operation and
@@ -112,46 +101,6 @@ fn criterion_row(c: &mut Criterion, row: &mut Row<'_>, herd: bool) {
     group.finish();
 }
 
-/// Valkey filled through a writer store; a reader table whose L1 keeps one entry, so that cycling
-/// over the ids makes every fetch an L1 miss and an L2 hit. Its loader fails and counts: the
-/// bench asserts at the end that it never ran.
-async fn l2_reader(url: &str, keys: u64, loads: Arc<AtomicU64>) -> Table<u64, String> {
-    let store = || async {
-        Store::builder()
-            .valkey(url)
-            .require_valkey(true)
-            .build()
-            .await
-            .expect("a store on the embedded valkey")
-    };
-    let writer = store()
-        .await
-        .table::<u64, String>("bench-peers")
-        .ttl(Duration::from_secs(3600))
-        .loader(|_id: u64| async move { Err::<String, _>(std::io::Error::other("never loaded")) })
-        .start()
-        .await
-        .expect("writer table");
-    for id in 0..keys {
-        writer.put(&id, value_of(id)).await.expect("put");
-    }
-    store()
-        .await
-        .table::<u64, String>("bench-peers")
-        .ttl(Duration::from_secs(3600))
-        .l1_capacity(1)
-        .loader(move |_id: u64| {
-            let loads = Arc::clone(&loads);
-            async move {
-                loads.fetch_add(1, Ordering::SeqCst);
-                Err::<String, _>(std::io::Error::other("the peer bench must never load"))
-            }
-        })
-        .start()
-        .await
-        .expect("reader table")
-}
-
 /// `iters` herds on fresh ids; asserts one source read per herd, outside the timing.
 fn herds(rt: &Runtime, herd: &Herd, ids: &AtomicU64, callers: usize, iters: u64) -> Duration {
     let mut total = Duration::ZERO;
@@ -204,7 +153,9 @@ fn peers(c: &mut Criterion) {
     // Row 1: an L2 hit against a raw GET of the same key.
     let keys = size(100_000, 5_000) as u64;
     let loads = Arc::new(AtomicU64::new(0));
-    let reader = rt.block_on(l2_reader(&url, keys, Arc::clone(&loads)));
+    let reader = rt
+        .block_on(l2_only_table(&url, "bench-peers", keys, Arc::clone(&loads)))
+        .expect("an L2-only table");
     let conn = rt.block_on(async {
         redis::Client::open(url.as_str())
             .expect("valkey url")

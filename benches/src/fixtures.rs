@@ -1,6 +1,8 @@
-//! What a measurement starts from: sizes that shrink under `CI`, a two-worker runtime, ids, and a
-//! table whose every key is already in L1.
+//! What a measurement starts from: sizes that shrink under `CI`, a two-worker runtime, ids, a
+//! table whose every key is already in L1, and one whose every get is an L2 hit.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use echostore::{Key, L1Backend, Store, Table, Value};
@@ -80,4 +82,56 @@ pub fn seed_like_ids(n: usize) -> Vec<String> {
                 .collect()
         })
         .collect()
+}
+
+/// Bytes of the values the L2 benches read; the raw `GET` reads the same envelopes.
+pub const VALUE_BYTES: usize = 64;
+
+/// The value of `id` in the L2 benches: `value of <id> vvv…`, [`VALUE_BYTES`] long.
+pub fn value_of(id: u64) -> String {
+    let mut value = format!("value of {id} ");
+    value.extend(std::iter::repeat_n(
+        'v',
+        VALUE_BYTES.saturating_sub(value.len()),
+    ));
+    value
+}
+
+/// A table named `name` on the Valkey at `url` whose every `get` is an L1 miss and an L2 hit.
+///
+/// Its L1 holds one entry, so a bench that cycles through `keys` ids never asks for the one L1
+/// kept. The values were `put` beforehand through another store (as another process would have
+/// filled Valkey), so this table's own L1 never saw them. Its loader counts its calls in `loads`
+/// and fails: a get that reached the source shows up there.
+pub async fn l2_only_table(
+    url: &str,
+    name: &str,
+    keys: u64,
+    loads: Arc<AtomicU64>,
+) -> Result<Table<u64, String>, echostore::Error> {
+    let store = || Store::builder().valkey(url).require_valkey(true).build();
+    let filler = store()
+        .await?
+        .table::<u64, String>(name)
+        .ttl(Duration::from_secs(3600))
+        .loader(|_id: u64| async move { Err::<String, _>(std::io::Error::other("never loaded")) })
+        .start()
+        .await?;
+    for id in 0..keys {
+        filler.put(&id, value_of(id)).await?;
+    }
+    store()
+        .await?
+        .table::<u64, String>(name)
+        .ttl(Duration::from_secs(3600))
+        .l1_capacity(1)
+        .loader(move |_id: u64| {
+            let loads = Arc::clone(&loads);
+            async move {
+                loads.fetch_add(1, Ordering::SeqCst);
+                Err::<String, _>(std::io::Error::other("an L2 bench must never load"))
+            }
+        })
+        .start()
+        .await
 }

@@ -8,7 +8,26 @@ mod common;
 use std::time::Duration;
 
 use common::{Proxy, Source, answers, herd, settled, until, until_stats, valkey, valkey_table};
-use echostore::{Origin, Store};
+use echostore::{Origin, Store, Table};
+
+/// Table `reads` on a store whose data connection goes through `proxy` (coherence off: only the
+/// data connection passes the proxy), reading `source`.
+async fn through(proxy: &Proxy, source: &Source) -> Table<u64, String> {
+    let store = Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .coherence(false)
+        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay, not an outage
+        .build()
+        .await
+        .expect("store through the proxy");
+    store
+        .table::<u64, String>("reads")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table")
+}
 
 /// Another store wrote id 5; a herd of 50 on this store misses it together. All 50 get the
 /// value, Valkey was read once for them (`l2_hits` 1: the others joined that read or hit L1),
@@ -43,20 +62,7 @@ async fn a_reader_that_gives_up_leaves_its_joiners_answered() {
     let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     writer.put(&7, "written".into()).await.expect("put");
     let proxy = Proxy::start(&valkey.url()).await;
-    let store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .coherence(false) // only the data connection goes through the proxy
-        .valkey_timeout(Duration::from_secs(30)) // the hold is a delay, not an outage
-        .build()
-        .await
-        .expect("store through the proxy");
-    let reader = store
-        .table::<u64, String>("reads")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table");
+    let reader = through(&proxy, &source).await;
     reader
         .fetch(&1)
         .await
@@ -97,20 +103,7 @@ async fn a_read_never_starts_while_its_id_is_written() {
     let valkey = valkey();
     let source = Source::open();
     let proxy = Proxy::start(&valkey.url()).await;
-    let store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .coherence(false)
-        .valkey_timeout(Duration::from_secs(30))
-        .build()
-        .await
-        .expect("store through the proxy");
-    let table = store
-        .table::<u64, String>("reads")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table");
+    let table = through(&proxy, &source).await;
     table.put(&3, "before".into()).await.expect("first put");
     table.invalidate(&1).await.expect("warms the connection");
 
