@@ -126,3 +126,62 @@ async fn a_read_never_starts_while_its_id_is_written() {
     assert_eq!(source.calls(), 0);
     settled(&table).await;
 }
+
+/// Store A's read of id 9 is held on its way to Valkey (a proxy holds A's requests, not the
+/// pushes coming back); store B writes id 9 meanwhile, and the push reaches A while the read is
+/// out. The read answers what it then finds, but A does not keep it in L1: a read that a push
+/// overtook may have read the older value, so the next fetch reads Valkey again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_overtaken_by_a_push_is_not_kept() {
+    let valkey = valkey();
+    let source = Source::open();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let a_store = Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay, not an outage
+        .build()
+        .await
+        .expect("store A through the proxy");
+    until("A's tracking is up", || a_store.is_coherent()).await;
+    let a = a_store
+        .table::<u64, String>("reads")
+        .loader(source.loader())
+        .start()
+        .await
+        .expect("table A");
+    let b = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
+    b.put(&9, "v1".into()).await.expect("B's first put");
+    until_stats(&a, "A heard of B's first put", |s| s.invalidations == 1).await;
+    a.fetch(&1).await.expect("a first read, through the proxy");
+
+    proxy.hold();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let a = a.clone();
+            tokio::spawn(async move { a.fetch(&9).await })
+        })
+        .collect();
+    until_stats(&a, "one read of id 9 is out, one caller joined it", |s| {
+        s.coalesced == 1
+    })
+    .await;
+    b.put(&9, "v2".into()).await.expect("B's second put");
+    until_stats(&a, "A heard of it while its read is out", |s| {
+        s.invalidations == 2
+    })
+    .await;
+    proxy.release();
+
+    for reader in readers {
+        let fetched = reader.await.expect("task").expect("a value");
+        assert_eq!(*fetched.value, "v2", "the held GET ran after B's write");
+    }
+    let next = a.fetch(&9).await.expect("a value");
+    assert_eq!(
+        (next.origin, next.value.as_str()),
+        (Origin::L2, "v2"),
+        "the overtaken read was not kept in L1"
+    );
+    assert_eq!(source.calls(), 1, "only id 1 was ever loaded");
+}
