@@ -300,24 +300,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         next
     }
 
-    /// The flight `fid` of `id` (current or detached) answers its waiters so far with `answer`
-    /// and runs on for callers who join later (a soft timeout's stale copy).
-    pub(crate) fn answer_early(&mut self, id: &K, fid: FlightId, answer: Fetched<V>) {
-        let board = Arc::clone(&self.board);
-        let (flight, current) = match self.ids.get_mut(id).and_then(|s| s.current.as_mut()) {
-            Some((flight, _)) if flight.id == fid => (flight, true),
-            _ => match self.detached.get_mut(&fid) {
-                Some(flight) => (flight, false),
-                None => return,
-            },
-        };
-        flight.answer(&Ok(answer));
-        flight.board = Answerer::new();
-        if current {
-            board.publish(id.clone(), &flight.board);
-        }
-    }
-
     /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more.
     pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<Landed<V>> {
         let state = self.ids.get_mut(id)?;

@@ -1,4 +1,5 @@
-//! One flight's callers: the leader kept apart from the joiners, and the one answer they all get.
+//! One flight's callers: the leader kept apart from the joiners, and the one answer they all get
+//! (early, too: a soft timeout's stale copy).
 
 use super::*;
 
@@ -54,5 +55,25 @@ impl<V> Flight<V> {
             }
         }
         self.board.answer(Some(joined));
+    }
+}
+
+impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
+    /// The flight `fid` of `id` (current or detached) answers its waiters so far with `answer`
+    /// and runs on for callers who join later (a soft timeout's stale copy).
+    pub(crate) fn answer_early(&mut self, id: &K, fid: FlightId, answer: Fetched<V>) {
+        let board = Arc::clone(&self.board);
+        let (flight, current) = match self.ids.get_mut(id).and_then(|s| s.current.as_mut()) {
+            Some((flight, _)) if flight.id == fid => (flight, true),
+            _ => match self.detached.get_mut(&fid) {
+                Some(flight) => (flight, false),
+                None => return,
+            },
+        };
+        flight.answer(&Ok(answer));
+        flight.board = Answerer::new();
+        if current {
+            board.publish(id.clone(), &flight.board);
+        }
     }
 }

@@ -1,0 +1,94 @@
+//! The board without an owner: cells, joins, reads, write marks.
+use super::*;
+use crate::fetched::Origin;
+
+/// Joiners waiting before and after the answer all get it; the withdrawn id is not joined.
+#[tokio::test]
+async fn joiners_get_the_one_answer() {
+    let board = Board::<u64, u64>::new();
+    let answerer = Answerer::new();
+    assert!(board.join(&1).is_none());
+    board.publish(1, &answerer);
+    let early = board.join(&1).expect("published");
+    let waiting = tokio::spawn(async move { early.wait().await });
+    let value = Arc::new(7);
+    answerer.answer(Some(Ok(Fetched::new(
+        Arc::clone(&value),
+        Origin::Coalesced,
+    ))));
+    let late = board.join(&1).expect("still published");
+    for answer in [waiting.await.expect("task"), late.wait().await] {
+        let fetched = answer.expect("an answer").expect("ok");
+        assert!(Arc::ptr_eq(&fetched.value, &value));
+    }
+    assert_eq!(answerer.joined(), 2);
+    board.withdraw(&1, &answerer);
+    assert!(board.join(&1).is_none());
+    assert_eq!(board.len(), 0);
+}
+
+/// Withdrawing an older cell leaves the newer one listed.
+#[test]
+fn withdraw_removes_only_its_own_cell() {
+    let board = Board::<u64, u64>::new();
+    let (old, new) = (Answerer::new(), Answerer::new());
+    board.publish(1, &old);
+    board.publish(1, &new);
+    board.withdraw(&1, &old);
+    assert_eq!(board.len(), 1);
+    board.withdraw(&1, &new);
+    assert_eq!(board.len(), 0);
+}
+
+/// A read is listed for the first miss and joined by the next; it settles only while listed;
+/// a write marks the id (withdrawing the read, refusing new ones) until it is done; a flush
+/// withdraws every read and no flight; a flight's cell replaces a read.
+#[test]
+fn reads_are_listed_joined_settled_and_withdrawn() {
+    let board = Board::<u64, u64>::new();
+    let Entered::Read(read) = board.enter(&1, true, || 1) else {
+        panic!("the first miss reads");
+    };
+    assert!(matches!(board.enter(&1, true, || 1), Entered::Joined(_)));
+    assert_eq!(read.joined(), 1);
+    let mut kept = false;
+    assert!(board.settle(&1, &read, || kept = true));
+    assert!(kept && board.len() == 0, "settled and withdrawn");
+
+    let Entered::Read(read) = board.enter(&2, true, || 2) else {
+        panic!("a read");
+    };
+    board.writing(&2, true);
+    assert!(!board.settle(&2, &read, || panic!("a withdrawn read keeps nothing")));
+    assert!(
+        matches!(board.enter(&2, true, || 2), Entered::Owner),
+        "being written"
+    );
+    board.writing(&2, false);
+    assert!(matches!(board.enter(&2, true, || 2), Entered::Read(_)));
+
+    let flight = Answerer::new();
+    board.publish(3, &flight);
+    board.overtake_reads();
+    assert_eq!(board.len(), 1, "the flight stays; the read of 2 went");
+    let Entered::Read(read) = board.enter(&4, true, || 4) else {
+        panic!("a read");
+    };
+    board.publish(4, &flight);
+    assert!(!board.settle(&4, &read, || panic!("replaced by a flight")));
+    assert!(
+        matches!(board.enter(&5, false, || 5), Entered::Owner),
+        "no Valkey"
+    );
+}
+
+/// A cell whose owner went away unanswered answers `Stopped`.
+#[tokio::test]
+async fn a_dropped_answerer_answers_stopped() {
+    let board = Board::<u64, u64>::new();
+    let answerer = Answerer::new();
+    board.publish(1, &answerer);
+    let cell = board.join(&1).expect("published");
+    drop(answerer);
+    assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
+}
