@@ -37,8 +37,7 @@ use crate::writes::{L2Write, PendingWrite};
 pub(crate) enum OwnerMsg<K, V> {
     /// A caller missed L1 (the Elixir `{:fill, id}`).
     Fill { id: K, reply: Reply<V> },
-    /// A caller who joined a flight through the board must fly again: that flight changed
-    /// nothing (an early refresh that lost the lock). Not counted as `coalesced` twice.
+    /// A caller who joined on the board flies again (that flight or read ended with no answer).
     Rejoin { id: K, reply: Reply<V> },
     /// A hit on `value` drew an early refresh of `id` (XFetch); nobody waits for it.
     Refresh { id: K, value: Arc<V> },
@@ -133,7 +132,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Fill { id, reply } => state.fill(&myself, id, reply),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
-                state.flights.answer_early(&id, flight, answer);
+                state.flights.answer_early(&id, flight, answer)
             }
             OwnerMsg::Rejoin { id, reply } => state.rejoin(&myself, id, reply),
             OwnerMsg::Landed {
@@ -335,8 +334,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
     }
 
-    /// A caller of a refresh that changed nothing: answered from L1 if it holds a fresh value
-    /// now, else in a flight again (not counted as `coalesced` twice).
+    /// A caller flying again: from L1 if fresh now, else in a flight (not `coalesced` twice).
     fn rejoin(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
         if reply.is_closed() {
             return;
