@@ -8,27 +8,27 @@
 //! that flight on its own task — counted `coalesced`, it waits on the cell for the one answer —
 //! so a herd of misses costs the owner one message, not one per caller.
 //!
-//! An id with no flight listed and no write of it on its way to Valkey may instead be **read**:
-//! the first miss lists a cell of its own and reads Valkey on its own task (`crate::miss`), and
-//! the misses after it join that cell. A fresh value is *settled* — put in L1 under the board's
-//! lock, only if the read is still listed — and answered; anything else goes to the owner as a
-//! miss, and the reader relays the owner's answer to those who joined it. The owner withdraws a
-//! read when a write of the id starts, when a push for the id arrives, and on a flush, each
-//! *before* it changes L1; it marks the id as written while the write is on the wire, so that no
-//! read starts then. So a read never leaves in L1 what a write replaced or a push announced gone,
-//! and an L2 hit costs its caller one round trip and no hand-off.
+//! An id with nothing listed and no write of it on its way to Valkey may instead be **read**:
+//! the miss lists a read and reads Valkey on its own task (`crate::miss`). A fresh value is
+//! *settled* — put in L1 under the board's lock, only if the read is still listed — and answered;
+//! anything else goes to the owner as a miss. A read is never joined: misses that find one go to
+//! the owner, whose flight replaces it on the board, so no caller ever waits on another caller's
+//! task (a caller that stops polling its future holds up nobody). The owner withdraws a read when
+//! a write of the id starts, when a push for the id arrives, and on a flush, each *before* it
+//! changes L1; it marks the id as written while the write is on the wire, so that no read starts
+//! then. So a read never leaves in L1 what a write replaced or a push announced gone, and an L2
+//! hit costs its caller one round trip and no hand-off.
 //!
 //! Joining through the board is the same as joining through the owner's mailbox, only earlier:
 //! the caller joins the flight that was current when it looked, which is the flight its message
 //! would have joined had the owner read it at that instant. A `put` that has returned has already
-//! withdrawn the flight or read it overtook, so a read made after it never joins one that reads
-//! what the put replaced.
+//! withdrawn the flight it overtook, so a read made after it never joins one that reads what the
+//! put replaced.
 //!
 //! A cell is answered once. A flight that answers early (its soft timeout's stale copy) answers
 //! its cell and publishes a fresh one for later joiners; a flight that changed nothing (an early
-//! refresh that lost the lock), or a reader whose caller gave up, answers "fly again", and its
-//! joiners miss once more through the owner; an owner that dies drops its cells' [`Answerer`]s,
-//! which answer [`Error::Stopped`].
+//! refresh that lost the lock) answers "fly again", and its joiners miss once more through the
+//! owner; an owner that dies drops its cells' [`Answerer`]s, which answer [`Error::Stopped`].
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
@@ -50,25 +50,32 @@ pub(crate) struct Board<K, V> {
     lists: Mutex<Lists<K, V>>,
 }
 
+/// The next [`ReadId`], process-wide.
+static NEXT_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 struct Lists<K, V> {
-    cells: HashMap<K, Listed<V>>,
+    listed: HashMap<K, Listed<V>>,
     /// Ids with a write on its way to Valkey: no read starts for them.
     writing: HashSet<K>,
 }
 
-/// A listed cell: the owner's flight, or a caller's read.
-struct Listed<V> {
-    cell: Arc<Cell<V>>,
-    read: bool,
+/// What is listed for an id: the owner's current flight, or a caller's read.
+enum Listed<V> {
+    Flight(Arc<Cell<V>>),
+    Read(ReadId),
 }
+
+/// Names one read, so that only the read listed can settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadId(u64);
 
 /// What a miss finds on the board.
 pub(crate) enum Entered<V> {
-    /// A flight or a read of the id, joined: wait on its cell.
+    /// The id's current flight, joined: wait on its cell.
     Joined(Arc<Cell<V>>),
-    /// Nothing to join, and the id may be read: this caller reads it, answering the cell.
-    Read(Answerer<V>),
-    /// Ask the owner (a write of the id is on its way, or no read is possible).
+    /// Nothing listed, and the id may be read: this caller reads it.
+    Read(ReadId),
+    /// Ask the owner (a read of the id is out, a write of it is on its way, or no Valkey).
     Owner,
 }
 
@@ -88,7 +95,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
     pub(crate) fn new() -> Self {
         Board {
             lists: Mutex::new(Lists {
-                cells: HashMap::new(),
+                listed: HashMap::new(),
                 writing: HashSet::new(),
             }),
         }
@@ -98,8 +105,8 @@ impl<K: Eq + Hash, V> Board<K, V> {
         self.lists.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A miss on `id`: joins what is listed; else, if `readable` and no write of the id is on its
-    /// way, lists a read of it for this caller (`owned` makes the key).
+    /// A miss on `id`: joins the flight listed; else, if nothing is listed, `readable`, and no
+    /// write of the id is on its way, lists a read of it for this caller (`owned` makes the key).
     ///
     /// A key whose `Hash` or `Eq` panics is sent to the owner, whose flights map meets the same
     /// panic, crashes, answers its callers [`Error::Stopped`] and is restarted, as for any miss
@@ -111,53 +118,57 @@ impl<K: Eq + Hash, V> Board<K, V> {
     {
         let enter = || {
             let mut lists = self.lists();
-            if let Some(listed) = lists.cells.get(id) {
-                listed.cell.joined.fetch_add(1, Relaxed);
-                return Entered::Joined(Arc::clone(&listed.cell));
+            match lists.listed.get(id) {
+                Some(Listed::Flight(cell)) => {
+                    cell.joined.fetch_add(1, Relaxed);
+                    return Entered::Joined(Arc::clone(cell));
+                }
+                Some(Listed::Read(_)) => return Entered::Owner,
+                None if !readable || lists.writing.contains(id) => return Entered::Owner,
+                None => {}
             }
-            if !readable || lists.writing.contains(id) {
-                return Entered::Owner;
-            }
-            let answerer = Answerer::new();
-            let listed = Listed {
-                cell: Arc::clone(&answerer.0),
-                read: true,
-            };
-            lists.cells.insert(owned(), listed);
-            Entered::Read(answerer)
+            let read = ReadId(NEXT_READ.fetch_add(1, Relaxed));
+            lists.listed.insert(owned(), Listed::Read(read));
+            Entered::Read(read)
         };
         std::panic::catch_unwind(AssertUnwindSafe(enter)).unwrap_or(Entered::Owner)
     }
 
-    /// The read `answerer` of `id` found a fresh value: if it is still listed, `keep` runs (the
-    /// L1 insert) under the board's lock and the read is withdrawn; `false` if it was not listed
-    /// (a write, a push or a flush overtook it, or a flight replaced it).
-    pub(crate) fn settle(&self, id: &K, answerer: &Answerer<V>, keep: impl FnOnce()) -> bool {
+    /// The read `read` of `id` found a fresh value: if it is still listed, `keep` runs (the L1
+    /// insert) under the board's lock and the read is withdrawn; `false` if it was not listed (a
+    /// write, a push or a flush overtook it, or a flight replaced it).
+    pub(crate) fn settle(&self, id: &K, read: ReadId, keep: impl FnOnce()) -> bool {
         let mut lists = self.lists();
-        if !lists
-            .cells
-            .get(id)
-            .is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0))
-        {
+        if !matches!(lists.listed.get(id), Some(Listed::Read(r)) if *r == read) {
             return false;
         }
         keep();
-        lists.cells.remove(id);
+        lists.listed.remove(id);
         true
+    }
+
+    /// Withdraws the read `read` of `id`, if it is the one listed (its caller is done with it).
+    pub(crate) fn withdraw_read(&self, id: &K, read: ReadId) {
+        let mut lists = self.lists();
+        if matches!(lists.listed.get(id), Some(Listed::Read(r)) if *r == read) {
+            lists.listed.remove(id);
+        }
     }
 
     /// Withdraws the read of `id`, if one is listed (its value may be older than a change the
     /// owner is about to make).
     pub(crate) fn overtake_read(&self, id: &K) {
         let mut lists = self.lists();
-        if lists.cells.get(id).is_some_and(|l| l.read) {
-            lists.cells.remove(id);
+        if matches!(lists.listed.get(id), Some(Listed::Read(_))) {
+            lists.listed.remove(id);
         }
     }
 
     /// Withdraws every read (pushes may have been missed).
     pub(crate) fn overtake_reads(&self) {
-        self.lists().cells.retain(|_, l| !l.read);
+        self.lists()
+            .listed
+            .retain(|_, l| matches!(l, Listed::Flight(_)));
     }
 
     /// A write of `id` is on its way to Valkey (`true`) or none is any more (`false`); a read
@@ -168,8 +179,8 @@ impl<K: Eq + Hash, V> Board<K, V> {
     {
         let mut lists = self.lists();
         if writing {
-            if lists.cells.get(id).is_some_and(|l| l.read) {
-                lists.cells.remove(id);
+            if matches!(lists.listed.get(id), Some(Listed::Read(_))) {
+                lists.listed.remove(id);
             }
             lists.writing.insert(id.clone());
         } else {
@@ -192,36 +203,29 @@ impl<K: Eq + Hash, V> Board<K, V> {
     /// Lists `answerer`'s cell as the current flight of `id` (in place of a read: the flight's
     /// answer is at least as new).
     pub(crate) fn publish(&self, id: K, answerer: &Answerer<V>) {
-        let listed = Listed {
-            cell: Arc::clone(&answerer.0),
-            read: false,
-        };
-        self.lists().cells.insert(id, listed);
+        let listed = Listed::Flight(Arc::clone(&answerer.0));
+        self.lists().listed.insert(id, listed);
     }
 
     /// Withdraws `answerer`'s cell from `id`, if it is the one listed.
     pub(crate) fn withdraw(&self, id: &K, answerer: &Answerer<V>) {
         let mut lists = self.lists();
-        if lists
-            .cells
-            .get(id)
-            .is_some_and(|l| Arc::ptr_eq(&l.cell, &answerer.0))
-        {
-            lists.cells.remove(id);
+        if matches!(lists.listed.get(id), Some(Listed::Flight(c)) if Arc::ptr_eq(c, &answerer.0)) {
+            lists.listed.remove(id);
         }
     }
 
     /// Withdraws every cell and mark (a new owner starts with no flights and no writes).
     pub(crate) fn clear(&self) {
         let mut lists = self.lists();
-        lists.cells.clear();
+        lists.listed.clear();
         lists.writing.clear();
     }
 
     /// Ids listed now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lists().cells.len()
+        self.lists().listed.len()
     }
 }
 

@@ -1,32 +1,37 @@
 //! What a miss does on the caller's own task, before (and mostly instead of) a message to the
-//! owner: it joins what the table's [`Board`](crate::board) lists for the id, or reads Valkey
-//! itself, or asks the owner.
+//! owner: it joins the flight the table's [`Board`](crate::board) lists for the id, or reads
+//! Valkey itself, or asks the owner.
 //!
 //! ```text
-//! L1 miss ─▶ board ─ flight or read listed ─▶ join: wait on its cell (coalesced)
-//!              ├──── id being written, or no Valkey ─▶ the owner (Fill)
+//! L1 miss ─▶ board ─ flight listed ─▶ join: wait on its cell (coalesced)
+//!              ├──── a read listed, id being written, or no Valkey ─▶ the owner (Fill)
 //!              └──── nothing listed ─▶ read: GETRANGE value ── fresh ─▶ settle into L1, answer
-//!                                                 └─ anything else ─▶ the owner (Fill), relay
+//!                                                 └─ anything else ─▶ the owner (Fill)
 //! ```
 //!
 //! The read is the fill's first step (`crate::fill`), done where the caller already is: an L2 hit
 //! then costs the caller one round trip to Valkey and no hand-off between tasks, which on a
 //! loaded two-core machine is most of what the owner's path added (`docs/benchmarks.md`, "The
 //! miss path, hop by hop"). It only ever *answers* from a fresh value; a missing, stale,
-//! oversized or undecodable value, or a Valkey error, goes to the owner untouched and uncounted,
-//! and the owner's flight does everything the protocol says (the lock, the loser policies, the
-//! counters). So the one source read per id stays the owner's to admit.
+//! oversized or undecodable value (a `Deserialize` that panics included), or a Valkey error, goes
+//! to the owner untouched and uncounted, and the owner's flight does everything the protocol says
+//! (the lock, the loser policies, the counters). So the one source read per id stays the owner's
+//! to admit.
 //!
-//! A caller that drops its future while reading tells those who joined it to fly again (they
-//! miss once more through the owner); the read itself is a GET, so nothing is lost.
+//! Nobody joins a read: a miss that finds one listed goes to the owner, whose flight replaces it
+//! on the board (so a herd costs one read and one flight at most). No caller's answer therefore
+//! depends on another caller's task being polled; a caller that drops its future, or keeps it
+//! and stops polling, holds up nobody.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use crate::board::{Answerer, Cell, Entered};
+use crate::board::{Cell, Entered, ReadId};
 use crate::core::TableCore;
 use crate::envelope::{self, unix_ms};
 use crate::error::Result;
@@ -55,8 +60,8 @@ where
             bump(&core.stats.counters.coalesced);
             joined(owner, id, cell).boxed()
         }
-        Entered::Read(answerer) => {
-            let reading = Reading { core, id, answerer };
+        Entered::Read(read) => {
+            let reading = Reading { core, id, read };
             reading.run(owner).boxed()
         }
         Entered::Owner => ask(owner, id).boxed(),
@@ -68,12 +73,12 @@ async fn ask<K: Key, V: Value>(owner: &OwnerRef<K, V>, id: K) -> Result<Fetched<
     owner.call(move |reply| OwnerMsg::Fill { id, reply }).await
 }
 
-/// A caller who joined a flight or a read: its answer, or a miss through the owner if that one
-/// changed nothing (not counted as `coalesced` twice).
+/// A caller who joined a flight: its answer, or a miss through the owner if the flight changed
+/// nothing (not counted as `coalesced` twice).
 async fn joined<K: Key, V: Value>(
     owner: &OwnerRef<K, V>,
     id: K,
-    cell: std::sync::Arc<Cell<V>>,
+    cell: Arc<Cell<V>>,
 ) -> Result<Fetched<V>> {
     match cell.wait().await {
         Some(answer) => answer,
@@ -85,12 +90,11 @@ async fn joined<K: Key, V: Value>(
     }
 }
 
-/// A read of `id` listed on the board for this caller; dropped unanswered (the caller gave up),
-/// it withdraws itself and tells its joiners to fly again.
+/// A read of `id` listed on the board for this caller; withdrawn when dropped (done, or given up).
 struct Reading<'a, K: Key, V> {
     core: &'a TableCore<K, V>,
     id: K,
-    answerer: Answerer<V>,
+    read: ReadId,
 }
 
 impl<K: Key, V: Value> Reading<'_, K, V> {
@@ -98,49 +102,44 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
         if let Some(hit) = self.read().await {
             return Ok(hit);
         }
-        // Not a fresh value: the owner's flight takes it from here (its cell replaces this read
-        // on the board); this caller relays its answer to those who joined the read.
-        let answer = ask(owner, self.id.clone()).await;
-        self.answerer.answer(Some(match &answer {
-            Ok(fetched) => Ok(fetched.for_joiner()),
-            Err(e) => Err(e.clone()),
-        }));
-        answer
+        // Not a fresh value: the owner's flight takes it from here. The read stays listed until
+        // then, so the misses meanwhile go to the owner too (not into reads of their own); the
+        // flight replaces it on the board.
+        ask(owner, self.id.clone()).await
     }
 
-    /// The value on Valkey if it is fresh, settled into L1 (unless a change overtook the read)
-    /// and answered to those who joined; `None` for anything else, untouched.
+    /// The value on Valkey if it is fresh, settled into L1 unless a change overtook the read;
+    /// `None` for anything else, untouched.
     async fn read(&self) -> Option<Fetched<V>> {
         let core = self.core;
         let l2 = core.l2.as_ref()?;
         let names = core.names(&self.id).ok()?;
         let max = core.config.max_value_bytes;
-        let bytes = crate::metrics::time_l2(&core.name, l2.get(&names, max))
-            .await
-            .ok()??;
+        let read = crate::metrics::time_l2(&core.name, l2.get(&names, max));
+        let bytes = read.await.ok()??;
         if bytes.len() > max {
             return None;
         }
-        let env = envelope::decode::<V>(&bytes).ok()?;
+        // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
+        // them again inside its own guard, and answers the error.
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
+        let env = decoded.ok()?.ok()?;
         if !env.is_fresh(unix_ms()) {
             return None;
         }
         bump(&core.stats.counters.l2_hits);
         let entry = core.l2_entry(env);
-        let fetched = Fetched::new(std::sync::Arc::clone(&entry.value), Origin::L2);
-        core.board.settle(&self.id, &self.answerer, || {
+        let fetched = Fetched::new(Arc::clone(&entry.value), Origin::L2);
+        core.board.settle(&self.id, self.read, || {
             core.l1.insert(self.id.clone(), core.keepable(entry));
         });
-        self.answerer.answer(Some(Ok(fetched.for_joiner())));
         Some(fetched)
     }
 }
 
 impl<K: Key, V> Drop for Reading<'_, K, V> {
     fn drop(&mut self) {
-        // Answered: a no-op. Otherwise the caller gave up (or the read was cut short): whoever
-        // joined misses again through the owner.
-        self.answerer.answer(None);
-        self.core.board.withdraw(&self.id, &self.answerer);
+        // Settled: a no-op. Otherwise the read ends (handed to the owner, or given up).
+        self.core.board.withdraw_read(&self.id, self.read);
     }
 }

@@ -12,9 +12,7 @@
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
-use ractor::{
-    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, ActorStatus, SupervisionEvent,
-};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 /// Starts a replacement owner linked under the given supervisor; `None` when the table is gone.
 pub(crate) type Restart = Box<dyn FnMut(ActorCell) -> BoxFuture<'static, Option<ActorCell>> + Send>;
@@ -22,7 +20,7 @@ pub(crate) type Restart = Box<dyn FnMut(ActorCell) -> BoxFuture<'static, Option<
 /// Messages to the supervisor.
 pub(crate) enum SupervisorMsg {
     /// Restart `owner` with `restart` if it crashes.
-    Watch { owner: ActorCell, restart: Restart },
+    Watch { owner: ActorId, restart: Restart },
 }
 
 /// The supervisor's behaviour.
@@ -31,6 +29,9 @@ pub(crate) struct Supervisor;
 /// Owners being watched, by actor id.
 pub(crate) struct SupervisorState {
     watched: HashMap<ActorId, Restart>,
+    /// Owners whose end arrived before their `Watch` (`true`: they failed): a table dropped, or
+    /// crashed, right after it started. Their `Watch` then restarts or forgets them.
+    ended_unwatched: HashMap<ActorId, bool>,
 }
 
 impl Actor for Supervisor {
@@ -45,21 +46,31 @@ impl Actor for Supervisor {
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(SupervisorState {
             watched: HashMap::new(),
+            ended_unwatched: HashMap::new(),
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::Watch { owner, restart } => {
-                // An owner that stopped before this message was read has had its event already
-                // (ractor marks it stopping first): keeping its restart would keep its table alive.
-                if owner.get_status() < ActorStatus::Stopping {
-                    state.watched.insert(owner.get_id(), restart);
+            SupervisorMsg::Watch { owner, mut restart } => {
+                match state.ended_unwatched.remove(&owner) {
+                    // It crashed before this message was read: restart it now.
+                    Some(true) => {
+                        if let Some(fresh) = restart(myself.get_cell()).await {
+                            state.watched.insert(fresh.get_id(), restart);
+                        }
+                    }
+                    // It stopped (its table was dropped): keeping the restart would keep the
+                    // table's parts alive.
+                    Some(false) => {}
+                    None => {
+                        state.watched.insert(owner, restart);
+                    }
                 }
             }
         }
@@ -75,14 +86,18 @@ impl Actor for Supervisor {
         match event {
             SupervisionEvent::ActorFailed(owner, reason) => {
                 tracing::error!(owner = %owner.get_id(), %reason, "table owner crashed; restarting it");
-                if let Some(mut restart) = state.watched.remove(&owner.get_id())
-                    && let Some(fresh) = restart(myself.get_cell()).await
-                {
+                let Some(mut restart) = state.watched.remove(&owner.get_id()) else {
+                    state.ended_unwatched.insert(owner.get_id(), true);
+                    return Ok(());
+                };
+                if let Some(fresh) = restart(myself.get_cell()).await {
                     state.watched.insert(fresh.get_id(), restart);
                 }
             }
             SupervisionEvent::ActorTerminated(owner, _, _) => {
-                state.watched.remove(&owner.get_id());
+                if state.watched.remove(&owner.get_id()).is_none() {
+                    state.ended_unwatched.insert(owner.get_id(), false);
+                }
             }
             _ => {}
         }

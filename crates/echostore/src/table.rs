@@ -81,12 +81,9 @@ impl<K: Key, V: Value> Table<K, V> {
                 .add_table(&core.name, Arc::downgrade(&sink), wait)
                 .await;
         }
-        let cell = owner.current().get_cell();
+        let id = owner.current().get_id();
         supervisor
-            .cast(SupervisorMsg::Watch {
-                owner: cell,
-                restart,
-            })
+            .cast(SupervisorMsg::Watch { owner: id, restart })
             .map_err(|_| Error::Stopped)?;
         crate::metrics::spawn_exporter(&core);
         Ok(Table {

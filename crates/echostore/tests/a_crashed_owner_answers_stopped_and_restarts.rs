@@ -111,3 +111,28 @@ async fn dropping_the_table_stops_its_owner() {
     })
     .await;
 }
+
+/// Tables dropped the moment they start (often before the supervisor has read that it should
+/// watch their owner) are all freed: no restart closure keeps a table's parts alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_dropped_at_once_are_freed() {
+    let store = Store::builder().build().await.expect("store");
+    let held_by_the_loaders = Arc::new(());
+    for n in 0..50 {
+        let held = Arc::clone(&held_by_the_loaders);
+        let table = store
+            .table::<u64, u64>(&format!("brief-{n}"))
+            .loader(move |id: u64| {
+                let _held = &held;
+                async move { Ok::<_, std::io::Error>(id) }
+            })
+            .start()
+            .await
+            .expect("table");
+        drop(table);
+    }
+    until("every table's parts were released", || {
+        Arc::strong_count(&held_by_the_loaders) == 1
+    })
+    .await;
+}

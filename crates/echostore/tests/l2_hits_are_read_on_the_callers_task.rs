@@ -1,7 +1,7 @@
-//! A miss whose value is fresh on Valkey is read on the caller's own task, once for however many
-//! callers miss it together: the others join that read, L1 keeps the value, the source is never
-//! read. A reader that gives up leaves its joiners answered (through the owner), and a write
-//! that starts while a read is out keeps the read's value out of L1.
+//! A miss whose value is fresh on Valkey is read on the caller's own task: L1 keeps the value, the
+//! source is never read, and a herd costs one read and one flight at most. No caller waits on
+//! another's read, so one that stops polling holds up nobody; a write or a push that overtakes a
+//! read keeps its value out of L1.
 
 mod common;
 
@@ -30,8 +30,9 @@ async fn through(proxy: &Proxy, source: &Source) -> Table<u64, String> {
 }
 
 /// Another store wrote id 5; a herd of 50 on this store misses it together. All 50 get the
-/// value, Valkey was read once for them (`l2_hits` 1: the others joined that read or hit L1),
-/// the loader never ran, and the value stays in L1.
+/// value, Valkey was read at most twice for them (the first caller's read, and the flight the
+/// others joined meanwhile), each get is counted once, the loader never ran, and the value stays
+/// in L1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herd_on_a_value_on_valkey_reads_it_once() {
     let valkey = valkey();
@@ -44,54 +45,47 @@ async fn a_herd_on_a_value_on_valkey_reads_it_once() {
         assert_eq!(*answer.expect("a value").value, "written");
     }
     let stats = reader.stats();
-    assert_eq!(stats.l2_hits, 1, "one read of Valkey for the herd");
-    assert_eq!(stats.coalesced + stats.l1_hits, 49, "{stats:?}");
+    assert!((1..=2).contains(&stats.l2_hits), "{stats:?}");
+    assert_eq!(
+        stats.l2_hits + stats.coalesced + stats.l1_hits,
+        50,
+        "{stats:?}"
+    );
     assert_eq!((source.calls(), stats.source_reads), (0, 0));
     assert_eq!(reader.fetch(&5).await.expect("kept").origin, Origin::L1);
     settled(&reader).await;
 }
 
-/// The first caller's read of id 7 is held on its way to Valkey (a proxy holds the requests);
-/// nine more callers join it; then the first gives up (its task is aborted). The nine are told
-/// to miss again, through the owner, and once Valkey answers they all get the value: no source
-/// read, nothing left in flight.
+/// The first caller of id 7 is polled once (it lists a read and sends its `GET`) and then kept
+/// but never polled again — a `select!` arm that lost, a stream nobody drives. Another caller of
+/// id 7 gets its value all the same (through the owner's flight), and the read is withdrawn when
+/// the first caller's future is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_that_gives_up_leaves_its_joiners_answered() {
+async fn a_caller_that_stops_polling_holds_up_nobody() {
     let valkey = valkey();
     let source = Source::open();
     let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     writer.put(&7, "written".into()).await.expect("put");
-    let proxy = Proxy::start(&valkey.url()).await;
-    let reader = through(&proxy, &source).await;
-    reader
-        .fetch(&1)
-        .await
-        .expect("a first read, through the proxy");
+    let reader = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
 
-    proxy.hold();
-    let first = tokio::spawn({
+    let mut first = Box::pin(reader.fetch(&7));
+    assert!(
+        futures::poll!(first.as_mut()).is_pending(),
+        "its GET is out"
+    );
+    let other = tokio::spawn({
         let reader = reader.clone();
-        async move { reader.fetch(&7).await }
+        async move { tokio::time::timeout(Duration::from_secs(30), reader.fetch(&7)).await }
     });
-    let joiners: Vec<_> = (0..9)
-        .map(|_| {
-            let reader = reader.clone();
-            tokio::spawn(async move { reader.fetch(&7).await })
-        })
-        .collect();
-    until_stats(&reader, "nine callers joined the read", |s| {
-        s.coalesced == 9
-    })
-    .await;
-    first.abort();
-    assert!(first.await.expect_err("aborted").is_cancelled());
-    proxy.release();
-
-    for joiner in joiners {
-        let fetched = joiner.await.expect("task").expect("a value");
-        assert_eq!(*fetched.value, "written");
-    }
-    assert_eq!(source.calls(), 1, "only id 1 was ever loaded");
+    let fetched = other
+        .await
+        .expect("task")
+        .expect("not held up")
+        .expect("a value");
+    assert_eq!(*fetched.value, "written");
+    drop(first);
+    assert_eq!(reader.fetch(&7).await.expect("L1").origin, Origin::L1);
+    assert_eq!(source.calls(), 0);
     settled(&reader).await;
 }
 
@@ -156,14 +150,12 @@ async fn a_read_overtaken_by_a_push_is_not_kept() {
     a.fetch(&1).await.expect("a first read, through the proxy");
 
     proxy.hold();
-    let readers: Vec<_> = (0..2)
-        .map(|_| {
-            let a = a.clone();
-            tokio::spawn(async move { a.fetch(&9).await })
-        })
-        .collect();
-    until_stats(&a, "one read of id 9 is out, one caller joined it", |s| {
-        s.coalesced == 1
+    let reader = tokio::spawn({
+        let a = a.clone();
+        async move { a.fetch(&9).await }
+    });
+    until("A's read of id 9 is held at the proxy", || {
+        proxy.waiting() == 1
     })
     .await;
     b.put(&9, "v2".into()).await.expect("B's second put");
@@ -173,10 +165,12 @@ async fn a_read_overtaken_by_a_push_is_not_kept() {
     .await;
     proxy.release();
 
-    for reader in readers {
-        let fetched = reader.await.expect("task").expect("a value");
-        assert_eq!(*fetched.value, "v2", "the held GET ran after B's write");
-    }
+    let fetched = reader.await.expect("task").expect("a value");
+    assert_eq!(
+        (fetched.origin, fetched.value.as_str()),
+        (Origin::L2, "v2"),
+        "the held GET ran after B's write"
+    );
     let next = a.fetch(&9).await.expect("a value");
     assert_eq!(
         (next.origin, next.value.as_str()),

@@ -40,42 +40,52 @@ fn withdraw_removes_only_its_own_cell() {
     assert_eq!(board.len(), 0);
 }
 
-/// A read is listed for the first miss and joined by the next; it settles only while listed;
-/// a write marks the id (withdrawing the read, refusing new ones) until it is done; a flush
-/// withdraws every read and no flight; a flight's cell replaces a read.
+/// A read is listed for the first miss; the next miss goes to the owner (a read is never
+/// joined); the read settles only while listed; a write marks the id (withdrawing the read,
+/// refusing new ones) until it is done; a flush withdraws every read and no flight; a flight
+/// replaces a read.
 #[test]
-fn reads_are_listed_joined_settled_and_withdrawn() {
+fn reads_are_listed_settled_and_withdrawn() {
     let board = Board::<u64, u64>::new();
     let Entered::Read(read) = board.enter(&1, true, || 1) else {
         panic!("the first miss reads");
     };
-    assert!(matches!(board.enter(&1, true, || 1), Entered::Joined(_)));
-    assert_eq!(read.joined(), 1);
+    assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
     let mut kept = false;
-    assert!(board.settle(&1, &read, || kept = true));
+    assert!(board.settle(&1, read, || kept = true));
     assert!(kept && board.len() == 0, "settled and withdrawn");
 
     let Entered::Read(read) = board.enter(&2, true, || 2) else {
         panic!("a read");
     };
     board.writing(&2, true);
-    assert!(!board.settle(&2, &read, || panic!("a withdrawn read keeps nothing")));
+    assert!(!board.settle(&2, read, || panic!("a withdrawn read keeps nothing")));
     assert!(
         matches!(board.enter(&2, true, || 2), Entered::Owner),
         "being written"
     );
     board.writing(&2, false);
-    assert!(matches!(board.enter(&2, true, || 2), Entered::Read(_)));
+    let Entered::Read(read) = board.enter(&2, true, || 2) else {
+        panic!("a read once the write is done");
+    };
+    board.withdraw_read(&2, read);
+    assert_eq!(board.len(), 0, "given up");
 
     let flight = Answerer::new();
     board.publish(3, &flight);
+    assert!(matches!(board.enter(&6, true, || 6), Entered::Read(_)));
     board.overtake_reads();
-    assert_eq!(board.len(), 1, "the flight stays; the read of 2 went");
+    assert_eq!(board.len(), 1, "the flight stays; the read of 6 went");
     let Entered::Read(read) = board.enter(&4, true, || 4) else {
         panic!("a read");
     };
     board.publish(4, &flight);
-    assert!(!board.settle(&4, &read, || panic!("replaced by a flight")));
+    assert!(!board.settle(&4, read, || panic!("replaced by a flight")));
+    board.withdraw_read(&4, read);
+    assert!(
+        board.join(&4).is_some(),
+        "a read's end leaves the flight listed"
+    );
     assert!(
         matches!(board.enter(&5, false, || 5), Entered::Owner),
         "no Valkey"

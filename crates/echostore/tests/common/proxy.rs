@@ -1,6 +1,11 @@
 //! A TCP forwarder between a store and its real Valkey that can hold the store's requests: a
 //! network that delays one process's writes while another's land. Nothing is answered by the
-//! proxy itself; every byte goes to the real server.
+//! proxy itself; every byte goes to the real server. A connection that turned on `CLIENT
+//! TRACKING` (a store's coherence connection) is never held: only the data connection is
+//! delayed, while pushes and health checks pass.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -11,6 +16,8 @@ use tokio::task::JoinHandle;
 pub struct Proxy {
     port: u16,
     open: watch::Sender<bool>,
+    /// Requests (reads of the client's socket) waiting at the gate now.
+    waiting: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
@@ -26,21 +33,35 @@ impl Proxy {
         let port = listener.local_addr().expect("addr").port();
         let (open, _) = watch::channel(true);
         let gate = open.clone();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&waiting);
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let server = TcpStream::connect(&upstream).await.expect("upstream");
                 let (mut from_client, mut to_client) = client.into_split();
                 let (mut from_server, mut to_server) = server.into_split();
                 let mut gate = gate.subscribe();
+                let counted = Arc::clone(&counted);
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 << 10];
+                    let mut tracking = false;
                     loop {
                         let n = match from_client.read(&mut buf).await {
                             Ok(0) | Err(_) => return,
                             Ok(n) => n,
                         };
+                        tracking |= buf[..n].windows(8).any(|w| w == b"TRACKING");
+                        if tracking {
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
                         // Bytes read while held wait here until the proxy opens.
-                        if gate.wait_for(|open| *open).await.is_err() {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let opened = gate.wait_for(|open| *open).await.is_ok();
+                        counted.fetch_sub(1, Ordering::SeqCst);
+                        if !opened {
                             return;
                         }
                         if to_server.write_all(&buf[..n]).await.is_err() {
@@ -53,7 +74,12 @@ impl Proxy {
                 });
             }
         });
-        Proxy { port, open, accept }
+        Proxy {
+            port,
+            open,
+            waiting,
+            accept,
+        }
     }
 
     /// The url a store uses to reach Valkey through this proxy.
@@ -64,6 +90,12 @@ impl Proxy {
     /// Requests sent from now on wait at the proxy.
     pub fn hold(&self) {
         self.open.send_replace(false);
+    }
+
+    /// Requests waiting at the proxy now (each a read of a client's socket: one or more
+    /// commands).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
     }
 
     /// Held and later requests go through.
