@@ -117,3 +117,50 @@ async fn a_value_over_the_limit_on_valkey_is_a_counted_miss() {
     assert_eq!(stored.value, "small k");
     settled(&t).await;
 }
+
+/// A value type whose `Deserialize` panics on one value (13): a user bug that bytes planted on
+/// Valkey can reach.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct Grumpy(u64);
+
+impl<'de> Deserialize<'de> for Grumpy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = u64::deserialize(d)?;
+        assert_ne!(n, 13, "Grumpy cannot stand 13");
+        Ok(Grumpy(n))
+    }
+}
+
+/// Bytes that make the value type's `Deserialize` panic, planted on Valkey: the get that reads
+/// them answers an error (the caller's task does not panic), every other caller is answered
+/// too, and the table goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deserialize_that_panics_is_an_error_not_a_panic() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let table = store_on(&valkey.url())
+        .await
+        .table::<u64, Grumpy>("grumpy")
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(Grumpy(id)) })
+        .start()
+        .await
+        .expect("table");
+    let planted = envelope(unix_ms() + 3_600_000, unix_ms(), &13u64);
+    let _: () = conn.set("grumpy:{1}", planted).await.expect("plant");
+
+    let gets: Vec<_> = (0..4)
+        .map(|_| {
+            let table = table.clone();
+            tokio::spawn(async move { table.get(&1).await })
+        })
+        .collect();
+    for get in gets {
+        let answer = get.await.expect("the caller's task did not panic");
+        assert!(
+            matches!(answer, Err(echostore::Error::LoaderPanicked(_))),
+            "the flight caught the panic: {answer:?}"
+        );
+    }
+    assert_eq!(*table.get(&2).await.expect("the table serves"), Grumpy(2));
+    settled(&table).await;
+}
