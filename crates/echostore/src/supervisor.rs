@@ -95,8 +95,10 @@ impl Actor for Supervisor {
                 }
             }
             SupervisionEvent::ActorTerminated(owner, _, _) => {
-                if state.watched.remove(&owner.get_id()).is_none() {
-                    state.ended_unwatched.insert(owner.get_id(), false);
+                let id = owner.get_id();
+                let was_watched = state.watched.remove(&id).is_some();
+                if !was_watched {
+                    state.ended_unwatched.insert(id, false);
                 }
             }
             _ => {}
