@@ -70,10 +70,13 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                 None => return,
             },
         };
-        flight.answer(&Ok(answer));
-        flight.board = Answerer::new();
+        // The fresh cell is listed before the old one is answered, so that a caller joining in
+        // between waits for the load, as one who joins after the early answer does.
+        let fresh = Answerer::new();
         if current {
-            board.publish(id.clone(), &flight.board);
+            board.publish(id.clone(), &fresh);
         }
+        flight.answer(&Ok(answer));
+        flight.board = fresh;
     }
 }
