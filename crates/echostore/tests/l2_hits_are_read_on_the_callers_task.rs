@@ -7,7 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Proxy, Source, answers, herd, settled, until, until_stats, valkey, valkey_table};
+use common::{
+    Proxy, Source, answers, coherent_store, herd, settled, table_on, until, until_stats, valkey,
+    valkey_table,
+};
 use echostore::{Origin, Store, Table};
 
 /// Table `reads` on a store whose data connection goes through `proxy` (coherence off: only the
@@ -39,7 +42,14 @@ async fn a_herd_on_a_value_on_valkey_reads_it_once() {
     let source = Source::open();
     let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     writer.put(&5, "written".into()).await.expect("put");
-    let reader = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
+    // Coherent before it reads: the flush that comes with tracking going up withdraws reads.
+    let reader = table_on(
+        &coherent_store(&valkey.url(), None).await,
+        "reads",
+        &source,
+        |t| t,
+    )
+    .await;
 
     for answer in answers(herd(&reader, 50, 5)).await {
         assert_eq!(*answer.expect("a value").value, "written");
@@ -56,27 +66,39 @@ async fn a_herd_on_a_value_on_valkey_reads_it_once() {
     settled(&reader).await;
 }
 
-/// The first caller of id 7 is polled once (it lists a read and sends its `GET`) and then kept
-/// but never polled again — a `select!` arm that lost, a stream nobody drives. Another caller of
-/// id 7 gets its value all the same (through the owner's flight), and the read is withdrawn when
-/// the first caller's future is dropped.
+/// The first caller of id 7 is polled once (it lists a read and sends its `GET`, which a proxy
+/// holds) and then kept but never polled again — a `select!` arm that lost, a stream nobody
+/// drives. Another caller of id 7 gets its value all the same once the proxy lets requests
+/// through (the owner's flight answers it), and the first caller's read is withdrawn when its
+/// future is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_stops_polling_holds_up_nobody() {
     let valkey = valkey();
     let source = Source::open();
     let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     writer.put(&7, "written".into()).await.expect("put");
-    let reader = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
+    let proxy = Proxy::start(&valkey.url()).await;
+    let reader = through(&proxy, &source).await;
+    reader
+        .fetch(&1)
+        .await
+        .expect("a first read, through the proxy");
 
+    proxy.hold();
     let mut first = Box::pin(reader.fetch(&7));
     assert!(
         futures::poll!(first.as_mut()).is_pending(),
-        "its GET is out"
+        "its GET is held"
     );
     let other = tokio::spawn({
         let reader = reader.clone();
         async move { tokio::time::timeout(Duration::from_secs(30), reader.fetch(&7)).await }
     });
+    until_stats(&reader, "the other caller's flight is out", |s| {
+        s.in_flight == 1
+    })
+    .await;
+    proxy.release();
     let fetched = other
         .await
         .expect("task")
@@ -85,7 +107,7 @@ async fn a_caller_that_stops_polling_holds_up_nobody() {
     assert_eq!(*fetched.value, "written");
     drop(first);
     assert_eq!(reader.fetch(&7).await.expect("L1").origin, Origin::L1);
-    assert_eq!(source.calls(), 0);
+    assert_eq!(source.calls(), 1, "only id 1 was ever loaded");
     settled(&reader).await;
 }
 
