@@ -269,7 +269,7 @@ impl TableStats {
     /// `table="<table>"`: each counter as the absolute value of `echostore_<counter>_total`, each
     /// gauge as `echostore_<gauge>`.
     ///
-    /// A started table already does this every [`METRICS_EXPORT_EVERY`](crate::METRICS_EXPORT_EVERY);
+    /// A started table already does this every [`METRICS_EXPORT_EVERY`];
     /// call it to publish now (before a scrape, or as a table is shut down):
     /// `table.stats().export(table.name())`. Without the `metrics` feature it does nothing.
     pub fn export(&self, table: &str) {
