@@ -13,17 +13,17 @@ use common::{
 };
 use echostore::{Origin, Store, Table};
 
-/// Table `reads` on a store whose data connection goes through `proxy` (coherence off: only the
-/// data connection passes the proxy), reading `source`.
+/// Table `reads` on a store that reaches Valkey through `proxy` (which holds only the data
+/// connection, never the tracking one), reading `source`; its coherence is up.
 async fn through(proxy: &Proxy, source: &Source) -> Table<u64, String> {
     let store = Store::builder()
         .valkey(proxy.url())
         .require_valkey(true)
-        .coherence(false)
         .valkey_timeout(Duration::from_secs(30)) // a hold is a delay, not an outage
         .build()
         .await
         .expect("store through the proxy");
+    until("its tracking is up", || store.is_coherent()).await;
     store
         .table::<u64, String>("reads")
         .loader(source.loader())
@@ -152,20 +152,7 @@ async fn a_read_overtaken_by_a_push_is_not_kept() {
     let valkey = valkey();
     let source = Source::open();
     let proxy = Proxy::start(&valkey.url()).await;
-    let a_store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay, not an outage
-        .build()
-        .await
-        .expect("store A through the proxy");
-    until("A's tracking is up", || a_store.is_coherent()).await;
-    let a = a_store
-        .table::<u64, String>("reads")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table A");
+    let a = through(&proxy, &source).await;
     let b = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     b.put(&9, "v1".into()).await.expect("B's first put");
     until_stats(&a, "A heard of B's first put", |s| s.invalidations == 1).await;
