@@ -7,7 +7,8 @@
 //! `Error::Stopped` at once. The supervisor then starts a fresh owner for the same table (same L1,
 //! same counters, `owner_restarts` + 1, no flights) and points the table's handles at it; flight
 //! tasks of the dead owner still finish and write to Valkey, but their answers go nowhere. An owner
-//! that stops because its table was dropped or the store shut down is not restarted.
+//! that stops because its table was dropped or the store shut down is not restarted. An end that
+//! arrives before the owner's `Watch` is remembered, and the `Watch` then restarts or forgets it.
 
 use std::collections::HashMap;
 
