@@ -4,10 +4,12 @@
 //! regeneration-lock race and what its losers do), `release` (the token-checked release of the
 //! lock), `hit-cost` (the L1 hit against the L2 round trip, and the in-process herd), `coherence`
 //! (how long a write in one process takes to reach every other process's L1), `early-refresh`
-//! (a hot key rebuilt before it expires, against readers waiting at each expiry), and `valkey` (an
+//! (a hot key rebuilt before it expires, against readers waiting at each expiry), `check` (the
+//! consistency model verified across worker processes under faults), and `valkey` (an
 //! embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
 //! private embedded Valkey and stop it when they finish.
 
+mod check;
 mod coherence;
 mod early_refresh;
 mod hit_cost;
@@ -55,6 +57,11 @@ enum Command {
     Coherence(coherence::CoherenceArgs),
     /// Early refresh (XFetch): steady readers over several expiries of one hot key, off and on.
     EarlyRefresh(early_refresh::EarlyRefreshArgs),
+    /// The consistency model checked across worker processes under faults (docs/consistency.md).
+    Check(check::CheckArgs),
+    /// One worker process of `check` (started by it, with --valkey).
+    #[command(hide = true)]
+    CheckWorker(check::worker::WorkerArgs),
     /// One reader process of `coherence` (started by it, with --valkey).
     #[command(hide = true)]
     CoherenceReader(coherence::reader::ReaderArgs),
@@ -114,6 +121,11 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
             Command::EarlyRefresh(args) => {
                 early_refresh::run(&valkey::Target::open(url).await?, args).await
             }
+            Command::Check(args) => check::run(url, args).await,
+            Command::CheckWorker(args) => match url {
+                Some(url) => check::worker::run(url, args).await,
+                None => Err("check-worker needs --valkey".into()),
+            },
             Command::CoherenceReader(args) => match url {
                 Some(url) => coherence::reader::run(url, args).await,
                 None => Err("coherence-reader needs --valkey".into()),

@@ -1,0 +1,464 @@
+//! The consistency model of `docs/consistency.md`, checked over a merged history.
+//!
+//! Versions of one id are ordered by the real-time order of the writes that made them: `a` is
+//! older than `b` when `a`'s write ended before `b`'s began. Two writes that overlap are not
+//! ordered (either may land last on Valkey), so neither is older. Version 0 is the source's
+//! initial row, older than every write. Every read is checked against the rules in this order
+//! and counted under the first it breaks:
+//!
+//! - `phantom`: the version was never written, or its write began after the read ended;
+//! - `read_your_writes`: older than a write of the reader's own process that ended before the
+//!   read began;
+//! - `non_monotonic`: older than what an earlier read of the same process (ended before this one
+//!   began) returned;
+//! - `stale_after_write`: older than another process's write that ended more than `B` before the
+//!   read began;
+//! - `divergent`: in a quiet stretch after a group of overlapping writes (from `B` after the last
+//!   ended to the next write, within one fresh life), a version other than the one the fleet
+//!   settled on: one process kept a copy Valkey no longer holds.
+//!
+//! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
+//! that began while an earlier load's or put's value of the id was still fresh, with no write
+//! that could have dropped it in between. A flight decides to load (takes its lock) a little
+//! before its loader is called, so writes and puts within `B` of a load's start are given the
+//! benefit of the doubt.
+//!
+//! A fault excuses `stale_after_write`, `divergent` and `extra_source_reads` when the write (or
+//! the earlier value) it concerns is no older than `B` before the fault began and the read began
+//! before the fault's grace ran out. Nothing excuses the other three: they hold through every
+//! fault.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::history::{Action, FaultSpan, Op};
+
+/// The bounds the model is checked with, in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// `B`: how long after a write returned a read in another process may still miss it.
+    pub(crate) staleness: u64,
+    /// How long after a fault ended its effects are excused.
+    pub(crate) fault_grace: u64,
+    /// The shortest fresh life a value can get: the ttl less its jitter, less a margin.
+    pub(crate) fresh_for: u64,
+}
+
+/// Violations per rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Violations {
+    pub(crate) stale_after_write: u64,
+    pub(crate) divergent: u64,
+    pub(crate) non_monotonic: u64,
+    pub(crate) phantom: u64,
+    pub(crate) read_your_writes: u64,
+    pub(crate) extra_source_reads: u64,
+}
+
+impl Violations {
+    /// Every violation, summed.
+    pub(crate) fn total(&self) -> u64 {
+        self.stale_after_write
+            + self.divergent
+            + self.non_monotonic
+            + self.phantom
+            + self.read_your_writes
+            + self.extra_source_reads
+    }
+}
+
+/// What the check found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Findings {
+    pub(crate) violations: Violations,
+    /// Reads and source reads a fault excused from the rules above.
+    pub(crate) excused_reads: u64,
+    pub(crate) excused_source_reads: u64,
+    /// Source reads in all.
+    pub(crate) source_reads: u64,
+    /// The longest a read in another process still returned a version older than a write that
+    /// had returned, outside any fault's excuse, and under faults (ns).
+    pub(crate) worst_staleness_ns: u64,
+    pub(crate) worst_staleness_under_faults_ns: u64,
+    /// A few violations of each rule, described.
+    pub(crate) examples: Vec<String>,
+}
+
+/// How many violations of one rule are described in [`Findings::examples`].
+const EXAMPLES_PER_RULE: usize = 3;
+
+/// The rule a read broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    Phantom,
+    ReadYourWrites,
+    NonMonotonic,
+    StaleAfterWrite,
+    Divergent,
+    ExtraSourceRead,
+}
+
+impl Rule {
+    fn name(self) -> &'static str {
+        match self {
+            Rule::Phantom => "phantom",
+            Rule::ReadYourWrites => "read_your_writes",
+            Rule::NonMonotonic => "non_monotonic",
+            Rule::StaleAfterWrite => "stale_after_write",
+            Rule::Divergent => "divergent",
+            Rule::ExtraSourceRead => "extra_source_reads",
+        }
+    }
+}
+
+/// Checks `ops` (every process's, merged) against the model.
+pub(crate) fn check(ops: &[Op], faults: &[FaultSpan], bounds: Bounds) -> Findings {
+    let origin = ops.iter().map(|o| o.start).min().unwrap_or(0);
+    let mut run = Run {
+        bounds,
+        faults,
+        origin,
+        findings: Findings::default(),
+        described: HashMap::new(),
+    };
+    let mut by_key: HashMap<(u8, u32), Vec<&Op>> = HashMap::new();
+    for op in ops {
+        by_key.entry((op.table, op.id)).or_default().push(op);
+    }
+    let mut keys: Vec<_> = by_key.into_iter().collect();
+    keys.sort_by_key(|(key, _)| *key);
+    for (_, ops) in keys {
+        run.key(&ops);
+    }
+    run.findings
+}
+
+/// The interval of the write that made a version: `(start, end)`; version 0 is `(0, 0)`.
+type Made = (u64, u64);
+
+struct Run<'a> {
+    bounds: Bounds,
+    faults: &'a [FaultSpan],
+    origin: u64,
+    findings: Findings,
+    described: HashMap<&'static str, usize>,
+}
+
+/// Per process, its successful writes of one id sorted by start, with the earliest end among the
+/// writes from each position on: the first write that superseded a version, in one search.
+struct Superseders {
+    starts: Vec<u64>,
+    min_end_from: Vec<u64>,
+}
+
+impl Superseders {
+    fn new(mut writes: Vec<(u64, u64)>) -> Superseders {
+        writes.sort_unstable();
+        let starts = writes.iter().map(|w| w.0).collect();
+        let mut min_end_from = vec![u64::MAX; writes.len()];
+        let mut least = u64::MAX;
+        for (i, w) in writes.iter().enumerate().rev() {
+            least = least.min(w.1);
+            min_end_from[i] = least;
+        }
+        Superseders {
+            starts,
+            min_end_from,
+        }
+    }
+
+    /// The earliest end of a write that began after `made_end` (the version's write had ended):
+    /// the moment the version was superseded, if it was.
+    fn superseded_at(&self, made_end: u64) -> Option<u64> {
+        let i = self.starts.partition_point(|&s| s <= made_end);
+        self.min_end_from.get(i).copied()
+    }
+}
+
+impl Run<'_> {
+    /// Every rule over the operations of one id.
+    fn key(&mut self, ops: &[&Op]) {
+        let mut made: HashMap<u64, Made> = HashMap::new();
+        made.insert(0, (0, 0));
+        for w in ops.iter().filter(|o| o.is_write()) {
+            made.insert(w.version, (w.start, w.end));
+        }
+        let processes: Vec<u32> = {
+            let mut p: Vec<u32> = ops.iter().map(|o| o.process).collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        };
+        let superseders: HashMap<u32, Superseders> = processes
+            .iter()
+            .map(|&p| {
+                let writes = ops
+                    .iter()
+                    .filter(|o| o.is_write() && o.ok && o.process == p)
+                    .map(|o| (o.start, o.end))
+                    .collect();
+                (p, Superseders::new(writes))
+            })
+            .collect();
+
+        let mut reads: Vec<&Op> = ops
+            .iter()
+            .copied()
+            .filter(|o| o.action == Action::Read && o.ok)
+            .collect();
+        reads.sort_by_key(|r| r.end);
+        // Per process: the latest start of the write behind any version it has returned so far
+        // (reads taken in order of their ends).
+        let mut seen_up_to: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        let mut flagged = vec![false; reads.len()];
+        for (i, read) in reads.iter().enumerate() {
+            let broke = self.read(read, &made, &superseders, &seen_up_to);
+            if let Some(rule) = broke {
+                flagged[i] = true;
+                self.count(rule, read, &made);
+            }
+            if let Some(&(start, _)) = made.get(&read.version) {
+                let seen = seen_up_to.entry(read.process).or_default();
+                let latest = seen.last().map_or(0, |s| s.1).max(start);
+                seen.push((read.end, latest));
+            }
+        }
+        self.divergence(ops, &reads, &flagged);
+        self.source_reads(ops);
+    }
+
+    /// The first rule `read` breaks, if any (`stale_after_write` may be excused by a fault).
+    fn read(
+        &mut self,
+        read: &Op,
+        made: &HashMap<u64, Made>,
+        superseders: &HashMap<u32, Superseders>,
+        seen_up_to: &HashMap<u32, Vec<(u64, u64)>>,
+    ) -> Option<Rule> {
+        let Some(&(made_start, made_end)) = made.get(&read.version) else {
+            return Some(Rule::Phantom);
+        };
+        if made_start > read.end {
+            return Some(Rule::Phantom);
+        }
+        if let Some(at) = superseders
+            .get(&read.process)
+            .and_then(|s| s.superseded_at(made_end))
+            && at < read.start
+        {
+            return Some(Rule::ReadYourWrites);
+        }
+        if let Some(seen) = seen_up_to.get(&read.process) {
+            let before = seen.partition_point(|s| s.0 < read.start);
+            if before > 0 && made_end < seen[before - 1].1 {
+                return Some(Rule::NonMonotonic);
+            }
+        }
+        let superseded = superseders
+            .iter()
+            .filter(|(p, _)| **p != read.process)
+            .filter_map(|(_, s)| s.superseded_at(made_end))
+            .min()?;
+        if superseded >= read.start {
+            return None;
+        }
+        let lag = read.start - superseded;
+        if self.excused(superseded, read.start) {
+            self.findings.worst_staleness_under_faults_ns =
+                self.findings.worst_staleness_under_faults_ns.max(lag);
+            if lag > self.bounds.staleness {
+                self.findings.excused_reads += 1;
+            }
+            return None;
+        }
+        self.findings.worst_staleness_ns = self.findings.worst_staleness_ns.max(lag);
+        (lag > self.bounds.staleness).then_some(Rule::StaleAfterWrite)
+    }
+
+    /// Whether a fault excuses missing what happened at `since` until `until`: it began no more
+    /// than `B` after `since`, and its grace had not run out at `until`.
+    fn excused(&self, since: u64, until: u64) -> bool {
+        self.faults.iter().any(|f| {
+            since.saturating_add(self.bounds.staleness) >= f.start
+                && until <= f.end.saturating_add(self.bounds.fault_grace)
+        })
+    }
+
+    /// The `divergent` rule: after each group of overlapping writes, the reads of the quiet
+    /// stretch agree.
+    fn divergence(&mut self, ops: &[&Op], reads: &[&Op], flagged: &[bool]) {
+        let mut writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
+        writes.sort_by_key(|w| w.start);
+        let mut groups: Vec<(u64, u64)> = Vec::new();
+        for w in writes {
+            match groups.last_mut() {
+                Some(g) if w.start <= g.1 => g.1 = g.1.max(w.end),
+                _ => groups.push((w.start, w.end)),
+            }
+        }
+        for (i, &(start, end)) in groups.iter().enumerate() {
+            let from = end + self.bounds.staleness;
+            let next = groups.get(i + 1).map_or(u64::MAX, |g| g.0);
+            let to = next.min(start + self.bounds.fresh_for);
+            let quiet: Vec<usize> = (0..reads.len())
+                .filter(|&r| !flagged[r] && reads[r].start > from && reads[r].end < to)
+                .collect();
+            let Some(settled) = settled_version(quiet.iter().map(|&r| reads[r])) else {
+                continue;
+            };
+            for r in quiet {
+                let read = reads[r];
+                if read.version == settled {
+                    continue;
+                }
+                if self.excused(end, read.start) {
+                    self.findings.excused_reads += 1;
+                } else {
+                    self.count_divergent(read, settled);
+                }
+            }
+        }
+    }
+
+    /// The one-read rule over the loads of one id.
+    fn source_reads(&mut self, ops: &[&Op]) {
+        let mut loads: Vec<&Op> = ops
+            .iter()
+            .copied()
+            .filter(|o| o.action == Action::Load)
+            .collect();
+        loads.sort_by_key(|l| l.start);
+        self.findings.source_reads += loads.len() as u64;
+        let mut setters: Vec<&Op> = ops
+            .iter()
+            .copied()
+            .filter(|o| o.ok && matches!(o.action, Action::Load | Action::Put))
+            .collect();
+        setters.sort_by_key(|s| s.start);
+        let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
+        for load in loads {
+            let earlier = setters.partition_point(|s| s.start < load.start);
+            // A load's flight took its lock, and a put began, up to `B` before the times on
+            // record: a write that ended within `B` before a load began may have dropped that
+            // load's lock (and its value with it), and a put that ended within `B` before a load
+            // began may have landed after the load's flight found nothing.
+            let b = self.bounds.staleness;
+            let covering = setters[..earlier].iter().rev().find(|set| {
+                !std::ptr::eq(**set, load)
+                    && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
+                    && load.start < set.end.saturating_add(self.bounds.fresh_for)
+                    && !writes.iter().any(|w| {
+                        !std::ptr::eq(*w, **set)
+                            && w.start < load.start
+                            && w.end.saturating_add(b) > set.start
+                    })
+            });
+            let Some(set) = covering else { continue };
+            if self.excused_since(set.start, load.start) {
+                self.findings.excused_source_reads += 1;
+            } else {
+                self.findings.violations.extra_source_reads += 1;
+                let why = format!(
+                    "load by p{} of t{} id {} at {} while p{}'s {} of v{} at {} was fresh",
+                    load.process,
+                    load.table,
+                    load.id,
+                    self.at(load.start),
+                    set.process,
+                    if set.action == Action::Load {
+                        "load"
+                    } else {
+                        "put"
+                    },
+                    set.version,
+                    self.at(set.end),
+                );
+                self.describe(Rule::ExtraSourceRead, why);
+            }
+        }
+    }
+
+    /// Whether a fault overlapped the stretch from `since` to `until` (with its grace).
+    fn excused_since(&self, since: u64, until: u64) -> bool {
+        self.faults
+            .iter()
+            .any(|f| f.start <= until && f.end.saturating_add(self.bounds.fault_grace) >= since)
+    }
+
+    fn count(&mut self, rule: Rule, read: &Op, made: &HashMap<u64, Made>) {
+        let v = &mut self.findings.violations;
+        match rule {
+            Rule::Phantom => v.phantom += 1,
+            Rule::ReadYourWrites => v.read_your_writes += 1,
+            Rule::NonMonotonic => v.non_monotonic += 1,
+            Rule::StaleAfterWrite => v.stale_after_write += 1,
+            Rule::Divergent => v.divergent += 1,
+            Rule::ExtraSourceRead => v.extra_source_reads += 1,
+        }
+        let written = match made.get(&read.version) {
+            Some(&(_, end)) => format!("written by {}", self.at(end)),
+            None => "never written".to_owned(),
+        };
+        let why = format!(
+            "read by p{} of t{} id {} at {}..{} ({}) returned v{} ({written})",
+            read.process,
+            read.table,
+            read.id,
+            self.at(read.start),
+            self.at(read.end),
+            read.origin,
+            read.version,
+        );
+        self.describe(rule, why);
+    }
+
+    fn count_divergent(&mut self, read: &Op, settled: u64) {
+        self.findings.violations.divergent += 1;
+        let why = format!(
+            "read by p{} of t{} id {} at {} ({}) returned v{} where the others settled on v{settled}",
+            read.process,
+            read.table,
+            read.id,
+            self.at(read.start),
+            read.origin,
+            read.version,
+        );
+        self.describe(Rule::Divergent, why);
+    }
+
+    fn describe(&mut self, rule: Rule, why: String) {
+        let n = self.described.entry(rule.name()).or_default();
+        if *n < EXAMPLES_PER_RULE {
+            *n += 1;
+            self.findings
+                .examples
+                .push(format!("{}: {why}", rule.name()));
+        }
+    }
+
+    /// A moment of the run, in seconds from its first operation.
+    fn at(&self, ns: u64) -> String {
+        format!("{:.3} s", ns.saturating_sub(self.origin) as f64 / 1e9)
+    }
+}
+
+/// The version the fleet settled on in a quiet stretch: the one the most processes returned,
+/// then the one returned most often.
+fn settled_version<'a>(reads: impl Iterator<Item = &'a Op>) -> Option<u64> {
+    let mut by_version: HashMap<u64, (Vec<u32>, usize)> = HashMap::new();
+    for r in reads {
+        let entry = by_version.entry(r.version).or_default();
+        if !entry.0.contains(&r.process) {
+            entry.0.push(r.process);
+        }
+        entry.1 += 1;
+    }
+    by_version
+        .into_iter()
+        .max_by_key(|(v, (processes, n))| (processes.len(), *n, *v))
+        .map(|(v, _)| v)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,243 @@
+//! The checker on hand-made histories: each kind of violation is found and named, and a history
+//! that keeps the model passes.
+
+use super::*;
+
+const B: u64 = 1_000;
+
+fn bounds() -> Bounds {
+    Bounds {
+        staleness: B,
+        fault_grace: 5_000,
+        fresh_for: 1_000_000,
+    }
+}
+
+fn op(process: u32, action: Action, version: u64, start: u64, end: u64) -> Op {
+    Op {
+        process,
+        table: 0,
+        id: 1,
+        action,
+        version,
+        ok: true,
+        origin: String::new(),
+        start,
+        end,
+    }
+}
+
+fn put(p: u32, v: u64, start: u64, end: u64) -> Op {
+    op(p, Action::Put, v, start, end)
+}
+
+fn read(p: u32, v: u64, start: u64, end: u64) -> Op {
+    op(p, Action::Read, v, start, end)
+}
+
+fn load(p: u32, v: u64, start: u64, end: u64) -> Op {
+    op(p, Action::Load, v, start, end)
+}
+
+fn invalidate(p: u32, v: u64, start: u64, end: u64) -> Op {
+    op(p, Action::Invalidate, v, start, end)
+}
+
+fn fault(start: u64, end: u64) -> FaultSpan {
+    FaultSpan {
+        name: "kill-all".into(),
+        start,
+        end,
+    }
+}
+
+fn violations(ops: &[Op], faults: &[FaultSpan]) -> Violations {
+    check(ops, faults, bounds()).violations
+}
+
+/// A load, reads of it, a put seen by everyone after `B`, an invalidate and its one reload.
+#[test]
+fn a_history_that_keeps_the_model_passes() {
+    let ops = [
+        load(0, 0, 10, 20),
+        read(0, 0, 5, 25),
+        read(1, 0, 30, 40),
+        put(1, 1, 100, 200),
+        read(0, 0, 150, 160), // overlaps the put: either version
+        read(0, 1, 200 + B + 1, 200 + B + 5),
+        read(2, 1, 200 + B + 10, 200 + B + 20),
+        invalidate(2, 2, 5_000, 5_100),
+        load(0, 2, 5_200, 5_300),
+        read(0, 2, 5_150, 5_400),
+        read(1, 2, 6_500, 6_600),
+    ];
+    let found = check(&ops, &[], bounds());
+    assert_eq!(
+        found.violations,
+        Violations::default(),
+        "{:?}",
+        found.examples
+    );
+    assert_eq!(found.source_reads, 2);
+}
+
+/// A read in another process more than `B` after a write returned that still sees the old
+/// version: `stale_after_write`; within `B` it is not.
+#[test]
+fn an_old_version_after_b_is_stale_after_write() {
+    let ops = [
+        put(0, 1, 100, 200),
+        read(1, 0, 200 + B / 2, 200 + B / 2 + 1),
+        read(1, 0, 200 + B + 1, 200 + B + 2),
+    ];
+    let found = check(&ops, &[], bounds());
+    assert_eq!(found.violations.stale_after_write, 1);
+    assert_eq!(found.violations.total(), 1);
+    assert_eq!(found.worst_staleness_ns, B + 1);
+    assert!(
+        found.examples[0].starts_with("stale_after_write:"),
+        "{:?}",
+        found.examples
+    );
+}
+
+/// The writer's own process reading the old version after its put returned: `read_your_writes`,
+/// however soon, and whatever fault was going on.
+#[test]
+fn an_old_version_in_the_writers_process_breaks_read_your_writes() {
+    let ops = [put(0, 1, 100, 200), read(0, 0, 201, 202)];
+    assert_eq!(violations(&ops, &[]).read_your_writes, 1);
+    assert_eq!(violations(&ops, &[fault(150, 300)]).read_your_writes, 1);
+    // An invalidate is a write too: after it, its own process reads the new source version.
+    let ops = [invalidate(0, 1, 100, 200), read(0, 0, 201, 202)];
+    assert_eq!(violations(&ops, &[]).read_your_writes, 1);
+}
+
+/// A process that returned v2 and then v1, where v1's write ended before v2's began.
+#[test]
+fn going_back_to_an_older_version_is_non_monotonic() {
+    let ops = [
+        put(0, 1, 10, 20),
+        put(1, 2, 30, 40),
+        read(2, 2, 50, 51),
+        read(2, 1, 52, 53),
+    ];
+    let v = violations(&ops, &[]);
+    assert_eq!(v.non_monotonic, 1);
+    assert_eq!(v.total(), 1);
+    // Reads that overlap are not ordered.
+    let ops = [
+        put(0, 1, 10, 20),
+        put(1, 2, 30, 40),
+        read(2, 2, 50, 60),
+        read(2, 1, 55, 65),
+    ];
+    assert_eq!(violations(&ops, &[]).non_monotonic, 0);
+}
+
+/// Overlapping puts may land in either order; a process that keeps the one Valkey no longer
+/// holds, while the others agree, is `divergent`.
+#[test]
+fn a_copy_the_fleet_moved_past_is_divergent() {
+    let after = 300 + B;
+    let ops = [
+        put(0, 1, 100, 250),
+        put(1, 2, 150, 300),
+        read(0, 1, after + 10, after + 20),
+        read(1, 2, after + 10, after + 20),
+        read(2, 2, after + 30, after + 40),
+    ];
+    let found = check(&ops, &[], bounds());
+    assert_eq!(found.violations.divergent, 1, "{:?}", found.examples);
+    assert_eq!(found.violations.total(), 1);
+    // Either version is right as long as everyone agrees.
+    let ops = [
+        put(0, 1, 100, 250),
+        put(1, 2, 150, 300),
+        read(0, 1, after + 10, after + 20),
+        read(1, 1, after + 10, after + 20),
+    ];
+    assert_eq!(violations(&ops, &[]).total(), 0);
+}
+
+/// A version no write made, or one whose write began after the read ended.
+#[test]
+fn a_version_never_written_is_a_phantom() {
+    let ops = [read(0, 7, 10, 20)];
+    assert_eq!(violations(&ops, &[]).phantom, 1);
+    let ops = [read(0, 1, 10, 20), put(1, 1, 30, 40)];
+    assert_eq!(violations(&ops, &[]).phantom, 1);
+}
+
+/// A second load while the first one's value is fresh, with nothing that dropped it, is an extra
+/// source read; an invalidate between them, or the value's expiry, justifies it.
+#[test]
+fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
+    let ops = [load(0, 0, 10, 20), load(1, 0, 500, 510)];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
+    // Two loads at once in two processes: the lock should have elected one.
+    let ops = [load(0, 0, 10, 200), load(1, 0, 50, 210)];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
+    // A put's value is as fresh as a load's, once it has surely landed (`B` after it returned).
+    let ops = [put(0, 1, 10, 20), load(1, 1, 20 + B + 1, 30 + B)];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
+    let ops = [put(0, 1, 10, 20), load(1, 1, 20 + B / 2, 30 + B / 2)];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 0);
+    let ops = [
+        load(0, 0, 10, 20),
+        invalidate(2, 1, 100, 200),
+        load(1, 1, 500, 510),
+    ];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 0);
+    let expired = 20 + bounds().fresh_for + 1;
+    let ops = [load(0, 0, 10, 20), load(1, 0, expired, expired + 10)];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 0);
+}
+
+/// A fault near the write excuses staleness until its grace runs out, and excuses the reload it
+/// caused; it never excuses going back in one process.
+#[test]
+fn faults_excuse_staleness_and_reloads_but_never_going_back() {
+    let stale = [
+        put(0, 1, 100, 200),
+        read(1, 0, 200 + 3 * B, 200 + 3 * B + 1),
+    ];
+    let found = check(&stale, &[fault(150, 400)], bounds());
+    assert_eq!(found.violations.total(), 0);
+    assert_eq!(found.excused_reads, 1);
+    assert_eq!(found.worst_staleness_under_faults_ns, 3 * B);
+    // A fault long after the write excuses nothing: the push should have arrived before it.
+    let later = 200 + 10 * B;
+    let late = [put(0, 1, 100, 200), read(1, 0, later + 1, later + 2)];
+    assert_eq!(
+        violations(&late, &[fault(later, later + 5)]).stale_after_write,
+        1
+    );
+    // A fault past its grace excuses nothing either.
+    let long_after = 400 + bounds().fault_grace + 1;
+    let past = [put(0, 1, 100, 200), read(1, 0, long_after, long_after + 1)];
+    assert_eq!(violations(&past, &[fault(150, 400)]).stale_after_write, 1);
+
+    let reload = [load(0, 0, 10, 20), load(1, 0, 500, 510)];
+    let found = check(&reload, &[fault(100, 200)], bounds());
+    assert_eq!(found.violations.extra_source_reads, 0);
+    assert_eq!(found.excused_source_reads, 1);
+
+    let back = [
+        put(0, 1, 10, 20),
+        put(1, 2, 30, 40),
+        read(2, 2, 50, 51),
+        read(2, 1, 52, 53),
+    ];
+    assert_eq!(violations(&back, &[fault(0, 100)]).non_monotonic, 1);
+}
+
+/// Every rule is found on one key while another key of the same history stays clean: the
+/// rules are per id.
+#[test]
+fn each_id_is_checked_on_its_own() {
+    let mut other = put(0, 1, 100, 200);
+    other.id = 2;
+    let ops = [other, read(1, 0, 200 + 2 * B, 200 + 2 * B + 1)];
+    assert_eq!(violations(&ops, &[]).total(), 0);
+}

@@ -1,0 +1,427 @@
+//! One worker of `echostore check`: a separate OS process (this binary with the hidden
+//! `check-worker` subcommand) holding its own store and three tables of different key types, all
+//! reading the run's shared [`Source`]. Its tasks make random gets, puts and invalidates of a
+//! small hot set of ids and record every call, and every loader call, to its history file.
+//!
+//! It talks to the controller in lines: it prints `ready` once its tables are tracked, then
+//! takes `crash` (crash the struct table's owner; it answers `crashed <start> <end>`) and `stop`
+//! (or the end of stdin) on stdin, and prints `done` once its history is flushed.
+
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use echostore::{Error, Key, LoserPolicy, Store, Table};
+use echostore_benches::duration;
+use rand::{Rng, SeedableRng};
+use redis::AsyncCommands;
+use tokio::sync::mpsc;
+
+use super::Switch;
+use super::history::{Action, Op, now_ns};
+use super::source::Source;
+use crate::{CliResult, Outcome};
+
+/// The tables of a run, by index: a `u64` key, a `String` key, and a struct key that keeps the
+/// default `from_rendered` (so every push for it flushes the table's L1).
+pub(crate) const TABLES: [&str; 3] = ["check-u64", "check-string", "check-struct"];
+
+/// The struct table's id whose `Eq` panics when two callers' copies meet: the `crash` fault.
+const CRASH_ID: u32 = u32::MAX;
+
+/// How long one call may take before the worker records it as failed and moves on.
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// Flags of the hidden `echostore --valkey URL check-worker`.
+#[derive(Debug, Args)]
+pub(crate) struct WorkerArgs {
+    /// This worker's number.
+    #[arg(long)]
+    pub(crate) process: u32,
+    /// The run's directory: the source rows, and this worker's history file.
+    #[arg(long)]
+    pub(crate) dir: PathBuf,
+    /// The run's namespace on Valkey.
+    #[arg(long)]
+    pub(crate) namespace: String,
+    /// Ids per table.
+    #[arg(long)]
+    pub(crate) keys: u32,
+    /// Concurrent tasks making calls.
+    #[arg(long)]
+    pub(crate) tasks: u32,
+    #[arg(long, value_parser = duration::parse)]
+    pub(crate) ttl: Duration,
+    #[arg(long, value_parser = duration::parse)]
+    pub(crate) source_latency: Duration,
+    #[arg(long, value_enum)]
+    pub(crate) coherence: Switch,
+    #[arg(long)]
+    pub(crate) seed: u64,
+}
+
+/// The struct key: a plain user type with the default `from_rendered`. `copy` tells two
+/// callers' copies apart; it takes no part in the id.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    n: u32,
+    copy: u8,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        // The crash fault: a user `Key` bug, met where the owner compares two callers' ids.
+        assert!(
+            !(self.n == CRASH_ID && other.n == CRASH_ID && self.copy != other.copy),
+            "Item::eq on the crash id"
+        );
+        self.n == other.n
+    }
+}
+
+impl Eq for Item {}
+
+impl Hash for Item {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.n.hash(state);
+    }
+}
+
+impl Key for Item {
+    fn render(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.n.to_string().into_bytes())
+    }
+}
+
+/// Where a worker's operations go: its history file, one JSON line each.
+#[derive(Clone)]
+struct Recorder {
+    process: u32,
+    out: Arc<Mutex<BufWriter<std::fs::File>>>,
+}
+
+impl Recorder {
+    fn record(&self, mut op: Op) {
+        op.process = self.process;
+        if let (Ok(line), Ok(mut out)) = (serde_json::to_string(&op), self.out.lock()) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        match self.out.lock() {
+            Ok(mut out) => out.flush(),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// The three tables, one call surface.
+#[derive(Clone)]
+struct Tables {
+    numbers: Table<u64, u64>,
+    names: Table<String, u64>,
+    items: Table<Item, u64>,
+}
+
+impl Tables {
+    async fn read(&self, table: u8, id: u32) -> echostore::Result<(u64, String)> {
+        let fetched = match table {
+            0 => self.numbers.fetch(&u64::from(id)).await?,
+            1 => self.names.fetch(name(id).as_str()).await?,
+            _ => self.items.fetch(&item(id)).await?,
+        };
+        Ok((*fetched.value, fetched.origin.to_string()))
+    }
+
+    async fn put(&self, table: u8, id: u32, version: u64) -> echostore::Result<()> {
+        match table {
+            0 => self.numbers.put(&u64::from(id), version).await?,
+            1 => self.names.put(name(id).as_str(), version).await?,
+            _ => self.items.put(&item(id), version).await?,
+        };
+        Ok(())
+    }
+
+    async fn invalidate(&self, table: u8, id: u32) -> echostore::Result<()> {
+        match table {
+            0 => self.numbers.invalidate(&u64::from(id)).await,
+            1 => self.names.invalidate(name(id).as_str()).await,
+            _ => self.items.invalidate(&item(id)).await,
+        }
+    }
+}
+
+fn name(id: u32) -> String {
+    format!("id-{id}")
+}
+
+fn item(n: u32) -> Item {
+    Item { n, copy: 0 }
+}
+
+/// Runs one worker until the controller says `stop`.
+pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
+    let history = std::fs::File::create(args.dir.join(format!("history-{}.jsonl", args.process)))?;
+    let recorder = Recorder {
+        process: args.process,
+        out: Arc::new(Mutex::new(BufWriter::new(history))),
+    };
+    let store = Store::builder()
+        .valkey(url)
+        .require_valkey(true)
+        .coherence(args.coherence == Switch::On)
+        .namespace(args.namespace.as_str())
+        .build()
+        .await?;
+    let source = Source::open(&args.dir);
+    let tables = Tables {
+        numbers: open(&store, args, 0, &source, &recorder, |id: &u64| *id as u32).await?,
+        names: open(&store, args, 1, &source, &recorder, |id: &String| {
+            id.strip_prefix("id-")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        })
+        .await?,
+        items: open(&store, args, 2, &source, &recorder, |id: &Item| id.n).await?,
+    };
+    if args.coherence == Switch::On {
+        tracked(url, args, &tables).await?;
+    }
+    println!("ready");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for task in 0..args.tasks {
+        let seed = args.seed ^ (u64::from(args.process) << 32) ^ u64::from(task);
+        tasks.push(tokio::spawn(calls(
+            tables.clone(),
+            source.clone(),
+            recorder.clone(),
+            args.keys,
+            seed,
+            Arc::clone(&stop),
+        )));
+    }
+    let mut control = stdin_lines();
+    while let Some(line) = control.recv().await {
+        match line.trim() {
+            "crash" => {
+                let (start, end) = crash(&tables.items).await;
+                println!("crashed {start} {end}");
+            }
+            "stop" => break,
+            _ => {}
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await?;
+    }
+    recorder.flush()?;
+    println!("done");
+    Ok(Outcome::Held)
+}
+
+/// One table of the run: every loader call reads the source and is recorded as a `Load`.
+async fn open<K: Key>(
+    store: &Store,
+    args: &WorkerArgs,
+    table: u8,
+    source: &Source,
+    recorder: &Recorder,
+    id_of: fn(&K) -> u32,
+) -> CliResult<Table<K, u64>> {
+    let (source, recorder, latency) = (source.clone(), recorder.clone(), args.source_latency);
+    let table = store
+        .table::<K, u64>(TABLES[usize::from(table)])
+        .ttl(args.ttl)
+        .stale_for(args.ttl)
+        // Early refresh would load before expiry on purpose; the one-read rule counts by expiry.
+        .early_refresh(0.0)
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(20),
+            up_to: Duration::from_secs(5),
+        })
+        .loader(move |key: K| {
+            let (source, recorder) = (source.clone(), recorder.clone());
+            let id = id_of(&key);
+            async move {
+                if id == CRASH_ID {
+                    // The crash fault's flight: long enough for its second caller to meet it.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    return Ok(0);
+                }
+                let start = now_ns();
+                // The row is read first and the answer comes after the latency: a write that
+                // lands meanwhile makes this load's value old, as a slow query's would be.
+                let version = source.read(table, id)?;
+                tokio::time::sleep(latency).await;
+                recorder.record(Op {
+                    process: 0,
+                    table,
+                    id,
+                    action: Action::Load,
+                    version,
+                    ok: true,
+                    origin: String::new(),
+                    start,
+                    end: now_ns(),
+                });
+                Ok::<_, std::io::Error>(version)
+            }
+        })
+        .start()
+        .await?;
+    Ok(table)
+}
+
+/// Waits until a write under each table's prefix has reached it through coherence.
+async fn tracked(url: &str, args: &WorkerArgs, tables: &Tables) -> CliResult<()> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    // A probe id the key type cannot parse back arrives as a flush of L1.
+    let reached = |s: echostore::TableStats| s.invalidations + s.coherence_flushes;
+    let invalidations = |i: usize| match i {
+        0 => reached(tables.numbers.stats()),
+        1 => reached(tables.names.stats()),
+        _ => reached(tables.items.stats()),
+    };
+    for (i, table) in TABLES.iter().enumerate() {
+        let probe = format!(
+            "{}:{}:{{probe-{}}}",
+            args.namespace, TABLES[i], args.process
+        );
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let before = invalidations(i);
+            let _: () = conn.set(&probe, "probe").await?;
+            let retry = tokio::time::Instant::now() + Duration::from_millis(100);
+            while invalidations(i) == before && tokio::time::Instant::now() < retry {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if invalidations(i) > before {
+                break;
+            }
+            if tokio::time::Instant::now() > give_up {
+                return Err(format!("table {table} was never tracked").into());
+            }
+        }
+        let _: () = conn.del(&probe).await?;
+    }
+    Ok(())
+}
+
+/// One task's calls until `stop`: three reads to every write, over the hot ids.
+async fn calls(
+    tables: Tables,
+    source: Source,
+    recorder: Recorder,
+    keys: u32,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::SeqCst) {
+        let table = rng.random_range(0..TABLES.len() as u8);
+        let id = rng.random_range(0..keys);
+        let roll = rng.random_range(0..100);
+        let start = now_ns();
+        let (action, version, ok, origin) = if roll < 75 {
+            match bounded(tables.read(table, id)).await {
+                Ok((version, origin)) => (Action::Read, version, true, origin),
+                Err(_) => (Action::Read, 0, false, String::new()),
+            }
+        } else {
+            let action = if roll < 93 {
+                Action::Put
+            } else {
+                Action::Invalidate
+            };
+            let Ok(version) = source.bump(table, id) else {
+                continue;
+            };
+            let done = match action {
+                Action::Put => bounded(tables.put(table, id, version)).await,
+                _ => bounded(tables.invalidate(table, id)).await,
+            };
+            (action, version, done.is_ok(), String::new())
+        };
+        recorder.record(Op {
+            process: 0,
+            table,
+            id,
+            action,
+            version,
+            ok,
+            origin,
+            start,
+            end: now_ns(),
+        });
+        let pause = rng.random_range(0..=2);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// A call cut off after [`CALL_LIMIT`] (a black-holed link) counts as failed.
+async fn bounded<T>(call: impl Future<Output = echostore::Result<T>>) -> echostore::Result<T> {
+    tokio::time::timeout(CALL_LIMIT, call)
+        .await
+        .unwrap_or(Err(Error::WaitTimeout { waited: CALL_LIMIT }))
+}
+
+/// Crashes the struct table's owner: a miss on the crash id starts its flight, and a second
+/// caller's copy of the id makes the owner compare the two. Returns when the crash began and
+/// when the supervisor had restarted the owner.
+async fn crash(items: &Table<Item, u64>) -> (u64, u64) {
+    let start = now_ns();
+    let restarts = items.stats().owner_restarts;
+    let in_flight = items.stats().in_flight;
+    let first = tokio::spawn({
+        let items = items.clone();
+        async move {
+            items
+                .get(&Item {
+                    n: CRASH_ID,
+                    copy: 1,
+                })
+                .await
+        }
+    });
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    while items.stats().in_flight <= in_flight && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = items
+        .get(&Item {
+            n: CRASH_ID,
+            copy: 2,
+        })
+        .await;
+    let _ = first.await;
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while items.stats().owner_restarts == restarts && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    (start, now_ns())
+}
+
+/// The controller's lines on stdin; the channel closes with stdin.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}

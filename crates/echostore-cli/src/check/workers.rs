@@ -1,0 +1,174 @@
+//! The worker processes of `echostore check`, from the controller's side: spawned as this same
+//! binary with the hidden `check-worker` subcommand, their stdout lines gathered on one channel
+//! (a thread per worker reads its pipe), told `crash` and `stop` on stdin, and killed by their
+//! own handles if the check stops early.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::worker::WorkerArgs;
+use crate::CliResult;
+
+/// How long a worker may take to start, crash an owner, or finish.
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The running workers.
+pub(crate) struct Workers {
+    children: Vec<Child>,
+    stdins: Vec<Option<ChildStdin>>,
+    lines: mpsc::UnboundedReceiver<(usize, String)>,
+    /// Lines a wait for another worker's line read past, kept for their own wait.
+    early: Vec<(usize, String)>,
+    /// The run's directory, where each worker's stderr is.
+    dir: PathBuf,
+}
+
+impl Workers {
+    /// Starts one worker per entry of `args`, worker `i` on `urls[i]`; each has its stderr in
+    /// the run's directory.
+    pub(crate) fn spawn(urls: &[String], args: &[WorkerArgs], dir: &Path) -> CliResult<Workers> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("finding the echostore binary to run workers: {e}"))?;
+        let (tx, lines) = mpsc::unbounded_channel();
+        let mut workers = Workers {
+            children: Vec::new(),
+            stdins: Vec::new(),
+            lines,
+            early: Vec::new(),
+            dir: dir.to_owned(),
+        };
+        for (i, (url, a)) in urls.iter().zip(args).enumerate() {
+            let stderr = std::fs::File::create(dir.join(format!("worker-{i}.stderr")))?;
+            let mut child = Command::new(&exe)
+                .args(["--valkey", url, "check-worker"])
+                .args(["--process", &a.process.to_string()])
+                .arg("--dir")
+                .arg(&a.dir)
+                .args(["--namespace", &a.namespace])
+                .args(["--keys", &a.keys.to_string()])
+                .args(["--tasks", &a.tasks.to_string()])
+                .args(["--ttl", &echostore_benches::duration::render(a.ttl)])
+                .args([
+                    "--source-latency",
+                    &echostore_benches::duration::render(a.source_latency),
+                ])
+                .args(["--coherence", a.coherence.name()])
+                .args(["--seed", &a.seed.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .map_err(|e| format!("starting worker {i}: {e}"))?;
+            workers.stdins.push(child.stdin.take());
+            let stdout = child.stdout.take();
+            workers.children.push(child);
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                if let Some(stdout) = stdout {
+                    for line in BufReader::new(stdout).lines() {
+                        let Ok(line) = line else { break };
+                        let _ = tx.send((i, line));
+                    }
+                }
+                let _ = tx.send((i, "gone".to_owned()));
+            });
+        }
+        Ok(workers)
+    }
+
+    /// How many workers there are.
+    pub(crate) fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    /// Waits until every worker has said `ready`.
+    pub(crate) async fn ready(&mut self) -> CliResult<()> {
+        for i in 0..self.len() {
+            self.line_from(i, "ready").await?;
+        }
+        Ok(())
+    }
+
+    /// Has worker `i` crash its struct table's owner; the crash's start and end.
+    pub(crate) async fn crash(&mut self, i: usize) -> CliResult<(u64, u64)> {
+        self.say(i, "crash")?;
+        let line = self.line_from(i, "crashed").await?;
+        let mut words = line.split(' ').skip(1).map(str::parse::<u64>);
+        match (words.next(), words.next()) {
+            (Some(Ok(start)), Some(Ok(end))) => Ok((start, end)),
+            _ => Err(format!("worker {i} answered the crash with `{line}`").into()),
+        }
+    }
+
+    /// Tells every worker to stop, and waits until each has flushed its history and exited.
+    pub(crate) async fn stop(&mut self) -> CliResult<()> {
+        for i in 0..self.len() {
+            self.say(i, "stop")?;
+        }
+        for i in 0..self.len() {
+            self.line_from(i, "done").await?;
+        }
+        for child in &mut self.children {
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    fn say(&mut self, i: usize, what: &str) -> CliResult<()> {
+        let stdin = self.stdins[i]
+            .as_mut()
+            .ok_or_else(|| format!("worker {i} has no stdin"))?;
+        writeln!(stdin, "{what}").map_err(|e| format!("telling worker {i} to {what}: {e}"))?;
+        Ok(())
+    }
+
+    /// The next line of worker `i` that starts with `word`; its other lines are dropped, and
+    /// other workers' lines kept for their own waits.
+    async fn line_from(&mut self, i: usize, word: &str) -> CliResult<String> {
+        if let Some(at) = self
+            .early
+            .iter()
+            .position(|(w, l)| *w == i && l.starts_with(word))
+        {
+            return Ok(self.early.remove(at).1);
+        }
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some((w, line))) if w == i && line.starts_with(word) => return Ok(line),
+                Ok(Some((w, line))) if w == i && line == "gone" => {
+                    return Err(why_gone(i, &self.dir).into());
+                }
+                Ok(Some((w, line))) if w != i => self.early.push((w, line)),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("every worker's output closed".into()),
+                Err(_) => return Err(format!("worker {i} never said `{word}`").into()),
+            }
+        }
+    }
+}
+
+/// The end of worker `i`'s stderr: why it went away.
+fn why_gone(i: usize, dir: &Path) -> String {
+    let stderr =
+        std::fs::read_to_string(dir.join(format!("worker-{i}.stderr"))).unwrap_or_default();
+    let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+    format!("worker {i} exited: {}", tail.join(" / "))
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // A check stopped early (an error, Ctrl-C) leaves no worker behind.
+        for child in &mut self.children {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
