@@ -68,7 +68,8 @@ pub(crate) struct Life {
     pub(crate) fresh_for: Duration,
     /// Kept past `fresh_for` as a stale copy.
     pub(crate) stale_for: Duration,
-    /// When the write happens, unix ms (the envelope's `written_at`).
+    /// When the write happens, unix ms: the start of the logical life. The envelope's
+    /// `written_at` on Valkey is the server's clock instead, stamped by the write scripts.
     pub(crate) written_at_ms: u64,
     /// How long the load took (zero for a `put`: no load, so never refreshed early).
     pub(crate) delta: Duration,

@@ -3,7 +3,7 @@
 //! ```text
 //! byte 0       format (2)
 //! bytes 1..9   fresh_until, unix ms, little-endian u64   (the logical life: written_at + ttl ± jitter)
-//! bytes 9..17  written_at,  unix ms, little-endian u64
+//! bytes 9..17  written_at,  unix ms, little-endian u64   (stamped by Valkey's TIME as the write lands)
 //! bytes 17..21 delta: how long the load took, µs, little-endian u32 (saturating; 0 = unknown)
 //! bytes 21..   the value, serde-encoded with postcard
 //! ```
@@ -41,6 +41,8 @@ const FORMAT: u8 = 2;
 const FORMAT_1: u8 = 1;
 /// The header of format 1: format, `fresh_until`, `written_at`.
 const HEADER_1: usize = 17;
+/// Where `written_at` starts (it ends at [`HEADER_1`]).
+const WRITTEN_AT: usize = 9;
 /// The header of format 2: format 1's, then `delta`.
 const HEADER: usize = HEADER_1 + 4;
 
@@ -111,9 +113,11 @@ pub(crate) fn encode<V: Serialize>(
     Ok(out)
 }
 
-/// What tells one written envelope from another: its length and a hash of all its bytes.
-/// (Header fields alone are not enough: two writers in one millisecond with no jitter stamp the
-/// same header; equal bytes, on the other hand, are the same value.)
+/// What tells one written envelope from another: its length and a hash of all its bytes but
+/// `written_at`, which the write scripts replace with Valkey's clock as the envelope lands (so
+/// the bytes a writer sends and the bytes it reads back differ there). Header fields alone are
+/// not enough: two writers in one millisecond with no jitter stamp the same header; equal bytes
+/// otherwise, on the other hand, are the same value and the same life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fingerprint {
     len: usize,
@@ -124,7 +128,13 @@ pub(crate) struct Fingerprint {
 pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
     use std::hash::{DefaultHasher, Hasher};
     let mut hasher = DefaultHasher::new();
-    hasher.write(bytes);
+    match bytes.get(HEADER_1..) {
+        Some(rest) => {
+            hasher.write(&bytes[..WRITTEN_AT]);
+            hasher.write(rest);
+        }
+        None => hasher.write(bytes),
+    }
     Fingerprint {
         len: bytes.len(),
         hash: hasher.finish(),
@@ -186,6 +196,22 @@ pub(crate) fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Valkey's restamped `written_at` does not change an envelope's fingerprint; any other
+    /// byte does.
+    #[test]
+    fn fingerprints_ignore_the_stamp_valkey_puts_in() {
+        let bytes = encode(&"v", 2_000, 1_000, Duration::ZERO, 1 << 10).expect("encode");
+        let mut restamped = bytes.clone();
+        restamped[WRITTEN_AT..HEADER_1].copy_from_slice(&5_000u64.to_le_bytes());
+        assert_eq!(fingerprint(&bytes), fingerprint(&restamped));
+        let mut other_life = bytes.clone();
+        other_life[1] ^= 1;
+        assert_ne!(fingerprint(&bytes), fingerprint(&other_life));
+        let mut other_value = bytes.clone();
+        *other_value.last_mut().expect("a payload") ^= 1;
+        assert_ne!(fingerprint(&bytes), fingerprint(&other_value));
+    }
 
     /// A value survives the round trip with its timestamps.
     #[test]

@@ -10,11 +10,14 @@
 //! with the token-checked compare-and-delete of the seed. A lock is never removed by a plain `DEL`
 //! on these paths: only `invalidate` and `put`, which mean to cancel fills in flight, drop it.
 //!
-//! **Newer wins.** The fenced write and `put` never replace an envelope whose `written_at` is
-//! newer than their own (the scripts read both headers). This assumes the writers' wall clocks
-//! agree to well within a value's life; a stored `written_at` more than [`MAX_CLOCK_SKEW_MS`]
-//! ahead of the writer's own is taken for garbage and replaced, so planted bytes cannot block
-//! writes forever.
+//! **The last write to land wins, and Valkey's clock stamps it.** The fenced write and `put` set
+//! the envelope's `written_at` from the server's own `TIME` inside the script, so which of two
+//! writes wins depends on the order they reach Valkey, never on the writers' wall clocks (a
+//! writer whose clock runs ahead cannot make others' writes no-ops). A fill cannot land over a
+//! `put` that reached Valkey after the fill took its lock: the put drops the lock, and the fenced
+//! write checks it. A stored `written_at` ahead of the server's clock (planted bytes, or a clock
+//! stepped back) stands against a write for at most [`MAX_CLOCK_SKEW_MS`]; further ahead it is
+//! taken for garbage and replaced, so planted bytes cannot block writes for long.
 //!
 //! Values are read with `GETRANGE <key> 0 <max_value_bytes>`, so a value over the table's limit is
 //! never pulled into memory whole: at most one byte more than the limit comes back.
@@ -25,14 +28,21 @@ use crate::error::Result;
 use crate::key::KeyNames;
 use crate::l2::L2;
 
-/// How far ahead of a writer's clock a stored `written_at` may be and still count as newer.
+/// How far ahead of the server's clock a stored `written_at` may be and still count as newer.
 pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
 
-/// The Lua function both versioned writes use: `true` when the stored envelope `old` was written
-/// after the envelope `new` (format byte 1 or 2, `written_at` at bytes 10..17, little-endian).
+/// The Lua functions both versioned writes use: `stamped(new, now)` is the envelope `new` with
+/// its `written_at` (bytes 10..17, little-endian) set to the server's own clock (`TIME`), and
+/// `newer(old, now)` is `true` when the stored envelope `old` (format byte 1 or 2) was stamped
+/// after `now` but no more than the skew allowance after it.
 macro_rules! newer_than_lua {
     () => {
         r#"
+local function le(n)
+  local bytes = {}
+  for i = 1, 8 do bytes[i] = string.char(n % 256); n = math.floor(n / 256) end
+  return table.concat(bytes)
+end
 local function written_at(v)
   if type(v) ~= 'string' or #v < 17 then return nil end
   local format = string.byte(v, 1)
@@ -41,9 +51,16 @@ local function written_at(v)
   for i = 17, 10, -1 do n = n * 256 + string.byte(v, i) end
   return n
 end
-local function newer(old, new)
-  local a, b = written_at(old), written_at(new)
-  return a ~= nil and b ~= nil and a > b and a <= b + 300000
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function stamped(v, now)
+  return string.sub(v, 1, 9) .. le(now) .. string.sub(v, 18)
+end
+local function newer(old, now)
+  local a = written_at(old)
+  return a ~= nil and a > now and a <= now + 300000
 end
 "#
     };
@@ -83,8 +100,9 @@ pub const FENCED_WRITE_SCRIPT: &str = concat!(
     r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-if newer(redis.pcall('GETRANGE', KEYS[1], 0, 16), ARGV[2]) then return -1 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+local now = server_ms()
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 16), now) then return -1 end
+redis.call('SET', KEYS[1], stamped(ARGV[2], now), 'PX', ARGV[3])
 return 1
 "#
 );
@@ -96,8 +114,9 @@ pub const PUT_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms
-if newer(redis.pcall('GETRANGE', KEYS[1], 0, 16), ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local now = server_ms()
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 16), now) then return 0 end
+redis.call('SET', KEYS[1], stamped(ARGV[1], now), 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
 return 1
 "#
@@ -119,7 +138,7 @@ mod tests {
     /// The skew the Lua compares with is the documented constant.
     #[test]
     fn the_scripts_use_the_documented_skew() {
-        let skew = format!("a <= b + {MAX_CLOCK_SKEW_MS}");
+        let skew = format!("a <= now + {MAX_CLOCK_SKEW_MS}");
         assert!(FENCED_WRITE_SCRIPT.contains(&skew) && PUT_SCRIPT.contains(&skew));
     }
 }

@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    SET_ID, SET_LOCK as LOCK, SET_VALUE as VALUE, Source, raw, set_table, settled, until, valkey,
+    SET_ID, SET_LOCK as LOCK, SET_VALUE as VALUE, Source, raw, set_table, settled, unix_ms, until,
+    valkey,
 };
 use echostore::Origin;
 use redis::AsyncCommands;
@@ -19,6 +20,7 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     let t = set_table(&valkey.url(), &source, |t| t).await;
     let id = SET_ID.to_string();
 
+    let started_ms = unix_ms();
     let fill = tokio::spawn({
         let t = t.clone();
         let id = id.clone();
@@ -54,7 +56,14 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     assert_eq!(bytes[0], 2, "envelope format byte");
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let (fresh_until, written_at) = (word(1), word(9));
-    assert_eq!(fresh_until - written_at, 60_000, "logical life = ttl");
+    assert!(
+        (started_ms + 60_000..=unix_ms() + 60_000).contains(&fresh_until),
+        "logical life = ttl from the fill, on the writer's clock"
+    );
+    assert!(
+        (started_ms..=unix_ms()).contains(&written_at),
+        "written_at: Valkey's clock as the write landed (one host here)"
+    );
     settled(&t).await;
 }
 

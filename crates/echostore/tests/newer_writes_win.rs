@@ -1,7 +1,8 @@
-//! Writes are versioned by their envelope's `written_at`: a `put` or a fenced write never replaces
-//! a value written after it, so a delayed write cannot overwrite a newer one. A superseded put
-//! answers `Ok` (a newer value stands), counts `writes_superseded`, and leaves no L1 copy. A stored
-//! `written_at` more than `MAX_CLOCK_SKEW_MS` ahead of the writer's clock is garbage, and replaced.
+//! Writes are ordered by Valkey, not by the writers' clocks: the write scripts stamp `written_at`
+//! with the server's `TIME`, so the write that lands last wins, whatever its writer's clock said,
+//! and every store converges on it. A stored `written_at` ahead of the server's clock (planted
+//! bytes) stands against a write, which then answers `Ok`, counts `writes_superseded` and leaves
+//! no L1 copy; one more than `MAX_CLOCK_SKEW_MS` ahead is garbage, and replaced.
 
 mod common;
 
@@ -28,12 +29,15 @@ async fn table_on(store: &Store, source: &Source) -> Table<u64, String> {
         .expect("table")
 }
 
-/// Store A's put of `"older"` is stamped, then held on its way to Valkey (a slow network); store
-/// B's put of `"newer"`, stamped later, lands first. When A's arrives it changes nothing: A's
-/// caller gets `Ok`, A counts `writes_superseded`, A's L1 holds no copy, and both stores read
-/// `"newer"` (issue #9: the delayed put overwrote it, an unconditional SET).
+/// Store A's put of `"first-stamped"` takes its client-side stamp, then is held on its way to
+/// Valkey (a slow network); store B's put of `"second-stamped"`, stamped later on B's clock,
+/// lands first. A's put lands last, so it wins: Valkey holds it with a `written_at` from the
+/// server's clock, neither store counts a superseded write, and both stores read it (B's L1
+/// copy was retired by A's push). With writes ordered by the writers' clocks, A's put was a
+/// silent no-op that answered `Ok` (found by `echostore check`: a put racing a fill that read the
+/// source before it left the fill's older value standing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_put_does_not_overwrite_a_newer_one() {
+async fn the_write_that_lands_last_wins_whatever_its_writers_clock_said() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let proxy = Proxy::start(&valkey.url()).await;
@@ -53,27 +57,36 @@ async fn a_delayed_put_does_not_overwrite_a_newer_one() {
     a.put(&1, "first".into()).await.expect("A's first put"); // loads the script through the proxy
 
     proxy.hold();
-    let mut older = std::pin::pin!(a.put(&1, "older".into()));
-    assert!(futures::poll!(older.as_mut()).is_pending(), "held");
-    let stamped_by = unix_ms(); // A's put took its written_at when first polled
+    let mut held = std::pin::pin!(a.put(&1, "first-stamped".into()));
+    assert!(futures::poll!(held.as_mut()).is_pending(), "held");
+    let stamped_by = unix_ms(); // A's put took its client-side stamp when first polled
     until("B's clock is past A's stamp", || unix_ms() > stamped_by).await;
-    b.put(&1, "newer".into())
+    b.put(&1, "second-stamped".into())
         .await
         .expect("B's put lands first");
     proxy.release();
-    older.await.expect("a superseded put answers Ok");
+    held.await.expect("A's put lands");
 
     let stored = read_envelope::<String>(&mut conn, VALUE)
         .await
         .expect("stored");
-    assert_eq!(stored.value, "newer", "the delayed put changed nothing");
-    until("A's write has landed in the owner", || {
-        a.stats().writes_superseded == 1
+    assert_eq!(stored.value, "first-stamped", "the last write to land wins");
+    assert!(
+        stored.written_at_ms > stamped_by,
+        "stamped by Valkey as it landed, not by A's clock at the call"
+    );
+    assert_eq!(a.stats().writes_superseded + b.stats().writes_superseded, 0);
+    let seen = a.fetch(&1).await.expect("a value");
+    assert_eq!(seen.value.as_str(), "first-stamped");
+    until("B's L1 copy of its own put was retired by A's push", || {
+        b.stats().l1_len == 0
     })
     .await;
-    assert_eq!(a.stats().l1_len, 0, "a superseded put leaves no L1 copy");
-    let seen = a.fetch(&1).await.expect("a value");
-    assert_eq!((seen.origin, seen.value.as_str()), (Origin::L2, "newer"));
+    let seen = b.fetch(&1).await.expect("a value");
+    assert_eq!(
+        (seen.origin, seen.value.as_str()),
+        (Origin::L2, "first-stamped")
+    );
     assert_eq!(source.calls(), 0);
     settled(&a).await;
 }
@@ -119,8 +132,9 @@ async fn a_put_respects_newer_values_and_replaces_garbage_from_the_future() {
 }
 
 /// The scripts themselves, as docs/lock-protocol.md quotes them: the fenced write returns -1 and
-/// writes nothing when the stored envelope is newer, even while the lock is its own; both
-/// scripts replace a stored `written_at` more than `MAX_CLOCK_SKEW_MS` ahead.
+/// writes nothing when the stored envelope is stamped ahead of the server's clock, even while the
+/// lock is its own; both scripts replace a stored `written_at` more than `MAX_CLOCK_SKEW_MS`
+/// ahead, stamping what they store with the server's clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_versioned_scripts_compare_written_at() {
     let valkey = valkey();
@@ -132,7 +146,10 @@ async fn the_versioned_scripts_compare_written_at() {
     let stored_at = |written_at: u64| envelope(now + HOUR_MS, written_at, &"stored");
 
     let _: () = conn.set(LOCK, "my-token").await.expect("SET lock");
-    let _: () = conn.set(VALUE, stored_at(now + 1)).await.expect("plant");
+    let _: () = conn
+        .set(VALUE, stored_at(now + 60_000))
+        .await
+        .expect("plant");
     let written: i64 = fenced
         .key(VALUE)
         .key(LOCK)
@@ -144,7 +161,7 @@ async fn the_versioned_scripts_compare_written_at() {
         .expect("fenced write");
     assert_eq!(written, -1, "a newer value is stored");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
-    assert_eq!(kept, stored_at(now + 1));
+    assert_eq!(kept, stored_at(now + 60_000));
     let put_written: i64 = put
         .key(VALUE)
         .key(LOCK)
@@ -159,7 +176,7 @@ async fn the_versioned_scripts_compare_written_at() {
         "a superseded put leaves the lock"
     );
 
-    let far = stored_at(now + MAX_CLOCK_SKEW_MS + 1);
+    let far = stored_at(now + MAX_CLOCK_SKEW_MS + HOUR_MS);
     let _: () = conn.set(VALUE, &far).await.expect("plant");
     let written: i64 = fenced
         .key(VALUE)
@@ -181,6 +198,15 @@ async fn the_versioned_scripts_compare_written_at() {
         .await
         .expect("put");
     assert_eq!(put_written, 1);
-    let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
-    assert_eq!(kept, mine);
+    let kept = read_envelope::<String>(&mut conn, VALUE)
+        .await
+        .expect("stored");
+    assert_eq!(
+        (kept.value.as_str(), kept.fresh_until_ms),
+        ("mine", now + HOUR_MS)
+    );
+    assert!(
+        kept.written_at_ms >= now && kept.written_at_ms < now + MAX_CLOCK_SKEW_MS,
+        "the script stamped the server's clock over the caller's"
+    );
 }
