@@ -29,6 +29,11 @@ inspect *ARGS:
 purge *ARGS:
     cargo run --release -p echostore-cli -- purge {{ARGS}}
 
+# The consistency model checked across 3 worker processes (docs/consistency.md); pass flags, e.g.
+# `just check --faults all` or `just check --valkey redis://host:6379`.
+check *ARGS:
+    cargo run --release -p echostore-cli -- check {{ARGS}}
+
 # What CI runs.
 ci:
     bash .ci/run
