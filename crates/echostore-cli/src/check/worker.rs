@@ -34,6 +34,9 @@ pub(crate) const TABLES: [&str; 3] = ["check-u64", "check-string", "check-struct
 /// The struct table's id whose `Eq` panics when two callers' copies meet: the `crash` fault.
 const CRASH_ID: u32 = u32::MAX;
 
+/// How long Valkey holds writes around an owner crash, so that some are on the wire in it.
+const CRASH_PAUSE_MS: u64 = 200;
+
 /// How long one call may take before the worker records it as failed and moves on.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
 
@@ -212,7 +215,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
     while let Some(line) = control.recv().await {
         match line.trim() {
             "crash" => {
-                let (start, end) = crash(&tables.items).await;
+                let (start, end) = crash(url, &tables.items).await;
                 println!("crashed {start} {end}");
             }
             "stop" => break,
@@ -376,11 +379,22 @@ async fn bounded<T>(call: impl Future<Output = echostore::Result<T>>) -> echosto
         .unwrap_or(Err(Error::WaitTimeout { waited: CALL_LIMIT }))
 }
 
-/// Crashes the struct table's owner: a miss on the crash id starts its flight, and a second
-/// caller's copy of the id makes the owner compare the two. Returns when the crash began and
-/// when the supervisor had restarted the owner.
-async fn crash(items: &Table<Item, u64>) -> (u64, u64) {
+/// Crashes the struct table's owner with writes on the wire: Valkey holds writes for a moment
+/// (`CLIENT PAUSE … WRITE`, where the server allows it), a miss on the crash id starts its
+/// flight, and a second caller's copy of the id makes the owner compare the two. Returns when
+/// the crash began and when the supervisor had restarted the owner.
+async fn crash(url: &str, items: &Table<Item, u64>) -> (u64, u64) {
     let start = now_ns();
+    if let Ok(client) = redis::Client::open(url)
+        && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+    {
+        let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(CRASH_PAUSE_MS)
+            .arg("WRITE")
+            .query_async(&mut conn)
+            .await;
+    }
     let restarts = items.stats().owner_restarts;
     let in_flight = items.stats().in_flight;
     let first = tokio::spawn({
