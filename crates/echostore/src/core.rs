@@ -19,6 +19,7 @@ use crate::l1::{Entry, L1};
 use crate::l2::L2;
 use crate::losers::LoserPolicy;
 use crate::stats::Stats;
+use crate::unsettled::Unsettled;
 
 /// The source of truth for one table: called once per id per expiry.
 pub(crate) type Loader<K, V> =
@@ -135,6 +136,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) tracker: Option<Arc<Tracker>>,
     /// The current flights, where a miss joins one without a message to the owner.
     pub(crate) board: Arc<Board<K, V>>,
+    /// Ids whose last write failed, until their Valkey copy is repaired.
+    pub(crate) unsettled: Arc<Unsettled<K>>,
 }
 
 impl<K: crate::key::Key, V> TableCore<K, V> {

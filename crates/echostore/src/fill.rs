@@ -98,6 +98,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             l2,
             names: self.core.names(self.id)?,
         };
+        // Valkey's copy of an id whose write failed here may be older than the source.
+        if let Err(e) = self.core.unsettled.repair(self.id, l2).await {
+            return self.degraded(e).await;
+        }
         let max = self.core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&self.core.name, l2.get(&at.names, max));
         let stale = match read.await {

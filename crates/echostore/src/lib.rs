@@ -18,7 +18,8 @@
 //!   the owner only on a miss.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
-//! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1.
+//! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
+//!   `unsettled` — the ids whose write failed, until their Valkey copy is repaired.
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
 //!   and wake losers (`BCAST` client-side caching).
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
@@ -241,6 +242,7 @@ mod store;
 mod supervisor;
 mod table;
 mod tracking;
+mod unsettled;
 mod writes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};

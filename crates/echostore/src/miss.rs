@@ -113,6 +113,9 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
     async fn read(&self) -> Option<Fetched<V>> {
         let core = self.core;
         let l2 = core.l2.as_ref()?;
+        if core.unsettled.holds(&self.id) {
+            return None; // the owner's flight repairs Valkey's copy before it reads it
+        }
         let names = core.names(&self.id).ok()?;
         let max = core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&core.name, l2.get(&names, max));

@@ -6,6 +6,7 @@ use ractor::RpcReplyPort;
 use crate::core::TableCore;
 use crate::envelope::{self, Fingerprint};
 use crate::error::Result;
+use crate::key::Key;
 use crate::key::KeyNames;
 use crate::l1::Entry;
 use crate::lock;
@@ -41,31 +42,44 @@ impl<V> PendingWrite<V> {
 
     /// Writes to Valkey and answers the caller; returns the entry L1 may keep (none when the
     /// write failed or a newer value was already stored).
-    pub(crate) async fn apply<K>(self, core: &TableCore<K, V>) -> Option<Entry<V>> {
+    ///
+    /// A write that fails marks the id unsettled ([`crate::unsettled`]) before its caller hears
+    /// of it, so the id's Valkey copy is repaired and no read here trusts it meanwhile; one that
+    /// lands settles it.
+    pub(crate) async fn apply<K: Key>(self, core: &TableCore<K, V>, id: &K) -> Option<Entry<V>> {
         let PendingWrite {
             write,
             entry,
             reply,
         } = self;
-        let applied = match (&core.l2, write) {
-            (None, _) => Ok(true),
-            (
-                Some(l2),
-                L2Write::Put {
-                    names,
-                    envelope,
-                    px,
-                },
-            ) => lock::versioned_put(l2, &names, envelope, px).await,
-            (Some(l2), L2Write::Invalidate { names }) => l2.invalidate(&names).await.map(|()| true),
+        let Some(l2) = &core.l2 else {
+            let _ = reply.send(Ok(()));
+            return entry;
+        };
+        let names = match &write {
+            L2Write::Put { names, .. } | L2Write::Invalidate { names } => names.clone(),
+        };
+        let applied = match write {
+            L2Write::Put {
+                names,
+                envelope,
+                px,
+            } => lock::versioned_put(l2, &names, envelope, px).await,
+            L2Write::Invalidate { names } => l2.invalidate(&names).await.map(|()| true),
         };
         let keep = match &applied {
-            Ok(true) => entry,
+            Ok(true) => {
+                core.unsettled.settle(id);
+                entry
+            }
             Ok(false) => {
                 bump(&core.stats.counters.writes_superseded);
                 None
             }
-            Err(_) => None,
+            Err(_) => {
+                core.unsettled.mark(id.clone(), names, l2);
+                None
+            }
         };
         let _ = reply.send(applied.map(drop));
         keep

@@ -104,6 +104,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
             board: Arc::new(crate::board::Board::new()),
+            unsettled: crate::unsettled::Unsettled::new(),
         };
         Table::start(self.store, core).await
     }

@@ -55,7 +55,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
-            let entry = pending.apply(&core).await;
+            let entry = pending.apply(&core, &id).await;
             let _ = myself.cast(OwnerMsg::Written { id, entry });
         });
     }
