@@ -34,6 +34,10 @@ purge *ARGS:
 check *ARGS:
     cargo run --release -p echostore-cli -- check {{ARGS}}
 
+# The same for five minutes with every fault in turn: the long run beside `just soak`.
+check-long *ARGS:
+    cargo run --release -p echostore-cli -- check --faults all --seconds 300 {{ARGS}}
+
 # What CI runs.
 ci:
     bash .ci/run
