@@ -136,6 +136,29 @@ fn inspect_shows_a_value_the_library_wrote() {
     }
 }
 
+/// A format-2 envelope whose load took 40.3 ms (recorded as 40,300 µs, as the library writes
+/// it): `inspect` shows 40.3 ms, not 40 s (it used to read the µs as ms).
+#[test]
+fn inspect_shows_the_recorded_load_time_in_its_unit() {
+    let server = server();
+    let now = 1_900_000_000_000u64;
+    let mut planted = vec![2u8];
+    planted.extend_from_slice(&(now + 60_000).to_le_bytes());
+    planted.extend_from_slice(&now.to_le_bytes());
+    planted.extend_from_slice(&40_300u32.to_le_bytes());
+    planted.extend_from_slice(b"payload");
+    let _: () = valkey(&server).set("users:{7}", &planted).expect("SET");
+
+    let v = json(&server.url(), &["inspect", "users", "7"]);
+    let delta = v["value"]["envelope"]["delta_ms"]
+        .as_f64()
+        .expect("delta_ms");
+    assert!((delta - 40.3).abs() < 1e-9, "{v}");
+    let out = echostore(&server.url(), &["inspect", "users", "7"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("load time  40.3 ms"), "{text}");
+}
+
 /// The payload's length as the library encodes it (postcard: a varint id, a length-prefixed name).
 fn postcard_len(user: &User) -> u64 {
     (1 + 1 + user.name.len()) as u64

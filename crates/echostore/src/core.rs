@@ -41,6 +41,12 @@ pub(crate) struct TableConfig<V> {
 }
 
 impl<V> TableConfig<V> {
+    /// The longest logical life a write of this table gets: `ttl + ttl·jitter`. Values read from
+    /// Valkey are held to it ([`Envelope::capped`]).
+    pub(crate) fn longest_life(&self) -> Duration {
+        self.ttl.mul_f64(1.0 + self.jitter)
+    }
+
     /// The life of a value written now: `ttl ± ttl·jitter`, drawn afresh for every write.
     pub(crate) fn life(&self) -> Life {
         let spread = if self.jitter > 0.0 {

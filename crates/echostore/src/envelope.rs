@@ -1,4 +1,4 @@
-//! The envelope: how a value is laid out in Valkey.
+//! The envelope: how a value is laid out in Valkey (its header is [`crate::header`]'s).
 //!
 //! ```text
 //! byte 0       format (2)
@@ -34,17 +34,7 @@ use serde::de::DeserializeOwned;
 
 use crate::depth::{Budget, Limited};
 use crate::error::{Error, Result};
-
-/// The layout this version writes.
-const FORMAT: u8 = 2;
-/// The layout without `delta`, still read.
-const FORMAT_1: u8 = 1;
-/// The header of format 1: format, `fresh_until`, `written_at`.
-const HEADER_1: usize = 17;
-/// Where `written_at` starts (it ends at [`HEADER_1`]).
-const WRITTEN_AT: usize = 9;
-/// The header of format 2: format 1's, then `delta`.
-const HEADER: usize = HEADER_1 + 4;
+use crate::header::{FORMAT, HEADER_1, HeaderError, WRITTEN_AT, decode_header};
 
 /// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
 /// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
@@ -71,15 +61,24 @@ impl<V> Envelope<V> {
     pub(crate) fn is_fresh(&self, now_ms: u64) -> bool {
         now_ms < self.fresh_until_ms
     }
+
+    /// The envelope with its logical life cut to at most `longest` after `written_at` (Valkey's
+    /// stamp): a `fresh_until` from a writer whose clock runs ahead, or planted, cannot keep a
+    /// value fresh past the table's own ttl.
+    pub(crate) fn capped(mut self, longest: Duration) -> Self {
+        let longest_ms = u64::try_from(longest.as_millis()).unwrap_or(u64::MAX);
+        self.fresh_until_ms = self
+            .fresh_until_ms
+            .min(self.written_at_ms.saturating_add(longest_ms));
+        self
+    }
 }
 
 /// Why stored bytes are not a value of this table.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DecodeError {
-    #[error("{0} bytes is shorter than the envelope's header")]
-    Short(usize),
-    #[error("unknown envelope format {0}")]
-    Format(u8),
+    #[error(transparent)]
+    Header(#[from] HeaderError),
     #[error("{0} bytes left over after the payload (a value of another type?)")]
     Trailing(usize),
     #[error("the payload nests deeper than {0} levels")]
@@ -143,30 +142,9 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
 
 /// Decodes bytes read from a value key.
 pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, DecodeError> {
-    let header = match bytes.first() {
-        None => return Err(DecodeError::Short(0)),
-        Some(&FORMAT) => HEADER,
-        Some(&FORMAT_1) => HEADER_1,
-        Some(&other) => return Err(DecodeError::Format(other)),
-    };
-    if bytes.len() < header {
-        return Err(DecodeError::Short(bytes.len()));
-    }
-    let word = |at: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_le_bytes(b)
-    };
-    let delta_us = match header {
-        HEADER => {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(&bytes[HEADER_1..HEADER]);
-            u32::from_le_bytes(b)
-        }
-        _ => 0,
-    };
+    let header = decode_header(bytes)?;
     let budget = Budget::new(MAX_DEPTH);
-    let mut de = postcard::Deserializer::from_bytes(&bytes[header..]);
+    let mut de = postcard::Deserializer::from_bytes(&bytes[header.len..]);
     let value = match V::deserialize(Limited::new(&mut de, &budget)) {
         Ok(value) => value,
         Err(_) if budget.exceeded() => return Err(DecodeError::TooDeep(MAX_DEPTH)),
@@ -177,9 +155,9 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
         return Err(DecodeError::Trailing(rest.len()));
     }
     Ok(Envelope {
-        fresh_until_ms: word(1),
-        written_at_ms: word(9),
-        delta: Duration::from_micros(u64::from(delta_us)),
+        fresh_until_ms: header.fresh_until_ms,
+        written_at_ms: header.written_at_ms,
+        delta: header.delta.unwrap_or(Duration::ZERO),
         value,
     })
 }
@@ -196,6 +174,7 @@ pub(crate) fn unix_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::header::LONGEST_HEADER;
 
     /// Valkey's restamped `written_at` does not change an envelope's fingerprint; any other
     /// byte does.
@@ -266,13 +245,13 @@ mod tests {
         }
         assert!(matches!(
             decode::<String>(&bytes[..5]),
-            Err(DecodeError::Short(5))
+            Err(DecodeError::Header(HeaderError::Short { len: 5, .. }))
         ));
         let mut foreign = bytes.clone();
         foreign[0] = 9;
         assert!(matches!(
             decode::<String>(&foreign),
-            Err(DecodeError::Format(9))
+            Err(DecodeError::Header(HeaderError::Format(9)))
         ));
         let number = encode(&300u32, 1, 1, Duration::ZERO, 1 << 20).expect("encodes");
         assert!(
@@ -306,7 +285,7 @@ mod tests {
             Err(DecodeError::TooDeep(MAX_DEPTH))
         ));
         // Planted bytes a million levels deep: refused, no overflow.
-        let mut planted = over[..HEADER].to_vec();
+        let mut planted = over[..LONGEST_HEADER].to_vec();
         planted.extend(std::iter::repeat_n(1u8, 999_999));
         planted.push(0);
         assert!(matches!(

@@ -309,6 +309,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
             })
             .ok()
+            .map(|env| env.capped(self.core.config.longest_life()))
     }
 
     /// A stale copy from Valkey, if it is still within this table's `stale_for` (never for a

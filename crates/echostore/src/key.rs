@@ -107,6 +107,9 @@ impl Key for uuid::Uuid {
     }
 }
 
+/// The word before a lock key's table name (`lock:<table>:{<id>}`): no namespace may be it.
+pub(crate) const LOCK_PREFIX: &str = "lock";
+
 /// The Valkey names of one id's value and lock.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyNames {

@@ -34,8 +34,8 @@
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `tracking` — coherence's tracking connections (one per server or cluster primary).
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
-//! - `envelope` — the bytes on Valkey: format, `fresh_until`, `written_at`, the load's `delta`,
-//!   postcard payload.
+//! - `envelope` — the bytes on Valkey: the header (`header`: format, `fresh_until`,
+//!   `written_at`, the load's `delta`; published in [`protocol`]), then the postcard payload.
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
 //! - `supervisor` — restarts a crashed owner.
 //! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`.
@@ -225,6 +225,7 @@ mod error;
 mod fetched;
 mod fill;
 mod flights;
+mod header;
 mod key;
 mod l1;
 mod l2;
@@ -263,9 +264,10 @@ pub use table::Table;
 pub struct ReadmeDoctests;
 
 /// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: every Lua script
-/// EchoStore runs, and how it makes a lock token. Not needed to use a cache; see
+/// EchoStore runs, how it makes a lock token, and the envelope header's decoder. Not needed to use a cache; see
 /// `docs/lock-protocol.md` for each script's part in the protocol.
 pub mod protocol {
+    pub use crate::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
     pub use crate::lock::{
         ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
         PUT_SCRIPT, RELEASE_SCRIPT, new_token,

@@ -126,7 +126,7 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
         // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
-        let env = decoded.ok()?.ok()?;
+        let env = decoded.ok()?.ok()?.capped(core.config.longest_life());
         if !env.is_fresh(unix_ms()) {
             return None;
         }

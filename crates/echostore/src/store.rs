@@ -10,7 +10,7 @@ use crate::coherence::Tracker;
 use crate::config::{MAX_DURATION, TableBuilder};
 use crate::connect::{Endpoint, Kind};
 use crate::error::{Error, Result};
-use crate::key::{Key, Value, validate_table_name};
+use crate::key::{Key, LOCK_PREFIX, Value, validate_table_name};
 use crate::l2::L2;
 use crate::supervisor::{Supervisor, SupervisorMsg};
 use crate::tracking;
@@ -182,7 +182,8 @@ impl StoreBuilder {
     /// Prefix every key this store writes with `<namespace>:` (values, locks and the coherence
     /// prefixes), so that two applications can share one Valkey without their tables' keys
     /// meeting. Without it, keys are as `docs/lock-protocol.md` shows them. Validated like table
-    /// names (`[A-Za-z0-9_.-]{1,64}`).
+    /// names (`[A-Za-z0-9_.-]{1,64}`), and never `lock`, which would make its value keys another
+    /// store's lock keys (a namespace holds no `:`, so no other name can).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
         self
@@ -213,6 +214,12 @@ impl StoreBuilder {
                         "store: namespace {ns:?} must be 1 to 64 characters from [A-Za-z0-9_.-]"
                     ))
                 })?;
+                if ns == LOCK_PREFIX {
+                    return invalid(
+                        "namespace \"lock\" would make this store's value keys (lock:<table>:{id}) \
+                         the lock keys of a store without a namespace",
+                    );
+                }
                 format!("{ns}:")
             }
             None => String::new(),

@@ -85,11 +85,19 @@ async fn pushes_stay_inside_the_namespace() {
     settled(&same).await;
 }
 
-/// A namespace outside the table-name alphabet is refused at build.
+/// A namespace outside the table-name alphabet is refused at build, and so is `lock`: its value
+/// keys `lock:<table>:{<id>}` would be the lock keys of a store without a namespace (whose reads
+/// then waited on them as on a held lock, and whose puts deleted them).
 #[tokio::test]
 async fn a_bad_namespace_is_refused() {
-    for bad in ["", "has space", "colon:", "brace{"] {
+    for bad in ["", "has space", "colon:", "brace{", "lock"] {
         let built = Store::builder().namespace(bad).build().await;
         assert!(matches!(built, Err(Error::InvalidConfig(_))), "{bad:?}");
     }
+    let lock = Store::builder().namespace("lock").build().await;
+    let Err(Error::InvalidConfig(why)) = lock else {
+        panic!("refused")
+    };
+    assert!(why.contains("lock keys"), "the error says why: {why}");
+    assert!(Store::builder().namespace("locks").build().await.is_ok());
 }

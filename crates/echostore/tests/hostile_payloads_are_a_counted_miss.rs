@@ -1,6 +1,7 @@
 //! Bytes on Valkey are input from anyone who can write there. Whatever they are, reading them is
 //! bounded: a payload nested a million deep, or one over the table's `max_value_bytes`, is a
-//! counted miss (`decode_errors`), the process goes on, and the loader's value replaces it.
+//! counted miss (`decode_errors`), the process goes on, and the loader's value replaces it; a
+//! `fresh_until` far past the table's ttl keeps nothing fresh longer than that ttl.
 
 mod common;
 
@@ -162,5 +163,39 @@ async fn a_deserialize_that_panics_is_an_error_not_a_panic() {
         );
     }
     assert_eq!(*table.get(&2).await.expect("the table serves"), Grumpy(2));
+    settled(&table).await;
+}
+
+/// A planted envelope whose `fresh_until` is ten years away, written (by Valkey's stamp) ten
+/// seconds ago, on a table with a one-second ttl: its life is cut to the ttl from `written_at`,
+/// so it is stale, and the read loads from the source instead of serving it (and keeping it in
+/// L1) for ten years.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_life_is_cut_to_the_tables_ttl() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let table = store_on(&valkey.url())
+        .await
+        .table::<u64, String>("planted")
+        .ttl(Duration::from_secs(1))
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("loaded {id}")) })
+        .start()
+        .await
+        .expect("table");
+    let now = unix_ms();
+    let ten_years = 10 * 365 * 24 * 3_600_000;
+    let planted = envelope(now + ten_years, now - 10_000, &"planted".to_owned());
+    let _: () = conn.set("planted:{1}", &planted).await.expect("plant");
+
+    let read = table.fetch(&1).await.expect("a value");
+    assert_eq!(
+        (read.origin, read.value.as_str()),
+        (Origin::Loaded, "loaded 1"),
+        "the planted life is past the ttl: not fresh"
+    );
+    let stored = read_envelope::<String>(&mut conn, "planted:{1}")
+        .await
+        .expect("the loaded value replaced it");
+    assert_eq!(stored.value, "loaded 1");
     settled(&table).await;
 }

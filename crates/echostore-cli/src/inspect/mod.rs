@@ -2,8 +2,9 @@
 //!
 //! One read-only Lua script reads both of the id's keys at one instant (they share a hash tag, so
 //! the script touches one slot): each key's Valkey type, length, first bytes and `PTTL`. Of the
-//! value it shows the envelope's header ([`header`]: format, `fresh_until`, `written_at`, the load
-//! time once recorded), its size and the payload's size — the payload itself is the table's type,
+//! value it shows the envelope's header (read with the library's own decoder,
+//! [`echostore::protocol::decode_header`]: format, `fresh_until`, `written_at`, the load time once
+//! recorded), its size and the payload's size — the payload itself is the table's type,
 //! which the command does not know. Of the lock: whether it is held, its token and its `PTTL`.
 //!
 //! Bytes that are not an envelope (another Valkey type, a foreign format byte, too short) are
@@ -11,12 +12,12 @@
 //! library treats them as a counted miss and overwrites them at the next fill. A missing value or
 //! lock is information too. Only a bad name or an unreachable Valkey is an error.
 
+use echostore::protocol::{Header, LONGEST_HEADER, decode_header};
 use serde::Serialize;
 
 use crate::keyspace::{self, KeyArgs, KeyNames};
 use crate::{CliResult, Outcome, output};
 
-pub(crate) mod header;
 mod print;
 
 /// How many bytes of a lock's value are read: a token is 32 hex digits; anything longer is not
@@ -106,8 +107,8 @@ pub(crate) struct EnvelopeReport {
     stale_for_ms: Option<u64>,
     /// `now − written_at`, ms (negative when the writer's clock is ahead).
     age_ms: i64,
-    /// The load's duration, ms (format 2); null when not recorded.
-    delta_ms: Option<u32>,
+    /// The load's duration, ms (format 2, recorded to the µs); null when not recorded.
+    delta_ms: Option<f64>,
     /// Anything odd about the header, in words.
     notes: Vec<String>,
 }
@@ -136,7 +137,7 @@ pub(crate) async fn run(url: Option<&str>, args: &InspectArgs) -> CliResult<Outc
     let (value, lock): (Look, Look) = redis::Script::new(SNAPSHOT_SCRIPT)
         .key(&names.value)
         .key(&names.lock)
-        .arg(header::LONGEST_HEADER - 1)
+        .arg(LONGEST_HEADER - 1)
         .arg(LOCK_BYTES - 1)
         .invoke_async(&mut conn)
         .await
@@ -183,20 +184,20 @@ fn value_report(names: &KeyNames, (kind, len, head, pttl): Look, now_ms: u64) ->
         ));
         return report;
     };
-    match header::decode(&head) {
+    match decode_header(&head) {
         Ok(h) => {
             report.decodable = true;
             report.envelope = Some(envelope_report(h, len.max(0) as u64, now_ms));
         }
         Err(why) => {
             report.undecodable = Some(why.to_string());
-            report.first_bytes_hex = Some(header::hex(&head));
+            report.first_bytes_hex = Some(hex(&head));
         }
     }
     report
 }
 
-fn envelope_report(h: header::Header, size: u64, now_ms: u64) -> EnvelopeReport {
+fn envelope_report(h: Header, size: u64, now_ms: u64) -> EnvelopeReport {
     let fresh = now_ms < h.fresh_until_ms;
     let mut notes = Vec::new();
     if h.fresh_until_ms < h.written_at_ms {
@@ -211,8 +212,8 @@ fn envelope_report(h: header::Header, size: u64, now_ms: u64) -> EnvelopeReport 
     }
     EnvelopeReport {
         format: h.format,
-        header_bytes: h.header_bytes as u64,
-        payload_bytes: size.saturating_sub(h.header_bytes as u64),
+        header_bytes: h.len as u64,
+        payload_bytes: size.saturating_sub(h.len as u64),
         fresh_until_ms: h.fresh_until_ms,
         written_at_ms: h.written_at_ms,
         fresh,
@@ -220,9 +221,18 @@ fn envelope_report(h: header::Header, size: u64, now_ms: u64) -> EnvelopeReport 
         stale_for_ms: (!fresh).then(|| now_ms - h.fresh_until_ms),
         age_ms: (i128::from(now_ms) - i128::from(h.written_at_ms))
             .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
-        delta_ms: h.delta_ms,
+        delta_ms: h.delta.map(|d| d.as_secs_f64() * 1e3),
         notes,
     }
+}
+
+/// The first bytes as hex, `68 65 6c 6c 6f`, for a report of bytes that did not decode.
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn lock_report(names: &KeyNames, (kind, _len, head, pttl): Look) -> LockReport {

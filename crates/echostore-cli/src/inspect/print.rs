@@ -61,7 +61,8 @@ fn envelope(e: &EnvelopeReport) {
     };
     println!("    written_at {}  {age}", e.written_at_ms);
     match e.delta_ms {
-        Some(delta) => println!("    load time  {} (delta)", span(u64::from(delta))),
+        Some(delta) if delta < 1000.0 => println!("    load time  {delta:.1} ms (delta)"),
+        Some(delta) => println!("    load time  {} (delta)", span(delta as u64)),
         None => println!("    load time  not recorded (format {})", e.format),
     }
     for note in &e.notes {

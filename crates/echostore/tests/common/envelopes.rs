@@ -45,15 +45,11 @@ pub async fn read_envelope<V: DeserializeOwned>(
     key: &str,
 ) -> Option<OnValkey<V>> {
     let bytes: Vec<u8> = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET")?;
-    let header = match bytes.first() {
-        Some(1) => 17,
-        Some(2) => 21,
-        other => panic!("an envelope of format 1 or 2 under {key}, not {other:?}"),
-    };
-    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let header = echostore::protocol::decode_header(&bytes)
+        .unwrap_or_else(|e| panic!("an envelope under {key}: {e}"));
     Some(OnValkey {
-        fresh_until_ms: word(1),
-        written_at_ms: word(9),
-        value: postcard::from_bytes(&bytes[header..]).expect("a payload of the table's type"),
+        fresh_until_ms: header.fresh_until_ms,
+        written_at_ms: header.written_at_ms,
+        value: postcard::from_bytes(&bytes[header.len..]).expect("a payload of the table's type"),
     })
 }

@@ -1,0 +1,155 @@
+//! The envelope's header, read without knowing the value's type: the one decoder of the layout
+//! that [`crate::envelope`] reads values with and tools (`echostore inspect`, tests) read headers
+//! with, published as [`crate::protocol::decode_header`].
+//!
+//! ```text
+//! byte 0       format: 1, or 2 (which records the load time)
+//! bytes 1..9   fresh_until, unix ms, little-endian u64   (the writer's clock)
+//! bytes 9..17  written_at,  unix ms, little-endian u64   (Valkey's clock: the write scripts stamp it)
+//! bytes 17..21 format 2 only: delta, the load's duration in µs, little-endian u32
+//! then         the value, postcard-encoded
+//! ```
+
+use std::time::Duration;
+
+/// The format byte this version writes.
+pub(crate) const FORMAT: u8 = 2;
+/// The layout without `delta`, still read.
+pub(crate) const FORMAT_1: u8 = 1;
+/// Format 1's header: format, `fresh_until`, `written_at`.
+pub(crate) const HEADER_1: usize = 17;
+/// Where `written_at` starts (it ends at [`HEADER_1`]).
+pub(crate) const WRITTEN_AT: usize = 9;
+/// Format 2's header: format 1's, then `delta`.
+pub const LONGEST_HEADER: usize = HEADER_1 + 4;
+
+/// An envelope's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The format byte: 1, or 2.
+    pub format: u8,
+    /// End of the logical life, unix ms.
+    pub fresh_until_ms: u64,
+    /// When the value landed on Valkey, unix ms.
+    pub written_at_ms: u64,
+    /// How long the load that produced the value took (format 2; zero for a `put`). `None` for
+    /// format 1, which does not record it.
+    pub delta: Option<Duration>,
+    /// Bytes the header takes; the payload is the rest.
+    pub len: usize,
+}
+
+/// Why bytes under a value key have no envelope header.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Fewer bytes than the header of their format (or than any header).
+    #[error("{len} bytes is shorter than the {need}-byte envelope header")]
+    Short {
+        /// Bytes stored.
+        len: usize,
+        /// Bytes the header needs.
+        need: usize,
+    },
+    /// A format byte this version does not know.
+    #[error(
+        "unknown envelope format {0} (0x{0:02x}): not written by EchoStore, or by a newer version"
+    )]
+    Format(u8),
+}
+
+/// Decodes the header at the start of `bytes` (at least [`LONGEST_HEADER`] of them when the
+/// value is that long).
+pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
+    let format = *bytes.first().ok_or(HeaderError::Short {
+        len: 0,
+        need: HEADER_1,
+    })?;
+    let len = match format {
+        FORMAT => LONGEST_HEADER,
+        FORMAT_1 => HEADER_1,
+        other => return Err(HeaderError::Format(other)),
+    };
+    if bytes.len() < len {
+        return Err(HeaderError::Short {
+            len: bytes.len(),
+            need: len,
+        });
+    }
+    let word = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let delta = (format == FORMAT).then(|| {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&bytes[HEADER_1..LONGEST_HEADER]);
+        Duration::from_micros(u64::from(u32::from_le_bytes(b)))
+    });
+    Ok(Header {
+        format,
+        fresh_until_ms: word(1),
+        written_at_ms: word(WRITTEN_AT),
+        delta,
+        len,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format_1(fresh_until: u64, written_at: u64) -> Vec<u8> {
+        let mut out = vec![FORMAT_1];
+        out.extend_from_slice(&fresh_until.to_le_bytes());
+        out.extend_from_slice(&written_at.to_le_bytes());
+        out
+    }
+
+    /// Format 1's fields come back, and the header is 17 bytes.
+    #[test]
+    fn reads_format_1() {
+        let mut bytes = format_1(2000, 1000);
+        bytes.extend_from_slice(b"payload");
+        assert_eq!(
+            decode_header(&bytes),
+            Ok(Header {
+                format: 1,
+                fresh_until_ms: 2000,
+                written_at_ms: 1000,
+                delta: None,
+                len: HEADER_1,
+            })
+        );
+    }
+
+    /// Format 2 adds the delta, in microseconds, after byte 17; a format-2 value cut inside it is
+    /// short.
+    #[test]
+    fn reads_format_2_with_its_delta_in_microseconds() {
+        let mut bytes = format_1(2000, 1000);
+        bytes[0] = FORMAT;
+        bytes.extend_from_slice(&250_000u32.to_le_bytes());
+        let header = decode_header(&bytes).expect("a header");
+        assert_eq!(header.delta, Some(Duration::from_millis(250)));
+        assert_eq!(header.len, LONGEST_HEADER);
+        assert_eq!(
+            decode_header(&bytes[..19]),
+            Err(HeaderError::Short { len: 19, need: 21 })
+        );
+    }
+
+    /// Empty, short and foreign bytes have no header, whatever their length.
+    #[test]
+    fn bad_bytes_have_no_header() {
+        let good = format_1(2, 1);
+        for cut in 0..good.len() {
+            assert!(decode_header(&good[..cut]).is_err(), "{cut} bytes");
+        }
+        assert_eq!(decode_header(b"hello"), Err(HeaderError::Format(b'h')));
+        assert_eq!(
+            decode_header(&[]),
+            Err(HeaderError::Short { len: 0, need: 17 })
+        );
+        assert!(HeaderError::Format(104).to_string().contains("0x68"));
+    }
+}
