@@ -1,6 +1,8 @@
-//! The token-checked release (the seed's §3 readout), run for real: the library's
+//! The token-checked release (the seed's §3 readout), run for real, the way the library runs it:
+//! `DELIFEQ lock token` where the server has it (Valkey 9.0), else the library's
 //! [`RELEASE_SCRIPT`] — `GET` the lock, compare it with this request's token, `DEL` only on a
-//! match, atomically in Lua — against the seed's own key `lock:set:{EMS0ODMggk1d5N}`.
+//! match, atomically in Lua; `--lua` runs the script anyway. Against the seed's own key
+//! `lock:set:{EMS0ODMggk1d5N}`.
 //!
 //! Two lock states: `owned`, where this request set the lock (`NX PX 5000`) and still holds it, so
 //! the `DEL` fires; and `reacquired`, where this request's lock expired (its `PX` ran out, which
@@ -12,7 +14,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use echostore::protocol::{RELEASE_SCRIPT, new_token};
+use echostore::protocol::{NativeCommands, RELEASE_SCRIPT, new_token};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
@@ -41,6 +43,10 @@ pub(crate) struct ReleaseArgs {
     #[arg(long, value_enum, default_value_t = LockState::Owned)]
     state: LockState,
 
+    /// Release with the Lua script even where the server has `DELIFEQ`.
+    #[arg(long)]
+    lua: bool,
+
     /// Print one JSON object instead of the readout.
     #[arg(long)]
     json: bool,
@@ -63,6 +69,8 @@ struct ReleaseReport {
     state: LockState,
     valkey: String,
     key: &'static str,
+    /// What released: `"DELIFEQ"` (the server's own compare-and-delete) or `"lua"` (the script).
+    released_with: &'static str,
     /// The script's SHA1, as sent with EVALSHA.
     script_sha1: String,
     /// This request's token.
@@ -94,7 +102,12 @@ struct ReleaseReport {
 /// Runs the release against the chosen lock state and prints the readout.
 pub(crate) async fn run(target: &Target, args: &ReleaseArgs) -> CliResult<Outcome> {
     let mut conn = target.connect().await?;
-    let report = release(&mut conn, target, args.state).await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    let native = !args.lua && NativeCommands::from_info(&info).delifeq;
+    let report = release(&mut conn, target, args.state, native).await;
     // Clean up whatever happened: the lock key is scratch for this readout.
     let cleanup: redis::RedisResult<i64> = conn.del(LOCK_KEY).await;
     let report = report?;
@@ -115,6 +128,7 @@ async fn release(
     conn: &mut MultiplexedConnection,
     target: &Target,
     state: LockState,
+    native: bool,
 ) -> CliResult<ReleaseReport> {
     // A lock left over from an interrupted run would make our SET NX fail.
     let _: i64 = conn.del(LOCK_KEY).await?;
@@ -144,12 +158,7 @@ async fn release(
         "differs"
     };
     let script = redis::Script::new(RELEASE_SCRIPT);
-    let script_returned: i64 = script
-        .key(LOCK_KEY)
-        .arg(&token)
-        .invoke_async(conn)
-        .await
-        .map_err(|e| format!("running the release script: {e}"))?;
+    let script_returned = compare_and_delete(conn, &script, &token, native).await?;
     let del_fired = script_returned == 1;
     let lock_value_after: Option<String> = conn.get(LOCK_KEY).await?;
     let lock_after = match (&lock_value_after, &other_token) {
@@ -160,15 +169,7 @@ async fn release(
     };
     // The other request finishes its rebuild and releases its own lock, token-checked too.
     let other_released = match &other_token {
-        Some(other) => {
-            let returned: i64 = script
-                .key(LOCK_KEY)
-                .arg(other)
-                .invoke_async(conn)
-                .await
-                .map_err(|e| format!("releasing the other request's lock: {e}"))?;
-            Some(returned == 1)
-        }
+        Some(other) => Some(compare_and_delete(conn, &script, other, native).await? == 1),
         None => None,
     };
     let correct = match state {
@@ -192,6 +193,7 @@ async fn release(
         state,
         valkey: target.shown_url(),
         key: LOCK_KEY,
+        released_with: if native { "DELIFEQ" } else { "lua" },
         script_sha1: script.get_hash().to_owned(),
         token,
         token_px_ms,
@@ -210,6 +212,27 @@ async fn release(
 }
 
 /// `SET lock token NX PX px`; anything but OK is an error (someone else holds the seed's key).
+/// The token-checked release of [`LOCK_KEY`]: `DELIFEQ` when `native`, else the script. 1 when
+/// the lock was `token`'s and is deleted, 0 otherwise.
+async fn compare_and_delete(
+    conn: &mut MultiplexedConnection,
+    script: &redis::Script,
+    token: &str,
+    native: bool,
+) -> CliResult<i64> {
+    let returned = match native {
+        true => {
+            redis::cmd("DELIFEQ")
+                .arg(LOCK_KEY)
+                .arg(token)
+                .query_async(conn)
+                .await
+        }
+        false => script.key(LOCK_KEY).arg(token).invoke_async(conn).await,
+    };
+    returned.map_err(|e| format!("releasing {LOCK_KEY}: {e}").into())
+}
+
 async fn acquire(conn: &mut MultiplexedConnection, token: &str, px: u64) -> CliResult<()> {
     let reply: Option<String> = redis::cmd("SET")
         .arg(LOCK_KEY)
@@ -275,10 +298,13 @@ fn print_human(r: &ReleaseReport, target: &Target) {
     );
     println!("  this token          {}", r.token);
     println!("  comparison          {}", r.comparison);
+    let how = match r.released_with {
+        "DELIFEQ" => format!("DELIFEQ {} <token>", r.key),
+        _ => format!("EVALSHA {}…", &r.script_sha1[..r.script_sha1.len().min(12)]),
+    };
     println!(
-        "  DEL fired           {} (EVALSHA {}… returned {})",
+        "  DEL fired           {} ({how} returned {})",
         if r.del_fired { "yes" } else { "no" },
-        &r.script_sha1[..r.script_sha1.len().min(12)],
         r.script_returned
     );
     let after = match &r.lock_value_after {
@@ -288,7 +314,7 @@ fn print_human(r: &ReleaseReport, target: &Target) {
     println!("  the lock after      {after}");
     if let Some(released) = r.other_released {
         println!(
-            "  then                the other request released its own lock (script returned {})",
+            "  then                the other request released its own lock (returned {})",
             u8::from(released)
         );
     }

@@ -226,16 +226,23 @@ fn release_of_an_owned_lock_fires_the_del() {
     assert!(v["lock_value_after"].is_null(), "{v}");
 }
 
-/// A re-acquired lock: the tokens differ, the DEL does not fire, the other holder keeps it.
+/// A re-acquired lock: the tokens differ, the DEL does not fire, the other holder keeps it —
+/// with the server's `DELIFEQ` (the provisioned Valkey has it) and with the Lua script.
 #[test]
 fn release_of_a_reacquired_lock_leaves_the_other_holder() {
-    let v = readout(&["release", "--state", "reacquired", "--json"]);
-    assert_eq!(v["comparison"], "differs", "{v}");
-    assert_eq!(v["script_returned"], 0, "{v}");
-    assert_eq!(v["del_fired"], false, "{v}");
-    assert_eq!(v["lock_after"], "still the other holder's", "{v}");
-    assert_eq!(v["lock_value_after"], v["other_token"], "{v}");
-    assert_ne!(v["lock_value_after"], v["token"], "{v}");
+    for (flags, path) in [(&[][..], "DELIFEQ"), (&["--lua"][..], "lua")] {
+        let mut args = vec!["release", "--state", "reacquired", "--json"];
+        args.extend_from_slice(flags);
+        let v = readout(&args);
+        assert_eq!(v["released_with"], path, "{v}");
+        assert_eq!(v["comparison"], "differs", "{v}");
+        assert_eq!(v["script_returned"], 0, "{v}");
+        assert_eq!(v["del_fired"], false, "{v}");
+        assert_eq!(v["lock_after"], "still the other holder's", "{v}");
+        assert_eq!(v["lock_value_after"], v["other_token"], "{v}");
+        assert_ne!(v["lock_value_after"], v["token"], "{v}");
+        assert_eq!(v["other_released"], true, "{v}");
+    }
 }
 
 /// The hit cost parses and every figure is positive.

@@ -17,6 +17,7 @@ use crate::connect::{Conn, Endpoint};
 use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
+use crate::natives::{self, Natives};
 
 /// How a store reaches Valkey.
 #[derive(Clone)]
@@ -25,21 +26,26 @@ pub(crate) struct L2 {
     /// One breaker for a single server; one per hash slot on a cluster, so a dead primary
     /// degrades only its own slots' keys.
     breakers: Arc<[Breaker]>,
+    /// The native lock commands in use.
+    natives: Arc<Natives>,
 }
 
 impl L2 {
     /// Builds the connection (lazily for one server); `require` makes the first PING mandatory.
     /// Without `require`, an unreachable server leaves the store degraded (breaker open, logged).
+    /// `natives` allows the native lock commands where `INFO server` shows them.
     pub(crate) async fn connect(
         endpoint: &Endpoint,
         cooldown: Duration,
         require: bool,
+        natives: bool,
     ) -> Result<L2> {
         let l2 = L2 {
             breakers: (0..endpoint.breaker_count())
                 .map(|_| Breaker::new(cooldown))
                 .collect(),
             conn: endpoint.connect().await?,
+            natives: Arc::new(Natives::default()),
         };
         let ping = l2
             .run("PING at build", None, |mut c| async move {
@@ -47,6 +53,19 @@ impl L2 {
             })
             .await;
         match ping {
+            Ok(_) if natives => {
+                let info = l2
+                    .run("INFO server at build", None, |mut c| async move {
+                        redis::cmd("INFO")
+                            .arg("server")
+                            .query_async::<redis::Value>(&mut c)
+                            .await
+                    })
+                    .await;
+                if let Ok(info) = info {
+                    l2.natives.set(natives::of_every_node(&info));
+                }
+            }
             Ok(_) => {}
             Err(e) if require => return Err(e),
             Err(e) => {
@@ -160,6 +179,11 @@ impl L2 {
             }
             Err(e) => Err(Error::valkey("repair (DEL value lock)", e)),
         }
+    }
+
+    /// The native lock commands this store uses now.
+    pub(crate) fn natives(&self) -> &Natives {
+        &self.natives
     }
 
     /// `true` while the breaker makes L2 calls fail fast.

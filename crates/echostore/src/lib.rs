@@ -28,7 +28,8 @@
 //! - `load` — the source read: loader, timeouts, soft timeout, fail-safe.
 //! - `stale` — what a flight answers with, and stale copies within their window.
 //! - `losers` — [`LoserPolicy`], its decision and the poll loop.
-//! - `lock` — the regeneration lock and every Lua script ([`protocol`] shows them).
+//! - `lock` — the regeneration lock and every Lua script ([`protocol`] shows them); `natives` —
+//!   which of Valkey's native lock commands (`DELIFEQ`, `SET … IFEQ`) the server has.
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency); `clock` tells its entries'
 //!   freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
@@ -235,6 +236,7 @@ mod lookup;
 mod losers;
 mod metrics;
 mod miss;
+mod natives;
 mod owner;
 mod owner_ref;
 mod stale;
@@ -272,4 +274,5 @@ pub mod protocol {
         ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
         PUT_SCRIPT, RELEASE_SCRIPT, new_token,
     };
+    pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
 }

@@ -216,12 +216,34 @@ pub(crate) async fn acquire_or_read(
 }
 
 /// The lease: `PEXPIRE lock lock_ttl` if the lock still holds `token`. `Ok(false)`: not ours.
+/// `SET lock token IFEQ token PX lock_ttl` where the server has it ([`crate::natives`]).
 pub(crate) async fn extend(
     l2: &L2,
     names: &KeyNames,
     token: &str,
     lock_ttl_ms: u64,
 ) -> Result<bool> {
+    if l2.natives().set_ifeq() {
+        let reply = l2
+            .run("lease (SET IFEQ PX)", Some(names), |mut c| async move {
+                supported(
+                    redis::cmd("SET")
+                        .arg(&names.lock)
+                        .arg(token)
+                        .arg("IFEQ")
+                        .arg(token)
+                        .arg("PX")
+                        .arg(lock_ttl_ms)
+                        .query_async::<Option<String>>(&mut c)
+                        .await,
+                )
+            })
+            .await?;
+        match reply {
+            Some(set) => return Ok(set.is_some()),
+            None => l2.natives().lost_set_ifeq(),
+        }
+    }
     let mut inv = SCRIPTS.extend.prepare_invoke();
     inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
     let extended: i64 = l2
@@ -285,9 +307,37 @@ pub(crate) async fn poll(
 }
 
 /// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing deleted.
+/// `DELIFEQ lock token` where the server has it ([`crate::natives`]), the seed's script otherwise.
 pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
+    if l2.natives().delifeq() {
+        let reply = l2
+            .run("release (DELIFEQ)", Some(names), |mut c| async move {
+                supported(
+                    redis::cmd("DELIFEQ")
+                        .arg(&names.lock)
+                        .arg(token)
+                        .query_async::<i64>(&mut c)
+                        .await,
+                )
+            })
+            .await?;
+        match reply {
+            Some(deleted) => return Ok(deleted == 1),
+            None => l2.natives().lost_delifeq(),
+        }
+    }
     let mut inv = SCRIPTS.release.prepare_invoke();
     inv.key(&names.lock).arg(token);
     let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
     Ok(deleted == 1)
+}
+
+/// A native command's answer, or `None` when the server does not have the command (the caller
+/// falls back to the script; not a failure of the call).
+fn supported<T>(answer: redis::RedisResult<T>) -> redis::RedisResult<Option<T>> {
+    match answer {
+        Ok(answer) => Ok(Some(answer)),
+        Err(e) if crate::natives::is_unsupported(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
 }

@@ -60,6 +60,7 @@ impl Store {
             require: false,
             coherence: true,
             namespace: None,
+            native_lock_commands: true,
         }
     }
 
@@ -116,6 +117,7 @@ pub struct StoreBuilder {
     require: bool,
     coherence: bool,
     namespace: Option<String>,
+    native_lock_commands: bool,
 }
 
 impl StoreBuilder {
@@ -189,6 +191,15 @@ impl StoreBuilder {
         self
     }
 
+    /// Release locks with `DELIFEQ` and extend them with `SET … IFEQ … PX` where the server has
+    /// them (Valkey 9.0 and 8.1; found from `INFO server` when the store connects), instead of
+    /// the Lua scripts that do the same (default `true`). Off, every lock command is a script, as
+    /// on redis-server and older Valkey.
+    pub fn native_lock_commands(mut self, on: bool) -> Self {
+        self.native_lock_commands = on;
+        self
+    }
+
     /// Fail `build()` when Valkey does not answer a PING, instead of starting degraded.
     pub fn require_valkey(mut self, require: bool) -> Self {
         self.require = require;
@@ -236,7 +247,15 @@ impl StoreBuilder {
             timeout: self.timeout,
         });
         let l2 = match &endpoint {
-            Some(endpoint) => Some(L2::connect(endpoint, self.cooldown, self.require).await?),
+            Some(endpoint) => Some(
+                L2::connect(
+                    endpoint,
+                    self.cooldown,
+                    self.require,
+                    self.native_lock_commands,
+                )
+                .await?,
+            ),
             None => None,
         };
         let tracker = match &endpoint {
