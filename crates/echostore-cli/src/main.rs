@@ -10,6 +10,7 @@
 //! private embedded Valkey and stop it when they finish.
 
 mod check;
+mod children;
 mod coherence;
 mod early_refresh;
 mod hit_cost;

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, builder_on, raw, settled, until, until_async, valkey};
+use common::{Source, builder_on, raw, settled, spawn_fetch, until, until_async, valkey};
 use echostore::Table;
 use redis::AsyncCommands;
 
@@ -75,10 +75,7 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
             .query_async(&mut conn)
             .await
             .expect("CONFIG RESETSTAT");
-        let fill = tokio::spawn({
-            let t = t.clone();
-            async move { t.get(&1).await }
-        });
+        let fill = spawn_fetch(&t, 1);
         until("the winner reads the source", || source.calls() == 1).await;
         let lease = if native { "set" } else { "pexpire" };
         until_async("the lease extended the lock twice", async || {
@@ -92,7 +89,10 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
             "held past its PX by the lease"
         );
         source.release();
-        assert_eq!(*fill.await.expect("task").expect("value"), "value-1-1");
+        assert_eq!(
+            *fill.await.expect("task").expect("value").value,
+            "value-1-1"
+        );
         assert!(
             !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
             "released"
@@ -123,10 +123,7 @@ async fn neither_path_touches_another_holders_lock() {
         let _: () = conn.del(&["native:{1}", LOCK]).await.expect("DEL");
         let source = Source::gated();
         let t = table(&valkey.url(), native, &source).await;
-        let fill = tokio::spawn({
-            let t = t.clone();
-            async move { t.get(&1).await }
-        });
+        let fill = spawn_fetch(&t, 1);
         until("the winner reads the source", || source.calls() == 1).await;
         let _: () = conn.set(LOCK, "token-of-another").await.expect("SET");
         until("the lease found the lock not its own", || {

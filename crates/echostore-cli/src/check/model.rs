@@ -358,23 +358,19 @@ impl Run<'_> {
             if self.excused_since(set.start, load.start) {
                 self.findings.excused_source_reads += 1;
             } else {
-                self.findings.violations.extra_source_reads += 1;
+                let what = if set.action == Action::Load {
+                    "load"
+                } else {
+                    "put"
+                };
                 let why = format!(
-                    "load by p{} of t{} id {} at {} while p{}'s {} of v{} at {} was fresh",
-                    load.process,
-                    load.table,
-                    load.id,
-                    self.at(load.start),
+                    "load by {} while p{}'s {what} of v{} at {} was fresh",
+                    self.who(load),
                     set.process,
-                    if set.action == Action::Load {
-                        "load"
-                    } else {
-                        "put"
-                    },
                     set.version,
                     self.at(set.end),
                 );
-                self.describe(Rule::ExtraSourceRead, why);
+                self.tally(Rule::ExtraSourceRead, why);
             }
         }
     }
@@ -387,6 +383,32 @@ impl Run<'_> {
     }
 
     fn count(&mut self, rule: Rule, read: &Op, made: &HashMap<u64, Made>) {
+        let written = match made.get(&read.version) {
+            Some(&(_, end)) => format!("written by {}", self.at(end)),
+            None => "never written".to_owned(),
+        };
+        let why = format!(
+            "read by {}..{} ({}) returned v{} ({written})",
+            self.who(read),
+            self.at(read.end),
+            read.origin,
+            read.version,
+        );
+        self.tally(rule, why);
+    }
+
+    fn count_divergent(&mut self, read: &Op, settled: u64) {
+        let why = format!(
+            "read by {} ({}) returned v{} where the others settled on v{settled}",
+            self.who(read),
+            read.origin,
+            read.version,
+        );
+        self.tally(Rule::Divergent, why);
+    }
+
+    /// Counts one violation of `rule`, and describes it while the rule has few examples.
+    fn tally(&mut self, rule: Rule, why: String) {
         let v = &mut self.findings.violations;
         match rule {
             Rule::Phantom => v.phantom += 1,
@@ -396,35 +418,18 @@ impl Run<'_> {
             Rule::Divergent => v.divergent += 1,
             Rule::ExtraSourceRead => v.extra_source_reads += 1,
         }
-        let written = match made.get(&read.version) {
-            Some(&(_, end)) => format!("written by {}", self.at(end)),
-            None => "never written".to_owned(),
-        };
-        let why = format!(
-            "read by p{} of t{} id {} at {}..{} ({}) returned v{} ({written})",
-            read.process,
-            read.table,
-            read.id,
-            self.at(read.start),
-            self.at(read.end),
-            read.origin,
-            read.version,
-        );
         self.describe(rule, why);
     }
 
-    fn count_divergent(&mut self, read: &Op, settled: u64) {
-        self.findings.violations.divergent += 1;
-        let why = format!(
-            "read by p{} of t{} id {} at {} ({}) returned v{} where the others settled on v{settled}",
-            read.process,
-            read.table,
-            read.id,
-            self.at(read.start),
-            read.origin,
-            read.version,
-        );
-        self.describe(Rule::Divergent, why);
+    /// An operation's process, id and start, for a description.
+    fn who(&self, op: &Op) -> String {
+        format!(
+            "p{} of t{} id {} at {}",
+            op.process,
+            op.table,
+            op.id,
+            self.at(op.start)
+        )
     }
 
     fn describe(&mut self, rule: Rule, why: String) {

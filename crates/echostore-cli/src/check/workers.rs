@@ -1,27 +1,22 @@
-//! The worker processes of `echostore check`, from the controller's side: spawned as this same
-//! binary with the hidden `check-worker` subcommand, their stdout lines gathered on one channel
-//! (a thread per worker reads its pipe), told `crash` and `stop` on stdin, and killed by their
-//! own handles if the check stops early.
+//! The worker processes of `echostore check`, from the controller's side: this same binary with
+//! the hidden `check-worker` subcommand ([`Children`]), waited on for `ready`, told `crash` and
+//! `stop`, and asked why when one goes away (the end of its stderr, in the run's directory).
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::worker::WorkerArgs;
 use crate::CliResult;
+use crate::children::{self, Children};
 
 /// How long a worker may take to start, crash an owner, or finish.
 const WITHIN: Duration = Duration::from_secs(60);
 
 /// The running workers.
 pub(crate) struct Workers {
-    children: Vec<Child>,
-    stdins: Vec<Option<ChildStdin>>,
-    lines: mpsc::UnboundedReceiver<(usize, String)>,
+    children: Children,
     /// Lines a wait for another worker's line read past, kept for their own wait.
     early: Vec<(usize, String)>,
     /// The run's directory, where each worker's stderr is.
@@ -32,20 +27,11 @@ impl Workers {
     /// Starts one worker per entry of `args`, worker `i` on `urls[i]`; each has its stderr in
     /// the run's directory.
     pub(crate) fn spawn(urls: &[String], args: &[WorkerArgs], dir: &Path) -> CliResult<Workers> {
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("finding the echostore binary to run workers: {e}"))?;
-        let (tx, lines) = mpsc::unbounded_channel();
-        let mut workers = Workers {
-            children: Vec::new(),
-            stdins: Vec::new(),
-            lines,
-            early: Vec::new(),
-            dir: dir.to_owned(),
-        };
+        let mut commands = Vec::with_capacity(args.len());
         for (i, (url, a)) in urls.iter().zip(args).enumerate() {
             let stderr = std::fs::File::create(dir.join(format!("worker-{i}.stderr")))?;
-            let mut child = Command::new(&exe)
-                .args(["--valkey", url, "check-worker"])
+            let mut command = children::this_binary(&["--valkey", url, "check-worker"])?;
+            command
                 .args(["--process", &a.process.to_string()])
                 .arg("--dir")
                 .arg(&a.dir)
@@ -59,26 +45,14 @@ impl Workers {
                 ])
                 .args(["--coherence", a.coherence.name()])
                 .args(["--seed", &a.seed.to_string()])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(stderr)
-                .spawn()
-                .map_err(|e| format!("starting worker {i}: {e}"))?;
-            workers.stdins.push(child.stdin.take());
-            let stdout = child.stdout.take();
-            workers.children.push(child);
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                if let Some(stdout) = stdout {
-                    for line in BufReader::new(stdout).lines() {
-                        let Ok(line) = line else { break };
-                        let _ = tx.send((i, line));
-                    }
-                }
-                let _ = tx.send((i, "gone".to_owned()));
-            });
+                .stderr(stderr);
+            commands.push(command);
         }
-        Ok(workers)
+        Ok(Workers {
+            children: Children::spawn("worker", commands)?,
+            early: Vec::new(),
+            dir: dir.to_owned(),
+        })
     }
 
     /// How many workers there are.
@@ -96,7 +70,7 @@ impl Workers {
 
     /// Has worker `i` crash its struct table's owner; the crash's start and end.
     pub(crate) async fn crash(&mut self, i: usize) -> CliResult<(u64, u64)> {
-        self.say(i, "crash")?;
+        self.children.say(i, "crash")?;
         let line = self.line_from(i, "crashed").await?;
         let mut words = line.split(' ').skip(1).map(str::parse::<u64>);
         match (words.next(), words.next()) {
@@ -108,23 +82,15 @@ impl Workers {
     /// Tells every worker to stop, and waits until each has flushed its history and exited.
     pub(crate) async fn stop(&mut self) -> CliResult<()> {
         for i in 0..self.len() {
-            self.say(i, "stop")?;
+            self.children.say(i, "stop")?;
         }
         for i in 0..self.len() {
             self.line_from(i, "done").await?;
         }
-        for child in &mut self.children {
-            child.wait()?;
+        match self.children.wait_all()? {
+            Some((i, status)) => Err(format!("worker {i} exited ({status})").into()),
+            None => Ok(()),
         }
-        Ok(())
-    }
-
-    fn say(&mut self, i: usize, what: &str) -> CliResult<()> {
-        let stdin = self.stdins[i]
-            .as_mut()
-            .ok_or_else(|| format!("worker {i} has no stdin"))?;
-        writeln!(stdin, "{what}").map_err(|e| format!("telling worker {i} to {what}: {e}"))?;
-        Ok(())
     }
 
     /// The next line of worker `i` that starts with `word`; its other lines are dropped, and
@@ -139,12 +105,10 @@ impl Workers {
         }
         let deadline = Instant::now() + WITHIN;
         loop {
-            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
-                Ok(Some((w, line))) if w == i && line.starts_with(word) => return Ok(line),
-                Ok(Some((w, line))) if w == i && line == "gone" => {
-                    return Err(why_gone(i, &self.dir).into());
-                }
-                Ok(Some((w, line))) if w != i => self.early.push((w, line)),
+            match tokio::time::timeout_at(deadline, self.children.next()).await {
+                Ok(Some((w, Some(line)))) if w == i && line.starts_with(word) => return Ok(line),
+                Ok(Some((w, None))) if w == i => return Err(why_gone(i, &self.dir).into()),
+                Ok(Some((w, Some(line)))) if w != i => self.early.push((w, line)),
                 Ok(Some(_)) => {}
                 Ok(None) => return Err("every worker's output closed".into()),
                 Err(_) => return Err(format!("worker {i} never said `{word}`").into()),
@@ -159,16 +123,4 @@ fn why_gone(i: usize, dir: &Path) -> String {
         std::fs::read_to_string(dir.join(format!("worker-{i}.stderr"))).unwrap_or_default();
     let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
     format!("worker {i} exited: {}", tail.join(" / "))
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        // A check stopped early (an error, Ctrl-C) leaves no worker behind.
-        for child in &mut self.children {
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
 }

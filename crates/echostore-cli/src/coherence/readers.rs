@@ -1,18 +1,17 @@
-//! The reader processes of `echostore coherence`, from the parent's side: spawned as this same
-//! binary with the hidden `coherence-reader` subcommand, their stdout lines turned into [`Event`]s
-//! on one channel (a thread per reader reads its pipe), their stdin closed to end the run, and
-//! every one still running killed (by its own handle) if the readout stops early.
+//! The reader processes of `echostore coherence`, from the parent's side: this same binary with
+//! the hidden `coherence-reader` subcommand ([`Children`]), their stdout lines turned into
+//! [`Event`]s, and their stdin closed to end the run.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::io::Read;
+use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Switch;
 use super::reader::ReaderStats;
 use crate::CliResult;
+use crate::children::{self, Children};
 
 /// What a reader said.
 #[derive(Debug)]
@@ -29,9 +28,7 @@ pub(crate) enum Event {
 
 /// The running readers.
 pub(crate) struct Readers {
-    children: Vec<Child>,
-    stdins: Vec<Option<ChildStdin>>,
-    events: mpsc::UnboundedReceiver<(usize, Event)>,
+    children: Children,
 }
 
 impl Readers {
@@ -44,49 +41,23 @@ impl Readers {
         coherence: Switch,
         read_every: Duration,
     ) -> CliResult<Readers> {
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("finding the echostore binary to run readers: {e}"))?;
-        let (tx, events) = mpsc::unbounded_channel();
-        let mut readers = Readers {
-            children: Vec::with_capacity(n),
-            stdins: Vec::with_capacity(n),
-            events,
-        };
-        for reader in 0..n {
-            let mut child = Command::new(&exe)
-                .arg("--valkey")
-                .arg(url)
-                .arg("coherence-reader")
-                .arg("--run")
-                .arg(run)
-                .arg("--ttl")
-                .arg(echostore_benches::duration::render(ttl))
-                .arg("--coherence")
-                .arg(coherence.name())
-                .arg("--read-every")
-                .arg(echostore_benches::duration::render(read_every))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("starting reader {reader}: {e}"))?;
-            readers.stdins.push(child.stdin.take());
-            let stdout = child.stdout.take();
-            readers.children.push(child);
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                if let Some(stdout) = stdout {
-                    for line in BufReader::new(stdout).lines() {
-                        let Ok(line) = line else { break };
-                        if let Some(event) = parse(&line) {
-                            let _ = tx.send((reader, event));
-                        }
-                    }
-                }
-                let _ = tx.send((reader, Event::Gone));
-            });
+        let mut commands = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut command = children::this_binary(&["--valkey", url, "coherence-reader"])?;
+            command
+                .args(["--run", run])
+                .args(["--ttl", &echostore_benches::duration::render(ttl)])
+                .args(["--coherence", coherence.name()])
+                .args([
+                    "--read-every",
+                    &echostore_benches::duration::render(read_every),
+                ])
+                .stderr(Stdio::piped());
+            commands.push(command);
         }
-        Ok(readers)
+        Ok(Readers {
+            children: Children::spawn("reader", commands)?,
+        })
     }
 
     /// The next event, or an error once `deadline` passes.
@@ -95,16 +66,23 @@ impl Readers {
         deadline: Instant,
         waiting_for: &str,
     ) -> CliResult<(usize, Event)> {
-        match tokio::time::timeout_at(deadline, self.events.recv()).await {
-            Ok(Some(event)) => Ok(event),
-            Ok(None) => Err("every reader's output closed".into()),
-            Err(_) => Err(format!("timed out waiting for {waiting_for}").into()),
+        loop {
+            match tokio::time::timeout_at(deadline, self.children.next()).await {
+                Ok(Some((i, Some(line)))) => {
+                    if let Some(event) = parse(&line) {
+                        return Ok((i, event));
+                    }
+                }
+                Ok(Some((i, None))) => return Ok((i, Event::Gone)),
+                Ok(None) => return Err("every reader's output closed".into()),
+                Err(_) => return Err(format!("timed out waiting for {waiting_for}").into()),
+            }
         }
     }
 
     /// Why reader `i` went away: its exit status and the end of its stderr.
     pub(crate) fn why_gone(&mut self, i: usize) -> String {
-        let Some(child) = self.children.get_mut(i) else {
+        let Some(child) = self.children.child_mut(i) else {
             return "no such reader".to_owned();
         };
         let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
@@ -118,31 +96,14 @@ impl Readers {
 
     /// Closes every reader's stdin: each prints its counters and exits.
     pub(crate) fn stop(&mut self) {
-        for stdin in &mut self.stdins {
-            drop(stdin.take());
-        }
+        self.children.close_stdins();
     }
 
     /// Waits for every reader to exit; an error names the first that failed.
     pub(crate) fn wait(&mut self) -> CliResult<()> {
-        for i in 0..self.children.len() {
-            let status = self.children[i].wait()?;
-            if !status.success() {
-                return Err(self.why_gone(i).into());
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Readers {
-    fn drop(&mut self) {
-        // A readout stopped early (an error, Ctrl-C) leaves no reader behind.
-        for child in &mut self.children {
-            if let Ok(None) = child.try_wait() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+        match self.children.wait_all()? {
+            Some((i, _)) => Err(self.why_gone(i).into()),
+            None => Ok(()),
         }
     }
 }
