@@ -148,7 +148,12 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String) {
             return;
         };
         this.node_lost(&url);
-        this.flush_all(lost);
+        // A connection that was tracking may have missed invalidations: flush. An attempt that
+        // never got that far missed nothing more (L1 was flushed when tracking was lost, and
+        // keeps entries only briefly meanwhile); the flush when tracking is back follows.
+        if established {
+            this.flush_all(lost);
+        }
         drop(this);
         pause = if established {
             first

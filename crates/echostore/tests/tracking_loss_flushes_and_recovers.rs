@@ -112,3 +112,45 @@ async fn a_valkey_restart_flushes_l1() {
     assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "value-1-2"));
     settled(&reader).await;
 }
+
+/// While Valkey is away, the tracker's failed reconnect attempts flush nothing more: L1 was
+/// flushed once when tracking was lost, and is flushed once more when it is back. (Each attempt
+/// counted a flush: `coherence_flushes` rose with the outage's length.) The attempts are seen
+/// at a listener that takes the server's port and closes every connection it is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_reconnect_attempts_flush_nothing_more() {
+    let mut valkey = valkey();
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+    let port = valkey.port();
+    valkey.stop();
+    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes == 1).await;
+
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket
+        .bind(([127, 0, 0, 1], port).into())
+        .expect("the stopped server's port");
+    let refuser = socket.listen(16).expect("listen");
+    for _ in 0..3 {
+        let (attempt, _) = refuser.accept().await.expect("a reconnect attempt");
+        drop(attempt);
+    }
+    drop(refuser);
+    assert!(!store.is_coherent());
+    assert_eq!(
+        reader.stats().coherence_flushes,
+        1,
+        "three failed attempts, no flush"
+    );
+
+    valkey.restart().expect("restart");
+    until("tracking is back", || store.is_coherent()).await;
+    until_stats(&reader, "the flush of tracking's return", |s| {
+        s.coherence_flushes == 2
+    })
+    .await;
+    settled(&reader).await;
+}
