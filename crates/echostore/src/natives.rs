@@ -109,13 +109,15 @@ impl Natives {
     }
 }
 
-/// `true` for the error reply of a server that does not have a command or an option of it.
+/// `true` for the error reply of a server that does not have a command or an option of it, or
+/// does not let this user run it (an ACL without `+delifeq`: the script may still be allowed).
 pub(crate) fn is_unsupported(e: &redis::RedisError) -> bool {
     let text = e.to_string().to_ascii_lowercase();
-    e.code().is_some()
-        && (text.contains("unknown command")
-            || text.contains("syntax error")
-            || text.contains("unknown subcommand"))
+    e.code() == Some("NOPERM")
+        || e.code().is_some()
+            && (text.contains("unknown command")
+                || text.contains("syntax error")
+                || text.contains("unknown subcommand"))
 }
 
 #[cfg(test)]
