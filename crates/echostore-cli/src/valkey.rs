@@ -1,6 +1,7 @@
 //! Where the readouts find their Valkey: the `--valkey URL` the user gave, checked with a PING, or
-//! a private embedded Valkey started for the run and stopped when the [`Target`] is dropped. Also
-//! the `valkey` subcommand, which keeps an embedded Valkey running until Ctrl-C.
+//! a private embedded Valkey started for the run and stopped when the [`Target`] is dropped; and
+//! the wait until a table's pushes arrive from it ([`until_pushed`]). Also the `valkey`
+//! subcommand, which keeps an embedded Valkey running until Ctrl-C.
 
 use std::time::Duration;
 
@@ -146,6 +147,39 @@ pub(crate) async fn serve() -> CliResult<()> {
     drop(server);
     eprintln!("stopped");
     Ok(())
+}
+
+/// Waits until Valkey's invalidation pushes reach a table: writes `probe` (a key under the
+/// table's prefix) until `pushes()` (the table's count of pushes received) rises — its store's
+/// tracking connection is up and the table's prefix subscribed — or 30 s pass.
+pub(crate) async fn until_pushed(
+    url: &str,
+    probe: &str,
+    pushes: impl Fn() -> u64,
+) -> CliResult<()> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut reached = false;
+    while !reached && tokio::time::Instant::now() < give_up {
+        let before = pushes();
+        let _: () = redis::cmd("SET")
+            .arg(probe)
+            .arg("probe")
+            .query_async(&mut conn)
+            .await?;
+        let retry = tokio::time::Instant::now() + Duration::from_millis(100);
+        while !reached && tokio::time::Instant::now() < retry {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            reached = pushes() > before;
+        }
+    }
+    let _: () = redis::cmd("DEL").arg(probe).query_async(&mut conn).await?;
+    match reached {
+        true => Ok(()),
+        false => Err(format!("no invalidation push for {probe} arrived within 30 s").into()),
+    }
 }
 
 #[cfg(test)]

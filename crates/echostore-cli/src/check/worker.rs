@@ -19,7 +19,6 @@ use clap::Args;
 use echostore::{Error, Key, LoserPolicy, Store, Table};
 use echostore_benches::duration;
 use rand::{Rng, SeedableRng};
-use redis::AsyncCommands;
 use tokio::sync::mpsc;
 
 use super::Switch;
@@ -286,37 +285,16 @@ async fn open<K: Key>(
 
 /// Waits until a write under each table's prefix has reached it through coherence.
 async fn tracked(url: &str, args: &WorkerArgs, tables: &Tables) -> CliResult<()> {
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
     // A probe id the key type cannot parse back arrives as a flush of L1.
     let reached = |s: echostore::TableStats| s.invalidations + s.coherence_flushes;
-    let invalidations = |i: usize| match i {
+    let pushes = |i: usize| match i {
         0 => reached(tables.numbers.stats()),
         1 => reached(tables.names.stats()),
         _ => reached(tables.items.stats()),
     };
     for (i, table) in TABLES.iter().enumerate() {
-        let probe = format!(
-            "{}:{}:{{probe-{}}}",
-            args.namespace, TABLES[i], args.process
-        );
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let before = invalidations(i);
-            let _: () = conn.set(&probe, "probe").await?;
-            let retry = tokio::time::Instant::now() + Duration::from_millis(100);
-            while invalidations(i) == before && tokio::time::Instant::now() < retry {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            if invalidations(i) > before {
-                break;
-            }
-            if tokio::time::Instant::now() > give_up {
-                return Err(format!("table {table} was never tracked").into());
-            }
-        }
-        let _: () = conn.del(&probe).await?;
+        let probe = format!("{}:{table}:{{probe-{}}}", args.namespace, args.process);
+        crate::valkey::until_pushed(url, &probe, || pushes(i)).await?;
     }
     Ok(())
 }

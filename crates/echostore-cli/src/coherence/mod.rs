@@ -186,29 +186,10 @@ pub(crate) async fn coherence_table(
     Ok((store, table))
 }
 
-/// Waits until Valkey's pushes reach `table`: writes a probe key under the table's prefix until
-/// the table counts an invalidation (tracking is connected and this table's prefix subscribed).
+/// Waits until Valkey's pushes reach `table` (its prefix is subscribed).
 pub(crate) async fn tracked(table: &Table<String, Stamp>, url: &str) -> CliResult<()> {
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
     let probe = format!("{TABLE}:{{probe-{}}}", std::process::id());
-    let give_up = Instant::now() + START_WITHIN;
-    let mut reached = false;
-    while !reached && Instant::now() < give_up {
-        let before = table.stats().invalidations;
-        let _: () = conn.set(&probe, "probe").await?;
-        let retry = Instant::now() + Duration::from_millis(100);
-        while !reached && Instant::now() < retry {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            reached = table.stats().invalidations > before;
-        }
-    }
-    let _: () = conn.del(&probe).await?;
-    if !reached {
-        return Err("coherence: no invalidation push reached the table within 30 s".into());
-    }
-    Ok(())
+    crate::valkey::until_pushed(url, &probe, || table.stats().invalidations).await
 }
 
 /// Runs the readout and prints it.
