@@ -60,7 +60,8 @@ pub(crate) struct CheckArgs {
     seconds: Duration,
 
     /// Faults to inject, in turn: none, all, or a comma-separated list of kill-tracking,
-    /// kill-all, pause-write, pause-all, restart, crash, proxy (`kill` and `pause` name both).
+    /// kill-all, pause-write, pause-all, restart, crash, proxy, skew (`kill` and `pause` name
+    /// both; skew is named and skipped, and the output says why).
     #[arg(long, default_value = "none", value_parser = faults::FaultList::parse)]
     faults: faults::FaultList,
 
