@@ -4,7 +4,8 @@
 //! small hot set of ids and record every call, and every loader call, to its history file.
 //!
 //! It talks to the controller in lines: it prints `ready` once its tables are tracked, then
-//! takes `crash` (crash the struct table's owner; it answers `crashed <start> <end>`) and `stop`
+//! takes `crash` (crash the struct table's owner; it answers `crashed <start> <end>`, or
+//! `crashed none` when the owner was not restarted) and `stop`
 //! (or the end of stdin) on stdin, and prints `done` once its history is flushed.
 
 use std::borrow::Cow;
@@ -30,8 +31,9 @@ use crate::{CliResult, Outcome};
 /// default `from_rendered` (so every push for it flushes the table's L1).
 pub(crate) const TABLES: [&str; 3] = ["check-u64", "check-string", "check-struct"];
 
-/// The struct table's id whose `Eq` panics when two callers' copies meet: the `crash` fault.
-const CRASH_ID: u32 = u32::MAX;
+/// The struct table's ids from here up have an `Eq` that panics when two callers' copies of one
+/// meet: the `crash` fault, a fresh id each time (an id crashed once may be cached since).
+const CRASH_IDS: u32 = u32::MAX - 10_000;
 
 /// How long Valkey holds writes around an owner crash, so that some are on the wire in it.
 const CRASH_PAUSE_MS: u64 = 200;
@@ -79,7 +81,7 @@ impl PartialEq for Item {
     fn eq(&self, other: &Self) -> bool {
         // The crash fault: a user `Key` bug, met where the owner compares two callers' ids.
         assert!(
-            !(self.n == CRASH_ID && other.n == CRASH_ID && self.copy != other.copy),
+            !(self.n >= CRASH_IDS && self.n == other.n && self.copy != other.copy),
             "Item::eq on the crash id"
         );
         self.n == other.n
@@ -211,11 +213,15 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         )));
     }
     let mut control = stdin_lines();
+    let mut crashes = 0;
     while let Some(line) = control.recv().await {
         match line.trim() {
             "crash" => {
-                let (start, end) = crash(url, &tables.items).await;
-                println!("crashed {start} {end}");
+                crashes += 1;
+                match crash(url, &tables.items, CRASH_IDS + crashes).await {
+                    Some((start, end)) => println!("crashed {start} {end}"),
+                    None => println!("crashed none"),
+                }
             }
             "stop" => break,
             _ => {}
@@ -254,7 +260,7 @@ async fn open<K: Key>(
             let (source, recorder) = (source.clone(), recorder.clone());
             let id = id_of(&key);
             async move {
-                if id == CRASH_ID {
+                if id >= CRASH_IDS {
                     // The crash fault's flight: long enough for its second caller to meet it.
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     return Ok(0);
@@ -358,10 +364,12 @@ async fn bounded<T>(call: impl Future<Output = echostore::Result<T>>) -> echosto
 }
 
 /// Crashes the struct table's owner with writes on the wire: Valkey holds writes for a moment
-/// (`CLIENT PAUSE … WRITE`, where the server allows it), a miss on the crash id starts its
-/// flight, and a second caller's copy of the id makes the owner compare the two. Returns when
-/// the crash began and when the supervisor had restarted the owner.
-async fn crash(url: &str, items: &Table<Item, u64>) -> (u64, u64) {
+/// (`CLIENT PAUSE … WRITE`, where the server allows it), a put of a fresh crash id is on its way,
+/// and a read of another caller's copy of that id reaches the owner (an id being written is the
+/// owner's to answer), which compares the two copies in its flights map and panics — whichever
+/// of the two arrives first. Returns when the crash began and when the supervisor had restarted
+/// the owner; `None` if the owner was not restarted within 5 s (no crash to record).
+async fn crash(url: &str, items: &Table<Item, u64>, n: u32) -> Option<(u64, u64)> {
     let start = now_ns();
     if let Ok(client) = redis::Client::open(url)
         && let Ok(mut conn) = client.get_multiplexed_async_connection().await
@@ -374,34 +382,25 @@ async fn crash(url: &str, items: &Table<Item, u64>) -> (u64, u64) {
             .await;
     }
     let restarts = items.stats().owner_restarts;
-    let in_flight = items.stats().in_flight;
-    let first = tokio::spawn({
+    // Each on a task of its own: a copy that met the other outside the owner panics there.
+    let put = tokio::spawn({
         let items = items.clone();
-        async move {
-            items
-                .get(&Item {
-                    n: CRASH_ID,
-                    copy: 1,
-                })
-                .await
-        }
+        async move { items.put(&Item { n, copy: 1 }, 0).await }
     });
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
-    while items.stats().in_flight <= in_flight && tokio::time::Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let _ = items
-        .get(&Item {
-            n: CRASH_ID,
-            copy: 2,
-        })
-        .await;
-    let _ = first.await;
+    let get = tokio::spawn({
+        let items = items.clone();
+        async move { items.get(&Item { n, copy: 2 }).await }
+    });
+    let _ = get.await;
+    let _ = put.await;
     let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-    while items.stats().owner_restarts == restarts && tokio::time::Instant::now() < give_up {
+    while items.stats().owner_restarts == restarts {
+        if tokio::time::Instant::now() > give_up {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    (start, now_ns())
+    Some((start, now_ns()))
 }
 
 /// The controller's lines on stdin; the channel closes with stdin.

@@ -75,6 +75,9 @@ impl Workers {
         let mut words = line.split(' ').skip(1).map(str::parse::<u64>);
         match (words.next(), words.next()) {
             (Some(Ok(start)), Some(Ok(end))) => Ok((start, end)),
+            _ if line == "crashed none" => {
+                Err(format!("worker {i}'s owner was not restarted within 5 s of the crash").into())
+            }
             _ => Err(format!("worker {i} answered the crash with `{line}`").into()),
         }
     }
