@@ -7,7 +7,8 @@
 //! ago and does not read the source again. While the winner loads, it extends its lock (a
 //! token-checked `PEXPIRE`, the *lease*), so a load of any length keeps it. The winner writes with
 //! a *fenced* write (the value is set only while the lock still holds its token) and then releases
-//! with the token-checked compare-and-delete of the seed. A lock is never removed by a plain `DEL`
+//! with the token-checked compare-and-delete of the seed (where the server has them, the release
+//! is `DELIFEQ` and the lease `SET … IFEQ … PX`: [`crate::natives`]). A lock is never removed by a plain `DEL`
 //! on these paths: only `invalidate` and `put`, which mean to cancel fills in flight, drop it.
 //!
 //! **The last write to land wins, and Valkey's clock stamps it.** The fenced write and `put` set
