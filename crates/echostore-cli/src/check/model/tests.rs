@@ -55,6 +55,17 @@ fn violations(ops: &[Op], faults: &[FaultSpan]) -> Violations {
     check(ops, faults, bounds()).violations
 }
 
+/// Checks `ops` and asserts that the one violation found is described under `rule`'s name.
+fn named(ops: &[Op], rule: &str) {
+    let found = check(ops, &[], bounds());
+    assert_eq!(found.violations.total(), 1, "{:?}", found.examples);
+    assert!(
+        found.examples.len() == 1 && found.examples[0].starts_with(&format!("{rule}: ")),
+        "named {rule}: {:?}",
+        found.examples
+    );
+}
+
 /// A load, reads of it, a put seen by everyone after `B`, an invalidate and its one reload.
 #[test]
 fn a_history_that_keeps_the_model_passes() {
@@ -107,6 +118,7 @@ fn an_old_version_after_b_is_stale_after_write() {
 fn an_old_version_in_the_writers_process_breaks_read_your_writes() {
     let ops = [put(0, 1, 100, 200), read(0, 0, 201, 202)];
     assert_eq!(violations(&ops, &[]).read_your_writes, 1);
+    named(&ops, "read_your_writes");
     assert_eq!(violations(&ops, &[fault(150, 300)]).read_your_writes, 1);
     // An invalidate is a write too: after it, its own process reads the new source version.
     let ops = [invalidate(0, 1, 100, 200), read(0, 0, 201, 202)];
@@ -124,7 +136,7 @@ fn going_back_to_an_older_version_is_non_monotonic() {
     ];
     let v = violations(&ops, &[]);
     assert_eq!(v.non_monotonic, 1);
-    assert_eq!(v.total(), 1);
+    named(&ops, "non_monotonic");
     // Reads that overlap are not ordered.
     let ops = [
         put(0, 1, 10, 20),
@@ -147,9 +159,8 @@ fn a_copy_the_fleet_moved_past_is_divergent() {
         read(1, 2, after + 10, after + 20),
         read(2, 2, after + 30, after + 40),
     ];
-    let found = check(&ops, &[], bounds());
-    assert_eq!(found.violations.divergent, 1, "{:?}", found.examples);
-    assert_eq!(found.violations.total(), 1);
+    assert_eq!(violations(&ops, &[]).divergent, 1);
+    named(&ops, "divergent");
     // Either version is right as long as everyone agrees.
     let ops = [
         put(0, 1, 100, 250),
@@ -165,6 +176,7 @@ fn a_copy_the_fleet_moved_past_is_divergent() {
 fn a_version_never_written_is_a_phantom() {
     let ops = [read(0, 7, 10, 20)];
     assert_eq!(violations(&ops, &[]).phantom, 1);
+    named(&ops, "phantom");
     let ops = [read(0, 1, 10, 20), put(1, 1, 30, 40)];
     assert_eq!(violations(&ops, &[]).phantom, 1);
 }
@@ -175,6 +187,7 @@ fn a_version_never_written_is_a_phantom() {
 fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
     let ops = [load(0, 0, 10, 20), load(1, 0, 500, 510)];
     assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
+    named(&ops, "extra_source_reads");
     // Two loads at once in two processes: the lock should have elected one.
     let ops = [load(0, 0, 10, 200), load(1, 0, 50, 210)];
     assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
