@@ -84,6 +84,11 @@ pub enum Error {
     /// The table's owner is gone (the table was dropped, the store shut down, or the owner
     /// crashed and the call was in its mailbox).
     Stopped,
+
+    /// A `put` changed nothing: Valkey holds a value stamped ahead of Valkey's own clock (planted
+    /// bytes, or a server clock stepped back), which stands until it expires or is more than
+    /// `MAX_CLOCK_SKEW_MS` ahead. No L1 copy was kept; `invalidate` removes the stored value.
+    Superseded,
 }
 
 impl Error {
@@ -178,6 +183,11 @@ impl Error {
     pub fn is_stopped(&self) -> bool {
         matches!(self, Error::Stopped)
     }
+
+    /// `true` for [`Error::Superseded`].
+    pub fn is_superseded(&self) -> bool {
+        matches!(self, Error::Superseded)
+    }
 }
 
 impl std::fmt::Display for Error {
@@ -210,6 +220,9 @@ impl std::fmt::Display for Error {
             ),
             Error::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
             Error::Stopped => f.write_str("the table's owner has stopped"),
+            Error::Superseded => f.write_str(
+                "the put changed nothing: valkey holds a value stamped ahead of its own clock",
+            ),
         }
     }
 }

@@ -211,7 +211,8 @@ counters! {
     /// Fenced writes refused because the lock no longer held this fill's token (expected when a
     /// `put` or `invalidate` overtakes a fill, or a lock expired while Valkey was away).
     fenced_write_skipped,
-    /// Writes (puts and fenced writes) that found a newer value on Valkey and changed nothing.
+    /// Writes (puts and fenced writes) that found a value stamped ahead of Valkey's clock and
+    /// changed nothing (such a put answers `Error::Superseded`).
     writes_superseded,
     /// Lease extensions of a winner's lock while its loader ran.
     lease_extended,

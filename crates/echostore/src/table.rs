@@ -193,7 +193,10 @@ impl<K: Key, V: Value> Table<K, V> {
     ///
     /// A fill in flight for `id` still answers its own waiters, but its value is stored nowhere:
     /// the put wins. With a Valkey, the put succeeds once Valkey has the value; an encoding over
-    /// `max_value_bytes` is refused with [`Error::TooLarge`] and writes nothing.
+    /// `max_value_bytes` is refused with [`Error::TooLarge`] and writes nothing, and a put that
+    /// finds a value stamped ahead of Valkey's clock changes nothing and answers
+    /// [`Error::Superseded`]. A put that fails is repaired by the table: the id's Valkey copy is
+    /// deleted as soon as Valkey takes it (`docs/failure-semantics.md`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -80,7 +80,12 @@ impl<V> PendingWrite<V> {
                 None
             }
         };
-        let _ = reply.send(applied.map(drop));
+        let answer = match applied {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(crate::error::Error::Superseded),
+            Err(e) => Err(e),
+        };
+        let _ = reply.send(answer);
         keep
     }
 }

@@ -1,8 +1,8 @@
 //! Writes are ordered by Valkey, not by the writers' clocks: the write scripts stamp `written_at`
 //! with the server's `TIME`, so the write that lands last wins, whatever its writer's clock said,
 //! and every store converges on it. A stored `written_at` ahead of the server's clock (planted
-//! bytes) stands against a write, which then answers `Ok`, counts `writes_superseded` and leaves
-//! no L1 copy; one more than `MAX_CLOCK_SKEW_MS` ahead is garbage, and replaced.
+//! bytes) stands against a write: a put then answers `Error::Superseded` (it said `Ok` as if
+//! stored), counts `writes_superseded` and leaves no L1 copy; one more than `MAX_CLOCK_SKEW_MS` ahead is garbage, and replaced.
 
 mod common;
 
@@ -106,7 +106,11 @@ async fn a_put_respects_newer_values_and_replaces_garbage_from_the_future() {
 
     let newer = envelope(now + HOUR_MS, now + 60_000, &"stamped a minute ahead");
     let _: () = conn.set(VALUE, &newer).await.expect("plant");
-    t.put(&1, "mine".into()).await.expect("superseded is Ok");
+    let superseded = t.put(&1, "mine".into()).await;
+    assert!(
+        matches!(superseded, Err(ref e) if e.is_superseded()),
+        "the put says it changed nothing: {superseded:?}"
+    );
     let stored: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(stored, newer, "the newer value stands");
     until("the put landed in the owner", || {
