@@ -187,9 +187,10 @@
 //! Some counters move in a healthy system, because two writers raced and the protocol settled it:
 //! `fenced_write_skipped` (a fill's lock was taken over by a `put` or `invalidate`, or expired
 //! while Valkey was away, so the fill stored nothing), `release_skipped` (the same fill then
-//! found someone else's lock, or none, and deleted nothing) and `writes_superseded` (a write found
-//! a newer value already on Valkey). A steady rise of them along with `lease_lost` says writes and
-//! reads of the same ids overlap often; it is never data loss.
+//! found someone else's lock, or none, and deleted nothing). A steady rise of them along with
+//! `lease_lost` says writes and reads of the same ids overlap often; it is never data loss.
+//! `writes_superseded` (a write found a value stamped ahead of Valkey's own clock) should stay at
+//! zero: it means planted bytes, or a server clock stepped back.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
