@@ -28,6 +28,7 @@ use std::sync::LazyLock;
 use crate::error::Result;
 use crate::key::KeyNames;
 use crate::l2::L2;
+use crate::natives::Natives;
 
 /// How far ahead of the server's clock a stored `written_at` may be and still count as newer.
 pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
@@ -225,24 +226,18 @@ pub(crate) async fn extend(
     lock_ttl_ms: u64,
 ) -> Result<bool> {
     if l2.natives().set_ifeq() {
-        let reply = l2
-            .run("lease (SET IFEQ PX)", Some(names), |mut c| async move {
-                supported(
-                    redis::cmd("SET")
-                        .arg(&names.lock)
-                        .arg(token)
-                        .arg("IFEQ")
-                        .arg(token)
-                        .arg("PX")
-                        .arg(lock_ttl_ms)
-                        .query_async::<Option<String>>(&mut c)
-                        .await,
-                )
-            })
-            .await?;
-        match reply {
-            Some(set) => return Ok(set.is_some()),
-            None => l2.natives().lost_set_ifeq(),
+        let mut set = redis::cmd("SET");
+        set.arg(&names.lock)
+            .arg(token)
+            .arg("IFEQ")
+            .arg(token)
+            .arg("PX")
+            .arg(lock_ttl_ms);
+        let lease = "lease (SET IFEQ PX)";
+        if let Some(reply) =
+            native::<Option<String>>(l2, names, lease, set, Natives::lost_set_ifeq).await?
+        {
+            return Ok(reply.is_some());
         }
     }
     let mut inv = SCRIPTS.extend.prepare_invoke();
@@ -311,20 +306,13 @@ pub(crate) async fn poll(
 /// `DELIFEQ lock token` where the server has it ([`crate::natives`]), the seed's script otherwise.
 pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
     if l2.natives().delifeq() {
-        let reply = l2
-            .run("release (DELIFEQ)", Some(names), |mut c| async move {
-                supported(
-                    redis::cmd("DELIFEQ")
-                        .arg(&names.lock)
-                        .arg(token)
-                        .query_async::<i64>(&mut c)
-                        .await,
-                )
-            })
-            .await?;
-        match reply {
-            Some(deleted) => return Ok(deleted == 1),
-            None => l2.natives().lost_delifeq(),
+        let mut delifeq = redis::cmd("DELIFEQ");
+        delifeq.arg(&names.lock).arg(token);
+        let release = "release (DELIFEQ)";
+        if let Some(deleted) =
+            native::<i64>(l2, names, release, delifeq, Natives::lost_delifeq).await?
+        {
+            return Ok(deleted == 1);
         }
     }
     let mut inv = SCRIPTS.release.prepare_invoke();
@@ -333,12 +321,26 @@ pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bo
     Ok(deleted == 1)
 }
 
-/// A native command's answer, or `None` when the server does not have the command (the caller
-/// falls back to the script; not a failure of the call).
-fn supported<T>(answer: redis::RedisResult<T>) -> redis::RedisResult<Option<T>> {
-    match answer {
-        Ok(answer) => Ok(Some(answer)),
-        Err(e) if crate::natives::is_unsupported(&e) => Ok(None),
-        Err(e) => Err(e),
+/// Runs a native lock command: its answer, or `None` when the server does not have it (or this
+/// user may not run it), after which `lose` makes the store use the script for good.
+async fn native<T: redis::FromRedisValue>(
+    l2: &L2,
+    names: &KeyNames,
+    context: &'static str,
+    command: redis::Cmd,
+    lose: fn(&Natives),
+) -> Result<Option<T>> {
+    let answer = l2
+        .run(context, Some(names), |mut c| async move {
+            match command.query_async::<T>(&mut c).await {
+                Ok(answer) => Ok(Some(answer)),
+                Err(e) if crate::natives::is_unsupported(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await?;
+    if answer.is_none() {
+        lose(l2.natives());
     }
+    Ok(answer)
 }
