@@ -14,7 +14,10 @@
 //! id is running is *queued* and launches only when the last write has landed (it then reads what
 //! the write left); and a write that arrives while a flight is *running* detaches that flight —
 //! it still answers its own waiters when it lands, but its value is not stored, and the next miss
-//! starts a new flight. A remote invalidation overtakes a running flight the same way.
+//! starts a new flight. A remote invalidation overtakes a running flight the same way. One
+//! exception keeps a process from reading back in time: a flight that a `put` of this process
+//! overtook sends its callers to fly again instead, since what it read may be newer than the
+//! put's value that L1 keeps (another process's write whose push is late).
 //!
 //! An early refresh (XFetch) is a flight with no caller, started only when the id has none: so at
 //! most one refresh per id runs in a process, and misses that arrive meanwhile join it.
@@ -69,6 +72,11 @@ pub(crate) struct Flight<V> {
     stale_read: bool,
     /// A `put`/`invalidate` of this process overtook it: its value is never stored.
     overwritten: bool,
+    /// A `put` of this process overtook it: L1 will hold the put's value, which may be older than
+    /// what this flight reads (another process's later write, whose push may yet be lost). Its
+    /// callers fly again rather than take an answer this process's L1 does not keep, so a
+    /// process never reads back in time.
+    replaced: bool,
 }
 
 /// What the owner does after a miss.
@@ -100,8 +108,20 @@ pub(crate) struct Landed<V> {
     /// `true` if its value may be stored in L1: it was still the id's current flight, or it was
     /// detached by a push and read Valkey again after it. `false`: answer its waiters only.
     pub(crate) store: bool,
+    /// `true` if its callers fly again instead of taking its value: a put of this process
+    /// overtook it ([`Flight`]'s `replaced`).
+    pub(crate) fly_again: bool,
     /// A queued flight of the same id that may launch now.
     pub(crate) launch: Option<FlightId>,
+}
+
+/// What overtook a running flight.
+#[derive(Debug, Clone, Copy)]
+enum Overtaker {
+    /// Another process's change (a push, or a flush).
+    Push,
+    /// This process's `put` (`replaces`) or `invalidate`.
+    Write { replaces: bool },
 }
 
 /// Whether the current flight has started loading.
@@ -214,10 +234,10 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         Some(fid)
     }
 
-    /// A `put` or `invalidate` of `id`: it overtakes a running flight, and goes to Valkey now
-    /// (returned) or after the writes ahead of it (queued).
-    pub(crate) fn write(&mut self, id: &K, write: W) -> Option<W> {
-        self.detach(id, true);
+    /// A `put` (`replaces`) or `invalidate` of `id`: it overtakes a running flight, and goes to
+    /// Valkey now (returned) or after the writes ahead of it (queued).
+    pub(crate) fn write(&mut self, id: &K, write: W, replaces: bool) -> Option<W> {
+        self.detach(id, Overtaker::Write { replaces });
         self.board.writing(id, true);
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
         if state.writing {
@@ -234,7 +254,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// queued flight has read nothing: it stays.
     pub(crate) fn overtake(&mut self, id: &K) {
         self.board.overtake_read(id);
-        self.detach(id, false);
+        self.detach(id, Overtaker::Push);
     }
 
     /// Every running flight is overtaken (coherence lost: any of them may have read old bytes).
@@ -242,13 +262,13 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         self.board.overtake_reads();
         let ids: Vec<K> = self.ids.keys().cloned().collect();
         for id in &ids {
-            self.detach(id, false);
+            self.detach(id, Overtaker::Push);
         }
     }
 
     /// Detaches `id`'s running flight and marks every detached flight of `id` as having read
-    /// before this change (`overwritten`: this process's own write, which nothing undoes).
-    fn detach(&mut self, id: &K, overwritten: bool) {
+    /// before this change (`overwritten` by this process's own write, which nothing undoes).
+    fn detach(&mut self, id: &K, by: Overtaker) {
         let Some(state) = self.ids.get_mut(id) else {
             return;
         };
@@ -262,7 +282,10 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         for fid in &state.detached {
             if let Some(flight) = self.detached.get_mut(fid) {
                 flight.stale_read = true;
-                flight.overwritten |= overwritten;
+                if let Overtaker::Write { replaces } = by {
+                    flight.overwritten = true;
+                    flight.replaced |= replaces;
+                }
             }
         }
     }
@@ -310,6 +333,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                 Landed {
                     flight,
                     store: true,
+                    fly_again: false,
                     launch: None,
                 }
             }
@@ -318,6 +342,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                 state.detached.retain(|d| *d != fid);
                 Landed {
                     store: !flight.stale_read && !flight.overwritten,
+                    fly_again: flight.replaced,
                     flight,
                     launch: state.try_launch(),
                 }

@@ -12,7 +12,8 @@
 //! The read is the fill's first step (`crate::fill`), done where the caller already is: an L2 hit
 //! then costs the caller one round trip to Valkey and no hand-off between tasks, which on a
 //! loaded two-core machine is most of what the owner's path added (`docs/benchmarks.md`, "The
-//! miss path, hop by hop"). It only ever *answers* from a fresh value; a missing, stale,
+//! miss path, hop by hop"). It only ever *answers* a fresh value it settled into L1 (one a
+//! change overtook may be newer than what L1 then keeps, so it goes to the owner); a missing, stale,
 //! oversized or undecodable value (a `Deserialize` that panics included), or a Valkey error, goes
 //! to the owner untouched and uncounted, and the owner's flight does everything the protocol says
 //! (the lock, the loser policies, the counters). So the one source read per id stays the owner's
@@ -108,7 +109,7 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
         ask(owner, self.id.clone()).await
     }
 
-    /// The value on Valkey if it is fresh, settled into L1 unless a change overtook the read;
+    /// The value on Valkey if it is fresh and settled into L1 (no change overtook the read);
     /// `None` for anything else, untouched.
     async fn read(&self) -> Option<Fetched<V>> {
         let core = self.core;
@@ -130,13 +131,19 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
         if !env.is_fresh(unix_ms()) {
             return None;
         }
-        bump(&core.stats.counters.l2_hits);
         let entry = core.l2_entry(env);
         let fetched = Fetched::new(Arc::clone(&entry.value), Origin::L2);
-        core.board.settle(&self.id, self.read, || {
+        // A read a change overtook does not answer: this process's L1 may keep an older value
+        // than the one read (its own put's, while another process's later write has not been
+        // pushed yet), and a process never answers newer than what it then serves. The owner's
+        // flight answers instead, ordered after that change.
+        let settled = core.board.settle(&self.id, self.read, || {
             core.l1.insert(self.id.clone(), core.keepable(entry));
         });
-        Some(fetched)
+        if settled {
+            bump(&core.stats.counters.l2_hits);
+        }
+        settled.then_some(fetched)
     }
 }
 

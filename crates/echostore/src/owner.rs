@@ -26,7 +26,7 @@ use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::fill::Fill;
-use crate::flights::{FlightId, Flights, Miss, Next, Reply};
+use crate::flights::{FlightId, Flights, Landed, Miss, Next, Reply};
 use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
 use crate::stale::{Landing, Signal};
@@ -289,17 +289,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         };
         self.publish_in_flight();
         let answer = match outcome {
-            Ok(Landing::Skipped) => {
-                // Another process is rebuilding the id. Callers who joined (their copy expired
-                // meanwhile) fly again: a new flight waits for that process's value.
-                let queued = landed.launch.take();
-                for reply in landed.flight.into_callers() {
-                    self.rejoin(myself, id.clone(), reply);
-                }
-                if let Some(queued) = queued {
-                    self.launch_queued(myself, id.clone(), queued);
-                }
-                return;
+            // Another process is rebuilding the id: callers who joined (their copy expired
+            // meanwhile) fly again, and a new flight waits for that process's value.
+            Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),
+            // A put of this process overtook the flight: L1 keeps the put's value, so callers
+            // take that (or what follows it) instead of what the flight read.
+            Ok(Landing::Filled(_)) if landed.fly_again => {
+                return self.fly_again(myself, id, landed);
             }
             Ok(Landing::Filled(filled)) => {
                 if landed.store
@@ -330,6 +326,18 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         );
         landed.flight.answer(&answer);
         if let Some(queued) = landed.launch {
+            self.launch_queued(myself, id.clone(), queued);
+        }
+    }
+
+    /// Every caller of a landed flight flies again (it changed nothing they may take), then the
+    /// flight queued behind it launches.
+    fn fly_again(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: &K, mut landed: Landed<V>) {
+        let queued = landed.launch.take();
+        for reply in landed.flight.into_callers() {
+            self.rejoin(myself, id.clone(), reply);
+        }
+        if let Some(queued) = queued {
             self.launch_queued(myself, id.clone(), queued);
         }
     }

@@ -145,8 +145,8 @@ async fn a_read_never_starts_while_its_id_is_written() {
 
 /// Store A's read of id 9 is held on its way to Valkey (a proxy holds A's requests, not the
 /// pushes coming back); store B writes id 9 meanwhile, and the push reaches A while the read is
-/// out. The read answers what it then finds, but A does not keep it in L1: a read that a push
-/// overtook may have read the older value, so the next fetch reads Valkey again.
+/// out. The read neither keeps nor answers what it finds: a read that a push overtook may have
+/// read the older value. The owner's flight, ordered after the push, answers and keeps B's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_overtaken_by_a_push_is_not_kept() {
     let valkey = valkey();
@@ -178,13 +178,13 @@ async fn a_read_overtaken_by_a_push_is_not_kept() {
     assert_eq!(
         (fetched.origin, fetched.value.as_str()),
         (Origin::L2, "v2"),
-        "the held GET ran after B's write"
+        "the flight read Valkey after B's write"
     );
     let next = a.fetch(&9).await.expect("a value");
     assert_eq!(
         (next.origin, next.value.as_str()),
-        (Origin::L2, "v2"),
-        "the overtaken read was not kept in L1"
+        (Origin::L1, "v2"),
+        "the flight after the push kept B's value"
     );
     assert_eq!(source.calls(), 1, "only id 1 was ever loaded");
 }

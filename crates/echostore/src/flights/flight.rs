@@ -12,6 +12,7 @@ impl<V> Flight<V> {
             board: Answerer::new(),
             stale_read: false,
             overwritten: false,
+            replaced: false,
         }
     }
 

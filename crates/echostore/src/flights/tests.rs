@@ -56,8 +56,8 @@ fn misses_on_one_id_share_one_flight() {
 #[test]
 fn a_miss_waits_for_the_writes_of_its_id() {
     let mut map = new_map();
-    assert_eq!(map.write(&1, "put a"), Some("put a"));
-    assert_eq!(map.write(&1, "put b"), None, "one write at a time");
+    assert_eq!(map.write(&1, "put a", true), Some("put a"));
+    assert_eq!(map.write(&1, "put b", true), None, "one write at a time");
     assert_eq!(map.miss(&1, None), Miss::Queued);
     assert_eq!(
         map.miss(&2, None),
@@ -80,7 +80,7 @@ fn a_miss_waits_for_the_writes_of_its_id() {
 fn a_write_overtakes_a_running_flight() {
     let mut map = new_map();
     let old = launched(map.miss(&1, None));
-    assert_eq!(map.write(&1, "invalidate"), Some("invalidate"));
+    assert_eq!(map.write(&1, "invalidate", false), Some("invalidate"));
     assert_eq!(map.written(&1), Next::Idle);
     let new = launched(map.miss(&1, None));
     assert_ne!(old, new);
@@ -94,9 +94,9 @@ fn a_write_overtakes_a_running_flight() {
 #[test]
 fn a_queued_flight_stays_current_across_writes() {
     let mut map = new_map();
-    map.write(&1, "put a");
+    map.write(&1, "put a", true);
     assert_eq!(map.miss(&1, None), Miss::Queued);
-    assert_eq!(map.write(&1, "put b"), None);
+    assert_eq!(map.write(&1, "put b", true), None);
     assert_eq!(map.written(&1), Next::Write("put b"));
     assert!(matches!(map.written(&1), Next::Launch(_)));
     assert_eq!(map.len(), 1);
@@ -112,7 +112,7 @@ fn loads_per_id_stay_bounded() {
             Miss::Launch(fid) => running.push(fid),
             Miss::Queued | Miss::Coalesced => {}
         }
-        map.write(&1, "invalidate");
+        map.write(&1, "invalidate", false);
         assert_eq!(map.written(&1), Next::Idle);
         assert!(running.len() <= MAX_LOADS_PER_ID, "{} loads", running.len());
     }
@@ -145,12 +145,32 @@ fn a_push_detached_flight_that_reads_again_may_store() {
     );
     let fid = launched(map.miss(&1, None));
     map.overtake(&1);
-    assert_eq!(map.write(&1, "put"), Some("put"));
+    assert_eq!(map.write(&1, "put", true), Some("put"));
     map.reading(fid);
     assert!(
         !map.land(&1, fid).expect("detached").store,
         "a local write wins for good"
     );
+}
+
+/// Only a flight a local `put` overtook sends its callers to fly again: L1 keeps the put's
+/// value, and what the flight read may be newer. One a push or an `invalidate` overtook answers
+/// them (L1 then holds nothing older than its value).
+#[test]
+fn only_a_put_makes_an_overtaken_flights_callers_fly_again() {
+    for (overtake, fly_again) in [("put", true), ("invalidate", false), ("push", false)] {
+        let mut map = new_map();
+        let fid = launched(map.miss(&1, None));
+        match overtake {
+            "push" => map.overtake(&1),
+            write => {
+                map.write(&1, write, write == "put");
+            }
+        }
+        let landed = map.land(&1, fid).expect("detached");
+        assert_eq!(landed.fly_again, fly_again, "overtaken by a {overtake}");
+        assert!(!landed.store, "overtaken by a {overtake}");
+    }
 }
 
 /// A remote invalidation detaches a running flight like a write, without a write to run.
@@ -200,7 +220,7 @@ fn a_refresh_is_the_ids_one_flight() {
     let miss = launched(map.miss(&2, Some(lead)));
     assert_eq!(map.refresh(&2), None);
     assert!(map.land(&2, miss).is_some());
-    assert_eq!(map.write(&3, "put"), Some("put"));
+    assert_eq!(map.write(&3, "put", true), Some("put"));
     assert_eq!(map.refresh(&3), None);
     assert_eq!(map.written(&3), Next::Idle);
     assert_eq!(map.refresh(&4).map(|_| ()), Some(()));
@@ -227,10 +247,10 @@ fn the_board_lists_the_current_flights_only() {
     let fetched = answer.expect("an answer").expect("ok");
     assert_eq!((*fetched.value, fetched.origin), (3, Origin::Coalesced));
 
-    assert_eq!(map.write(&2, "put"), Some("put"));
+    assert_eq!(map.write(&2, "put", true), Some("put"));
     assert_eq!(map.miss(&2, None), Miss::Queued);
     assert!(board.join(&2).is_some(), "a queued flight is listed");
-    assert_eq!(map.write(&2, "put again"), None);
+    assert_eq!(map.write(&2, "put again", true), None);
     assert!(
         board.join(&2).is_some(),
         "a write does not overtake a queued flight"

@@ -30,6 +30,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             let _ = reply.send(Ok(()));
             return;
         };
+        let replaces = entry.is_some();
         let pending = PendingWrite {
             write,
             entry,
@@ -37,7 +38,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         };
         // The board's reads of the id are withdrawn before L1 changes: none can put back what
         // the write replaces.
-        let now = self.flights.write(&id, pending);
+        let now = self.flights.write(&id, pending, replaces);
         self.core.l1.remove(&id);
         if let Some(now) = now {
             self.spawn_write(myself, id, now);

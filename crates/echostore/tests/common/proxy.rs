@@ -1,11 +1,12 @@
 //! A TCP forwarder between a store and its real Valkey that can hold the store's requests: a
 //! network that delays one process's writes while another's land. Nothing is answered by the
 //! proxy itself; every byte goes to the real server. A connection that turned on `CLIENT
-//! TRACKING` (a store's coherence connection) is never held: only the data connection is
-//! delayed, while pushes and health checks pass.
+//! TRACKING` (a store's coherence connection) is never held by [`Proxy::hold`]: only the data
+//! connection is delayed, while pushes and health checks pass. [`Proxy::hold_pushes`] holds the
+//! other way: what Valkey sends on the coherence connection (a push that is late).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -16,6 +17,8 @@ use tokio::task::JoinHandle;
 pub struct Proxy {
     port: u16,
     open: watch::Sender<bool>,
+    /// Whether what Valkey sends on coherence connections passes.
+    pushes: watch::Sender<bool>,
     /// Requests (reads of the client's socket) waiting at the gate now.
     waiting: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
@@ -32,7 +35,9 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let (open, _) = watch::channel(true);
+        let (pushes, _) = watch::channel(true);
         let gate = open.clone();
+        let push_gate = pushes.clone();
         let waiting = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&waiting);
         let accept = tokio::spawn(async move {
@@ -41,17 +46,21 @@ impl Proxy {
                 let (mut from_client, mut to_client) = client.into_split();
                 let (mut from_server, mut to_server) = server.into_split();
                 let mut gate = gate.subscribe();
+                let mut push_gate = push_gate.subscribe();
                 let counted = Arc::clone(&counted);
+                let tracking = Arc::new(AtomicBool::new(false));
+                let tracked = Arc::clone(&tracking);
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 << 10];
-                    let mut tracking = false;
                     loop {
                         let n = match from_client.read(&mut buf).await {
                             Ok(0) | Err(_) => return,
                             Ok(n) => n,
                         };
-                        tracking |= buf[..n].windows(8).any(|w| w == b"TRACKING");
-                        if tracking {
+                        if buf[..n].windows(8).any(|w| w == b"TRACKING") {
+                            tracking.store(true, Ordering::SeqCst);
+                        }
+                        if tracking.load(Ordering::SeqCst) {
                             if to_server.write_all(&buf[..n]).await.is_err() {
                                 return;
                             }
@@ -70,13 +79,28 @@ impl Proxy {
                     }
                 });
                 tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        let n = match from_server.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if tracked.load(Ordering::SeqCst)
+                            && push_gate.wait_for(|open| *open).await.is_err()
+                        {
+                            return;
+                        }
+                        if to_client.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
                 });
             }
         });
         Proxy {
             port,
             open,
+            pushes,
             waiting,
             accept,
         }
@@ -101,6 +125,17 @@ impl Proxy {
     /// Held and later requests go through.
     pub fn release(&self) {
         self.open.send_replace(true);
+    }
+
+    /// What Valkey sends on coherence connections from now on (pushes, health replies) waits at
+    /// the proxy.
+    pub fn hold_pushes(&self) {
+        self.pushes.send_replace(false);
+    }
+
+    /// Held and later pushes go through.
+    pub fn release_pushes(&self) {
+        self.pushes.send_replace(true);
     }
 }
 
