@@ -12,7 +12,8 @@
 //! **When the connection is lost** (killed, Valkey restarted, a failed health PING), invalidations
 //! may have been missed: every table of the store flushes its L1 and detaches its running flights at
 //! once, and again when tracking is re-established. While tracking is down, values enter L1 for at
-//! most [`DOWN_L1_LIFE`], and losers fall back to their safety poll.
+//! most the store's `unconfirmed_l1_life` (default [`DOWN_L1_LIFE`]), and losers fall back to
+//! their safety poll.
 //!
 //! The pushes this process causes itself (its own fills and puts) also arrive. They are told apart
 //! ([`OwnWrites`]): before writing, the writer tells the owner the envelope's fingerprint; a push
@@ -29,7 +30,9 @@ use tokio::sync::{Notify, watch};
 use crate::envelope::Fingerprint;
 use crate::key::{KeyKind, parse_key};
 
-/// How long a value may stay in L1 while tracking is down.
+/// The default of [`StoreBuilder::unconfirmed_l1_life`](crate::StoreBuilder::unconfirmed_l1_life):
+/// how long a value Valkey could not confirm stays in L1 (tracking down, or the data connection
+/// failing).
 pub const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
 
 /// The envelopes this process is writing, per id: the pushes they cause are its own. A push
@@ -139,6 +142,22 @@ impl Tracker {
             }
         };
         let _ = tokio::time::timeout(wait, tracked).await;
+    }
+
+    /// `sink`'s table is gone: its owner hears no more pushes, and once no table of that name is
+    /// left in the store, the tracking connections drop its prefixes (so starting and dropping
+    /// tables does not pile prefixes up on Valkey).
+    pub(crate) fn remove_table(&self, table: &str, sink: &Weak<dyn Sink>) {
+        let mut tables = lock(&self.tables);
+        let Some(sinks) = tables.get_mut(table) else {
+            return;
+        };
+        sinks.retain(|s| s.strong_count() > 0 && !Weak::ptr_eq(s, sink));
+        if sinks.is_empty() {
+            tables.remove(table);
+            let names: Vec<String> = tables.keys().cloned().collect();
+            self.tables_tx.send_replace(names);
+        }
     }
 
     /// `true` when every tracking connection is up and tracks `table`.

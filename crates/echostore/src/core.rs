@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::board::Board;
-use crate::coherence::{DOWN_L1_LIFE, Tracker};
+use crate::coherence::Tracker;
 use crate::envelope::{self, Envelope, unix_ms};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1};
@@ -140,6 +140,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) stats: Stats,
     /// The store's coherence, when on.
     pub(crate) tracker: Option<Arc<Tracker>>,
+    /// How long L1 keeps what Valkey could not confirm (the store's setting).
+    pub(crate) unconfirmed_l1_life: Duration,
     /// The current flights, where a miss joins one without a message to the owner.
     pub(crate) board: Arc<Board<K, V>>,
     /// Ids whose last write failed, until their Valkey copy is repaired.
@@ -160,12 +162,17 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         Entry::new(Arc::new(env.value), left, self.config.stale_for, early)
     }
 
-    /// `entry` as L1 may keep it now: while coherence is on but tracking is down, for at most
-    /// [`DOWN_L1_LIFE`] (invalidations from other processes would be missed).
+    /// `entry` as L1 may keep it now: for at most the unconfirmed life while either connection
+    /// is unhealthy — tracking down (other processes' writes would not be pushed), or the data
+    /// connection's breaker open (what is loaded now is not written to Valkey, and writes made
+    /// elsewhere meanwhile may not reach it).
     pub(crate) fn keepable(&self, entry: Entry<V>) -> Entry<V> {
-        match &self.tracker {
-            Some(tracker) if !tracker.is_up() => entry.capped(DOWN_L1_LIFE),
-            _ => entry,
+        let tracking_down = self.tracker.as_ref().is_some_and(|t| !t.is_up());
+        let breaker_open = self.l2.as_ref().is_some_and(L2::is_degraded);
+        if tracking_down || breaker_open {
+            entry.capped(self.unconfirmed_l1_life)
+        } else {
+            entry
         }
     }
 }

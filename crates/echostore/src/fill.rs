@@ -280,11 +280,13 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
-    /// process.
+    /// process. What it loads is never written to Valkey, so L1 keeps it only for the unconfirmed
+    /// life: no push will retire it when another process writes the id.
     async fn degraded(&self, error: Error) -> Result<Landing<V>> {
         bump(&self.core.stats.counters.l2_errors);
         tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
-        self.here().await
+        let life = self.core.unconfirmed_l1_life;
+        self.here().await.map(|landing| landing.capped(life))
     }
 
     /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss (once

@@ -260,6 +260,7 @@ pub use losers::LoserPolicy;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;
+pub use tracking::SILENT_LINK_BOUND;
 
 /// The README's Rust snippets, compiled as doctests so that they keep up with the API.
 #[cfg(doctest)]

@@ -48,6 +48,19 @@ pub(crate) enum Landing<V> {
     Skipped,
 }
 
+impl<V> Landing<V> {
+    /// The landing with what L1 keeps of it living at most `limit`.
+    pub(crate) fn capped(self, limit: Duration) -> Self {
+        match self {
+            Landing::Filled(Filled { fetched, keep }) => Landing::Filled(Filled {
+                fetched,
+                keep: keep.map(|entry| entry.capped(limit)),
+            }),
+            Landing::Skipped => Landing::Skipped,
+        }
+    }
+}
+
 /// What a running flight tells its owner.
 pub(crate) enum Signal<V> {
     /// Answer the waiters now (the soft timeout's stale copy); the load goes on.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 
-use crate::coherence::Tracker;
+use crate::coherence::{DOWN_L1_LIFE, Tracker};
 use crate::config::{MAX_DURATION, TableBuilder};
 use crate::connect::{Endpoint, Kind};
 use crate::error::{Error, Result};
@@ -20,6 +20,7 @@ struct StoreInner {
     namespace: String,
     l2: Option<L2>,
     timeout: Duration,
+    unconfirmed_l1_life: Duration,
     tracker: Option<Arc<Tracker>>,
     supervisor: ActorRef<SupervisorMsg>,
 }
@@ -57,6 +58,7 @@ impl Store {
             ca: None,
             timeout: Duration::from_secs(1),
             cooldown: Duration::from_secs(1),
+            unconfirmed_l1_life: DOWN_L1_LIFE,
             require: false,
             coherence: true,
             namespace: None,
@@ -96,6 +98,11 @@ impl Store {
         self.inner.timeout
     }
 
+    /// How long L1 keeps what Valkey could not confirm.
+    pub(crate) fn unconfirmed_l1_life(&self) -> Duration {
+        self.inner.unconfirmed_l1_life
+    }
+
     /// The store's coherence (tracking connection), when it has a Valkey and coherence is on.
     pub(crate) fn tracker(&self) -> Option<&Arc<Tracker>> {
         self.inner.tracker.as_ref()
@@ -114,6 +121,7 @@ pub struct StoreBuilder {
     ca: Option<PathBuf>,
     timeout: Duration,
     cooldown: Duration,
+    unconfirmed_l1_life: Duration,
     require: bool,
     coherence: bool,
     namespace: Option<String>,
@@ -170,6 +178,21 @@ impl StoreBuilder {
         self
     }
 
+    /// How long L1 keeps a value that Valkey could not confirm (default [`DOWN_L1_LIFE`], 1 s):
+    /// one loaded while the data connection fails (it was never written to Valkey, so no push
+    /// will retire it when another process writes the id), or kept while the tracking connection
+    /// is down (other processes' writes are not pushed). Healthy again, values live their ttl.
+    ///
+    /// The trade: while Valkey is unhealthy, each process reads the source about once per hot id
+    /// per this life (a 5 s outage costs `keys × 5 s / life` source reads per process; see
+    /// `docs/failure-semantics.md`), and serves a value at most this old that another process
+    /// may have changed. Zero keeps nothing unconfirmed: every read loads (still once per id at
+    /// a time in a process).
+    pub fn unconfirmed_l1_life(mut self, life: Duration) -> Self {
+        self.unconfirmed_l1_life = life;
+        self
+    }
+
     /// Keep every process's L1 coherent through Valkey's invalidation pushes (default on when a
     /// Valkey is configured): a `put`, `invalidate` or any other change of a value key in one
     /// process reaches every other process's L1 within milliseconds, and losers wake on the
@@ -217,6 +240,9 @@ impl StoreBuilder {
         }
         if self.cooldown > MAX_DURATION {
             return invalid("breaker_cooldown must be at most MAX_DURATION");
+        }
+        if self.unconfirmed_l1_life > MAX_DURATION {
+            return invalid("unconfirmed_l1_life must be at most MAX_DURATION");
         }
         let namespace = match &self.namespace {
             Some(ns) => {
@@ -274,6 +300,7 @@ impl StoreBuilder {
                 namespace,
                 l2,
                 timeout: self.timeout,
+                unconfirmed_l1_life: self.unconfirmed_l1_life,
                 tracker,
                 supervisor,
             }),

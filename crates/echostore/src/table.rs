@@ -6,7 +6,7 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::coherence::Sink;
 use crate::core::TableCore;
@@ -25,14 +25,20 @@ use crate::writes::L2Write;
 struct TableInner<K: Key, V: Value> {
     core: Arc<TableCore<K, V>>,
     owner: Arc<OwnerRef<K, V>>,
+    /// Where coherence tells this table of pushes, when it is on.
+    sink: Option<Weak<dyn Sink>>,
     /// Keeps the store (its supervisor and connection) alive while the table is.
-    _store: Store,
+    store: Store,
 }
 
 impl<K: Key, V: Value> Drop for TableInner<K, V> {
     fn drop(&mut self) {
-        // The last handle is gone: stop the owner (the supervisor does not restart a stop).
+        // The last handle is gone: stop the owner (the supervisor does not restart a stop), and
+        // stop tracking the table's keys.
         self.owner.current().stop(None);
+        if let (Some(tracker), Some(sink)) = (self.store.tracker(), &self.sink) {
+            tracker.remove_table(&self.core.name, sink);
+        }
     }
 }
 
@@ -74,12 +80,13 @@ impl<K: Key, V: Value> Table<K, V> {
         let core = Arc::new(core);
         let supervisor = store.supervisor();
         let (owner, restart) = OwnerRef::start(&core, supervisor.get_cell()).await?;
+        let mut sink = None;
         if let Some(tracker) = store.tracker() {
-            let sink: Arc<dyn Sink> = owner.clone();
+            let owner: Arc<dyn Sink> = owner.clone();
+            let weak = Arc::downgrade(&owner);
             let wait = store.valkey_timeout();
-            tracker
-                .add_table(&core.name, Arc::downgrade(&sink), wait)
-                .await;
+            tracker.add_table(&core.name, weak.clone(), wait).await;
+            sink = Some(weak);
         }
         let id = owner.current().get_id();
         supervisor
@@ -90,7 +97,8 @@ impl<K: Key, V: Value> Table<K, V> {
             inner: Arc::new(TableInner {
                 core,
                 owner,
-                _store: store,
+                sink,
+                store,
             }),
         })
     }

@@ -2,9 +2,10 @@
 //! cluster), each running `CLIENT TRACKING ON BCAST PREFIX <table>: PREFIX lock:<table>:` for the
 //! store's tables and handing the pushes to the [`Tracker`].
 //!
-//! A connection that fails (a read error, a disconnection push, a failed health `PING`) tells the
-//! tracker, which flushes every L1 of the store; it reconnects with backoff, resubscribes, and the
-//! tracker flushes again. On a cluster, a watcher re-reads `CLUSTER SLOTS` every second: when the
+//! A connection that fails (a read error, a disconnection push, a health `PING` that fails or
+//! goes unanswered, so a silent link is noticed within [`SILENT_LINK_BOUND`]) tells the tracker, which flushes every L1 of the store; it reconnects with backoff, resubscribes, and the
+//! tracker flushes again. A dropped table's prefixes are removed (tracking turned off and on again
+//! with the rest, atomically). On a cluster, a watcher re-reads `CLUSTER SLOTS` every second: when the
 //! set of primaries changes (a failover, a node added or gone), it flushes and starts tracking the
 //! new set.
 
@@ -18,8 +19,21 @@ use tokio::sync::{mpsc, watch};
 use crate::coherence::Tracker;
 use crate::connect::{Endpoint, Kind};
 
-/// How often each tracking connection is checked with a PING (and a cluster's topology re-read).
-const HEALTH_EVERY: Duration = Duration::from_secs(1);
+/// How often each tracking connection is checked with a PING.
+const HEALTH_EVERY: Duration = Duration::from_millis(250);
+
+/// How long a health PING may take before the connection counts as lost (at most the store's
+/// `valkey_timeout`). A link that goes silent — a black-holed network, a frozen proxy — is so
+/// noticed within [`SILENT_LINK_BOUND`], and every L1 of the store flushed.
+const HEALTH_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The longest a silent tracking link (pushes and replies no longer arriving, the connection
+/// still open) goes unnoticed before the store flushes its L1 and reconnects: one health
+/// interval, then one PING's time. Until then, another process's write may not reach this L1.
+pub const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEOUT);
+
+/// How often a cluster's topology is re-read.
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest pause between reconnect attempts.
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(2);
@@ -62,7 +76,7 @@ async fn cluster(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec<String>)
                 running.push((url, task));
             }
         }
-        tokio::time::sleep(HEALTH_EVERY).await;
+        tokio::time::sleep(TOPOLOGY_EVERY).await;
         if tracker.strong_count() == 0 {
             for (_, task) in running {
                 task.abort();
@@ -235,8 +249,10 @@ async fn track(
                 tracker.upgrade()?.node_tracks(url, &subscribed);
             },
             _ = health.tick() => {
-                let ping: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
-                if ping.is_err() {
+                let cmd = redis::cmd("PING");
+                let ping = cmd.query_async::<String>(&mut conn);
+                let limit = HEALTH_TIMEOUT.min(endpoint.timeout);
+                if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
                     return Some("health PING failed");
                 }
             }
@@ -267,28 +283,52 @@ fn resp3_client(endpoint: &Endpoint, url: &str) -> crate::error::Result<redis::C
     .map_err(|e| crate::error::Error::valkey("configuring RESP3", e))
 }
 
-/// `CLIENT TRACKING ON BCAST` with the value and lock prefixes of the tables not yet tracked.
+/// Makes the connection track exactly the `wanted` tables' value and lock prefixes: `CLIENT
+/// TRACKING ON BCAST` adds the new ones. BCAST prefixes cannot be removed one by one, so when a
+/// table is gone tracking is turned off and on again with the rest, in one `MULTI`: no other
+/// client's write runs in between, so no push for a table still wanted is missed.
 async fn subscribe(
     conn: &mut redis::aio::MultiplexedConnection,
     namespace: &str,
     wanted: &[String],
     subscribed: &mut HashSet<String>,
 ) -> redis::RedisResult<()> {
+    if subscribed.iter().any(|t| !wanted.contains(t)) {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("OFF")
+            .ignore();
+        if !wanted.is_empty() {
+            pipe.add_command(tracking_on(namespace, wanted)).ignore();
+        }
+        pipe.query_async::<()>(conn).await?;
+        *subscribed = wanted.iter().cloned().collect();
+        return Ok(());
+    }
     let new: Vec<&String> = wanted.iter().filter(|t| !subscribed.contains(*t)).collect();
     if new.is_empty() {
         return Ok(());
     }
+    tracking_on(namespace, new.iter().copied())
+        .query_async::<()>(conn)
+        .await?;
+    subscribed.extend(new.into_iter().cloned());
+    Ok(())
+}
+
+/// `CLIENT TRACKING ON BCAST` with the value and lock prefixes of `tables`.
+fn tracking_on<'a>(namespace: &str, tables: impl IntoIterator<Item = &'a String>) -> redis::Cmd {
     let mut cmd = redis::cmd("CLIENT");
     cmd.arg("TRACKING").arg("ON").arg("BCAST");
-    for table in &new {
+    for table in tables {
         cmd.arg("PREFIX")
             .arg(format!("{namespace}{table}:"))
             .arg("PREFIX")
             .arg(format!("{namespace}lock:{table}:"));
     }
-    cmd.query_async::<()>(conn).await?;
-    subscribed.extend(new.into_iter().cloned());
-    Ok(())
+    cmd
 }
 
 /// An `invalidate` push: its keys changed; a nil payload means the whole database was flushed.

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
+use common::{Proxy, Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
 use echostore::{Origin, Store, Table};
 
 /// A table whose L1 keeps values a minute: only coherence can make it drop one sooner.
@@ -91,6 +91,40 @@ async fn a_lost_tracking_connection_flushes_and_recovers() {
     until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
     assert_eq!(*reader.get(&1).await.expect("re-read"), "after the loss");
     assert_eq!(source.calls(), 1);
+    settled(&reader).await;
+}
+
+/// A tracking link that goes silent (the connection stays open, nothing comes back: a
+/// black-holed network) is noticed by its health PING going unanswered, within
+/// `SILENT_LINK_BOUND`: L1 is flushed, and tracking comes back once the link does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tracking_link_is_noticed_and_flushes() {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let store = coherent_store(&proxy.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+
+    proxy.hold_pushes();
+    until("the silence is noticed", || !store.is_coherent()).await;
+    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes >= 1).await;
+    assert_eq!(
+        reader.stats().l1_len,
+        0,
+        "nothing from before the silence is trusted"
+    );
+    proxy.release_pushes();
+    until("tracking is back", || store.is_coherent()).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
+    warm(&reader).await;
+    let before = reader.stats().invalidations;
+    writer
+        .put(&1, "after the silence".into())
+        .await
+        .expect("put");
+    until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
+    assert_eq!(*reader.get(&1).await.expect("re-read"), "after the silence");
     settled(&reader).await;
 }
 

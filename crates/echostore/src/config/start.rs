@@ -103,6 +103,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             loader,
             stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
+            unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
             board: Arc::new(crate::board::Board::new()),
             unsettled: crate::unsettled::Unsettled::new(),
         };
