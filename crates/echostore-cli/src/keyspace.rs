@@ -2,13 +2,14 @@
 //! the way the library checks it, the two Valkey key names the library builds from it, and the
 //! Valkey they talk to (`--valkey`, default [`DEFAULT_VALKEY`]).
 //!
-//! The names are the library's (`crates/echostore/src/key.rs`): the value at
+//! The names are the library's ([`echostore::protocol::key_names`]): the value at
 //! `[<namespace>:]<table>:{<id>}` and the regeneration lock at `[<namespace>:]lock:<table>:{<id>}`.
 //! The braces are the Valkey Cluster hash tag, so both keys live in one slot and one command or
 //! script may touch both.
 
 use clap::Args;
 use echostore::MAX_ID_BYTES;
+use echostore::protocol::key_names;
 
 use crate::CliResult;
 use crate::valkey::Target;
@@ -48,7 +49,8 @@ pub(crate) struct KeyNames {
 }
 
 impl KeyArgs {
-    /// The value and lock keys of this id, or an error for an id longer than the library takes.
+    /// The value and lock keys of this id, as the library builds them
+    /// ([`echostore::protocol::key_names`]), or an error for an id longer than the library takes.
     pub(crate) fn names(&self) -> CliResult<KeyNames> {
         if self.id.len() > MAX_ID_BYTES {
             return Err(format!(
@@ -57,13 +59,13 @@ impl KeyArgs {
             )
             .into());
         }
-        let prefix = match &self.namespace {
-            Some(ns) => format!("{ns}:"),
-            None => String::new(),
-        };
+        let names = key_names(self.namespace.as_deref(), &self.table, self.id.as_bytes())
+            .map_err(|e| e.to_string())?;
+        // The id is a command-line string and the rest is checked ASCII: the names are UTF-8.
+        let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
         Ok(KeyNames {
-            value: format!("{prefix}{}:{{{}}}", self.table, self.id),
-            lock: format!("{prefix}lock:{}:{{{}}}", self.table, self.id),
+            value: text(names.value),
+            lock: text(names.lock),
         })
     }
 }
@@ -113,6 +115,11 @@ mod tests {
         assert_eq!(spaced.lock, "app:lock:users:{1}");
         let braced = args(None, "t", "a}b{c").names().expect("short id");
         assert_eq!(braced.value, "t:{a}b{c}");
+        let escaped = args(None, "t", "}x").names().expect("short id");
+        assert_eq!(
+            escaped.value, r"t:{\}x}",
+            "an id that would leave the hash tag empty"
+        );
     }
 
     /// Only the library's alphabet and lengths pass; ids over its limit are refused.

@@ -66,8 +66,13 @@ enum Command {
     /// One reader process of `coherence` (started by it, with --valkey).
     #[command(hide = true)]
     CoherenceReader(coherence::reader::ReaderArgs),
-    /// Start an embedded Valkey, print its URL and keep it running until Ctrl-C.
-    Valkey,
+    /// Start an embedded Valkey, print its URL and keep it running until Ctrl-C (or until its
+    /// server exits by itself: then this exits too, with an error).
+    Valkey {
+        /// Listen on this loopback port instead of a free one (fails if it is taken).
+        #[arg(long)]
+        port: Option<u16>,
+    },
     /// What Valkey holds for one id: the value's envelope (format, freshness, sizes, PTTL) and the
     /// lock (held? token, PTTL). --valkey defaults to redis://127.0.0.1:6379.
     Inspect(inspect::InspectArgs),
@@ -131,15 +136,15 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
                 Some(url) => coherence::reader::run(url, args).await,
                 None => Err("coherence-reader needs --valkey".into()),
             },
-            Command::Valkey if url.is_some() => {
+            Command::Valkey { .. } if url.is_some() => {
                 Err("`echostore valkey` starts its own Valkey; drop --valkey".into())
             }
-            Command::Valkey => valkey::serve().await.map(|()| Outcome::Held),
+            Command::Valkey { port } => valkey::serve(*port).await.map(|()| Outcome::Held),
             Command::Inspect(args) => inspect::run(url, args).await,
             Command::Purge(args) => purge::run(url, args).await,
         }
     };
-    if let Command::Valkey = cli.command {
+    if let Command::Valkey { .. } = cli.command {
         // `valkey` waits for the signal itself and stops cleanly on it.
         return readout.await;
     }

@@ -127,23 +127,42 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// `echostore valkey`: start an embedded Valkey, print its URL, wait for Ctrl-C, stop it.
-pub(crate) async fn serve() -> CliResult<()> {
-    let server = tokio::task::spawn_blocking(EmbeddedValkey::start)
+/// `echostore valkey`: start an embedded Valkey (on `port`, if given), print its URL, wait for
+/// Ctrl-C and stop it; if the server exits by itself first, say so and fail, so that whatever
+/// supervises this command sees the Valkey gone.
+pub(crate) async fn serve(port: Option<u16>) -> CliResult<()> {
+    let builder = match port {
+        Some(port) => EmbeddedValkey::builder().port(port),
+        None => EmbeddedValkey::builder(),
+    };
+    let mut server = tokio::task::spawn_blocking(move || builder.start())
         .await
         .map_err(|e| format!("starting an embedded Valkey: {e}"))?
         .map_err(|e| format!("cannot start an embedded Valkey: {e}"))?;
     println!("{}", server.url());
+    let pid = server
+        .pid()
+        .map_or_else(|| "?".to_owned(), |p| p.to_string());
     eprintln!(
-        "embedded Valkey running (pid {}, {}); Ctrl-C stops it",
-        server
-            .pid()
-            .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+        "embedded Valkey running (pid {pid}, {}); Ctrl-C stops it",
         server.binary().display()
     );
-    crate::interrupted()
-        .await
-        .map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
+    let interrupted = crate::interrupted();
+    tokio::pin!(interrupted);
+    let mut watch = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            done = &mut interrupted => {
+                done.map_err(|e| format!("waiting for Ctrl-C: {e}"))?;
+                break;
+            }
+            _ = watch.tick() => {
+                if server.exited() {
+                    return Err(format!("valkey-server (pid {pid}) exited by itself").into());
+                }
+            }
+        }
+    }
     drop(server);
     eprintln!("stopped");
     Ok(())

@@ -4,9 +4,10 @@
 //! its lock share one Valkey Cluster hash tag: `<table>:{<id>}` and `lock:<table>:{<id>}`. Table
 //! names cannot contain braces, so both names open their first `{` at the same id byte and close
 //! it at the same `}` — even when the id itself contains braces — and both land on one shard.
-//! (One exception, relevant only on a Valkey Cluster: an id that *starts* with `}` gives the empty
-//! tag `{}`, which Cluster ignores, so its value and lock may hash apart. EchoStore talks to a single
-//! Valkey today, where this changes nothing.)
+//! An empty tag would not do: Valkey Cluster ignores `{}` and hashes the whole key, so the value
+//! and lock of an empty id, or of one that *starts* with `}`, would hash apart (`CROSSSLOT`). Such
+//! ids, and those starting with the escape byte `\` itself, are written with one `\` before them
+//! (`t:{\}x}` for the id `}x`), which makes every tag non-empty and keeps the names one-to-one.
 
 use std::borrow::Cow;
 use std::fmt::Debug;
@@ -110,31 +111,76 @@ impl Key for uuid::Uuid {
 /// The word before a lock key's table name (`lock:<table>:{<id>}`): no namespace may be it.
 pub(crate) const LOCK_PREFIX: &str = "lock";
 
-/// The Valkey names of one id's value and lock.
-#[derive(Debug, Clone)]
-pub(crate) struct KeyNames {
-    /// `<table>:{<id>}`
-    pub(crate) value: Vec<u8>,
-    /// `lock:<table>:{<id>}`
-    pub(crate) lock: Vec<u8>,
+/// The byte written before a rendered id that would otherwise give an empty hash tag.
+const ESCAPE: u8 = b'\\';
+
+/// `true` for a rendered id written with [`ESCAPE`] before it: empty, starting with `}` (either
+/// would leave the tag empty), or starting with the escape itself (so the names stay one-to-one).
+fn escaped(id: &[u8]) -> bool {
+    matches!(id.first(), None | Some(b'}' | &ESCAPE))
+}
+
+/// The Valkey names of one id's value and lock, as every EchoStore process builds them
+/// (`docs/lock-protocol.md`, "Keys"); [`key_names`] makes them from a rendered id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyNames {
+    /// `[<namespace>:]<table>:{<id>}`
+    pub value: Vec<u8>,
+    /// `[<namespace>:]lock:<table>:{<id>}`
+    pub lock: Vec<u8>,
+}
+
+/// The Valkey names of the id rendered as `id` in `table` under `namespace` (as given to
+/// `StoreBuilder::namespace`, if any): what `echostore inspect` and `purge` read, and what an
+/// operator's own tooling should use rather than building the names by hand.
+///
+/// ```
+/// let names = echostore::protocol::key_names(Some("app"), "users", b"42").unwrap();
+/// assert_eq!(names.value, b"app:users:{42}");
+/// assert_eq!(names.lock, b"app:lock:users:{42}");
+/// let odd = echostore::protocol::key_names(None, "t", b"}x").unwrap();
+/// assert_eq!(odd.value, b"t:{\\}x}", "escaped: the hash tag is never empty");
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidName`] for a namespace or table name the library refuses,
+/// [`Error::IdTooLong`] for an id over [`MAX_ID_BYTES`].
+pub fn key_names(namespace: Option<&str>, table: &str, id: &[u8]) -> Result<KeyNames> {
+    validate_table_name(table)?;
+    let prefix = match namespace {
+        Some(ns) if ns == LOCK_PREFIX => return Err(Error::InvalidName(ns.to_owned())),
+        Some(ns) => {
+            validate_table_name(ns)?;
+            format!("{ns}:")
+        }
+        None => String::new(),
+    };
+    KeyNames::rendered(&prefix, table, id)
 }
 
 impl KeyNames {
     /// Builds both names under `namespace` (`""`, or `"<ns>:"`), refusing ids over
     /// [`MAX_ID_BYTES`].
     pub(crate) fn new(namespace: &str, table: &str, id: &impl Key) -> Result<Self> {
-        let id = id.render();
+        Self::rendered(namespace, table, &id.render())
+    }
+
+    fn rendered(namespace: &str, table: &str, id: &[u8]) -> Result<Self> {
         if id.len() > MAX_ID_BYTES {
             return Err(Error::IdTooLong {
                 len: id.len(),
                 max: MAX_ID_BYTES,
             });
         }
-        let mut value = Vec::with_capacity(namespace.len() + table.len() + id.len() + 3);
+        let mut value = Vec::with_capacity(namespace.len() + table.len() + id.len() + 4);
         value.extend_from_slice(namespace.as_bytes());
         value.extend_from_slice(table.as_bytes());
         value.extend_from_slice(b":{");
-        value.extend_from_slice(&id);
+        if escaped(id) {
+            value.push(ESCAPE);
+        }
+        value.extend_from_slice(id);
         value.push(b'}');
         let mut lock = Vec::with_capacity(value.len() + 5);
         lock.extend_from_slice(namespace.as_bytes());
@@ -187,6 +233,10 @@ pub(crate) fn parse_key<'k>(
     let colon = rest.iter().position(|&b| b == b':')?;
     let (table, tagged) = (&rest[..colon], &rest[colon + 1..]);
     let id = tagged.strip_prefix(b"{")?.strip_suffix(b"}")?;
+    let id = match id.split_first() {
+        Some((&ESCAPE, rest)) => rest,
+        _ => id,
+    };
     let table = std::str::from_utf8(table).ok()?;
     validate_table_name(table).ok()?;
     Some((kind, table, id))
@@ -227,6 +277,47 @@ mod tests {
             k[open + 1..close].to_vec()
         };
         assert_eq!(tag(&names.value), tag(&names.lock));
+    }
+
+    /// An empty id, or one starting with `}` or the escape, is escaped: its tag is never empty,
+    /// so value and lock share a slot, and every such name parses back to the id.
+    #[test]
+    fn ids_that_would_leave_the_tag_empty_are_escaped() {
+        for (id, inside) in [
+            (&b""[..], &b"\\"[..]),
+            (b"}", b"\\}"),
+            (b"}x{y}", b"\\}x{y}"),
+            (b"\\a", b"\\\\a"),
+            (b"a}", b"a}"),
+        ] {
+            let names = KeyNames::rendered("", "t", id).expect("short id");
+            let mut value = b"t:{".to_vec();
+            value.extend_from_slice(inside);
+            value.push(b'}');
+            assert_eq!(names.value, value, "{id:?}");
+            assert_eq!(parse_key("", &names.value), Some((KeyKind::Value, "t", id)));
+            assert_eq!(parse_key("", &names.lock), Some((KeyKind::Lock, "t", id)));
+            let tag = |k: &[u8]| {
+                let open = k.iter().position(|&b| b == b'{').expect("open");
+                let close = open + k[open..].iter().position(|&b| b == b'}').expect("close");
+                k[open + 1..close].to_vec()
+            };
+            assert!(!tag(&names.value).is_empty(), "{id:?}");
+            assert_eq!(tag(&names.value), tag(&names.lock), "{id:?}");
+        }
+    }
+
+    /// The published names refuse what the builder refuses.
+    #[test]
+    fn published_names_check_their_parts() {
+        assert!(key_names(Some("lock"), "t", b"1").is_err());
+        assert!(key_names(Some("a:b"), "t", b"1").is_err());
+        assert!(key_names(None, "t{", b"1").is_err());
+        assert!(key_names(None, "t", &[b'x'; MAX_ID_BYTES + 1]).is_err());
+        assert_eq!(
+            key_names(Some("ns"), "t", b"1").expect("names"),
+            KeyNames::new("ns:", "t", &1u64).expect("names")
+        );
     }
 
     /// The slot is the cluster's: CRC16/XMODEM of the hash tag (known values from the spec).

@@ -272,6 +272,7 @@ pub struct ReadmeDoctests;
 /// `docs/lock-protocol.md` for each script's part in the protocol.
 pub mod protocol {
     pub use crate::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
+    pub use crate::key::{KeyNames, key_names};
     pub use crate::lock::{
         ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
         PUT_SCRIPT, RELEASE_SCRIPT, new_token,

@@ -154,3 +154,39 @@ async fn undecodable_bytes_are_a_counted_miss_and_get_overwritten() {
     }
     assert_eq!(source.calls(), 4);
 }
+
+/// Ids that would leave the hash tag empty (empty, or starting with `}`), and ids starting with
+/// the escape byte, are written with one `\` before them: every path (the fill's lock, put,
+/// invalidate, another store's read) works for them, on a cluster too, where an empty tag would
+/// hash the value and its lock to different slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_that_would_leave_the_hash_tag_empty_work() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = set_table(&valkey.url(), &source, |t| t).await;
+    let other = set_table(&valkey.url(), &source, |t| t).await;
+    for (id, key) in [
+        ("", r"set:{\}"),
+        ("}", r"set:{\}}"),
+        ("}x{y}", r"set:{\}x{y}}"),
+        (r"\a", r"set:{\\a}"),
+    ] {
+        let id = id.to_owned();
+        let calls = source.calls();
+        let loaded = t.fetch(&id).await.expect("filled through the lock");
+        assert_eq!(loaded.origin, Origin::Loaded, "{id:?}");
+        assert_eq!(source.calls(), calls + 1, "{id:?}");
+        assert!(conn.exists::<_, bool>(key).await.expect("EXISTS"), "{key}");
+        t.put(&id, format!("put {id}")).await.expect("put");
+        let seen = other.fetch(&id).await.expect("read elsewhere");
+        assert_eq!(
+            (seen.origin, seen.value.as_str()),
+            (Origin::L2, &*format!("put {id}"))
+        );
+        t.invalidate(&id).await.expect("invalidate");
+        assert!(!conn.exists::<_, bool>(key).await.expect("EXISTS"), "{key}");
+    }
+    settled(&t).await;
+    settled(&other).await;
+}

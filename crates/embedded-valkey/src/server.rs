@@ -106,9 +106,17 @@ pub struct Builder {
     user: Option<String>,
     password: Option<String>,
     cluster: Option<Duration>,
+    port: Option<u16>,
 }
 
 impl Builder {
+    /// Listens on this loopback port instead of a free one picked at start: for a server other
+    /// programs find at a known address. Starting fails if the port is taken.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
     /// Runs this binary instead of discovering one ([`find_binary`], or
     /// [`find_tls_binary`] for a TLS server).
     pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
@@ -163,7 +171,7 @@ impl Builder {
             (None, true) => find_tls_binary()?,
             (None, false) => find_binary()?,
         };
-        EmbeddedValkey::launch_new(binary, self.tls, auth, self.cluster)
+        EmbeddedValkey::launch_new(binary, self.tls, auth, self.cluster, self.port)
     }
 
     fn auth(&self) -> Result<Option<Auth>, Error> {
@@ -256,7 +264,7 @@ impl EmbeddedValkey {
     /// Starts a server using the given `valkey-server` (or `redis-server`)
     /// binary, skipping discovery. Otherwise the same as [`start`](Self::start).
     pub fn start_with_binary(binary: impl Into<PathBuf>) -> Result<EmbeddedValkey, Error> {
-        EmbeddedValkey::launch_new(binary.into(), false, None, None)
+        EmbeddedValkey::launch_new(binary.into(), false, None, None, None)
     }
 
     fn launch_new(
@@ -264,6 +272,7 @@ impl EmbeddedValkey {
         tls: bool,
         auth: Option<Auth>,
         cluster: Option<Duration>,
+        port: Option<u16>,
     ) -> Result<EmbeddedValkey, Error> {
         // Built before the first launch so that Drop cleans up on every error path.
         let mut server = EmbeddedValkey {
@@ -283,8 +292,11 @@ impl EmbeddedValkey {
         }
         let mut attempt = 1;
         loop {
-            server.port = free_loopback_port()
-                .map_err(|err| Error::io("finding a free port on 127.0.0.1", err))?;
+            server.port = match port {
+                Some(port) => port,
+                None => free_loopback_port()
+                    .map_err(|err| Error::io("finding a free port on 127.0.0.1", err))?,
+            };
             if let Some(cluster) = server.cluster.as_mut() {
                 cluster.bus_port = loop {
                     let bus = free_loopback_port()
@@ -296,7 +308,9 @@ impl EmbeddedValkey {
             }
             match server.launch() {
                 Ok(()) => return Ok(server),
-                Err(failure) if failure.port_busy && attempt < START_ATTEMPTS => attempt += 1,
+                Err(failure) if failure.port_busy && port.is_none() && attempt < START_ATTEMPTS => {
+                    attempt += 1
+                }
                 Err(failure) => return Err(failure.error),
             }
         }
@@ -362,6 +376,14 @@ impl EmbeddedValkey {
     /// The server's process id, or `None` while it is stopped.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// `true` once the server's process has exited by itself (killed from outside, or crashed);
+    /// `false` while it runs or after [`stop`](Self::stop).
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| !matches!(child.try_wait(), Ok(None)))
     }
 
     /// The binary this server runs.
