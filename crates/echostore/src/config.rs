@@ -100,6 +100,7 @@ pub struct TableBuilder<K, V> {
     fail_safe: bool,
     max_value_bytes: usize,
     early_refresh: f64,
+    version_by: Option<crate::core::VersionBy<V>>,
     loader: Option<Loader<K, V>>,
     _key: PhantomData<fn() -> K>,
 }
@@ -121,6 +122,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             fail_safe: false,
             max_value_bytes: 16 << 20,
             early_refresh: 1.0,
+            version_by: None,
             loader: None,
             _key: PhantomData,
         }

@@ -38,7 +38,12 @@ pub(crate) struct TableConfig<V> {
     pub(crate) max_value_bytes: usize,
     /// XFetch's beta: how early, in loads, a read may refresh a value; 0 = never.
     pub(crate) early_beta: f64,
+    /// The value's own version from the source (`.version_by`), which orders writes.
+    pub(crate) version_by: Option<VersionBy<V>>,
 }
+
+/// A table's `.version_by`: the version of a value, from the source of truth.
+pub(crate) type VersionBy<V> = Arc<dyn Fn(&V) -> u64 + Send + Sync>;
 
 impl<V> TableConfig<V> {
     /// The longest logical life a write of this table gets: `ttl + ttl·jitter`. Values read from
@@ -61,6 +66,20 @@ impl<V> TableConfig<V> {
             delta: Duration::ZERO,
             early_beta: self.early_beta,
         }
+    }
+
+    /// The version `value` is written with: `.version_by`'s, or none. A `version_by` that panics
+    /// leaves the write unversioned (ordered by Valkey's clock), logged.
+    pub(crate) fn version_of(&self, value: &V) -> Option<u64> {
+        let version_by = self.version_by.as_ref()?;
+        let version = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| version_by(value)));
+        version
+            .inspect_err(|_| {
+                tracing::warn!(
+                    "version_by panicked: the write is ordered by Valkey's clock instead"
+                )
+            })
+            .ok()
     }
 
     /// How early XFetch may refresh a value whose load took `delta`: `delta·beta`.
@@ -96,11 +115,12 @@ impl Life {
         Entry::new(value, self.fresh_for, self.stale_for, early)
     }
 
-    /// The envelope of a value stored now; over `max_bytes` it is refused with `TooLarge`.
+    /// The envelope of a value stored now, with its version if the table orders by one; over
+    /// the table's `max_value_bytes` it is refused with `TooLarge`.
     pub(crate) fn encode<V: serde::Serialize>(
         &self,
         value: &V,
-        max_bytes: usize,
+        config: &TableConfig<V>,
     ) -> Result<Vec<u8>> {
         let fresh_until_ms = self.written_at_ms.saturating_add(millis(self.fresh_for));
         envelope::encode(
@@ -108,7 +128,8 @@ impl Life {
             fresh_until_ms,
             self.written_at_ms,
             self.delta,
-            max_bytes,
+            config.version_of(value),
+            config.max_value_bytes,
         )
     }
 

@@ -1,11 +1,12 @@
 //! The envelope: how a value is laid out in Valkey (its header is [`crate::header`]'s).
 //!
 //! ```text
-//! byte 0       format (2)
+//! byte 0       format (2; 3 with a version)
 //! bytes 1..9   fresh_until, unix ms, little-endian u64   (the logical life: written_at + ttl ± jitter)
 //! bytes 9..17  written_at,  unix ms, little-endian u64   (stamped by Valkey's TIME as the write lands)
 //! bytes 17..21 delta: how long the load took, µs, little-endian u32 (saturating; 0 = unknown)
-//! bytes 21..   the value, serde-encoded with postcard
+//! bytes 21..29 format 3 only: the value's version from the source (`.version_by`), little-endian u64
+//! then         the value, serde-encoded with postcard
 //! ```
 //!
 //! Format 1, which earlier versions wrote, is the same without `delta` (the value from byte 17);
@@ -34,7 +35,7 @@ use serde::de::DeserializeOwned;
 
 use crate::depth::{Budget, Limited};
 use crate::error::{Error, Result};
-use crate::header::{FORMAT, HEADER_1, HeaderError, WRITTEN_AT, decode_header};
+use crate::header::{FORMAT, FORMAT_VERSIONED, HEADER_1, HeaderError, WRITTEN_AT, decode_header};
 
 /// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
 /// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
@@ -87,21 +88,30 @@ pub(crate) enum DecodeError {
     Payload(#[from] postcard::Error),
 }
 
-/// Encodes `value` behind its header; refuses encodings over `max_bytes` with [`Error::TooLarge`].
-/// `delta` is stored in whole microseconds, saturating at `u32::MAX` (about 71 minutes).
+/// Encodes `value` behind its header (format 3 when it has a `version`); refuses encodings over
+/// `max_bytes` with [`Error::TooLarge`]. `delta` is stored in whole microseconds, saturating at
+/// `u32::MAX` (about 71 minutes).
 pub(crate) fn encode<V: Serialize>(
     value: &V,
     fresh_until_ms: u64,
     written_at_ms: u64,
     delta: Duration,
+    version: Option<u64>,
     max_bytes: usize,
 ) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
-    out.push(FORMAT);
+    out.push(if version.is_some() {
+        FORMAT_VERSIONED
+    } else {
+        FORMAT
+    });
     out.extend_from_slice(&fresh_until_ms.to_le_bytes());
     out.extend_from_slice(&written_at_ms.to_le_bytes());
     let delta_us = u32::try_from(delta.as_micros()).unwrap_or(u32::MAX);
     out.extend_from_slice(&delta_us.to_le_bytes());
+    if let Some(version) = version {
+        out.extend_from_slice(&version.to_le_bytes());
+    }
     let out = postcard::to_extend(value, out).map_err(|e| Error::Codec(e.to_string().into()))?;
     if out.len() > max_bytes {
         return Err(Error::TooLarge {
@@ -180,7 +190,7 @@ mod tests {
     /// byte does.
     #[test]
     fn fingerprints_ignore_the_stamp_valkey_puts_in() {
-        let bytes = encode(&"v", 2_000, 1_000, Duration::ZERO, 1 << 10).expect("encode");
+        let bytes = encode(&"v", 2_000, 1_000, Duration::ZERO, None, 1 << 10).expect("encode");
         let mut restamped = bytes.clone();
         restamped[WRITTEN_AT..HEADER_1].copy_from_slice(&5_000u64.to_le_bytes());
         assert_eq!(fingerprint(&bytes), fingerprint(&restamped));
@@ -196,14 +206,19 @@ mod tests {
     #[test]
     fn round_trips() {
         let delta = Duration::from_micros(61_234);
-        let bytes =
-            encode(&("hello".to_string(), 7u32), 2000, 1000, delta, 1 << 20).expect("encodes");
+        let value = ("hello".to_string(), 7u32);
+        let bytes = encode(&value, 2000, 1000, delta, None, 1 << 20).expect("encodes");
         assert_eq!(bytes[0], 2);
         let env: Envelope<(String, u32)> = decode(&bytes).expect("decodes");
         assert_eq!(env.value, ("hello".to_string(), 7));
         assert_eq!((env.fresh_until_ms, env.written_at_ms), (2000, 1000));
         assert_eq!(env.delta, delta);
         assert!(env.is_fresh(1999) && !env.is_fresh(2000));
+        let versioned = encode(&value, 2000, 1000, delta, Some(9), 1 << 20).expect("encodes");
+        assert_eq!(versioned[0], 3);
+        assert_eq!(decode_header(&versioned).expect("header").version, Some(9));
+        let env: Envelope<(String, u32)> = decode(&versioned).expect("decodes");
+        assert_eq!((env.value, env.delta), (value, delta));
     }
 
     /// An envelope of format 1 (no `delta`) still decodes, with a delta of zero; a load too long
@@ -224,7 +239,8 @@ mod tests {
             ),
             ("old", 2000, 1000, Duration::ZERO)
         );
-        let long = encode(&1u8, 2, 1, Duration::from_secs(1 << 40), 1 << 20).expect("encodes");
+        let long =
+            encode(&1u8, 2, 1, Duration::from_secs(1 << 40), None, 1 << 20).expect("encodes");
         let env: Envelope<u8> = decode(&long).expect("decodes");
         assert_eq!(env.delta, Duration::from_micros(u64::from(u32::MAX)));
     }
@@ -237,6 +253,7 @@ mod tests {
             1,
             1,
             Duration::ZERO,
+            None,
             1 << 20,
         )
         .expect("encodes");
@@ -253,7 +270,7 @@ mod tests {
             decode::<String>(&foreign),
             Err(DecodeError::Header(HeaderError::Format(9)))
         ));
-        let number = encode(&300u32, 1, 1, Duration::ZERO, 1 << 20).expect("encodes");
+        let number = encode(&300u32, 1, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
         assert!(
             decode::<String>(&number).is_err(),
             "a number is not a string"
@@ -274,12 +291,14 @@ mod tests {
         }
         let nest =
             |levels: usize| (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)));
-        let at_limit = encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, 1 << 20).expect("encodes");
+        let at_limit =
+            encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
         assert_eq!(
             decode::<Nest>(&at_limit).expect("at the limit").value,
             nest(MAX_DEPTH)
         );
-        let over = encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, 1 << 20).expect("encodes");
+        let over =
+            encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
         assert!(matches!(
             decode::<Nest>(&over),
             Err(DecodeError::TooDeep(MAX_DEPTH))
@@ -299,7 +318,7 @@ mod tests {
     fn over_the_limit_is_too_large() {
         let big = vec![7u8; 100];
         assert!(matches!(
-            encode(&big, 1, 1, Duration::ZERO, 50),
+            encode(&big, 1, 1, Duration::ZERO, None, 50),
             Err(Error::TooLarge { size, max: 50 }) if size > 100
         ));
     }

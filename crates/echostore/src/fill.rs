@@ -241,7 +241,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             }
         };
         let life = self.core.config.life().loaded_in(delta);
-        let bytes = match life.encode(&*value, self.core.config.max_value_bytes) {
+        let bytes = match life.encode(&*value, &self.core.config) {
             Ok(bytes) => bytes,
             Err(e) => {
                 self.release(at, token).await;

@@ -3,17 +3,20 @@
 //! with, published as [`crate::protocol::decode_header`].
 //!
 //! ```text
-//! byte 0       format: 1, or 2 (which records the load time)
+//! byte 0       format: 1; 2 (which records the load time); 3 (and the source's version)
 //! bytes 1..9   fresh_until, unix ms, little-endian u64   (the writer's clock)
 //! bytes 9..17  written_at,  unix ms, little-endian u64   (Valkey's clock: the write scripts stamp it)
-//! bytes 17..21 format 2 only: delta, the load's duration in µs, little-endian u32
+//! bytes 17..21 formats 2 and 3: delta, the load's duration in µs, little-endian u32
+//! bytes 21..29 format 3 only: version, the value's own (`.version_by`), little-endian u64
 //! then         the value, postcard-encoded
 //! ```
 
 use std::time::Duration;
 
-/// The format byte this version writes.
+/// The format byte this version writes for a table without `.version_by`.
 pub(crate) const FORMAT: u8 = 2;
+/// The format byte of an envelope that carries the source's version.
+pub(crate) const FORMAT_VERSIONED: u8 = 3;
 /// The layout without `delta`, still read.
 pub(crate) const FORMAT_1: u8 = 1;
 /// Format 1's header: format, `fresh_until`, `written_at`.
@@ -21,20 +24,24 @@ pub(crate) const HEADER_1: usize = 17;
 /// Where `written_at` starts (it ends at [`HEADER_1`]).
 pub(crate) const WRITTEN_AT: usize = 9;
 /// Format 2's header: format 1's, then `delta`.
-pub const LONGEST_HEADER: usize = HEADER_1 + 4;
+pub(crate) const HEADER_2: usize = HEADER_1 + 4;
+/// Format 3's header, the longest: format 2's, then `version`.
+pub const LONGEST_HEADER: usize = HEADER_2 + 8;
 
 /// An envelope's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    /// The format byte: 1, or 2.
+    /// The format byte: 1, 2 or 3.
     pub format: u8,
     /// End of the logical life, unix ms.
     pub fresh_until_ms: u64,
     /// When the value landed on Valkey, unix ms.
     pub written_at_ms: u64,
-    /// How long the load that produced the value took (format 2; zero for a `put`). `None` for
-    /// format 1, which does not record it.
+    /// How long the load that produced the value took (formats 2 and 3; zero for a `put`).
+    /// `None` for format 1, which does not record it.
     pub delta: Option<Duration>,
+    /// The value's version from the source (format 3: a table with `.version_by`).
+    pub version: Option<u64>,
     /// Bytes the header takes; the payload is the rest.
     pub len: usize,
 }
@@ -65,7 +72,8 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
         need: HEADER_1,
     })?;
     let len = match format {
-        FORMAT => LONGEST_HEADER,
+        FORMAT_VERSIONED => LONGEST_HEADER,
+        FORMAT => HEADER_2,
         FORMAT_1 => HEADER_1,
         other => return Err(HeaderError::Format(other)),
     };
@@ -80,9 +88,9 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
         b.copy_from_slice(&bytes[at..at + 8]);
         u64::from_le_bytes(b)
     };
-    let delta = (format == FORMAT).then(|| {
+    let delta = (format != FORMAT_1).then(|| {
         let mut b = [0u8; 4];
-        b.copy_from_slice(&bytes[HEADER_1..LONGEST_HEADER]);
+        b.copy_from_slice(&bytes[HEADER_1..HEADER_2]);
         Duration::from_micros(u64::from(u32::from_le_bytes(b)))
     });
     Ok(Header {
@@ -90,6 +98,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
         fresh_until_ms: word(1),
         written_at_ms: word(WRITTEN_AT),
         delta,
+        version: (format == FORMAT_VERSIONED).then(|| word(HEADER_2)),
         len,
     })
 }
@@ -117,6 +126,7 @@ mod tests {
                 fresh_until_ms: 2000,
                 written_at_ms: 1000,
                 delta: None,
+                version: None,
                 len: HEADER_1,
             })
         );
@@ -131,10 +141,29 @@ mod tests {
         bytes.extend_from_slice(&250_000u32.to_le_bytes());
         let header = decode_header(&bytes).expect("a header");
         assert_eq!(header.delta, Some(Duration::from_millis(250)));
-        assert_eq!(header.len, LONGEST_HEADER);
+        assert_eq!((header.len, header.version), (HEADER_2, None));
         assert_eq!(
             decode_header(&bytes[..19]),
             Err(HeaderError::Short { len: 19, need: 21 })
+        );
+    }
+
+    /// Format 3 adds the source's version after byte 21.
+    #[test]
+    fn reads_format_3_with_its_version() {
+        let mut bytes = format_1(2000, 1000);
+        bytes[0] = FORMAT_VERSIONED;
+        bytes.extend_from_slice(&250_000u32.to_le_bytes());
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        let header = decode_header(&bytes).expect("a header");
+        assert_eq!(header.delta, Some(Duration::from_millis(250)));
+        assert_eq!(
+            (header.len, header.version),
+            (LONGEST_HEADER, Some(u64::MAX))
+        );
+        assert_eq!(
+            decode_header(&bytes[..28]),
+            Err(HeaderError::Short { len: 28, need: 29 })
         );
     }
 

@@ -14,8 +14,10 @@
 //! - `config` — [`TableBuilder`]: a table's settings and their checks.
 //! - `core` — the table's shared state: settings, L1, Valkey, loader, counters; a write's `Life`.
 //! - `table` — [`Table`]: the typed handle a user calls.
-//! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path),
-//!   the owner only on a miss.
+//! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path);
+//!   `miss` — a miss on the caller's task: it joins the flight the `board` lists for the id, or
+//!   reads Valkey itself, and goes to the owner for everything else (the lock, a load, a write on
+//!   the wire); `board` — the current flights and reads, where a miss finds them without a message.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
 //! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
@@ -28,16 +30,19 @@
 //! - `load` — the source read: loader, timeouts, soft timeout, fail-safe.
 //! - `stale` — what a flight answers with, and stale copies within their window.
 //! - `losers` — [`LoserPolicy`], its decision and the poll loop.
-//! - `lock` — the regeneration lock and every Lua script ([`protocol`] shows them); `natives` —
-//!   which of Valkey's native lock commands (`DELIFEQ`, `SET … IFEQ`) the server has.
+//! - `lock` — the regeneration lock; `scripts` — every Lua script and the rule for which write
+//!   wins ([`protocol`] shows them); `natives` — which of Valkey's native lock commands
+//!   (`DELIFEQ`, `SET … IFEQ`) the server has.
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency); `clock` tells its entries'
 //!   freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `tracking` — coherence's tracking connections (one per server or cluster primary).
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
 //! - `envelope` — the bytes on Valkey: the header (`header`: format, `fresh_until`,
-//!   `written_at`, the load's `delta`; published in [`protocol`]), then the postcard payload.
-//! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends).
+//!   `written_at`, the load's `delta`, the source's version; published in [`protocol`]), then the
+//!   postcard payload, decoded within a nesting bound (`depth`).
+//! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends);
+//!   `metrics` — the same figures exported through the `metrics` facade.
 //! - `supervisor` — restarts a crashed owner.
 //! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`.
 //! - `fetched` — [`Fetched`] and [`Origin`]: what a read returns (`:hit | :l2 | :fill`).
@@ -240,6 +245,7 @@ mod miss;
 mod natives;
 mod owner;
 mod owner_ref;
+mod scripts;
 mod stale;
 mod stats;
 mod store;
@@ -273,9 +279,10 @@ pub struct ReadmeDoctests;
 pub mod protocol {
     pub use crate::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
     pub use crate::key::{KeyNames, key_names};
-    pub use crate::lock::{
-        ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
-        PUT_SCRIPT, RELEASE_SCRIPT, new_token,
-    };
+    pub use crate::lock::new_token;
     pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
+    pub use crate::scripts::{
+        ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
+        PUT_SCRIPT, RELEASE_SCRIPT,
+    };
 }

@@ -237,7 +237,7 @@ impl<K: Key, V: Value> Table<K, V> {
             None => None,
             Some(_) => Some(L2Write::Put {
                 names: core.names(&id)?,
-                envelope: life.encode(&value, core.config.max_value_bytes)?,
+                envelope: life.encode(&value, &core.config)?,
                 px: life.physical_ms(),
             }),
         };

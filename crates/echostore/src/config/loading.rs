@@ -295,4 +295,37 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         }));
         self
     }
+
+    /// Order this table's writes by the value's own version from the source of truth (a row's
+    /// `updated_at`, a sequence number) instead of by when they reach Valkey. A `put` or a fill
+    /// whose value's version is below the one Valkey holds changes nothing (the put answers
+    /// [`Error::Superseded`](crate::Error::Superseded)), in whatever order the writes land: a put
+    /// that timed out and reaches Valkey late cannot bring an older row back, nor can a slow load
+    /// that read the row before it changed. Equal versions: the later write lands.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> echostore::Result<()> {
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Product { name: String, updated_at_ms: u64 }
+    ///
+    /// let store = echostore::Store::builder().build().await?;
+    /// let products = store
+    ///     .table::<u64, Product>("products")
+    ///     .version_by(|p: &Product| p.updated_at_ms)
+    ///     .loader(|id: u64| async move {
+    ///         Ok::<_, std::io::Error>(Product { name: format!("product {id}"), updated_at_ms: 1 })
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// # let _ = products;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Envelopes then carry the version (format 3, `docs/lock-protocol.md`); a `version_by` that
+    /// panics leaves that write ordered by Valkey's clock, logged.
+    pub fn version_by(mut self, version: impl Fn(&V) -> u64 + Send + Sync + 'static) -> Self {
+        self.version_by = Some(Arc::new(version));
+        self
+    }
 }

@@ -1,6 +1,7 @@
 //! Envelopes as the tests read and plant them on Valkey: `format | fresh_until | written_at |
-//! [delta, format 2] | postcard payload` (docs/lock-protocol.md). EchoStore writes format 2; the
-//! tests plant format 1, which it still reads.
+//! [delta, formats 2 and 3] | [version, format 3] | postcard payload` (docs/lock-protocol.md).
+//! EchoStore writes format 2, or 3 for a `.version_by` table; the tests plant format 1, which it
+//! still reads, and format 3.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -31,11 +32,28 @@ pub fn envelope_header(fresh_until_ms: u64, written_at_ms: u64) -> Vec<u8> {
     bytes
 }
 
+/// A format-3 envelope of `value` carrying the source's `version` (a `.version_by` table's).
+pub fn versioned_envelope(
+    fresh_until_ms: u64,
+    written_at_ms: u64,
+    version: u64,
+    value: &impl Serialize,
+) -> Vec<u8> {
+    let mut bytes = envelope_header(fresh_until_ms, written_at_ms);
+    bytes[0] = 3;
+    bytes.extend_from_slice(&0u32.to_le_bytes()); // delta
+    bytes.extend_from_slice(&version.to_le_bytes());
+    bytes.extend(postcard::to_allocvec(value).expect("postcard encodes"));
+    bytes
+}
+
 /// An envelope read back from Valkey.
 #[derive(Debug)]
 pub struct OnValkey<V> {
     pub fresh_until_ms: u64,
     pub written_at_ms: u64,
+    /// The source's version (format 3 only).
+    pub version: Option<u64>,
     pub value: V,
 }
 
@@ -50,6 +68,7 @@ pub async fn read_envelope<V: DeserializeOwned>(
     Some(OnValkey {
         fresh_until_ms: header.fresh_until_ms,
         written_at_ms: header.written_at_ms,
+        version: header.version,
         value: postcard::from_bytes(&bytes[header.len..]).expect("a payload of the table's type"),
     })
 }

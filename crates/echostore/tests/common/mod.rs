@@ -19,7 +19,9 @@ mod tables;
 mod target;
 mod wait;
 
-pub use envelopes::{OnValkey, envelope, envelope_header, read_envelope, unix_ms};
+pub use envelopes::{
+    OnValkey, envelope, envelope_header, read_envelope, unix_ms, versioned_envelope,
+};
 pub use herd::{answers, herd, herd_across, spawn_fetch};
 pub use nodes::{example, node_lines, spawn_node};
 pub use proxy::Proxy;

@@ -1,0 +1,174 @@
+//! Every Lua script EchoStore runs, quoted in `docs/lock-protocol.md` and published as
+//! `echostore::protocol::*`, and each hashed once per process.
+//!
+//! **The last write to land wins, and Valkey's clock stamps it.** The fenced write and `put` set
+//! the envelope's `written_at` from the server's own `TIME` inside the script, so which of two
+//! writes wins depends on the order they reach Valkey, never on the writers' wall clocks (a
+//! writer whose clock runs ahead cannot make others' writes no-ops). A fill cannot land over a
+//! `put` that reached Valkey after the fill took its lock: the put drops the lock, and the fenced
+//! write checks it. A stored `written_at` ahead of the server's clock (planted bytes, or a clock
+//! stepped back) stands against a write for at most [`MAX_CLOCK_SKEW_MS`]; further ahead it is
+//! taken for garbage and replaced, so planted bytes cannot block writes for long.
+//!
+//! **With `.version_by`, the source's own version decides instead.** Envelopes of such a table
+//! carry the value's version (format 3, bytes 21..29); when both the stored envelope and the new
+//! one have a version, the write is refused if the stored version is greater, whenever and in
+//! whatever order the two reach Valkey (a put that timed out and lands late cannot undo a newer
+//! row). Equal versions: the later write lands. Otherwise `written_at` decides, as above.
+
+use std::sync::LazyLock;
+
+/// How far ahead of the server's clock a stored `written_at` may be and still count as newer.
+pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
+
+/// The Lua functions both ordered writes use: `stamped(new, now)` is the envelope `new` with its
+/// `written_at` (bytes 10..17, little-endian) set to the server's own clock (`TIME`), and
+/// `newer(old, now, new)` is `true` when the stored envelope `old` must win over `new`: both carry
+/// a source version (format 3) and `old`'s is greater, compared byte by byte (a Lua number would
+/// round versions past 2^53); or, failing versions, `old` (format 1, 2 or 3) was stamped after
+/// `now` but no more than the skew allowance after it.
+macro_rules! newer_than_lua {
+    () => {
+        r#"
+local function le(n)
+  local bytes = {}
+  for i = 1, 8 do bytes[i] = string.char(n % 256); n = math.floor(n / 256) end
+  return table.concat(bytes)
+end
+local function written_at(v)
+  if type(v) ~= 'string' or #v < 17 then return nil end
+  local format = string.byte(v, 1)
+  if format ~= 1 and format ~= 2 and format ~= 3 then return nil end
+  local n = 0
+  for i = 17, 10, -1 do n = n * 256 + string.byte(v, i) end
+  return n
+end
+local function version(v)
+  if type(v) ~= 'string' or #v < 29 or string.byte(v, 1) ~= 3 then return nil end
+  return v
+end
+local function greater_version(a, b)
+  for i = 29, 22, -1 do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return false
+end
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function stamped(v, now)
+  return string.sub(v, 1, 9) .. le(now) .. string.sub(v, 18)
+end
+local function newer(old, now, new)
+  if version(old) and version(new) then return greater_version(old, new) end
+  local a = written_at(old)
+  return a ~= nil and a > now and a <= now + 300000
+end
+"#
+    };
+}
+
+/// `SET lock NX PX` and a bounded read of the value, in one round trip. Returns `{won, value}`.
+pub const ACQUIRE_OR_READ_SCRIPT: &str = r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms, ARGV[3] = max bytes
+local won = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])
+local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[3])
+if type(value) == 'table' and value.err then value = false end -- another type: a miss
+if won then return {1, value} end
+return {0, value}
+"#;
+
+/// A loser's look: a bounded read of the value and whether the lock exists. Returns `{value, locked}`.
+pub const POLL_SCRIPT: &str = r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = max bytes
+local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[1])
+if type(value) == 'table' and value.err then value = false end -- another type: no value yet
+return {value, redis.call('EXISTS', KEYS[2])}
+"#;
+
+/// The lease: push the lock's expiry out while it still holds this attempt's token. Returns 1 or 0.
+pub const EXTEND_SCRIPT: &str = r#"
+-- KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"#;
+
+/// Set the value only while the lock holds this attempt's token and nothing newer is stored.
+/// Returns 1 (written), 0 (fenced out: not our lock) or -1 (a newer value is stored).
+pub const FENCED_WRITE_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local now = server_ms()
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[2]) then return -1 end
+redis.call('SET', KEYS[1], stamped(ARGV[2], now), 'PX', ARGV[3])
+return 1
+"#
+);
+
+/// Write-through: set the value unless a newer one is stored, and drop the lock of any fill in
+/// flight so that its fenced write cannot land over this value. Returns 1 (written) or 0
+/// (superseded: a newer value is stored; nothing changed).
+pub const PUT_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms
+local now = server_ms()
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], stamped(ARGV[1], now), 'PX', ARGV[2])
+redis.call('DEL', KEYS[2])
+return 1
+"#
+);
+
+/// The seed's release: delete the lock only if it is still this attempt's. Returns 1 or 0.
+pub const RELEASE_SCRIPT: &str = r#"
+-- KEYS[1] = lock key; ARGV[1] = this attempt's token
+if redis.call("get", KEYS[1]) == ARGV[1] then
+    return redis.call("del", KEYS[1])
+end
+return 0
+"#;
+
+/// The scripts, hashed once per process (`redis::Script` computes the SHA1 and falls back from
+/// EVALSHA to loading the script when the server answers NOSCRIPT).
+pub(crate) struct Scripts {
+    pub(crate) acquire_or_read: redis::Script,
+    pub(crate) poll: redis::Script,
+    pub(crate) extend: redis::Script,
+    pub(crate) fenced_write: redis::Script,
+    pub(crate) put: redis::Script,
+    pub(crate) release: redis::Script,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire_or_read: redis::Script::new(ACQUIRE_OR_READ_SCRIPT),
+            poll: redis::Script::new(POLL_SCRIPT),
+            extend: redis::Script::new(EXTEND_SCRIPT),
+            fenced_write: redis::Script::new(FENCED_WRITE_SCRIPT),
+            put: redis::Script::new(PUT_SCRIPT),
+            release: redis::Script::new(RELEASE_SCRIPT),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The skew the Lua compares with is the documented constant.
+    #[test]
+    fn the_scripts_use_the_documented_skew() {
+        let skew = format!("a <= now + {MAX_CLOCK_SKEW_MS}");
+        assert!(FENCED_WRITE_SCRIPT.contains(&skew) && PUT_SCRIPT.contains(&skew));
+    }
+}
