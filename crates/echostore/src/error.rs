@@ -85,10 +85,16 @@ pub enum Error {
     /// crashed and the call was in its mailbox).
     Stopped,
 
-    /// A `put` changed nothing: Valkey holds a value stamped ahead of Valkey's own clock (planted
-    /// bytes, or a server clock stepped back), which stands until it expires or is more than
-    /// `MAX_CLOCK_SKEW_MS` ahead. No L1 copy was kept; `invalidate` removes the stored value.
+    /// A `put` changed nothing: Valkey holds a newer value — a newer version from the source
+    /// (`.version_by`), or a value stamped ahead of Valkey's own clock (planted bytes, or a server
+    /// clock stepped back), which stands until it expires or is more than `MAX_CLOCK_SKEW_MS`
+    /// ahead. No L1 copy was kept; `invalidate` removes the stored value.
     Superseded,
+
+    /// A `put` reached Valkey after its deadline (about `valkey_timeout` after it was sent) and
+    /// was refused there, changing nothing: a write its caller had given up on may not land later
+    /// over newer ones. Like any failed put, the id is repaired (`docs/failure-semantics.md`).
+    WriteTooLate,
 }
 
 impl Error {
@@ -221,7 +227,10 @@ impl std::fmt::Display for Error {
             Error::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
             Error::Stopped => f.write_str("the table's owner has stopped"),
             Error::Superseded => f.write_str(
-                "the put changed nothing: valkey holds a value stamped ahead of its own clock",
+                "the put changed nothing: valkey holds a newer value (a newer version, or one stamped ahead of its clock)",
+            ),
+            Error::WriteTooLate => f.write_str(
+                "the put reached valkey after its deadline (valkey_timeout) and was refused: nothing written",
             ),
         }
     }

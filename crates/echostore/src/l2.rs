@@ -18,6 +18,7 @@ use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
 use crate::natives::{self, Natives};
+use crate::server_clock::ServerClock;
 
 /// How a store reaches Valkey.
 #[derive(Clone)]
@@ -28,6 +29,10 @@ pub(crate) struct L2 {
     breakers: Arc<[Breaker]>,
     /// The native lock commands in use.
     natives: Arc<Natives>,
+    /// Valkey's clock as estimated here: a put's deadline is set on it.
+    clock: Arc<ServerClock>,
+    /// How long a caller waits for a reply (`valkey_timeout`).
+    timeout: Duration,
 }
 
 impl L2 {
@@ -46,12 +51,17 @@ impl L2 {
                 .collect(),
             conn: endpoint.connect().await?,
             natives: Arc::new(Natives::default()),
+            clock: Arc::new(ServerClock::new()),
+            timeout: endpoint.timeout,
         };
         let ping = l2
             .run("PING at build", None, |mut c| async move {
                 redis::cmd("PING").query_async::<String>(&mut c).await
             })
             .await;
+        if ping.is_ok() {
+            l2.read_clock().await;
+        }
         match ping {
             Ok(_) if natives => {
                 let info = l2
@@ -73,6 +83,32 @@ impl L2 {
             }
         }
         Ok(l2)
+    }
+
+    /// Reads the server's `TIME` into the clock estimate (until the first put's reply does).
+    async fn read_clock(&self) {
+        let sent = self.clock.send();
+        let time = self
+            .run("TIME at build", None, |mut c| async move {
+                redis::cmd("TIME").query_async::<(u64, u64)>(&mut c).await
+            })
+            .await;
+        if let Ok((secs, micros)) = time {
+            self.clock.read(
+                sent,
+                secs.saturating_mul(1000).saturating_add(micros / 1000),
+            );
+        }
+    }
+
+    /// Valkey's clock as estimated here.
+    pub(crate) fn clock(&self) -> &ServerClock {
+        &self.clock
+    }
+
+    /// How long a caller waits for a reply (`valkey_timeout`).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Runs one Valkey call through the breaker, mapping failures to [`Error`].

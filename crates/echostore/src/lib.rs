@@ -37,7 +37,8 @@
 //!   freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `tracking` — coherence's tracking connections (one per server or cluster primary).
-//! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`).
+//! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`);
+//!   `server_clock` — Valkey's clock as estimated here, on which a put's deadline is set.
 //! - `envelope` — the bytes on Valkey: the header (`header`: format, `fresh_until`,
 //!   `written_at`, the load's `delta`, the source's version; published in [`protocol`]), then the
 //!   postcard payload, decoded within a nesting bound (`depth`).
@@ -246,6 +247,7 @@ mod natives;
 mod owner;
 mod owner_ref;
 mod scripts;
+mod server_clock;
 mod stale;
 mod stats;
 mod store;

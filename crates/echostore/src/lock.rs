@@ -34,6 +34,17 @@ pub(crate) struct Acquired {
     pub(crate) value: Option<Vec<u8>>,
 }
 
+/// How a put ended on Valkey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// The value is stored.
+    Written,
+    /// A newer value is stored: nothing written.
+    Superseded,
+    /// It arrived after its deadline: nothing written.
+    TooLate,
+}
+
 /// How a fenced write ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fenced {
@@ -121,20 +132,34 @@ pub(crate) async fn fenced_write(
     })
 }
 
-/// Write-through unless a newer value is stored; drops the lock when it writes. `Ok(false)`:
-/// superseded, nothing changed.
+/// Write-through unless a newer value is stored or the put arrives after its deadline (the
+/// server's time as estimated when sent, plus the timeout its caller waits: [`ServerClock`]);
+/// drops the lock when it writes. The reply's server time refreshes the estimate.
+///
+/// [`ServerClock`]: crate::server_clock::ServerClock
 pub(crate) async fn versioned_put(
     l2: &L2,
     names: &KeyNames,
     envelope: Vec<u8>,
     px: u64,
-) -> Result<bool> {
+) -> Result<Put> {
+    let clock = l2.clock();
+    let sent = clock.send();
     let mut inv = SCRIPTS.put.prepare_invoke();
-    inv.key(&names.value).key(&names.lock).arg(envelope).arg(px);
-    let written: i64 = l2
+    inv.key(&names.value)
+        .key(&names.lock)
+        .arg(envelope)
+        .arg(px)
+        .arg(clock.deadline(l2.timeout()));
+    let (written, server_ms): (i64, u64) = l2
         .script("put (SET value unless newer, DEL lock)", names, inv)
         .await?;
-    Ok(written == 1)
+    clock.read(sent, server_ms);
+    Ok(match written {
+        1 => Put::Written,
+        0 => Put::Superseded,
+        _ => Put::TooLate,
+    })
 }
 
 /// What a polling loser looks at: the value (bounded, another type read as none) and whether

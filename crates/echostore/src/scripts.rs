@@ -111,18 +111,22 @@ return 1
 "#
 );
 
-/// Write-through: set the value unless a newer one is stored, and drop the lock of any fill in
-/// flight so that its fenced write cannot land over this value. Returns 1 (written) or 0
-/// (superseded: a newer value is stored; nothing changed).
+/// Write-through: set the value unless a newer one is stored or the put's deadline (server ms,
+/// 0 for none) has passed, and drop the lock of any fill in flight so that its fenced write
+/// cannot land over this value. Returns `{1, now}` (written), `{0, now}` (superseded: a newer
+/// value is stored) or `{-2, now}` (too late: its caller has given up), with the server's time.
 pub const PUT_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
--- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms,
+-- ARGV[3] = deadline, server unix ms (0: none)
 local now = server_ms()
-if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[1]) then return 0 end
+local deadline = tonumber(ARGV[3])
+if deadline > 0 and now > deadline then return {-2, now} end
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[1]) then return {0, now} end
 redis.call('SET', KEYS[1], stamped(ARGV[1], now), 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
-return 1
+return {1, now}
 "#
 );
 

@@ -5,10 +5,10 @@ use ractor::RpcReplyPort;
 
 use crate::core::TableCore;
 use crate::envelope::{self, Fingerprint};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::{Key, KeyNames};
 use crate::l1::Entry;
-use crate::lock;
+use crate::lock::{self, Put};
 use crate::stats::bump;
 
 /// A write to Valkey that a `put` or `invalidate` asked for.
@@ -64,26 +64,26 @@ impl<V> PendingWrite<V> {
                 envelope,
                 px,
             } => lock::versioned_put(l2, &names, envelope, px).await,
-            L2Write::Invalidate { names } => l2.invalidate(&names).await.map(|()| true),
+            L2Write::Invalidate { names } => l2.invalidate(&names).await.map(|()| Put::Written),
         };
-        let keep = match &applied {
-            Ok(true) => {
+        let (keep, answer) = match applied {
+            Ok(Put::Written) => {
                 core.unsettled.settle(id);
-                entry
+                (entry, Ok(()))
             }
-            Ok(false) => {
+            Ok(Put::Superseded) => {
                 bump(&core.stats.counters.writes_superseded);
-                None
+                (None, Err(Error::Superseded))
             }
-            Err(_) => {
+            // Refused as too late: a failed write like any other, repaired the same way.
+            Ok(Put::TooLate) => {
                 core.unsettled.mark(id.clone(), names, l2);
-                None
+                (None, Err(Error::WriteTooLate))
             }
-        };
-        let answer = match applied {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(crate::error::Error::Superseded),
-            Err(e) => Err(e),
+            Err(e) => {
+                core.unsettled.mark(id.clone(), names, l2);
+                (None, Err(e))
+            }
         };
         let _ = reply.send(answer);
         keep

@@ -9,7 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, envelope, raw, read_envelope, settled, unix_ms, until, valkey, valkey_table,
+    Proxy, Source, envelope, raw, read_envelope, settled, unix_ms, until, until_async, valkey,
+    valkey_table,
 };
 use echostore::protocol::{FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, PUT_SCRIPT};
 use echostore::{Origin, Store, Table};
@@ -166,11 +167,12 @@ async fn the_versioned_scripts_compare_written_at() {
     assert_eq!(written, -1, "a newer value is stored");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored_at(now + 60_000));
-    let put_written: i64 = put
+    let (put_written, _now): (i64, u64) = put
         .key(VALUE)
         .key(LOCK)
         .arg(&mine)
         .arg(60_000)
+        .arg(0) // no deadline
         .invoke_async(&mut conn)
         .await
         .expect("put");
@@ -193,11 +195,12 @@ async fn the_versioned_scripts_compare_written_at() {
         .expect("fenced write");
     assert_eq!(written, 1, "garbage from the future is replaced");
     let _: () = conn.set(VALUE, &far).await.expect("plant");
-    let put_written: i64 = put
+    let (put_written, _now): (i64, u64) = put
         .key(VALUE)
         .key(LOCK)
         .arg(&mine)
         .arg(60_000)
+        .arg(0) // no deadline
         .invoke_async(&mut conn)
         .await
         .expect("put");
@@ -213,4 +216,130 @@ async fn the_versioned_scripts_compare_written_at() {
         kept.written_at_ms >= now && kept.written_at_ms < now + MAX_CLOCK_SKEW_MS,
         "the script stamped the server's clock over the caller's"
     );
+}
+
+/// A put carries a deadline on the server's clock (its caller's timeout from when it was sent):
+/// arriving after it, the script writes nothing and says so, so a put its caller gave up on (a
+/// silent link that heals later) cannot land over newer writes. Before it, the put writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_past_its_deadline_writes_nothing() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let put = redis::Script::new(PUT_SCRIPT);
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    let server_now = secs * 1000 + micros / 1000;
+    let now = unix_ms();
+    let stored = envelope(now + HOUR_MS, now, &"stored");
+    let late = envelope(now + HOUR_MS, now, &"late");
+    let _: () = conn.set(VALUE, &stored).await.expect("plant");
+    let _: () = conn.set(LOCK, "a fill's token").await.expect("SET lock");
+
+    let (written, at): (i64, u64) = put
+        .key(VALUE)
+        .key(LOCK)
+        .arg(&late)
+        .arg(60_000)
+        .arg(server_now - 1)
+        .invoke_async(&mut conn)
+        .await
+        .expect("put");
+    assert_eq!(written, -2, "too late");
+    assert!(at >= server_now, "the reply carries the server's time");
+    let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
+    assert_eq!(kept, stored, "nothing written");
+    assert!(
+        conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        "the lock left alone"
+    );
+
+    let (written, _): (i64, u64) = put
+        .key(VALUE)
+        .key(LOCK)
+        .arg(&late)
+        .arg(60_000)
+        .arg(server_now + HOUR_MS)
+        .invoke_async(&mut conn)
+        .await
+        .expect("put");
+    assert_eq!(written, 1, "in time");
+    let value = read_envelope::<String>(&mut conn, VALUE)
+        .await
+        .expect("stored");
+    assert_eq!(value.value, "late");
+}
+
+/// Through the library: a put held on a link until well past its caller's timeout is refused
+/// when it finally reaches Valkey, and answers its caller with an error (a timeout, or
+/// `WriteTooLate` if the reply arrives in time after all); a newer put made meanwhile stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_held_past_its_timeout_never_lands() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let a_store = Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .valkey_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("store A");
+    let a = table_on(&a_store, &source).await;
+    a.put(&1, "first".into()).await.expect("A's first put"); // loads the script, reads the clock
+
+    proxy.hold();
+    let late = a.put(&1, "late".into()).await;
+    assert!(late.is_err(), "the held put timed out: {late:?}");
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    until_async(
+        "the held put's deadline has passed on the server",
+        async || {
+            let (now, _): (u64, u64) = redis::cmd("TIME")
+                .query_async(&mut conn)
+                .await
+                .expect("TIME");
+            now > secs + 1
+        },
+    )
+    .await;
+    let _: () = conn
+        .set(VALUE, envelope(unix_ms() + HOUR_MS, unix_ms(), &"newer"))
+        .await
+        .expect("a newer write lands meanwhile");
+    let sets = set_calls(&mut conn).await;
+    assert!(a_store.is_degraded(), "the timeout opened A's breaker");
+    proxy.release();
+    until("the held requests went through", || proxy.waiting() == 0).await;
+    // The failed put's repair (a DEL, past the breaker) follows it on A's connection; its
+    // success closes A's breaker, so by then the held put has run.
+    until("A's repair landed after the held put", || {
+        !a_store.is_degraded()
+    })
+    .await;
+    assert_eq!(
+        set_calls(&mut conn).await,
+        sets,
+        "the put its caller gave up on never set the value (its script ran no SET)"
+    );
+    let stored = read_envelope::<String>(&mut conn, VALUE).await;
+    assert_ne!(stored.map(|s| s.value).as_deref(), Some("late"));
+}
+
+/// `SET`s Valkey has run, scripts' included (`INFO commandstats`).
+async fn set_calls(conn: &mut common::RawConn) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
 }
