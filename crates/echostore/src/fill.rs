@@ -100,7 +100,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         };
         // Valkey's copy of an id whose write failed here may be older than the source.
         if let Err(e) = self.core.unsettled.repair(self.id, l2).await {
-            return self.degraded(e).await;
+            return self.degraded(&at, e).await;
         }
         let max = self.core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&self.core.name, l2.get(&at.names, max));
@@ -115,7 +115,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 tracing::warn!(table = %self.core.name, id = ?self.id, "value key holds another Valkey type: treated as a miss");
                 None
             }
-            Err(e) => return self.degraded(e).await,
+            Err(e) => return self.degraded(&at, e).await,
         };
         self.contend(&at, stale).await
     }
@@ -163,7 +163,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             let acquired =
                 match lock::acquire_or_read(at.l2, &at.names, &token, lock_ttl_ms, max).await {
                     Ok(acquired) => acquired,
-                    Err(e) => return self.degraded(e).await,
+                    Err(e) => return self.degraded(at, e).await,
                 };
             match self.decode(acquired.value) {
                 Some(env) if self.takes(&env) => {
@@ -212,7 +212,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 // with what the key holds now (never an older copy that was since removed).
                 Ok(PollEnd::LockFree(seen)) => stale = seen.and_then(|env| self.stale(env)),
                 Ok(PollEnd::TimedOut) => return Err(Error::WaitTimeout { waited: up_to }),
-                Err(e) => return self.degraded(e).await,
+                Err(e) => return self.degraded(at, e).await,
             }
         }
     }
@@ -281,12 +281,22 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
     /// process. What it loads is never written to Valkey, so L1 keeps it only for the unconfirmed
-    /// life: no push will retire it when another process writes the id.
-    async fn degraded(&self, error: Error) -> Result<Landing<V>> {
+    /// life (no push will retire it when another process writes the id), and the id is marked
+    /// unsettled ([`crate::unsettled`]): Valkey's copy may be older than what this process now
+    /// answers (a writer's put failed, the source moved on), so it is deleted as soon as Valkey
+    /// takes it, before this process trusts Valkey for the id again — else its next read there
+    /// would go back — and every other process hears the delete.
+    async fn degraded(&self, at: &OnValkey<'_>, error: Error) -> Result<Landing<V>> {
         bump(&self.core.stats.counters.l2_errors);
         tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
         let life = self.core.unconfirmed_l1_life;
-        self.here().await.map(|landing| landing.capped(life))
+        let landing = self.here().await?;
+        if matches!(&landing, Landing::Filled(f) if f.fetched.origin == Origin::Loaded) {
+            self.core
+                .unsettled
+                .mark(self.id.clone(), at.names.clone(), at.l2);
+        }
+        Ok(landing.capped(life))
     }
 
     /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss (once

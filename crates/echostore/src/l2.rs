@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, RedisResult};
 
-use crate::breaker::{Breaker, Permit};
+use crate::breaker::Breaker;
 use crate::connect::{Conn, Endpoint};
 use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
@@ -201,20 +201,6 @@ impl L2 {
         )
         .await
         .map(drop)
-    }
-
-    /// `DEL` of value and lock that goes to Valkey even while the breaker is open: the repair of
-    /// an id whose write failed ([`crate::unsettled`]), which must land as soon as Valkey answers.
-    /// Its success closes the breaker, as a trial's does.
-    pub(crate) async fn repair(&self, names: &KeyNames) -> Result<()> {
-        let mut conn = self.conn.clone();
-        match conn.del::<_, i64>(&[&names.value, &names.lock]).await {
-            Ok(_) => {
-                self.breaker(Some(names)).succeeded(Permit::Trial);
-                Ok(())
-            }
-            Err(e) => Err(Error::valkey("repair (DEL value lock)", e)),
-        }
     }
 
     /// The native lock commands this store uses now.

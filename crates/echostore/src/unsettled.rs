@@ -1,17 +1,23 @@
-//! Ids whose last write may not have reached Valkey, until it is repaired.
+//! Ids whose Valkey copy may be older than what this process wrote or answered, until it is
+//! repaired.
 //!
 //! A `put` or `invalidate` that fails has usually followed a commit at the source (the caller's
 //! database moved on), so Valkey's copy of the id, and every other process's L1 copy, may now be
-//! older than the source. Left alone, that copy is served for the rest of its ttl, and a process
-//! that read the newer row from its loader meanwhile (with Valkey away) would go back to it once
-//! Valkey answers again. So the table remembers the id here and repairs it by deleting its value
-//! and lock on Valkey, which every other process hears as an invalidation push:
+//! older than the source. Left alone, that copy is served for the rest of its ttl. And a process
+//! that read the newer row from its loader meanwhile, with Valkey away (a degraded load, which
+//! marks the id here too), would go back to it once Valkey answers again. So the table remembers
+//! the id here and repairs it by deleting its value and lock on Valkey, which every other process
+//! hears as an invalidation push:
 //!
-//! - a repair task retries every [`REPAIR_EVERY`] while any id is unsettled, past the circuit
-//!   breaker (a repair is how this process finds out that Valkey is back, and it must land first);
+//! - a repair task retries every [`REPAIR_EVERY`] while any id is unsettled, through the circuit
+//!   breaker like any call (so a dead Valkey still costs one connection attempt per cooldown: a
+//!   repair lands at the latest one cooldown after Valkey is back);
 //! - a read of an unsettled id in this process repairs it before it trusts Valkey's copy, and
 //!   loads in-process while the repair cannot land;
 //! - a later write of the id that succeeds settles it (Valkey holds that write now).
+//!
+//! A repair of an id Valkey no longer holds (it restarted empty) pushes nothing, and needs not:
+//! a restart drops every tracking connection, and every process flushes its L1 for it.
 //!
 //! The set lives in the table's shared core, not in the owner: an owner that crashes with a
 //! failed write in flight does not forget it. Each mark carries a generation, so a repair that
@@ -87,7 +93,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
         let Some(mark) = self.lock().get(id).cloned() else {
             return Ok(());
         };
-        l2.repair(&mark.names).await?;
+        l2.invalidate(&mark.names).await?;
         self.settled(id, mark.generation);
         Ok(())
     }
@@ -128,7 +134,7 @@ async fn repair_task<K: Clone + Eq + Hash + Send + Sync + 'static>(
             return;
         };
         for (id, mark) in set.snapshot() {
-            if l2.repair(&mark.names).await.is_err() {
+            if l2.invalidate(&mark.names).await.is_err() {
                 break;
             }
             set.settled(&id, mark.generation);

@@ -113,3 +113,49 @@ async fn a_failed_invalidate_is_repaired_once_valkey_takes_it() {
     .await;
     settled(&a).await;
 }
+
+/// The source moved to "v2" and nobody told Valkey (a writer's put failed): store A, unable to
+/// read Valkey, answers "v2" from its loader. A then never reads Valkey's older "v1": the
+/// degraded load marks the id unsettled, so Valkey's copy is deleted before A trusts Valkey for
+/// it again, and B, which held "v1", hears the delete. (A keeps nothing unconfirmed in L1 here,
+/// so its next read goes to Valkey at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_answered_from_its_loader_never_reads_valkeys_older_copy() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut admin = raw(&url).await;
+    let row: Row = Arc::new(Mutex::new("v1".into()));
+    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    let b = rows_table(&coherent_store(&url, None).await, &row).await;
+    b.put(&1, "v1".into()).await.expect("put v1");
+    let writer_url = url.replacen("redis://", "redis://writer:secret@", 1);
+    let a_store = Store::builder()
+        .valkey(writer_url)
+        .require_valkey(true)
+        .unconfirmed_l1_life(Duration::ZERO)
+        .build()
+        .await
+        .expect("store A");
+    let a = rows_table(&a_store, &row).await;
+
+    *row.lock().expect("row") = "v2".into(); // committed; Valkey was never told
+    acl(&mut admin, &["-@scripting", "-getrange"]).await; // A cannot read Valkey; DEL still goes
+    assert_eq!(*a.get(&1).await.expect("A loads in-process"), "v2");
+    acl(&mut admin, &["+@all"]).await;
+
+    assert_eq!(
+        *a.get(&1).await.expect("A reads again"),
+        "v2",
+        "A never goes back to Valkey's v1"
+    );
+    until_async("B's L1 copy of v1 is retired and B reads v2", async || {
+        b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
+    })
+    .await;
+    let on_valkey = read_envelope::<String>(&mut admin, "rows:{1}").await;
+    assert!(
+        on_valkey.as_ref().is_none_or(|env| env.value == "v2"),
+        "Valkey no longer holds v1: {on_valkey:?}"
+    );
+    settled(&a).await;
+}

@@ -316,7 +316,7 @@ async fn a_put_held_past_its_timeout_never_lands() {
     assert!(a_store.is_degraded(), "the timeout opened A's breaker");
     proxy.release();
     until("the held requests went through", || proxy.waiting() == 0).await;
-    // The failed put's repair (a DEL, past the breaker) follows it on A's connection; its
+    // The failed put's repair (a DEL, the breaker's trial) follows it on A's connection; its
     // success closes A's breaker, so by then the held put has run.
     until("A's repair landed after the held put", || {
         !a_store.is_degraded()
