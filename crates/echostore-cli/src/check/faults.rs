@@ -18,6 +18,8 @@ const PAUSE: Duration = Duration::from_millis(500);
 const SLOW_FOR: Duration = Duration::from_millis(500);
 const SLOW_BY: Duration = Duration::from_millis(100);
 const SILENT_FOR: Duration = Duration::from_millis(1500);
+/// How long the `outage` fault keeps Valkey down.
+pub(crate) const OUTAGE: Duration = Duration::from_secs(5);
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +34,8 @@ pub(crate) enum Fault {
     PauseAll,
     /// Valkey killed and started again, empty, on the same port.
     Restart,
+    /// Valkey killed, kept down for [`OUTAGE`], then started again empty: an outage.
+    Outage,
     /// A table's owner crashes in one worker (a key whose `Eq` panics).
     Crash,
     /// One worker's link to Valkey turns slow, then silent, then heals.
@@ -43,12 +47,13 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// Every fault, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 8] = [
+    pub(crate) const ALL: [Fault; 9] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
         Fault::PauseAll,
         Fault::Restart,
+        Fault::Outage,
         Fault::Crash,
         Fault::Proxy,
         Fault::Skew,
@@ -62,6 +67,7 @@ impl Fault {
             Fault::PauseWrite => "pause-write",
             Fault::PauseAll => "pause-all",
             Fault::Restart => "restart",
+            Fault::Outage => "outage",
             Fault::Crash => "crash",
             Fault::Proxy => "proxy",
             Fault::Skew => "skew",
@@ -171,6 +177,15 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
                 .ok_or("restart needs the embedded Valkey")?;
             tokio::task::block_in_place(|| server.restart())?;
         }
+        Fault::Outage => {
+            let server = reach
+                .embedded
+                .as_deref_mut()
+                .ok_or("an outage needs the embedded Valkey")?;
+            tokio::task::block_in_place(|| server.stop());
+            tokio::time::sleep(OUTAGE).await;
+            tokio::task::block_in_place(|| server.restart())?;
+        }
         Fault::Crash => {
             let worker = reach.next_crash % reach.workers.len();
             reach.next_crash += 1;
@@ -202,8 +217,8 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
 /// Why a fault cannot be injected on this target, if it cannot.
 pub(crate) fn unavailable(fault: Fault, embedded: bool) -> Option<&'static str> {
     match fault {
-        Fault::Restart if !embedded => {
-            Some("restarting needs control of the server: only with the embedded Valkey")
+        Fault::Restart | Fault::Outage if !embedded => {
+            Some("stopping the server needs control of it: only with the embedded Valkey")
         }
         Fault::Skew => Some(
             "a store cannot be given an offset clock yet (issue \"outages, clocks and edges\"); \
@@ -237,11 +252,13 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(Fault::parse_list("none"), Ok(vec![]));
-        assert_eq!(Fault::parse_list("all").map(|f| f.len()), Ok(8));
+        assert_eq!(Fault::parse_list("all").map(|f| f.len()), Ok(9));
         assert_eq!(Fault::parse_list("skew"), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_some());
         assert!(unavailable(Fault::Restart, false).is_some());
         assert!(unavailable(Fault::Restart, true).is_none());
+        assert!(unavailable(Fault::Outage, false).is_some());
+        assert!(unavailable(Fault::Outage, true).is_none());
         assert_eq!(
             Fault::parse_list("crash,kill,crash"),
             Ok(vec![Fault::Crash, Fault::KillTracking, Fault::KillAll])

@@ -4,8 +4,9 @@
 //! The controller lays down a versioned source of truth ([`source`]), starts `--processes`
 //! workers ([`worker`], each its own process with its own store) against one Valkey, injects the
 //! chosen [`faults`] on a schedule while the workers make gets, puts and invalidates, then merges
-//! every worker's history ([`history`]) and checks it against the model ([`model`]). The verdict
-//! fails on any violation; `--coherence off` with writes across processes must fail, which
+//! every worker's history ([`history`]) and checks it against the model ([`model`]); the
+//! [`report`] adds a few [`figures`] no rule judges (source reads during an outage, how long a
+//! failed write left older versions read). The verdict fails on any violation; `--coherence off` with writes across processes must fail, which
 //! `--expect fail` turns into the check's own self-test.
 
 use std::time::Duration;
@@ -23,6 +24,7 @@ use model::Bounds;
 use report::Report;
 
 mod faults;
+mod figures;
 mod history;
 mod model;
 mod proxy;
@@ -77,6 +79,10 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     tasks: u32,
 
+    /// Percent of calls that are reads; the writes are puts and invalidates, 18 to 7.
+    #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u32).range(0..=100))]
+    reads: u32,
+
     /// The tables' ttl (and stale window).
     #[arg(long, default_value = "3s", value_parser = duration::parse)]
     ttl: Duration,
@@ -85,13 +91,19 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value = "2ms", value_parser = duration::parse)]
     source_latency: Duration,
 
+    /// How long the workers' L1 keeps what Valkey could not confirm (`unconfirmed_l1_life`).
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    unconfirmed_l1_life: Duration,
+
     /// B: how long after a write returned a read in another process may still miss it.
     #[arg(long, default_value = "100ms", value_parser = duration::parse)]
     bound: Duration,
 
-    /// How long after a fault ends its effects on staleness and source reads are excused.
-    #[arg(long, default_value = "2s", value_parser = duration::parse)]
-    fault_grace: Duration,
+    /// How long after a fault ends its effects on staleness and source reads are excused
+    /// (default: `--unconfirmed-l1-life` plus 1 s to notice the loss and reconnect, and at
+    /// least 2 s).
+    #[arg(long, value_parser = duration::parse)]
+    fault_grace: Option<Duration>,
 
     /// Exit 0 only if the verdict is this one (`fail`: the checker's self-test).
     #[arg(long, value_enum)]
@@ -158,8 +170,10 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             namespace: namespace.clone(),
             keys: args.keys,
             tasks: args.tasks,
+            reads: args.reads,
             ttl: args.ttl,
             source_latency: args.source_latency,
+            unconfirmed_l1_life: args.unconfirmed_l1_life,
             coherence: args.coherence,
             seed,
         })
@@ -191,7 +205,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
     let fresh_for = args.ttl.mul_f64(1.0 - jitter).saturating_sub(FRESH_MARGIN);
     let bounds = Bounds {
         staleness: args.bound.as_nanos() as u64,
-        fault_grace: args.fault_grace.as_nanos() as u64,
+        fault_grace: args.grace().as_nanos() as u64,
         fresh_for: fresh_for.as_nanos() as u64,
     };
     let findings = model::check(&ops, &spans, bounds);
@@ -213,8 +227,20 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
     })
 }
 
+impl CheckArgs {
+    /// How long after a fault its effects are excused: what L1 keeps unconfirmed, and a second
+    /// to notice the loss and reconnect (at least 2 s: a store's reconnect backoff and breaker
+    /// cooldown after a long outage), unless `--fault-grace` says otherwise.
+    fn grace(&self) -> Duration {
+        self.fault_grace.unwrap_or(
+            (self.unconfirmed_l1_life + Duration::from_secs(1)).max(Duration::from_secs(2)),
+        )
+    }
+}
+
 /// Runs the workers for `seconds`, injecting `faults` in turn from [`WARM_UP`] on, spaced evenly
-/// (at least [`FAULT_SPACING`] apart). A fault the server refuses is skipped and said so.
+/// (at least [`FAULT_SPACING`] apart, and at least that long after the previous fault ended). A
+/// fault the server refuses is skipped and said so.
 async fn schedule(
     faults: &[Fault],
     seconds: Duration,
@@ -247,7 +273,9 @@ async fn schedule(
                 }
             }
         }
-        next += spacing;
+        // A long fault (an outage) pushes the next one out: the run keeps a healthy stretch
+        // between faults, where the rules apply unexcused.
+        next = (next + spacing).max(tokio::time::Instant::now() + FAULT_SPACING);
     }
     tokio::time::sleep_until(end).await;
     Ok(spans)

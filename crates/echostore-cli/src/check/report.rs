@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::figures::{Figures, figures};
 use super::history::{Action, FaultSpan, Op};
 use super::model::{Findings, Violations};
 use super::{CheckArgs, Verdict};
@@ -46,6 +47,8 @@ pub(crate) struct Report {
     worst_staleness_under_faults_ms: f64,
     excused_reads: u64,
     excused_source_reads: u64,
+    #[serde(flatten)]
+    figures: Figures,
     examples: Vec<String>,
 }
 
@@ -92,6 +95,7 @@ impl Report {
             worst_staleness_under_faults_ms: findings.worst_staleness_under_faults_ns as f64 / 1e6,
             excused_reads: findings.excused_reads,
             excused_source_reads: findings.excused_source_reads,
+            figures: figures(ops, spans),
             examples: findings.examples,
         }
     }
@@ -153,6 +157,20 @@ impl Report {
             "  excused by faults {} reads, {} source reads",
             self.excused_reads, self.excused_source_reads
         );
+        let f = &self.figures;
+        let during = f
+            .source_reads_per_s_during_outages
+            .map_or_else(String::new, |r| format!(", {r:.0}/s during outages"));
+        println!(
+            "  source reads  {:.0}/s outside faults{during}",
+            f.source_reads_per_s_outside_faults
+        );
+        if f.stale_after_failed_writes_ms > 0.0 {
+            println!(
+                "  after a failed write, an older version was read up to {:.0} ms later",
+                f.stale_after_failed_writes_ms
+            );
+        }
         for e in &self.examples {
             println!("  e.g. {e}");
         }

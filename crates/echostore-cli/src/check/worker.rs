@@ -59,10 +59,15 @@ pub(crate) struct WorkerArgs {
     /// Concurrent tasks making calls.
     #[arg(long)]
     pub(crate) tasks: u32,
+    /// Percent of calls that are reads.
+    #[arg(long)]
+    pub(crate) reads: u32,
     #[arg(long, value_parser = duration::parse)]
     pub(crate) ttl: Duration,
     #[arg(long, value_parser = duration::parse)]
     pub(crate) source_latency: Duration,
+    #[arg(long, value_parser = duration::parse)]
+    pub(crate) unconfirmed_l1_life: Duration,
     #[arg(long, value_enum)]
     pub(crate) coherence: Switch,
     #[arg(long)]
@@ -180,6 +185,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         .valkey(url)
         .require_valkey(true)
         .coherence(args.coherence == Switch::On)
+        .unconfirmed_l1_life(args.unconfirmed_l1_life)
         .namespace(args.namespace.as_str())
         .build()
         .await?;
@@ -208,6 +214,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
             source.clone(),
             recorder.clone(),
             args.keys,
+            args.reads,
             seed,
             Arc::clone(&stop),
         )));
@@ -252,6 +259,10 @@ async fn open<K: Key>(
         .stale_for(args.ttl)
         // Early refresh would load before expiry on purpose; the one-read rule counts by expiry.
         .early_refresh(0.0)
+        // The value is the source's version: writes are ordered by it, as the model compares
+        // versions (without it the last write to reach Valkey wins, which a slow put of an older
+        // version can be: docs/consistency.md, rule 6).
+        .version_by(|version: &u64| *version)
         .losers(LoserPolicy::Poll {
             every: Duration::from_millis(20),
             up_to: Duration::from_secs(5),
@@ -305,12 +316,14 @@ async fn tracked(url: &str, args: &WorkerArgs, tables: &Tables) -> CliResult<()>
     Ok(())
 }
 
-/// One task's calls until `stop`: three reads to every write, over the hot ids.
+/// One task's calls until `stop`: `reads` percent reads, the rest puts and invalidates (18 to
+/// 7), over the hot ids.
 async fn calls(
     tables: Tables,
     source: Source,
     recorder: Recorder,
     keys: u32,
+    reads: u32,
     seed: u64,
     stop: Arc<AtomicBool>,
 ) {
@@ -320,13 +333,13 @@ async fn calls(
         let id = rng.random_range(0..keys);
         let roll = rng.random_range(0..100);
         let start = now_ns();
-        let (action, version, ok, origin) = if roll < 75 {
+        let (action, version, ok, origin) = if roll < reads {
             match bounded(tables.read(table, id)).await {
                 Ok((version, origin)) => (Action::Read, version, true, origin),
                 Err(_) => (Action::Read, 0, false, String::new()),
             }
         } else {
-            let action = if roll < 93 {
+            let action = if rng.random_range(0..25) < 18 {
                 Action::Put
             } else {
                 Action::Invalidate
