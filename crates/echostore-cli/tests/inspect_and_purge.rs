@@ -315,7 +315,7 @@ fn undecodable_bytes_are_reported_not_failed() {
     assert!(why.contains("unknown envelope format 104"), "{why}");
     assert_eq!(
         value["first_bytes_hex"],
-        "68 65 6c 6c 6f 2c 20 6e 6f 74 20 61 6e 20 65 6e 76 65 6c 6f 70"
+        "68 65 6c 6c 6f 2c 20 6e 6f 74 20 61 6e 20 65 6e 76 65 6c 6f 70 65"
     );
     assert_eq!(value["size_bytes"], 22, "{foreign}");
 

@@ -39,15 +39,7 @@ impl Key for Touchy {
 
 /// `INFO clients`' `blocked_clients`: a client postponed by `CLIENT PAUSE` is counted there.
 async fn blocked_clients(conn: &mut common::RawConn) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("clients")
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("blocked_clients in INFO")
+    common::info_count(conn, "clients", "blocked_clients").await
 }
 
 /// Valkey holds writes (`CLIENT PAUSE WRITE`): put `v1` of the id is running (held at Valkey),

@@ -14,17 +14,7 @@ use redis::AsyncCommands;
 /// How many prefixes Valkey tracks for broadcast clients (`INFO stats`,
 /// `tracking_total_prefixes`): with one store on the server, two per table it tracks.
 async fn tracked_prefixes(conn: &mut common::RawConn) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|line| line.strip_prefix("tracking_total_prefixes:"))
-        .expect("tracking_total_prefixes")
-        .trim()
-        .parse()
-        .expect("a count")
+    common::info_count(conn, "stats", "tracking_total_prefixes").await
 }
 
 /// Dropping tables removes their prefixes, many times over, and leaves the kept table's

@@ -20,24 +20,25 @@ async fn text_table(url: &str, name: &str) -> Table<String, String> {
         .expect("table")
 }
 
-/// Braces, colons, spaces, newlines, an empty id: stored under `<table>:{<id>}` byte for byte.
+/// Braces, colons, spaces, newlines: stored under `<table>:{<id>}` byte for byte; an empty id and
+/// one starting with `}` with one `\` before them (docs/lock-protocol.md: the hash tag is never
+/// empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_ids_are_stored_under_their_exact_names() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let t = text_table(&valkey.url(), "odd").await;
-    for id in [
-        "a{b}c",
-        "x:y:z",
-        "with space",
-        "new\nline",
-        "}leading",
-        "",
-        "ünïcödé",
+    for (id, key) in [
+        ("a{b}c", "odd:{a{b}c}"),
+        ("x:y:z", "odd:{x:y:z}"),
+        ("with space", "odd:{with space}"),
+        ("new\nline", "odd:{new\nline}"),
+        ("}leading", r"odd:{\}leading}"),
+        ("", r"odd:{\}"),
+        ("ünïcödé", "odd:{ünïcödé}"),
     ] {
         let id = id.to_string();
         assert_eq!(*t.get(&id).await.expect("loaded"), format!("v:{id}"));
-        let key = format!("odd:{{{id}}}");
         assert!(
             conn.exists::<_, bool>(&key).await.expect("EXISTS"),
             "{key:?} on the wire"

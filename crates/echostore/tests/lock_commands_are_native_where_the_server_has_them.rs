@@ -15,35 +15,9 @@ use redis::AsyncCommands;
 
 const LOCK: &str = "lock:native:{1}";
 
-/// Calls of `command` since the last `CONFIG RESETSTAT`, summed over the servers (a cluster
-/// answers `INFO` with one text per node).
+/// Calls of `command` since the last `CONFIG RESETSTAT`, summed over the servers.
 async fn calls(conn: &mut common::RawConn, command: &str) -> u64 {
-    let stats: redis::Value = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    let mut texts = Vec::new();
-    collect_texts(&stats, &mut texts);
-    let prefix = format!("cmdstat_{command}:calls=");
-    texts
-        .iter()
-        .flat_map(|text| text.lines())
-        .filter_map(|l| l.strip_prefix(prefix.as_str()))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
-}
-
-fn collect_texts(value: &redis::Value, into: &mut Vec<String>) {
-    match value {
-        redis::Value::BulkString(bytes) => into.push(String::from_utf8_lossy(bytes).into_owned()),
-        redis::Value::VerbatimString { text, .. } | redis::Value::SimpleString(text) => {
-            into.push(text.clone())
-        }
-        redis::Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_texts(v, into)),
-        redis::Value::Array(items) => items.iter().for_each(|v| collect_texts(v, into)),
-        _ => {}
-    }
+    common::command_calls(conn, command).await
 }
 
 async fn table(url: &str, native: bool, source: &Source) -> Table<u64, String> {

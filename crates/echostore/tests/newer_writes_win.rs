@@ -312,7 +312,7 @@ async fn a_put_held_past_its_timeout_never_lands() {
         .set(VALUE, envelope(unix_ms() + HOUR_MS, unix_ms(), &"newer"))
         .await
         .expect("a newer write lands meanwhile");
-    let sets = set_calls(&mut conn).await;
+    let sets = common::command_calls(&mut conn, "set").await;
     assert!(a_store.is_degraded(), "the timeout opened A's breaker");
     proxy.release();
     until("the held requests went through", || proxy.waiting() == 0).await;
@@ -323,23 +323,10 @@ async fn a_put_held_past_its_timeout_never_lands() {
     })
     .await;
     assert_eq!(
-        set_calls(&mut conn).await,
+        common::command_calls(&mut conn, "set").await,
         sets,
         "the put its caller gave up on never set the value (its script ran no SET)"
     );
     let stored = read_envelope::<String>(&mut conn, VALUE).await;
     assert_ne!(stored.map(|s| s.value).as_deref(), Some("late"));
-}
-
-/// `SET`s Valkey has run, scripts' included (`INFO commandstats`).
-async fn set_calls(conn: &mut common::RawConn) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
 }

@@ -109,6 +109,8 @@ pub(crate) struct EnvelopeReport {
     age_ms: i64,
     /// The load's duration, ms (format 2, recorded to the µs); null when not recorded.
     delta_ms: Option<f64>,
+    /// The value's version from the source (format 3: a table with `.version_by`).
+    version: Option<u64>,
     /// Anything odd about the header, in words.
     notes: Vec<String>,
 }
@@ -222,6 +224,7 @@ fn envelope_report(h: Header, size: u64, now_ms: u64) -> EnvelopeReport {
         age_ms: (i128::from(now_ms) - i128::from(h.written_at_ms))
             .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
         delta_ms: h.delta.map(|d| d.as_secs_f64() * 1e3),
+        version: h.version,
         notes,
     }
 }

@@ -65,6 +65,9 @@ fn envelope(e: &EnvelopeReport) {
         Some(delta) => println!("    load time  {} (delta)", span(delta as u64)),
         None => println!("    load time  not recorded (format {})", e.format),
     }
+    if let Some(version) = e.version {
+        println!("    version    {version} (from the source: .version_by)");
+    }
     for note in &e.notes {
         println!("    note       {note}");
     }
