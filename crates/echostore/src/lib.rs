@@ -21,7 +21,8 @@
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
 //! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
-//!   `unsettled` — the ids whose write failed, until their Valkey copy is repaired.
+//!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
+//!   (a failed write, a load answered in-process), until it is repaired.
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
 //!   and wake losers (`BCAST` client-side caching).
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
