@@ -56,6 +56,20 @@ async fn two_stores(
     (a, b)
 }
 
+/// The repair reached B (its L1 copy of "v1" is retired and it reads "v2"), and Valkey no longer
+/// holds "v1".
+async fn repaired_everywhere(b: &Table<u64, String>, admin: &mut common::RawConn) {
+    until_async("B's L1 copy of v1 is retired and B reads v2", async || {
+        b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
+    })
+    .await;
+    let on_valkey = read_envelope::<String>(admin, "rows:{1}").await;
+    assert!(
+        on_valkey.as_ref().is_none_or(|env| env.value == "v2"),
+        "Valkey no longer holds v1: {on_valkey:?}"
+    );
+}
+
 /// A put refused by Valkey (the writer lost the right to run scripts) after the source moved to
 /// "v2": Valkey's "v1" is deleted at once (a `DEL` is still allowed), B's L1 copy is retired by
 /// that push and B reads "v2" from the source; A never serves Valkey's old copy.
@@ -72,15 +86,7 @@ async fn a_failed_put_is_repaired_on_valkey_and_in_every_l1() {
     let failed = a.put(&1, "v2".into()).await;
     assert!(failed.is_err(), "the put's script was refused: {failed:?}");
 
-    until_async("B's L1 copy of v1 is retired and B reads v2", async || {
-        b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
-    })
-    .await;
-    let on_valkey = read_envelope::<String>(&mut admin, "rows:{1}").await;
-    assert!(
-        on_valkey.as_ref().is_none_or(|env| env.value == "v2"),
-        "Valkey no longer holds v1: {on_valkey:?}"
-    );
+    repaired_everywhere(&b, &mut admin).await;
     assert_eq!(*a.get(&1).await.expect("A reads"), "v2");
     acl(&mut admin, &["+@all"]).await;
     settled(&a).await;
@@ -148,14 +154,6 @@ async fn a_process_that_answered_from_its_loader_never_reads_valkeys_older_copy(
         "v2",
         "A never goes back to Valkey's v1"
     );
-    until_async("B's L1 copy of v1 is retired and B reads v2", async || {
-        b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
-    })
-    .await;
-    let on_valkey = read_envelope::<String>(&mut admin, "rows:{1}").await;
-    assert!(
-        on_valkey.as_ref().is_none_or(|env| env.value == "v2"),
-        "Valkey no longer holds v1: {on_valkey:?}"
-    );
+    repaired_everywhere(&b, &mut admin).await;
     settled(&a).await;
 }

@@ -30,6 +30,17 @@ async fn table_on(store: &Store, source: &Source) -> Table<u64, String> {
         .expect("table")
 }
 
+/// Store A, reaching Valkey through `proxy`, waiting `timeout` for each reply.
+async fn store_through(proxy: &Proxy, timeout: Duration) -> Store {
+    Store::builder()
+        .valkey(proxy.url())
+        .require_valkey(true)
+        .valkey_timeout(timeout)
+        .build()
+        .await
+        .expect("store A")
+}
+
 /// Store A's put of `"first-stamped"` takes its client-side stamp, then is held on its way to
 /// Valkey (a slow network); store B's put of `"second-stamped"`, stamped later on B's clock,
 /// lands first. A's put lands last, so it wins: Valkey holds it with a `written_at` from the
@@ -43,13 +54,8 @@ async fn the_write_that_lands_last_wins_whatever_its_writers_clock_said() {
     let mut conn = raw(&valkey.url()).await;
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
-    let a_store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_secs(30)) // the hold is a delay, not an outage
-        .build()
-        .await
-        .expect("store A");
+    // The hold is a delay here, not an outage.
+    let a_store = store_through(&proxy, Duration::from_secs(30)).await;
     let a = table_on(&a_store, &source).await;
     let b = valkey_table(&valkey.url(), "nw", &source, |t| {
         t.ttl(Duration::from_secs(60))
@@ -280,13 +286,7 @@ async fn a_put_held_past_its_timeout_never_lands() {
     let mut conn = raw(&valkey.url()).await;
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
-    let a_store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .expect("store A");
+    let a_store = store_through(&proxy, Duration::from_millis(200)).await;
     let a = table_on(&a_store, &source).await;
     a.put(&1, "first".into()).await.expect("A's first put"); // loads the script, reads the clock
 
