@@ -44,6 +44,7 @@ use ractor::RpcReplyPort;
 use crate::board::{Answerer, Board};
 use crate::error::Result;
 use crate::fetched::Fetched;
+use id_state::IdState;
 
 /// Loads of one id that may run at once in one process: the current flight and those overtaken by
 /// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
@@ -129,46 +130,6 @@ enum Overtaker {
 enum Phase {
     Queued,
     Running,
-}
-
-/// Everything in flight for one id.
-struct IdState<V, W> {
-    current: Option<(Flight<V>, Phase)>,
-    /// `true` while a write of this id is on its way to Valkey.
-    writing: bool,
-    /// Writes waiting for the running one, in arrival order.
-    waiting: VecDeque<W>,
-    /// Detached flights of this id still running.
-    detached: Vec<FlightId>,
-}
-
-impl<V, W> IdState<V, W> {
-    fn new() -> Self {
-        IdState {
-            current: None,
-            writing: false,
-            waiting: VecDeque::new(),
-            detached: Vec::new(),
-        }
-    }
-
-    fn is_idle(&self) -> bool {
-        self.current.is_none() && !self.writing && self.detached.is_empty()
-    }
-
-    /// Moves a queued current flight to running if nothing holds it back; its id if so.
-    fn try_launch(&mut self) -> Option<FlightId> {
-        if self.writing || self.detached.len() >= MAX_LOADS_PER_ID {
-            return None;
-        }
-        match &mut self.current {
-            Some((flight, phase @ Phase::Queued)) => {
-                *phase = Phase::Running;
-                Some(flight.id)
-            }
-            _ => None,
-        }
-    }
 }
 
 /// Every flight and pending write of one table. `W` is the owner's pending write.
@@ -361,5 +322,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
 }
 
 mod flight;
+mod id_state;
 #[cfg(test)]
 mod tests;

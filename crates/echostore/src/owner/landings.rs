@@ -1,0 +1,91 @@
+//! How the owner takes a flight's landing: what enters L1, what its callers are answered, when
+//! they fly again instead (the flight changed nothing they may take), and a caller flying again.
+
+use super::*;
+
+impl<K: Key, V: Value> OwnerState<K, V> {
+    /// A flight finished: store what it may keep, answer its callers (or send them to fly
+    /// again), and launch the flight queued behind it.
+    pub(super) fn landed(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: &K,
+        flight: FlightId,
+        refresh: bool,
+        outcome: Result<Landing<V>>,
+    ) {
+        let Some(mut landed) = self.flights.land(id, flight) else {
+            if refresh && outcome.is_err() {
+                bump(&self.core.stats.counters.early_refresh_failures);
+            }
+            return;
+        };
+        self.publish_in_flight();
+        let answer = match outcome {
+            // Another process is rebuilding the id: callers who joined (their copy expired
+            // meanwhile) fly again, and a new flight waits for that process's value.
+            Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),
+            // A put of this process overtook the flight: L1 keeps the put's value, so callers
+            // take that (or what follows it) instead of what the flight read.
+            Ok(Landing::Filled(_)) if landed.fly_again => {
+                return self.fly_again(myself, id, landed);
+            }
+            Ok(Landing::Filled(filled)) => {
+                if landed.store
+                    && let Some(entry) = filled.keep
+                {
+                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
+                }
+                Ok(filled.fetched)
+            }
+            Err(e) => {
+                if refresh {
+                    bump(&self.core.stats.counters.early_refresh_failures);
+                    tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
+                }
+                if !refresh || landed.flight.waiters() > 0 {
+                    bump(&self.core.stats.counters.errors);
+                }
+                Err(e)
+            }
+        };
+        tracing::debug!(
+            table = %self.core.name,
+            id = ?id,
+            outcome = match &answer { Ok(f) => format!("{:?}", f.origin), Err(e) => e.to_string() },
+            waiters = landed.flight.waiters(),
+            stored = landed.store,
+            "flight landed"
+        );
+        landed.flight.answer(&answer);
+        if let Some(queued) = landed.launch {
+            self.launch_queued(myself, id.clone(), queued);
+        }
+    }
+
+    /// Every caller of a landed flight flies again (it changed nothing they may take), then the
+    /// flight queued behind it launches.
+    fn fly_again(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: &K, mut landed: Landed<V>) {
+        let queued = landed.launch.take();
+        for reply in landed.flight.into_callers() {
+            self.rejoin(myself, id.clone(), reply);
+        }
+        if let Some(queued) = queued {
+            self.launch_queued(myself, id.clone(), queued);
+        }
+    }
+
+    /// A caller flying again: from L1 if fresh now, else in a flight (not `coalesced` twice).
+    pub(super) fn rejoin(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
+        if reply.is_closed() {
+            return;
+        }
+        if let Some(hit) = self.l1_hit(&id) {
+            let _ = reply.send(Ok(hit));
+            return;
+        }
+        if let Miss::Launch(flight) = self.flights.miss(&id, Some(reply)) {
+            self.launch(myself, id, flight, None);
+        }
+    }
+}
