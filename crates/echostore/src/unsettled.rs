@@ -106,12 +106,13 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
         }
     }
 
-    /// The marks now, to repair them.
-    fn snapshot(&self) -> Vec<(K, Mark)> {
+    /// Some mark, to repair next (one at a time: during an outage the set holds every id
+    /// loaded in-process, and a round that cannot land stops at its first repair).
+    fn any_mark(&self) -> Option<(K, Mark)> {
         self.lock()
             .iter()
+            .next()
             .map(|(id, mark)| (id.clone(), mark.clone()))
-            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, Mark>> {
@@ -133,7 +134,13 @@ async fn repair_task<K: Clone + Eq + Hash + Send + Sync + 'static>(
         let Some(set) = unsettled.upgrade() else {
             return;
         };
-        for (id, mark) in set.snapshot() {
+        // At most as many repairs as there are marks now: a mark made again meanwhile waits for
+        // the next round.
+        let marks = set.lock().len();
+        for _ in 0..marks {
+            let Some((id, mark)) = set.any_mark() else {
+                break;
+            };
             if l2.invalidate(&mark.names).await.is_err() {
                 break;
             }
