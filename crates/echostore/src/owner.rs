@@ -157,11 +157,12 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush => {
-                bump(&state.core.stats.counters.coherence_flushes);
                 state.flights.overtake_all(); // before L1 changes: no read settles after
                 state.core.l1.clear();
                 state.own.clear();
                 state.overtaken_writes.clear();
+                // Counted once done: whoever sees the count finds L1 already flushed.
+                bump(&state.core.stats.counters.coherence_flushes);
             }
         }
         state.publish_in_flight();

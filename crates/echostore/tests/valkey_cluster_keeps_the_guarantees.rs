@@ -83,14 +83,24 @@ async fn puts_reach_other_stores_from_every_primary() {
     let ids: Vec<u64> = (1..=9).collect();
     let on: BTreeSet<usize> = shards(&cluster, "co", &ids).await.into_values().collect();
     assert_eq!(on.len(), 3, "the ids span every shard");
+    // The writer loads every id, so the reader's L1 fills from Valkey and has no write of its
+    // own whose push could arrive late and be counted among the puts' pushes below.
     for &id in &ids {
-        reader.get(&id).await.expect("load");
+        writer.get(&id).await.expect("load");
+    }
+    until_stats(&reader, "the loads' pushes reached the reader", |s| {
+        s.invalidations >= ids.len() as u64
+    })
+    .await;
+    for &id in &ids {
+        assert_eq!(reader.fetch(&id).await.expect("read").origin, Origin::L2);
         assert_eq!(reader.fetch(&id).await.expect("hit").origin, Origin::L1);
     }
+    let before = reader.stats().invalidations;
     for (n, &id) in ids.iter().enumerate() {
         writer.put(&id, format!("new-{id}")).await.expect("put");
         until_stats(&reader, "the push reached the reader", |s| {
-            s.invalidations > n as u64
+            s.invalidations > before + n as u64
         })
         .await;
         let f = reader.fetch(&id).await.expect("re-read");

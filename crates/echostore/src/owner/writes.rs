@@ -100,11 +100,12 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             });
             return;
         }
-        bump(&self.core.stats.counters.invalidations);
         self.flights.overtake(&id); // before L1 changes: a read of the id can no longer settle
         self.core.l1.remove(&id);
         if self.flights.is_writing(&id) {
             self.overtaken_writes.insert(id);
         }
+        // Counted once done: whoever sees the count finds the id already gone from L1.
+        bump(&self.core.stats.counters.invalidations);
     }
 }
