@@ -80,7 +80,13 @@ impl Endpoint {
         let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
             .connection_timeout(self.timeout)
             .response_timeout(self.timeout)
-            .retries(2);
+            .retries(2)
+            // A `TRYAGAIN` (a slot being migrated) lasts milliseconds: the client's retries of
+            // it wait a few ms, not its default 1.28 s and more, which outlasts every timeout.
+            // L2's scripts go on retrying it until their timeout.
+            .min_retry_wait(2)
+            .max_retry_wait(20)
+            .retry_wait_formula(5, 2);
         #[cfg(feature = "tls")]
         let builder = match &self.ca {
             Some(ca) => builder.certs(redis::TlsCertificates {

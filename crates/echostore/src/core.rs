@@ -13,11 +13,12 @@ use futures::future::BoxFuture;
 
 use crate::board::Board;
 use crate::coherence::Tracker;
-use crate::envelope::{self, Envelope, unix_ms};
+use crate::envelope::{self, Envelope};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1};
 use crate::l2::L2;
 use crate::losers::LoserPolicy;
+use crate::server_clock::wall_ms;
 use crate::stats::Stats;
 use crate::unsettled::Unsettled;
 
@@ -52,8 +53,9 @@ impl<V> TableConfig<V> {
         self.ttl.mul_f64(1.0 + self.jitter)
     }
 
-    /// The life of a value written now: `ttl ± ttl·jitter`, drawn afresh for every write.
-    pub(crate) fn life(&self) -> Life {
+    /// The life of a value written at `now_ms` ([`TableCore::now_ms`]): `ttl ± ttl·jitter`, drawn
+    /// afresh for every write.
+    pub(crate) fn life(&self, now_ms: u64) -> Life {
         let spread = if self.jitter > 0.0 {
             rand::random_range(-self.jitter..=self.jitter)
         } else {
@@ -62,7 +64,7 @@ impl<V> TableConfig<V> {
         Life {
             fresh_for: self.ttl.mul_f64(1.0 + spread),
             stale_for: self.stale_for,
-            written_at_ms: unix_ms(),
+            written_at_ms: now_ms,
             delta: Duration::ZERO,
             early_beta: self.early_beta,
         }
@@ -175,10 +177,16 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         crate::key::KeyNames::new(&self.namespace, &self.name, id)
     }
 
+    /// Now, in unix ms, as this table compares it with an envelope's `fresh_until`: Valkey's
+    /// clock as estimated here, never this process's own wall clock once Valkey has answered.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.l2.as_ref().map_or_else(wall_ms, L2::now_ms)
+    }
+
     /// The L1 entry of a fresh value read from Valkey: fresh until the envelope's own
     /// `fresh_until`, refreshed early by its recorded load time.
     pub(crate) fn l2_entry(&self, env: Envelope<V>) -> Entry<V> {
-        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(unix_ms()));
+        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(self.now_ms()));
         let early = self.config.early(env.delta);
         Entry::new(Arc::new(env.value), left, self.config.stale_for, early)
     }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! byte 0       format (2; 3 with a version)
-//! bytes 1..9   fresh_until, unix ms, little-endian u64   (the logical life: written_at + ttl ± jitter)
+//! bytes 1..9   fresh_until, unix ms, little-endian u64   (written_at + ttl ± jitter, restamped with it)
 //! bytes 9..17  written_at,  unix ms, little-endian u64   (stamped by Valkey's TIME as the write lands)
 //! bytes 17..21 delta: how long the load took, µs, little-endian u32 (saturating; 0 = unknown)
 //! bytes 21..29 format 3 only: the value's version from the source (`.version_by`), little-endian u64
@@ -28,14 +28,14 @@
 //! [`MAX_DEPTH`] while decoding, before the deep value exists (a value a million deep could not
 //! even be dropped without overflowing the stack).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::depth::{Budget, Limited};
 use crate::error::{Error, Result};
-use crate::header::{FORMAT, FORMAT_VERSIONED, HEADER_1, HeaderError, WRITTEN_AT, decode_header};
+use crate::header::{FORMAT, FORMAT_VERSIONED, HEADER_1, HeaderError, decode_header};
 
 /// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
 /// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
@@ -123,10 +123,9 @@ pub(crate) fn encode<V: Serialize>(
 }
 
 /// What tells one written envelope from another: its length and a hash of all its bytes but
-/// `written_at`, which the write scripts replace with Valkey's clock as the envelope lands (so
-/// the bytes a writer sends and the bytes it reads back differ there). Header fields alone are
-/// not enough: two writers in one millisecond with no jitter stamp the same header; equal bytes
-/// otherwise, on the other hand, are the same value and the same life.
+/// `fresh_until` and `written_at`, which the write scripts restamp on Valkey's clock as the
+/// envelope lands (so the bytes a writer sends and the bytes it reads back differ there). Equal
+/// bytes otherwise are the same value, loaded in the same time, with the same version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fingerprint {
     len: usize,
@@ -139,7 +138,7 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
     let mut hasher = DefaultHasher::new();
     match bytes.get(HEADER_1..) {
         Some(rest) => {
-            hasher.write(&bytes[..WRITTEN_AT]);
+            hasher.write(&bytes[..1]);
             hasher.write(rest);
         }
         None => hasher.write(bytes),
@@ -172,31 +171,23 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
     })
 }
 
-/// Wall-clock now in unix milliseconds: envelopes are compared across processes, so they use
-/// the wall clock, not a monotonic one.
-pub(crate) fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::LONGEST_HEADER;
+    use crate::header::{LONGEST_HEADER, WRITTEN_AT};
 
-    /// Valkey's restamped `written_at` does not change an envelope's fingerprint; any other
-    /// byte does.
+    /// Valkey's restamped `fresh_until` and `written_at` do not change an envelope's
+    /// fingerprint; any other byte does.
     #[test]
-    fn fingerprints_ignore_the_stamp_valkey_puts_in() {
+    fn fingerprints_ignore_the_stamps_valkey_puts_in() {
         let bytes = encode(&"v", 2_000, 1_000, Duration::ZERO, None, 1 << 10).expect("encode");
         let mut restamped = bytes.clone();
+        restamped[1..WRITTEN_AT].copy_from_slice(&6_000u64.to_le_bytes());
         restamped[WRITTEN_AT..HEADER_1].copy_from_slice(&5_000u64.to_le_bytes());
         assert_eq!(fingerprint(&bytes), fingerprint(&restamped));
-        let mut other_life = bytes.clone();
-        other_life[1] ^= 1;
-        assert_ne!(fingerprint(&bytes), fingerprint(&other_life));
+        let mut other_load = bytes.clone();
+        other_load[HEADER_1] ^= 1;
+        assert_ne!(fingerprint(&bytes), fingerprint(&other_load));
         let mut other_value = bytes.clone();
         *other_value.last_mut().expect("a payload") ^= 1;
         assert_ne!(fingerprint(&bytes), fingerprint(&other_value));

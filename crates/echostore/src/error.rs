@@ -269,6 +269,15 @@ impl ValkeyError {
     pub fn is_connection_failure(&self) -> bool {
         self.0.is_io_error() || self.0.is_timeout() || self.0.is_connection_dropped()
     }
+
+    /// `true` for a cluster's `TRYAGAIN`: a multi-key command over a slot that is being
+    /// migrated, with some of its keys moved and some not.
+    pub(crate) fn is_try_again(&self) -> bool {
+        matches!(
+            self.0.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+        )
+    }
 }
 
 impl std::fmt::Display for ValkeyError {

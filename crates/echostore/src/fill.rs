@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::clock::Moment;
 use crate::core::{TableCore, millis};
-use crate::envelope::{self, Envelope, Fingerprint, unix_ms};
+use crate::envelope::{self, Envelope, Fingerprint};
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::key::{Key, KeyNames, Value};
@@ -132,7 +132,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// `true` if a value read from Valkey answers this flight: fresh, and for a refresh newer
     /// than the value being refreshed.
     fn takes(&self, env: &Envelope<V>) -> bool {
-        let now_ms = unix_ms();
+        let now_ms = self.core.now_ms();
         if !env.is_fresh(now_ms) {
             return false;
         }
@@ -240,7 +240,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 return self.load.fail_safe(e, stale.filter(|_| ours), ours);
             }
         };
-        let life = self.core.config.life().loaded_in(delta);
+        let life = self.core.config.life(self.core.now_ms()).loaded_in(delta);
         let bytes = match life.encode(&*value, &self.core.config) {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -330,8 +330,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         if self.refreshing.is_some() {
             return None;
         }
-        tracing::trace!(table = %self.core.name, written_ms_ago = unix_ms().saturating_sub(env.written_at_ms), "a stale copy on valkey");
-        Stale::from_envelope(env, self.core.config.stale_for)
+        let now_ms = self.core.now_ms();
+        tracing::trace!(table = %self.core.name, written_ms_ago = now_ms.saturating_sub(env.written_at_ms), "a stale copy on valkey");
+        Stale::from_envelope(env, self.core.config.stale_for, now_ms)
     }
 
     /// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.

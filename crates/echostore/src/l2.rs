@@ -18,7 +18,11 @@ use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
 use crate::natives::{self, Natives};
-use crate::server_clock::ServerClock;
+use crate::server_clock::{ServerClock, wall_ms};
+
+/// How long a script refused with `TRYAGAIN` (a slot being migrated) waits before it is sent
+/// again.
+const TRY_AGAIN_EVERY: Duration = Duration::from_millis(10);
 
 /// How a store reaches Valkey.
 #[derive(Clone)]
@@ -85,11 +89,11 @@ impl L2 {
         Ok(l2)
     }
 
-    /// Reads the server's `TIME` into the clock estimate (until the first put's reply does).
+    /// Reads the server's `TIME` into the clock estimate (at build, and when it has grown old).
     async fn read_clock(&self) {
         let sent = self.clock.send();
         let time = self
-            .run("TIME at build", None, |mut c| async move {
+            .run("TIME", None, |mut c| async move {
                 redis::cmd("TIME").query_async::<(u64, u64)>(&mut c).await
             })
             .await;
@@ -104,6 +108,25 @@ impl L2 {
     /// Valkey's clock as estimated here.
     pub(crate) fn clock(&self) -> &ServerClock {
         &self.clock
+    }
+
+    /// Now, in unix ms on Valkey's clock as estimated here (this process's wall clock before
+    /// any reading): the one "now" that envelopes' `fresh_until` is compared with. A reading
+    /// grown old is renewed in the background.
+    pub(crate) fn now_ms(&self) -> u64 {
+        if self.clock.claim_renewal() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    let l2 = self.clone();
+                    runtime.spawn(async move {
+                        l2.read_clock().await;
+                        l2.clock.renewed();
+                    });
+                }
+                Err(_) => self.clock.renewed(),
+            }
+        }
+        self.clock.now_ms().unwrap_or_else(wall_ms)
     }
 
     /// How long a caller waits for a reply (`valkey_timeout`).
@@ -153,16 +176,36 @@ impl L2 {
     }
 
     /// Runs a script through the breaker (EVALSHA, reloaded on NOSCRIPT by redis-rs).
+    ///
+    /// A cluster slot being migrated refuses a script over an id's two keys with `TRYAGAIN`
+    /// while one key has moved and the other has not: a pause of that slot, not a failure, so the
+    /// script is sent again every [`TRY_AGAIN_EVERY`] until the call's timeout (the client's own
+    /// retries, a few ms apart, come first). `TRYAGAIN` is an error reply from a live server,
+    /// which never counts against the breaker.
     pub(crate) async fn script<T: redis::FromRedisValue>(
         &self,
         context: &'static str,
         names: &KeyNames,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        self.run(context, Some(names), |mut c| async move {
-            invocation.invoke_async(&mut c).await
-        })
-        .await
+        let until = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let invocation = &invocation;
+            let ran = self
+                .run(context, Some(names), |mut c| async move {
+                    invocation.invoke_async(&mut c).await
+                })
+                .await;
+            match ran {
+                Err(Error::Valkey { source, .. })
+                    if source.is_try_again()
+                        && tokio::time::Instant::now() + TRY_AGAIN_EVERY < until =>
+                {
+                    tokio::time::sleep(TRY_AGAIN_EVERY).await;
+                }
+                ran => return ran,
+            }
+        }
     }
 
     /// `GETRANGE <value key> 0 <max_bytes>`: the value, or at most one byte more than the limit.

@@ -39,7 +39,8 @@
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `tracking` — coherence's tracking connections (one per server or cluster primary).
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`);
-//!   `server_clock` — Valkey's clock as estimated here, on which a put's deadline is set.
+//!   `server_clock` — Valkey's clock as estimated here: the "now" every envelope's life is read
+//!   against, and a put's deadline.
 //! - `envelope` — the bytes on Valkey: the header (`header`: format, `fresh_until`,
 //!   `written_at`, the load's `delta`, the source's version; published in [`protocol`]), then the
 //!   postcard payload, decoded within a nesting bound (`depth`).
@@ -288,4 +289,6 @@ pub mod protocol {
         ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
         PUT_SCRIPT, RELEASE_SCRIPT,
     };
+    #[doc(hidden)]
+    pub use crate::server_clock::offset_wall_clock;
 }

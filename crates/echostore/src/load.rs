@@ -56,7 +56,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         let entry = self
             .core
             .config
-            .life()
+            .life(self.core.now_ms())
             .loaded_in(delta)
             .entry(Arc::new(value));
         Filled::fresh(entry, Origin::Loaded)

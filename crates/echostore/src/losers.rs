@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::envelope::{Envelope, unix_ms};
+use crate::envelope::Envelope;
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::key::KeyNames;
@@ -171,7 +171,7 @@ pub(crate) async fn poll<V>(
             Ok((bytes, locked)) => {
                 pause = every;
                 match decode(bytes) {
-                    Some(env) if env.is_fresh(unix_ms()) => return Ok(PollEnd::Fresh(env)),
+                    Some(env) if env.is_fresh(l2.now_ms()) => return Ok(PollEnd::Fresh(env)),
                     seen if !locked => return Ok(PollEnd::LockFree(seen)),
                     _ => {}
                 }

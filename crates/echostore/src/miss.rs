@@ -34,7 +34,7 @@ use futures::future::BoxFuture;
 
 use crate::board::{Cell, Entered, ReadId};
 use crate::core::TableCore;
-use crate::envelope::{self, unix_ms};
+use crate::envelope;
 use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
@@ -128,7 +128,7 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
         let env = decoded.ok()?.ok()?.capped(core.config.longest_life());
-        if !env.is_fresh(unix_ms()) {
+        if !env.is_fresh(core.now_ms()) {
             return None;
         }
         let entry = core.l2_entry(env);

@@ -2,7 +2,8 @@
 //! `echostore::protocol::*`, and each hashed once per process.
 //!
 //! **The last write to land wins, and Valkey's clock stamps it.** The fenced write and `put` set
-//! the envelope's `written_at` from the server's own `TIME` inside the script, so which of two
+//! the envelope's `written_at` from the server's own `TIME` inside the script (and `fresh_until`
+//! to `TIME` plus the life the writer gave, so no copy's life rests on its writer's clock), so which of two
 //! writes wins depends on the order they reach Valkey, never on the writers' wall clocks (a
 //! writer whose clock runs ahead cannot make others' writes no-ops). A fill cannot land over a
 //! `put` that reached Valkey after the fill took its lock: the put drops the lock, and the fenced
@@ -22,7 +23,8 @@ use std::sync::LazyLock;
 pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
 
 /// The Lua functions both ordered writes use: `stamped(new, now)` is the envelope `new` with its
-/// `written_at` (bytes 10..17, little-endian) set to the server's own clock (`TIME`), and
+/// `written_at` (bytes 10..17, little-endian) set to the server's own clock (`TIME`) and its
+/// `fresh_until` (bytes 2..9) moved with it, keeping the life the writer gave, and
 /// `newer(old, now, new)` is `true` when the stored envelope `old` must win over `new`: both carry
 /// a source version (format 3) and `old`'s is greater, compared byte by byte (a Lua number would
 /// round versions past 2^53); or, failing versions, `old` (format 1, 2 or 3) was stamped after
@@ -35,13 +37,16 @@ local function le(n)
   for i = 1, 8 do bytes[i] = string.char(n % 256); n = math.floor(n / 256) end
   return table.concat(bytes)
 end
+local function u64_at(v, first)
+  local n = 0
+  for i = first + 7, first, -1 do n = n * 256 + string.byte(v, i) end
+  return n
+end
 local function written_at(v)
   if type(v) ~= 'string' or #v < 17 then return nil end
   local format = string.byte(v, 1)
   if format ~= 1 and format ~= 2 and format ~= 3 then return nil end
-  local n = 0
-  for i = 17, 10, -1 do n = n * 256 + string.byte(v, i) end
-  return n
+  return u64_at(v, 10)
 end
 local function version(v)
   if type(v) ~= 'string' or #v < 29 or string.byte(v, 1) ~= 3 then return nil end
@@ -59,7 +64,8 @@ local function server_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function stamped(v, now)
-  return string.sub(v, 1, 9) .. le(now) .. string.sub(v, 18)
+  local life = math.max(0, u64_at(v, 2) - u64_at(v, 10))
+  return string.sub(v, 1, 1) .. le(now + life) .. le(now) .. string.sub(v, 18)
 end
 local function newer(old, now, new)
   if version(old) and version(new) then return greater_version(old, new) end

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Moment;
-use crate::envelope::{Envelope, Fingerprint, unix_ms};
+use crate::envelope::{Envelope, Fingerprint};
 use crate::fetched::{Fetched, Origin};
 use crate::l1::Entry;
 
@@ -88,8 +88,11 @@ pub(crate) struct Stale<V> {
 impl<V> Stale<V> {
     /// A stale copy read from Valkey, servable for `stale_for` past the envelope's freshness;
     /// `None` if that window has already closed.
-    pub(crate) fn from_envelope(env: Envelope<V>, stale_for: Duration) -> Option<Self> {
-        let now_ms = unix_ms();
+    pub(crate) fn from_envelope(
+        env: Envelope<V>,
+        stale_for: Duration,
+        now_ms: u64,
+    ) -> Option<Self> {
         let past = Duration::from_millis(now_ms.saturating_sub(env.fresh_until_ms));
         let left = stale_for.checked_sub(past).filter(|left| !left.is_zero())?;
         let now = Moment::now();

@@ -18,6 +18,10 @@ const PAUSE: Duration = Duration::from_millis(500);
 const SLOW_FOR: Duration = Duration::from_millis(500);
 const SLOW_BY: Duration = Duration::from_millis(100);
 const SILENT_FOR: Duration = Duration::from_millis(1500);
+/// How far the `skew` fault moves a worker's clock (far past any ttl and stale window), and
+/// how long it keeps it there each way.
+const SKEW_MS: i64 = 3_600_000;
+const SKEWED_FOR: Duration = Duration::from_secs(2);
 /// How long the `outage` fault keeps Valkey down.
 pub(crate) const OUTAGE: Duration = Duration::from_secs(5);
 
@@ -40,8 +44,8 @@ pub(crate) enum Fault {
     Crash,
     /// One worker's link to Valkey turns slow, then silent, then heals.
     Proxy,
-    /// A writer whose wall clock is offset: named, and always skipped until a store can be
-    /// given a clock (writes no longer depend on the writers' clocks: docs/consistency.md).
+    /// One worker's wall clock, as EchoStore reads it, an hour ahead, then an hour behind, then
+    /// right again. It excuses nothing: neither order nor life may rest on a wall clock.
     Skew,
 }
 
@@ -122,6 +126,8 @@ pub(crate) struct Reach<'a> {
     pub(crate) proxy: Option<&'a Proxy>,
     /// The worker the next crash goes to.
     pub(crate) next_crash: usize,
+    /// The worker whose clock the next skew moves.
+    pub(crate) next_skew: usize,
 }
 
 /// Injects `fault` and returns its span.
@@ -194,9 +200,25 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
                 name: fault.name().to_owned(),
                 start: crash_start,
                 end: crash_end,
+                excuses: true,
             });
         }
-        Fault::Skew => return Err("skew cannot be injected yet".into()),
+        Fault::Skew => {
+            let worker = reach.next_skew % reach.workers.len();
+            reach.next_skew += 1;
+            for by_ms in [SKEW_MS, -SKEW_MS, 0] {
+                reach.workers.skew(worker, by_ms).await?;
+                if by_ms != 0 {
+                    tokio::time::sleep(SKEWED_FOR).await;
+                }
+            }
+            return Ok(FaultSpan {
+                name: fault.name().to_owned(),
+                start,
+                end: now_ns(),
+                excuses: false,
+            });
+        }
         Fault::Proxy => {
             let proxy = reach.proxy.ok_or("the proxy fault needs its proxy")?;
             proxy.set(Link::Slow(SLOW_BY));
@@ -211,6 +233,7 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
         name: fault.name().to_owned(),
         start,
         end: end.unwrap_or_else(now_ns),
+        excuses: true,
     })
 }
 
@@ -220,10 +243,6 @@ pub(crate) fn unavailable(fault: Fault, embedded: bool) -> Option<&'static str> 
         Fault::Restart | Fault::Outage if !embedded => {
             Some("stopping the server needs control of it: only with the embedded Valkey")
         }
-        Fault::Skew => Some(
-            "a store cannot be given an offset clock yet (issue \"outages, clocks and edges\"); \
-             writes are ordered by Valkey's clock, not the writers'",
-        ),
         _ => None,
     }
 }
@@ -254,7 +273,7 @@ mod tests {
         assert_eq!(Fault::parse_list("none"), Ok(vec![]));
         assert_eq!(Fault::parse_list("all").map(|f| f.len()), Ok(9));
         assert_eq!(Fault::parse_list("skew"), Ok(vec![Fault::Skew]));
-        assert!(unavailable(Fault::Skew, true).is_some());
+        assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());
         assert!(unavailable(Fault::Restart, true).is_none());
         assert!(unavailable(Fault::Outage, false).is_some());

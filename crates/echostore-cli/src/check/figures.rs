@@ -120,6 +120,7 @@ mod tests {
             op(Action::Load, 0, 3, true, 3_999, 4_000),
         ];
         let spans = [FaultSpan {
+            excuses: true,
             name: "outage".to_owned(),
             start: 1_000_000_000,
             end: 2_000_000_000,

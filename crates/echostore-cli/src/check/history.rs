@@ -69,4 +69,11 @@ pub(crate) struct FaultSpan {
     pub(crate) name: String,
     pub(crate) start: u64,
     pub(crate) end: u64,
+    /// Whether the model excuses what the fault may cause; a skewed clock causes nothing.
+    #[serde(default = "excuses")]
+    pub(crate) excuses: bool,
+}
+
+fn excuses() -> bool {
+    true
 }

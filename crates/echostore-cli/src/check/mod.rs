@@ -62,8 +62,8 @@ pub(crate) struct CheckArgs {
     seconds: Duration,
 
     /// Faults to inject, in turn: none, all, or a comma-separated list of kill-tracking,
-    /// kill-all, pause-write, pause-all, restart, crash, proxy, skew (`kill` and `pause` name
-    /// both; skew is named and skipped, and the output says why).
+    /// kill-all, pause-write, pause-all, restart, outage, crash, proxy, skew (`kill` and
+    /// `pause` name both).
     #[arg(long, default_value = "none", value_parser = faults::FaultList::parse)]
     faults: faults::FaultList,
 
@@ -195,6 +195,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             workers: &mut workers,
             proxy: proxy.as_ref(),
             next_crash: 0,
+            next_skew: 1,
         };
         schedule(&faults, args.seconds, &mut reach, &mut skipped).await?
     };

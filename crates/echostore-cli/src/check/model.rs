@@ -26,7 +26,7 @@
 //! A fault excuses `stale_after_write`, `divergent` and `extra_source_reads` when the write (or
 //! the earlier value) it concerns is no older than `B` before the fault began and the read began
 //! before the fault's grace ran out. Nothing excuses the other three: they hold through every
-//! fault.
+//! fault. The `skew` fault excuses nothing: no rule may rest on a process's wall clock.
 
 use std::collections::HashMap;
 
@@ -279,7 +279,7 @@ impl Run<'_> {
     /// Whether a fault excuses missing what happened at `since` until `until`: it began no more
     /// than `B` after `since`, and its grace had not run out at `until`.
     fn excused(&self, since: u64, until: u64) -> bool {
-        self.faults.iter().any(|f| {
+        self.faults.iter().filter(|f| f.excuses).any(|f| {
             since.saturating_add(self.bounds.staleness) >= f.start
                 && until <= f.end.saturating_add(self.bounds.fault_grace)
         })
@@ -379,6 +379,7 @@ impl Run<'_> {
     fn excused_since(&self, since: u64, until: u64) -> bool {
         self.faults
             .iter()
+            .filter(|f| f.excuses)
             .any(|f| f.start <= until && f.end.saturating_add(self.bounds.fault_grace) >= since)
     }
 

@@ -5,7 +5,9 @@
 //!
 //! It talks to the controller in lines: it prints `ready` once its tables are tracked, then
 //! takes `crash` (crash the struct table's owner; it answers `crashed <start> <end>`, or
-//! `crashed none` when the owner was not restarted) and `stop`
+//! `crashed none` when the owner was not restarted), `skew <ms>` (EchoStore's view of this
+//! process's wall clock runs that far ahead, or behind when negative; it answers `skewed <ms>`)
+//! and `stop`
 //! (or the end of stdin) on stdin, and prints `done` once its history is flushed.
 
 use std::borrow::Cow;
@@ -231,7 +233,12 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
                 }
             }
             "stop" => break,
-            _ => {}
+            line => {
+                if let Some(Ok(by_ms)) = line.strip_prefix("skew ").map(str::parse::<i64>) {
+                    echostore::protocol::offset_wall_clock(by_ms);
+                    println!("skewed {by_ms}");
+                }
+            }
         }
     }
     stop.store(true, Ordering::SeqCst);

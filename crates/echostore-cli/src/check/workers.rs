@@ -1,6 +1,6 @@
 //! The worker processes of `echostore check`, from the controller's side: this same binary with
-//! the hidden `check-worker` subcommand ([`Children`]), waited on for `ready`, told `crash` and
-//! `stop`, and asked why when one goes away (the end of its stderr, in the run's directory).
+//! the hidden `check-worker` subcommand ([`Children`]), waited on for `ready`, told `crash`,
+//! `skew` and `stop`, and asked why when one goes away (the end of its stderr, in the run's directory).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -85,6 +85,12 @@ impl Workers {
             }
             _ => Err(format!("worker {i} answered the crash with `{line}`").into()),
         }
+    }
+
+    /// Has worker `i`'s wall clock, as EchoStore reads it, run `by_ms` ahead (negative: behind).
+    pub(crate) async fn skew(&mut self, i: usize, by_ms: i64) -> CliResult<()> {
+        self.children.say(i, &format!("skew {by_ms}"))?;
+        self.line_from(i, "skewed").await.map(drop)
     }
 
     /// Tells every worker to stop, and waits until each has flushed its history and exited.

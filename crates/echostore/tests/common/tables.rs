@@ -102,16 +102,17 @@ pub async fn set_table(
 }
 
 /// Whether the envelope under `key` is past its logical life: its `fresh_until` (unix ms, bytes
-/// 1..9) checked against the wall clock, as EchoStore checks it. A missing key is not stale.
+/// 1..9) checked against Valkey's clock, as EchoStore checks it, by more than EchoStore's
+/// estimate of that clock can be off (a few ms: docs/consistency.md, rule 7). A missing key is
+/// not stale.
 pub async fn stale_on_valkey(conn: &mut super::RawConn, key: &str) -> bool {
+    /// More than the estimate's error: half a round trip and a millisecond of rounding.
+    const PAST_BY_MS: u64 = 50;
     let Some(bytes) = conn.get::<_, Option<Vec<u8>>>(key).await.expect("GET") else {
         return false;
     };
     let header = bytes.get(1..9).expect("an envelope header");
     let fresh_until_ms = u64::from_le_bytes(header.try_into().expect("8 bytes"));
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis();
-    now_ms >= u128::from(fresh_until_ms)
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    secs * 1000 + micros / 1000 >= fresh_until_ms + PAST_BY_MS
 }

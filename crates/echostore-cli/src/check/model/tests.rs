@@ -45,6 +45,7 @@ fn invalidate(p: u32, v: u64, start: u64, end: u64) -> Op {
 
 fn fault(start: u64, end: u64) -> FaultSpan {
     FaultSpan {
+        excuses: true,
         name: "kill-all".into(),
         start,
         end,
