@@ -40,9 +40,10 @@ async fn a_dropped_store_closes_every_connection() {
             "the stores are connected"
         );
         drop((a, b));
-        until_async("every connection of the dropped stores closed", async || {
-            other_clients(&mut conn).await == before
-        })
+        until_async(
+            "every connection of the dropped stores closed",
+            async || other_clients(&mut conn).await == before,
+        )
         .await;
     }
 }
