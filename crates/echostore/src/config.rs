@@ -23,7 +23,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{Loader, TableConfig, TableCore};
+use crate::core::{BatchLoader, Loader, TableConfig, TableCore};
 use crate::error::{Error, Result, SharedError};
 use crate::key::{Key, Value, validate_table_name};
 use crate::l1::{L1, L1Backend};
@@ -32,6 +32,7 @@ use crate::stats::Stats;
 use crate::store::Store;
 use crate::table::Table;
 
+mod batching;
 mod life;
 mod loading;
 mod start;
@@ -102,6 +103,7 @@ pub struct TableBuilder<K, V> {
     early_refresh: f64,
     version_by: Option<crate::core::VersionBy<V>>,
     loader: Option<Loader<K, V>>,
+    batch_loader: Option<BatchLoader<K, V>>,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -124,6 +126,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             early_refresh: 1.0,
             version_by: None,
             loader: None,
+            batch_loader: None,
             _key: PhantomData,
         }
     }

@@ -26,6 +26,14 @@ use crate::unsettled::Unsettled;
 pub(crate) type Loader<K, V> =
     Arc<dyn Fn(K) -> BoxFuture<'static, Result<V, SharedError>> + Send + Sync>;
 
+/// A table's batch loader: every id of a batch in one source call, answered as a map (an id it
+/// leaves out is absent at the source).
+pub(crate) type BatchLoader<K, V> = Arc<
+    dyn Fn(Vec<K>) -> BoxFuture<'static, Result<std::collections::HashMap<K, V>, SharedError>>
+        + Send
+        + Sync,
+>;
+
 /// Settings of a started table, checked by `start()` (see [`crate::TableBuilder`]).
 pub(crate) struct TableConfig<V> {
     pub(crate) ttl: Duration,
@@ -159,7 +167,9 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) config: TableConfig<V>,
     pub(crate) l1: L1<K, V>,
     pub(crate) l2: Option<L2>,
-    pub(crate) loader: Loader<K, V>,
+    /// The per-id loader; when only a batch loader is set, a one-id batch stands in for it.
+    pub(crate) loader: Option<Loader<K, V>>,
+    pub(crate) batch_loader: Option<BatchLoader<K, V>>,
     pub(crate) stats: Stats,
     /// The store's coherence, when on.
     pub(crate) tracker: Option<Arc<Tracker>>,

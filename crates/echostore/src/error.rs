@@ -95,6 +95,12 @@ pub enum Error {
     /// was refused there, changing nothing: a write its caller had given up on may not land later
     /// over newer ones. Like any failed put, the id is repaired (`docs/failure-semantics.md`).
     WriteTooLate,
+
+    /// The table's batch loader answered without a value for this id (it left the id out of its
+    /// map): the row does not exist at the source, as far as the loader says. Nothing is cached
+    /// for it; `get_many` and `fetch_many` leave such ids out of their answer. To cache "not
+    /// found", make the value an `Option` and have the batch loader answer `None`.
+    Absent,
 }
 
 impl Error {
@@ -190,6 +196,11 @@ impl Error {
         matches!(self, Error::Stopped)
     }
 
+    /// `true` for [`Error::Absent`]: the batch loader left the id out of its answer.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Error::Absent)
+    }
+
     /// `true` for [`Error::Superseded`].
     pub fn is_superseded(&self) -> bool {
         matches!(self, Error::Superseded)
@@ -232,6 +243,7 @@ impl std::fmt::Display for Error {
             Error::WriteTooLate => f.write_str(
                 "the put reached valkey after its deadline (valkey_timeout) and was refused: nothing written",
             ),
+            Error::Absent => f.write_str("the batch loader returned no value for this id"),
         }
     }
 }

@@ -252,6 +252,11 @@ impl L2 {
     }
 
     /// `true` while the breaker makes L2 calls fail fast.
+    /// Whether this is a cluster (one breaker per hash slot): a command's keys must share a slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.breakers.len() > 1
+    }
+
     pub(crate) fn is_degraded(&self) -> bool {
         self.breakers.iter().any(Breaker::is_open)
     }

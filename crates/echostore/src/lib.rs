@@ -222,6 +222,7 @@
 //! ```
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+mod batch;
 mod board;
 mod breaker;
 mod clock;
@@ -286,8 +287,8 @@ pub mod protocol {
     pub use crate::lock::new_token;
     pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
     pub use crate::scripts::{
-        ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT,
-        PUT_SCRIPT, RELEASE_SCRIPT,
+        ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT,
+        MAX_CLOCK_SKEW_MS, POLL_SCRIPT, PUT_SCRIPT, RELEASE_SCRIPT, WRITE_MANY_SCRIPT,
     };
     #[doc(hidden)]
     pub use crate::server_clock::offset_wall_clock;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 
 use crate::core::TableCore;
 use crate::error::{Error, Result};
@@ -108,13 +109,12 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
 
     /// One source read, with the table's timeout, a panic turned into an error; the value and
     /// how long the read took (`delta`, for early refresh).
-    async fn load(&self) -> Result<(V, Duration)> {
+    pub(crate) async fn load(&self) -> Result<(V, Duration)> {
         let counters = &self.core.stats.counters;
         bump(&counters.source_reads);
         let _timing = crate::metrics::Timing::load(&self.core.name);
         let began = Instant::now();
-        let started =
-            std::panic::catch_unwind(AssertUnwindSafe(|| (self.core.loader)(self.id.clone())));
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| self.source_read()));
         let future = match started {
             Ok(future) => AssertUnwindSafe(future).catch_unwind(),
             Err(panic) => return Err(Error::LoaderPanicked(panic_message(&*panic))),
@@ -131,8 +131,28 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         };
         match finished {
             Ok(Ok(value)) => Ok((value, began.elapsed())),
-            Ok(Err(e)) => Err(Error::Source(e)),
+            Ok(Err(e)) => Err(e),
             Err(panic) => Err(Error::LoaderPanicked(panic_message(&*panic))),
+        }
+    }
+
+    /// The id's source read: the per-id loader, or else a batch of this one id (an id the batch
+    /// loader leaves out is [`Error::Absent`]).
+    fn source_read(&self) -> BoxFuture<'static, Result<V>> {
+        let id = self.id.clone();
+        match (&self.core.loader, &self.core.batch_loader) {
+            (Some(loader), _) => {
+                let read = loader(id);
+                Box::pin(async move { read.await.map_err(Error::Source) })
+            }
+            (None, Some(batch)) => {
+                let read = batch(vec![id.clone()]);
+                Box::pin(async move {
+                    let mut found = read.await.map_err(Error::Source)?;
+                    found.remove(&id).ok_or(Error::Absent)
+                })
+            }
+            (None, None) => Box::pin(async { Err(Error::InvalidConfig("no loader".into())) }),
         }
     }
 
@@ -166,7 +186,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {
     if let Some(s) = panic.downcast_ref::<&str>() {
         Arc::from(*s)
     } else if let Some(s) = panic.downcast_ref::<String>() {

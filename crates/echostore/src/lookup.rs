@@ -132,7 +132,11 @@ where
 /// that draws an early refresh (only within the entry's early window, [`crate::l1::Entry::freshness`])
 /// still answers at once, and casts the refresh to the owner.
 #[inline]
-fn hit<K, V, Q>(core: &TableCore<K, V>, owner: &OwnerRef<K, V>, id: &Q) -> Option<Fetched<V>>
+pub(crate) fn hit<K, V, Q>(
+    core: &TableCore<K, V>,
+    owner: &OwnerRef<K, V>,
+    id: &Q,
+) -> Option<Fetched<V>>
 where
     K: Key + Borrow<Q>,
     V: Value,

@@ -76,7 +76,7 @@ async fn ask<K: Key, V: Value>(owner: &OwnerRef<K, V>, id: K) -> Result<Fetched<
 
 /// A caller who joined a flight: its answer, or a miss through the owner if the flight changed
 /// nothing (not counted as `coalesced` twice).
-async fn joined<K: Key, V: Value>(
+pub(crate) async fn joined<K: Key, V: Value>(
     owner: &OwnerRef<K, V>,
     id: K,
     cell: Arc<Cell<V>>,
@@ -92,13 +92,18 @@ async fn joined<K: Key, V: Value>(
 }
 
 /// A read of `id` listed on the board for this caller; withdrawn when dropped (done, or given up).
-struct Reading<'a, K: Key, V> {
+pub(crate) struct Reading<'a, K: Key, V> {
     core: &'a TableCore<K, V>,
     id: K,
     read: ReadId,
 }
 
-impl<K: Key, V: Value> Reading<'_, K, V> {
+impl<'a, K: Key, V: Value> Reading<'a, K, V> {
+    /// The read `read` of `id` the board listed for this caller.
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: K, read: ReadId) -> Self {
+        Reading { core, id, read }
+    }
+
     async fn run(self, owner: &OwnerRef<K, V>) -> Result<Fetched<V>> {
         if let Some(hit) = self.read().await {
             return Ok(hit);
@@ -120,8 +125,21 @@ impl<K: Key, V: Value> Reading<'_, K, V> {
         let names = core.names(&self.id).ok()?;
         let max = core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&core.name, l2.get(&names, max));
-        let bytes = read.await.ok()??;
-        if bytes.len() > max {
+        self.settle(read.await.ok()?)
+    }
+
+    /// Whether this read may be made now: Valkey's copy of an id whose write failed here is
+    /// repaired by the owner's flight before anyone reads it.
+    pub(crate) fn may_read(&self) -> bool {
+        self.core.l2.is_some() && !self.core.unsettled.holds(&self.id)
+    }
+
+    /// What the read found (`bytes`, the value key's) answered, if it is a fresh value and
+    /// settled into L1; `None` for anything else, untouched.
+    pub(crate) fn settle(&self, bytes: Option<Vec<u8>>) -> Option<Fetched<V>> {
+        let core = self.core;
+        let bytes = bytes?;
+        if bytes.len() > core.config.max_value_bytes {
             return None;
         }
         // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets

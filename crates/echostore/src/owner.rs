@@ -38,6 +38,8 @@ use crate::writes::{L2Write, PendingWrite};
 pub(crate) enum OwnerMsg<K, V> {
     /// A caller missed L1 (the Elixir `{:fill, id}`).
     Fill { id: K, reply: Reply<V> },
+    /// A batch read's misses, each with its caller's reply.
+    FillMany { misses: Vec<(K, Reply<V>)> },
     /// A caller who joined on the board flies again (that flight or read ended with no answer).
     Rejoin { id: K, reply: Reply<V> },
     /// A hit on `value` drew an early refresh of `id` (XFetch); nobody waits for it.
@@ -81,6 +83,7 @@ pub(crate) enum OwnerMsg<K, V> {
     Flush,
 }
 
+mod batches;
 mod landings;
 mod writes;
 
@@ -132,6 +135,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             OwnerMsg::Fill { id, reply } => state.fill(&myself, id, reply),
+            OwnerMsg::FillMany { misses } => state.fill_many(&myself, misses),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
                 state.flights.answer_early(&id, flight, answer)

@@ -136,6 +136,53 @@ return {1, now}
 "#
 );
 
+/// A batch's acquire-or-read: for each id, `SET lock NX PX` and a bounded read of the value, in
+/// one round trip (on a cluster, one per hash slot: the keys of one call share a slot). Returns
+/// `{won_1, value_1, won_2, value_2, …}`.
+pub const ACQUIRE_MANY_SCRIPT: &str = r#"
+-- KEYS = value_1, lock_1, value_2, lock_2, …; ARGV[1] = lock ttl ms, ARGV[2] = max bytes,
+-- ARGV[2 + i] = the token of id i
+local out = {}
+for i = 1, #KEYS / 2 do
+  local won = redis.call('SET', KEYS[2 * i], ARGV[2 + i], 'NX', 'PX', ARGV[1])
+  local value = redis.pcall('GETRANGE', KEYS[2 * i - 1], 0, ARGV[2])
+  if type(value) == 'table' and value.err then value = false end -- another type: a miss
+  out[2 * i - 1] = won and 1 or 0
+  out[2 * i] = value
+end
+return out
+"#;
+
+/// A batch's fenced writes and releases in one round trip (per hash slot on a cluster): for
+/// each id whose lock still holds its token, set its envelope (unless it is empty: release only,
+/// or a newer value is stored), then delete the lock. Returns one code per id: 1 (written), 2
+/// (released, nothing to write), 0 (not our lock: nothing done) or -1 (a newer value is stored:
+/// released, nothing written).
+pub const WRITE_MANY_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS = value_1, lock_1, …; ARGV[3i - 2] = token, ARGV[3i - 1] = envelope ('' = release only),
+-- ARGV[3i] = px ms, for id i
+local now = server_ms()
+local out = {}
+for i = 1, #KEYS / 2 do
+  local value, lock = KEYS[2 * i - 1], KEYS[2 * i]
+  local token, envelope, px = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  if redis.call('GET', lock) ~= token then
+    out[i] = 0
+  elseif envelope == '' then
+    redis.call('DEL', lock); out[i] = 2
+  elseif newer(redis.pcall('GETRANGE', value, 0, 28), now, envelope) then
+    redis.call('DEL', lock); out[i] = -1
+  else
+    redis.call('SET', value, stamped(envelope, now), 'PX', px)
+    redis.call('DEL', lock); out[i] = 1
+  end
+end
+return out
+"#
+);
+
 /// The seed's release: delete the lock only if it is still this attempt's. Returns 1 or 0.
 pub const RELEASE_SCRIPT: &str = r#"
 -- KEYS[1] = lock key; ARGV[1] = this attempt's token
@@ -154,6 +201,8 @@ pub(crate) struct Scripts {
     pub(crate) fenced_write: redis::Script,
     pub(crate) put: redis::Script,
     pub(crate) release: redis::Script,
+    pub(crate) acquire_many: redis::Script,
+    pub(crate) write_many: redis::Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
@@ -167,6 +216,8 @@ impl Scripts {
             fenced_write: redis::Script::new(FENCED_WRITE_SCRIPT),
             put: redis::Script::new(PUT_SCRIPT),
             release: redis::Script::new(RELEASE_SCRIPT),
+            acquire_many: redis::Script::new(ACQUIRE_MANY_SCRIPT),
+            write_many: redis::Script::new(WRITE_MANY_SCRIPT),
         }
     }
 }
@@ -180,5 +231,6 @@ mod tests {
     fn the_scripts_use_the_documented_skew() {
         let skew = format!("a <= now + {MAX_CLOCK_SKEW_MS}");
         assert!(FENCED_WRITE_SCRIPT.contains(&skew) && PUT_SCRIPT.contains(&skew));
+        assert!(WRITE_MANY_SCRIPT.contains(&skew));
     }
 }

@@ -187,7 +187,7 @@ counters! {
     counters {
     /// Flights answered by a fresh value found on Valkey.
     l2_hits,
-    /// Loader calls: reads of the source of truth.
+    /// Ids read from the source of truth: one per loader call, one per id of a batch loader call.
     source_reads,
     /// Callers that joined a flight already running for their id.
     coalesced,
@@ -245,6 +245,12 @@ counters! {
     early_refreshes,
     /// Early refreshes whose load failed; the current value stayed until its freshness ended.
     early_refresh_failures,
+    /// Batch reads (`get_many`, `fetch_many`) that had ids to load: one flight group each.
+    batches,
+    /// Calls of the batch loader (each also counts its ids in `source_reads`).
+    batch_loads,
+    /// Ids the batch loader was asked for: `batch_loaded_ids / batch_loads` ids per call.
+    batch_loaded_ids,
     }
     gauges {
         /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey

@@ -247,7 +247,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     }
 
     /// The source of truth, called once per id per expiry (across processes, with a Valkey):
-    /// `Fn(K) -> Future<Output = Result<V, E>>`. Required.
+    /// `Fn(K) -> Future<Output = Result<V, E>>`. Required, unless a
+    /// [`batch_loader`](Self::batch_loader) is set.
     ///
     /// The error may be any `E: Into<Box<dyn Error + Send + Sync>>`: your own error type,
     /// `std::io::Error`, `anyhow::Error`, a boxed error, a `String` or `&'static str`. Every waiter

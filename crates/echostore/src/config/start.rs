@@ -11,7 +11,9 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     pub async fn start(self) -> Result<Table<K, V>> {
         validate_table_name(&self.name)?;
         let invalid = |what: String| Error::InvalidConfig(format!("table {:?}: {what}", self.name));
-        let loader = self.loader.ok_or_else(|| invalid("no loader".into()))?;
+        if self.loader.is_none() && self.batch_loader.is_none() {
+            return Err(invalid("no loader (set loader or batch_loader)".into()));
+        }
         let durations = [
             ("ttl", Some(self.ttl)),
             ("stale_for", Some(self.stale_for)),
@@ -101,7 +103,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             },
             l1: L1::new(self.l1_backend, self.l1_capacity),
             l2: self.store.l2().cloned(),
-            loader,
+            loader: self.loader,
+            batch_loader: self.batch_loader,
             stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),

@@ -43,7 +43,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                     bump(&self.core.stats.counters.early_refresh_failures);
                     tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
                 }
-                if !refresh || landed.flight.waiters() > 0 {
+                // An id the batch loader left out is an answer ("no such row"), not a fault.
+                if (!refresh || landed.flight.waiters() > 0) && !e.is_absent() {
                     bump(&self.core.stats.counters.errors);
                 }
                 Err(e)

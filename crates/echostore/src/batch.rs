@@ -1,0 +1,144 @@
+//! Batch reads on the caller's side: [`Table::get_many`](crate::Table::get_many) and
+//! [`Table::fetch_many`](crate::Table::fetch_many).
+//!
+//! ```text
+//! each id: L1 ─ hit ─▶ answered (on the caller's task, as `get`)
+//!   misses: board ─ flight listed ─▶ join it (coalesced)
+//!             ├──── nothing listed ─▶ MGET (one per slot group) ─ fresh ─▶ settle into L1, answer
+//!             └──── anything else ─┬───────────────────────────────────────┘ not settled
+//!                                  ▼
+//!              the owner, in one message: each id joins its flight or starts one, and the
+//!              started flights run as one batch ([`fill`]): one source call for them all
+//! ```
+//!
+//! Each id follows the rules of a single miss ([`crate::miss`]): only a fresh value settled into
+//! L1 is answered from a read made here, and whatever was not goes to the owner's flights, so the
+//! one source read per id stays the owner's (and the lock's) to admit.
+
+pub(crate) mod fill;
+pub(crate) mod on_valkey;
+
+use std::collections::HashSet;
+
+use futures::future::join_all;
+
+use crate::board::Entered;
+use crate::core::TableCore;
+use crate::error::{Error, Result};
+use crate::fetched::Fetched;
+use crate::flights::Reply;
+use crate::key::{Key, KeyNames, Value};
+use crate::miss::{Reading, joined};
+use crate::owner::OwnerMsg;
+use crate::owner_ref::OwnerRef;
+use crate::stats::bump;
+
+/// Every id of `ids` (once each, in their first order) with its answer.
+pub(crate) async fn fetch_many<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    owner: &OwnerRef<K, V>,
+    ids: impl IntoIterator<Item = K>,
+) -> Vec<(K, Result<Fetched<V>>)> {
+    let mut seen = HashSet::new();
+    let ids: Vec<K> = ids
+        .into_iter()
+        .filter(|id| seen.insert(id.clone()))
+        .collect();
+    let mut answers: Vec<Option<Result<Fetched<V>>>> = Vec::with_capacity(ids.len());
+    let (mut joins, mut reads, mut to_owner) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, id) in ids.iter().enumerate() {
+        if let Some(hit) = crate::lookup::hit(core, owner, id) {
+            answers.push(Some(Ok(hit)));
+            continue;
+        }
+        answers.push(None);
+        match core.board.enter(id, core.l2.is_some(), || id.clone()) {
+            Entered::Joined(cell) => {
+                bump(&core.stats.counters.coalesced);
+                joins.push((i, cell));
+            }
+            Entered::Read(read) => reads.push((i, Reading::new(core, id.clone(), read))),
+            Entered::Owner => to_owner.push(i),
+        }
+    }
+    // The reads stay listed until the owner has answered the ids they hand over, so misses of
+    // those ids meanwhile go to the owner too; dropping them withdraws the rest.
+    let reads = read_here(core, &ids, reads, &mut answers, &mut to_owner).await;
+    let from_owner = ask_many(owner, &ids, &to_owner);
+    let from_flights = join_all(joins.into_iter().map(|(i, cell)| {
+        let id = ids[i].clone();
+        async move { (i, joined(owner, id, cell).await) }
+    }));
+    let (from_owner, from_flights) = futures::join!(from_owner, from_flights);
+    drop(reads);
+    for (i, answer) in from_owner.into_iter().chain(from_flights) {
+        answers[i] = Some(answer);
+    }
+    ids.into_iter()
+        .zip(answers)
+        .map(|(id, answer)| (id, answer.unwrap_or(Err(Error::Stopped))))
+        .collect()
+}
+
+/// The reads listed for this caller, made with one `MGET` per slot group: each fresh value
+/// settled into L1 is answered; the other ids are added to `to_owner`. Returns the reads, to be
+/// kept until the owner has answered.
+async fn read_here<'a, K: Key, V: Value>(
+    core: &'a TableCore<K, V>,
+    ids: &[K],
+    reads: Vec<(usize, Reading<'a, K, V>)>,
+    answers: &mut [Option<Result<Fetched<V>>>],
+    to_owner: &mut Vec<usize>,
+) -> Vec<(usize, Reading<'a, K, V>)> {
+    let Some(l2) = &core.l2 else {
+        to_owner.extend(reads.iter().map(|(i, _)| *i));
+        return reads;
+    };
+    let mut readable = Vec::with_capacity(reads.len());
+    for (n, (i, reading)) in reads.iter().enumerate() {
+        match core.names(&ids[*i]) {
+            Ok(names) if reading.may_read() => readable.push((n, names)),
+            _ => to_owner.push(*i),
+        }
+    }
+    let names: Vec<&KeyNames> = readable.iter().map(|(_, names)| names).collect();
+    let groups = on_valkey::groups(l2, &names);
+    let read = join_all(groups.iter().map(|group| {
+        let keys: Vec<&KeyNames> = group.iter().map(|&g| names[g]).collect();
+        async move { on_valkey::mget(l2, &keys).await }
+    }));
+    let read = crate::metrics::time_l2(&core.name, read).await;
+    for (group, values) in groups.iter().zip(read) {
+        let values = values.ok();
+        for (k, &g) in group.iter().enumerate() {
+            let (i, reading) = &reads[readable[g].0];
+            let bytes = values.as_ref().and_then(|v| v.get(k).cloned().flatten());
+            match reading.settle(bytes) {
+                Some(hit) => answers[*i] = Some(Ok(hit)),
+                None => to_owner.push(*i),
+            }
+        }
+    }
+    reads
+}
+
+/// Hands the ids at `indices` to the owner in one message; each answer as it comes.
+async fn ask_many<K: Key, V: Value>(
+    owner: &OwnerRef<K, V>,
+    ids: &[K],
+    indices: &[usize],
+) -> Vec<(usize, Result<Fetched<V>>)> {
+    if indices.is_empty() {
+        return Vec::new();
+    }
+    let mut misses: Vec<(K, Reply<V>)> = Vec::with_capacity(indices.len());
+    let mut waits = Vec::with_capacity(indices.len());
+    for &i in indices {
+        let (tx, rx) = ractor::concurrency::oneshot();
+        misses.push((ids[i].clone(), tx.into()));
+        waits.push(async move { (i, rx.await.unwrap_or(Err(Error::Stopped))) });
+    }
+    // A stopped owner drops the message, and with it every reply: each wait answers `Stopped`.
+    let _ = owner.current().cast(OwnerMsg::FillMany { misses });
+    join_all(waits).await
+}

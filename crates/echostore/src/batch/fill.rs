@@ -1,0 +1,465 @@
+//! The batch flight: one group of the owner's flights, one per id, run as the single-id fill
+//! ([`crate::fill`]) runs each, but with one round trip per step for all of them and one
+//! source call for all the ids it has to load.
+//!
+//! ```text
+//! acquire-many (per slot group: SET lock NX PX and GETRANGE value, for each id)
+//!    ├─ value fresh ─▶ L2 hit (a won lock is released with the writes below)
+//!    ├─ won  ─┐
+//!    ├─ Valkey away or refusing ─┐ (in-process, as a degraded fill: unsettled, L1 capped)
+//!    │        ▼                  ▼
+//!    │   one batch loader call for them all, under the lease of every won lock
+//!    │        ▼
+//!    │   write-many (per slot group: fenced write and release, for each id)
+//!    └─ lost ─▶ that id's own fill (the loser policy: poll, serve stale, default, fail fast)
+//! ```
+//!
+//! Every per-id rule of the single fill holds: an id is loaded only by the process holding its
+//! lock; its write is fenced by that lock and ordered like any write; an id whose last write
+//! failed here (unsettled) or whose lock another process holds takes the single fill's path. The
+//! flights are the owner's, one per id, so a `get` of an id a batch is loading joins it, and a
+//! batch joins the flights already running for its ids. What a batch does not do per id: serve a
+//! stale copy at the soft timeout (a batch loads as one call; fail-safe still applies per id).
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::future::join_all;
+
+use super::on_valkey::{self, ToWrite, Wrote};
+use crate::core::{TableCore, millis};
+use crate::envelope::{self, Envelope};
+use crate::error::{Error, Result};
+use crate::fetched::Origin;
+use crate::fill::Fill;
+use crate::flights::FlightId;
+use crate::key::{Key, KeyNames, Value};
+use crate::l2::L2;
+use crate::load::Load;
+use crate::lock;
+use crate::stale::{Filled, Landing, Signal, Stale};
+use crate::stats::bump;
+
+/// How many per-id loader calls a batch runs at once when the table has no batch loader.
+pub(crate) const LOADS_AT_ONCE: usize = 16;
+
+/// Where a batch sends each id's landing, and each id's signals (as the owner's flights do).
+pub(crate) trait Report<K, V>: Send + Sync {
+    fn landed(&self, id: K, flight: FlightId, outcome: Result<Landing<V>>);
+    fn signal(&self, id: &K, flight: FlightId, signal: Signal<V>);
+}
+
+/// One id of the batch, as it goes through the steps.
+struct Member<K, V> {
+    id: K,
+    flight: FlightId,
+    names: KeyNames,
+    token: String,
+    /// The lock is ours (to write with, or release).
+    won: bool,
+    /// Load it: won, or Valkey could not be asked (`degraded`).
+    load: bool,
+    /// Answered from Valkey already.
+    landed: bool,
+    degraded: bool,
+    stale: Option<Stale<V>>,
+}
+
+/// The flights of one batch.
+pub(crate) struct BatchFill<'a, K, V> {
+    core: &'a TableCore<K, V>,
+    report: &'a dyn Report<K, V>,
+}
+
+impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
+    pub(crate) fn new(core: &'a TableCore<K, V>, report: &'a dyn Report<K, V>) -> Self {
+        BatchFill { core, report }
+    }
+
+    /// Runs the flights of `ids` to their landings.
+    pub(crate) async fn run(&self, ids: Vec<(K, FlightId)>) {
+        bump(&self.core.stats.counters.batches);
+        let Some(l2) = &self.core.l2 else {
+            return self.here(ids).await;
+        };
+        let mut members = Vec::with_capacity(ids.len());
+        let mut alone = Vec::new();
+        for (id, flight) in ids {
+            match self.core.names(&id) {
+                // Valkey's copy of an id whose write failed here is repaired by its own fill.
+                Ok(_) if self.core.unsettled.holds(&id) => alone.push((id, flight)),
+                Ok(names) => members.push(Member {
+                    id,
+                    flight,
+                    names,
+                    token: lock::new_token(),
+                    won: false,
+                    load: false,
+                    landed: false,
+                    degraded: false,
+                    stale: None,
+                }),
+                Err(e) => self.report.landed(id, flight, Err(e)),
+            }
+        }
+        let names: Vec<&KeyNames> = members.iter().map(|m| &m.names).collect();
+        let groups = on_valkey::groups(l2, &names);
+        let acquired = join_all(groups.iter().map(|g| self.acquire(l2, &members, g))).await;
+        for (group, acquired) in groups.iter().zip(acquired) {
+            match acquired {
+                Ok(seen) => {
+                    for (&i, a) in group.iter().zip(seen) {
+                        let m = &mut members[i];
+                        m.won = a.won;
+                        match self.decode(a.value) {
+                            Some(env) if env.is_fresh(self.core.now_ms()) => {
+                                bump(&self.core.stats.counters.l2_hits);
+                                let hit = Filled::fresh(self.core.l2_entry(env), Origin::L2);
+                                self.report.landed(
+                                    m.id.clone(),
+                                    m.flight,
+                                    Ok(Landing::Filled(hit)),
+                                );
+                                m.landed = true;
+                            }
+                            seen => {
+                                m.stale = seen.and_then(|env| self.stale(env));
+                                m.load = a.won;
+                                if a.won {
+                                    bump(&self.core.stats.counters.lock_won);
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    bump(&self.core.stats.counters.l2_errors);
+                    tracing::debug!(table = %self.core.name, error = %e, "batch acquire failed: loading in-process");
+                    for &i in group {
+                        members[i].load = true;
+                        members[i].degraded = true;
+                    }
+                }
+            }
+        }
+        // Ids another process is loading take the single fill's path, with its loser policy.
+        let (lost, members): (Vec<_>, Vec<_>) = members
+            .into_iter()
+            .partition(|m| !m.landed && !m.won && !m.load);
+        alone.extend(lost.into_iter().map(|m| (m.id, m.flight)));
+        let alone = join_all(alone.into_iter().map(|(id, flight)| self.alone(id, flight)));
+        let batch = self.load_and_write(l2, members);
+        futures::join!(alone, batch);
+    }
+
+    /// The acquire-many of one group.
+    async fn acquire(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+        group: &[usize],
+    ) -> Result<Vec<on_valkey::Acquired>> {
+        let config = &self.core.config;
+        let keys: Vec<(&KeyNames, &str)> = group
+            .iter()
+            .map(|&i| (&members[i].names, members[i].token.as_str()))
+            .collect();
+        on_valkey::acquire_many(l2, &keys, millis(config.lock_ttl), config.max_value_bytes).await
+    }
+
+    /// One id on its own: the single fill.
+    async fn alone(&self, id: K, flight: FlightId) {
+        let signals = |signal| self.report.signal(&id, flight, signal);
+        let fill = Fill::new(self.core, &id, &signals);
+        let outcome = AssertUnwindSafe(fill.run())
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
+        self.report.landed(id, flight, outcome);
+    }
+
+    /// Loads every member that needs it in one source call (under the lease of the won locks),
+    /// then writes and releases them, group by group.
+    async fn load_and_write(&self, l2: &L2, mut members: Vec<Member<K, V>>) {
+        let loading: Vec<&Member<K, V>> = members.iter().filter(|m| m.load).collect();
+        let mut loaded = if loading.is_empty() {
+            HashMap::new()
+        } else {
+            let ids = loading.iter().map(|m| m.id.clone()).collect();
+            tokio::select! {
+                loaded = self.load(ids) => loaded,
+                never = self.lease(l2, &loading) => match never {},
+            }
+        };
+        let mut landings: Vec<Option<Result<Landing<V>>>> = Vec::with_capacity(members.len());
+        let mut envelopes: Vec<Option<Vec<u8>>> = Vec::with_capacity(members.len());
+        let mut lives = Vec::with_capacity(members.len());
+        for m in &mut members {
+            let loaded = loaded.remove(&m.id);
+            let (landing, envelope, life) = self.prepare(l2, m, loaded);
+            landings.push(landing);
+            envelopes.push(envelope);
+            lives.push(life);
+        }
+        let members = &members;
+        let (envelopes, lives_now) = (&envelopes, &lives);
+        let groups = groups_of(l2, members);
+        let written = join_all(groups.iter().map(|group| {
+            let writes: Vec<ToWrite<'_>> = group
+                .iter()
+                .filter(|&&i| members[i].won)
+                .map(|&i| ToWrite {
+                    names: &members[i].names,
+                    token: &members[i].token,
+                    envelope: envelopes[i].as_deref(),
+                    px: lives_now[i]
+                        .as_ref()
+                        .map_or(1, |(life, _)| life.physical_ms()),
+                })
+                .collect();
+            async move {
+                let indices: Vec<usize> =
+                    group.iter().copied().filter(|&i| members[i].won).collect();
+                (indices, on_valkey::write_many(l2, &writes).await)
+            }
+        }))
+        .await;
+        for (indices, wrote) in written {
+            for (n, &i) in indices.iter().enumerate() {
+                let wrote = wrote
+                    .as_ref()
+                    .map(|w| w.get(n).copied().unwrap_or(Wrote::NotOurs));
+                if let Some(landing) = self.written(wrote, &mut lives[i]) {
+                    landings[i] = Some(landing);
+                }
+            }
+        }
+        for (m, landing) in members.iter().zip(landings) {
+            if let Some(landing) = landing {
+                self.report.landed(m.id.clone(), m.flight, landing);
+            }
+        }
+    }
+
+    /// What a loaded member lands with before its write (`None`: it landed already), the
+    /// envelope to write for it, and its value with its life.
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        &self,
+        l2: &L2,
+        m: &mut Member<K, V>,
+        loaded: Option<Result<(V, Duration)>>,
+    ) -> (
+        Option<Result<Landing<V>>>,
+        Option<Vec<u8>>,
+        Option<(crate::core::Life, Arc<V>)>,
+    ) {
+        if !m.load {
+            return (None, None, None); // an L2 hit (its won lock is released with the writes)
+        }
+        let load = Load::new(self.core, &m.id, &|_| {});
+        match loaded.unwrap_or(Err(Error::Absent)) {
+            Ok((value, delta)) => {
+                let life = self.core.config.life(self.core.now_ms()).loaded_in(delta);
+                let value = Arc::new(value);
+                if m.degraded {
+                    self.core.unsettled.mark(m.id.clone(), m.names.clone(), l2);
+                    let entry = life.entry(Arc::clone(&value));
+                    let landing = Landing::Filled(Filled::fresh(entry, Origin::Loaded))
+                        .capped(self.core.unconfirmed_l1_life);
+                    return (Some(Ok(landing)), None, None);
+                }
+                match life.encode(&*value, &self.core.config) {
+                    Ok(bytes) => {
+                        self.report.signal(
+                            &m.id,
+                            m.flight,
+                            Signal::Writing(envelope::fingerprint(&bytes)),
+                        );
+                        (None, Some(bytes), Some((life, value)))
+                    }
+                    Err(e) => (Some(Err(e)), None, None),
+                }
+            }
+            Err(e) if e.is_absent() => (Some(Err(e)), None, None),
+            Err(e) => {
+                let served = load.fail_safe(e, m.stale.take(), true).map(Landing::Filled);
+                (Some(served), None, None)
+            }
+        }
+    }
+
+    /// A member's landing once its write-many entry ended (`None`: it landed before).
+    fn written(
+        &self,
+        wrote: Result<Wrote, &Error>,
+        life: &mut Option<(crate::core::Life, Arc<V>)>,
+    ) -> Option<Result<Landing<V>>> {
+        let counters = &self.core.stats.counters;
+        let (life, value) = match life.take() {
+            Some(loaded) => loaded,
+            None => {
+                match wrote {
+                    Ok(Wrote::Released | Wrote::Superseded) => bump(&counters.released),
+                    Ok(Wrote::NotOurs) => bump(&counters.release_skipped),
+                    _ => bump(&counters.l2_errors),
+                }
+                return None;
+            }
+        };
+        let filled = match wrote {
+            Ok(Wrote::Written) => Filled::fresh(life.entry(value), Origin::Loaded),
+            Ok(Wrote::NotOurs) => {
+                bump(&counters.fenced_write_skipped);
+                Filled::answer_only(value, Origin::Loaded)
+            }
+            Ok(Wrote::Superseded) => {
+                bump(&counters.writes_superseded);
+                Filled::answer_only(value, Origin::Loaded)
+            }
+            // A write that failed may or may not have landed: as the single fill, keep it.
+            Ok(Wrote::Released) | Err(_) => {
+                bump(&counters.l2_errors);
+                Filled::fresh(life.entry(value), Origin::Loaded)
+            }
+        };
+        Some(Ok(Landing::Filled(filled)))
+    }
+
+    /// The batch without Valkey: one source call, every value kept in L1.
+    async fn here(&self, ids: Vec<(K, FlightId)>) {
+        let mut loaded = self
+            .load(ids.iter().map(|(id, _)| id.clone()).collect())
+            .await;
+        for (id, flight) in ids {
+            let load = Load::new(self.core, &id, &|_| {});
+            let outcome = match loaded.remove(&id).unwrap_or(Err(Error::Absent)) {
+                Ok((value, delta)) => {
+                    let life = self.core.config.life(self.core.now_ms()).loaded_in(delta);
+                    Ok(Landing::Filled(Filled::fresh(
+                        life.entry(Arc::new(value)),
+                        Origin::Loaded,
+                    )))
+                }
+                Err(e) if e.is_absent() => Err(e),
+                Err(e) => load.fail_safe(e, None, true).map(Landing::Filled),
+            };
+            self.report.landed(id, flight, outcome);
+        }
+    }
+
+    /// The source read of `ids`: one batch loader call, or the per-id loader for each (at most
+    /// [`LOADS_AT_ONCE`] at a time). Ids left out are absent.
+    async fn load(&self, ids: Vec<K>) -> HashMap<K, Result<(V, Duration)>> {
+        let Some(batch) = &self.core.batch_loader else {
+            let each = futures::stream::iter(ids)
+                .map(|id| async move {
+                    let loaded = Load::new(self.core, &id, &|_| {}).load().await;
+                    (id, loaded)
+                })
+                .buffer_unordered(LOADS_AT_ONCE);
+            return each.collect().await;
+        };
+        let counters = &self.core.stats.counters;
+        bump(&counters.batch_loads);
+        let n = ids.len() as u64;
+        counters
+            .batch_loaded_ids
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        counters
+            .source_reads
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let _timing = crate::metrics::Timing::load(&self.core.name);
+        let began = Instant::now();
+        let asked = ids.clone();
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| batch(ids)));
+        let outcome: Result<HashMap<K, V>> = match started {
+            Ok(future) => {
+                let future = AssertUnwindSafe(future).catch_unwind();
+                let finished = match self.core.config.load_timeout {
+                    Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
+                        bump(&counters.load_timeouts);
+                        Error::LoadTimeout(limit)
+                    }),
+                    None => Ok(future.await),
+                };
+                match finished {
+                    Ok(Ok(Ok(found))) => Ok(found),
+                    Ok(Ok(Err(e))) => Err(Error::Source(e)),
+                    Ok(Err(panic)) => {
+                        Err(Error::LoaderPanicked(crate::load::panic_message(&*panic)))
+                    }
+                    Err(timeout) => Err(timeout),
+                }
+            }
+            Err(panic) => Err(Error::LoaderPanicked(crate::load::panic_message(&*panic))),
+        };
+        let delta = began.elapsed();
+        match outcome {
+            Ok(mut found) => asked
+                .into_iter()
+                .filter_map(|id| {
+                    let value = found.remove(&id)?;
+                    Some((id, Ok((value, delta))))
+                })
+                .collect(),
+            Err(e) => asked.into_iter().map(|id| (id, Err(e.clone()))).collect(),
+        }
+    }
+
+    /// The lease of every won lock among `loading`: each extended every `lock_ttl / 3` while
+    /// the batch loads. Never returns; the load ending drops it.
+    async fn lease(&self, l2: &L2, loading: &[&Member<K, V>]) -> std::convert::Infallible {
+        let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
+        let ttl = millis(self.core.config.lock_ttl);
+        loop {
+            tokio::time::sleep(every).await;
+            let extended = join_all(
+                loading
+                    .iter()
+                    .filter(|m| m.won)
+                    .map(|m| lock::extend(l2, &m.names, &m.token, ttl)),
+            )
+            .await;
+            for e in extended {
+                bump(match e {
+                    Ok(true) => &self.core.stats.counters.lease_extended,
+                    Ok(false) => &self.core.stats.counters.lease_lost,
+                    Err(_) => &self.core.stats.counters.l2_errors,
+                });
+            }
+        }
+    }
+
+    /// Decodes what Valkey held for one id; oversized or undecodable bytes are a counted miss.
+    fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
+        let bytes = bytes?;
+        let max = self.core.config.max_value_bytes;
+        let decoded = if bytes.len() > max {
+            Err(format!("over the table's max_value_bytes ({max})"))
+        } else {
+            envelope::decode(&bytes).map_err(|e| e.to_string())
+        };
+        decoded
+            .inspect_err(|e| {
+                bump(&self.core.stats.counters.decode_errors);
+                tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
+            })
+            .ok()
+            .map(|env| env.capped(self.core.config.longest_life()))
+    }
+
+    fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {
+        Stale::from_envelope(env, self.core.config.stale_for, self.core.now_ms())
+    }
+}
+
+/// The write groups of the members left after the lost ones went to their own fills.
+fn groups_of<K, V>(l2: &L2, members: &[Member<K, V>]) -> Vec<Vec<usize>> {
+    let names: Vec<&KeyNames> = members.iter().map(|m| &m.names).collect();
+    on_valkey::groups(l2, &names)
+}
