@@ -63,6 +63,31 @@ pub trait Key: Clone + Eq + Hash + Debug + Send + Sync + 'static {
 /// ```
 pub trait Value: Serialize + DeserializeOwned + Send + Sync + 'static {}
 
+/// An id as a batch read ([`crate::Table::get_many`]) takes it: the key itself, a reference to
+/// one (`&ids` of a `Vec<K>`), or a `&str` for a `String` key.
+pub trait IntoId<K> {
+    /// The owned key.
+    fn into_id(self) -> K;
+}
+
+impl<K: Key> IntoId<K> for K {
+    fn into_id(self) -> K {
+        self
+    }
+}
+
+impl<K: Key> IntoId<K> for &K {
+    fn into_id(self) -> K {
+        self.clone()
+    }
+}
+
+impl IntoId<String> for &str {
+    fn into_id(self) -> String {
+        self.to_owned()
+    }
+}
+
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Value for T {}
 
 impl Key for String {

@@ -11,13 +11,18 @@
 //! # Map (and the Elixir EchoStore counterpart)
 //!
 //! - `store` — [`Store`]: the Valkey connection and the supervisor (the application tree).
-//! - `config` — [`TableBuilder`]: a table's settings and their checks.
+//! - `config` — [`TableBuilder`]: a table's settings and their checks (the loader and the batch
+//!   loader in `config::loading` and `config::batching`).
 //! - `core` — the table's shared state: settings, L1, Valkey, loader, counters; a write's `Life`.
 //! - `table` — [`Table`]: the typed handle a user calls.
 //! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path);
 //!   `miss` — a miss on the caller's task: it joins the flight the `board` lists for the id, or
 //!   reads Valkey itself, and goes to the owner for everything else (the lock, a load, a write on
 //!   the wire); `board` — the current flights and reads, where a miss finds them without a message.
+//! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one `MGET` per
+//!   slot group, the rest to the owner in one message; `batch::fill` — the flights a batch
+//!   started, run together (one acquire-many, one batch loader call, one write-many);
+//!   `batch::on_valkey` — those round trips.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
 //! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
@@ -265,7 +270,7 @@ pub use coherence::DOWN_L1_LIFE;
 pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};
 pub use fetched::{Fetched, Origin};
-pub use key::{Key, MAX_ID_BYTES, Value};
+pub use key::{IntoId, Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;
 pub use losers::LoserPolicy;
 pub use stats::TableStats;

@@ -13,7 +13,7 @@ use crate::coherence::Sink;
 use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
-use crate::key::{Key, Value};
+use crate::key::{IntoId, Key, Value};
 use crate::l1::L1Cache;
 use crate::lookup::Lookup;
 use crate::owner::OwnerMsg;
@@ -227,12 +227,10 @@ impl<K: Key, V: Value> Table<K, V> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn get_many<I, Q>(&self, ids: I) -> Result<HashMap<K, Arc<V>>>
+    pub async fn get_many<I>(&self, ids: I) -> Result<HashMap<K, Arc<V>>>
     where
         I: IntoIterator,
-        I::Item: Borrow<Q>,
-        K: Borrow<Q>,
-        Q: ToOwned<Owned = K> + ?Sized,
+        I::Item: IntoId<K>,
     {
         let mut found = HashMap::new();
         for (id, answer) in self.fetch_many(ids).await {
@@ -251,14 +249,12 @@ impl<K: Key, V: Value> Table<K, V> {
     /// came from ([`Origin`](crate::Origin)), or its error. Ids the batch loader leaves out are
     /// left out here too; an error of the batch loader answers each id it was asked for, while
     /// ids served from L1 or Valkey are unaffected. Each id once, in the order first given.
-    pub async fn fetch_many<I, Q>(&self, ids: I) -> Vec<(K, Result<Fetched<V>>)>
+    pub async fn fetch_many<I>(&self, ids: I) -> Vec<(K, Result<Fetched<V>>)>
     where
         I: IntoIterator,
-        I::Item: Borrow<Q>,
-        K: Borrow<Q>,
-        Q: ToOwned<Owned = K> + ?Sized,
+        I::Item: IntoId<K>,
     {
-        let ids = ids.into_iter().map(|id| id.borrow().to_owned());
+        let ids = ids.into_iter().map(IntoId::into_id);
         let mut answers = crate::batch::fetch_many(&self.inner.core, &self.inner.owner, ids).await;
         answers.retain(|(_, answer)| !matches!(answer, Err(e) if e.is_absent()));
         answers
