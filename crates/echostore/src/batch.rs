@@ -33,11 +33,13 @@ use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
 use crate::stats::bump;
 
-/// Every id of `ids` (once each, in their first order) with its answer.
+/// Every id of `ids` (once each, in their first order) with its answer; `l1_missed`: the caller
+/// has just looked each up in L1 and missed.
 pub(crate) async fn fetch_many<K: Key, V: Value>(
     core: &TableCore<K, V>,
     owner: &OwnerRef<K, V>,
     ids: impl IntoIterator<Item = K>,
+    l1_missed: bool,
 ) -> Vec<(K, Result<Fetched<V>>)> {
     let mut seen = HashSet::new();
     let ids: Vec<K> = ids
@@ -47,7 +49,7 @@ pub(crate) async fn fetch_many<K: Key, V: Value>(
     let mut answers: Vec<Option<Result<Fetched<V>>>> = Vec::with_capacity(ids.len());
     let (mut joins, mut reads, mut to_owner) = (Vec::new(), Vec::new(), Vec::new());
     for (i, id) in ids.iter().enumerate() {
-        if let Some(hit) = crate::lookup::hit(core, owner, id) {
+        if !l1_missed && let Some(hit) = crate::lookup::hit(core, owner, id) {
             answers.push(Some(Ok(hit)));
             continue;
         }
@@ -108,12 +110,13 @@ async fn read_here<'a, K: Key, V: Value>(
         async move { on_valkey::mget(l2, &keys).await }
     }));
     let read = crate::metrics::time_l2(&core.name, read).await;
+    let now_ms = core.now_ms();
     for (group, values) in groups.iter().zip(read) {
         let values = values.ok();
         for (k, &g) in group.iter().enumerate() {
             let (i, reading) = &reads[readable[g].0];
             let bytes = values.as_ref().and_then(|v| v.get(k).cloned().flatten());
-            match reading.settle(bytes) {
+            match reading.settle(bytes, now_ms) {
                 Some(hit) => answers[*i] = Some(Ok(hit)),
                 None => to_owner.push(*i),
             }

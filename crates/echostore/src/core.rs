@@ -196,7 +196,12 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
     /// The L1 entry of a fresh value read from Valkey: fresh until the envelope's own
     /// `fresh_until`, refreshed early by its recorded load time.
     pub(crate) fn l2_entry(&self, env: Envelope<V>) -> Entry<V> {
-        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(self.now_ms()));
+        self.l2_entry_at(env, self.now_ms())
+    }
+
+    /// [`Self::l2_entry`] with "now" already read.
+    pub(crate) fn l2_entry_at(&self, env: Envelope<V>, now_ms: u64) -> Entry<V> {
+        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(now_ms));
         let early = self.config.early(env.delta);
         Entry::new(Arc::new(env.value), left, self.config.stale_for, early)
     }

@@ -125,7 +125,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         let names = core.names(&self.id).ok()?;
         let max = core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&core.name, l2.get(&names, max));
-        self.settle(read.await.ok()?)
+        self.settle(read.await.ok()?, core.now_ms())
     }
 
     /// Whether this read may be made now: Valkey's copy of an id whose write failed here is
@@ -136,7 +136,8 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
 
     /// What the read found (`bytes`, the value key's) answered, if it is a fresh value and
     /// settled into L1; `None` for anything else, untouched.
-    pub(crate) fn settle(&self, bytes: Option<Vec<u8>>) -> Option<Fetched<V>> {
+    /// `now_ms` is [`TableCore::now_ms`], read once for a batch of reads.
+    pub(crate) fn settle(&self, bytes: Option<Vec<u8>>, now_ms: u64) -> Option<Fetched<V>> {
         let core = self.core;
         let bytes = bytes?;
         if bytes.len() > core.config.max_value_bytes {
@@ -146,10 +147,10 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
         let env = decoded.ok()?.ok()?.capped(core.config.longest_life());
-        if !env.is_fresh(core.now_ms()) {
+        if !env.is_fresh(now_ms) {
             return None;
         }
-        let entry = core.l2_entry(env);
+        let entry = core.l2_entry_at(env, now_ms);
         let fetched = Fetched::new(Arc::clone(&entry.value), Origin::L2);
         // A read a change overtook does not answer: this process's L1 may keep an older value
         // than the one read (its own put's, while another process's later write has not been

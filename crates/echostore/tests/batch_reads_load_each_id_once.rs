@@ -352,3 +352,96 @@ async fn a_cold_batch_costs_three_round_trips() {
         "one batch loader call for the cold batch"
     );
 }
+
+/// A `put` of an id while a batch is loading it drops the id's lock: the batch answers what it
+/// loaded, but its write for that id is refused (fenced), so Valkey and L1 keep the put's value;
+/// the batch's other ids are written as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_during_a_batch_load_fences_that_ids_write() {
+    let valkey = valkey();
+    let rows = Rows::new(false);
+    let table = rows.table(&store_on(&valkey.url()).await).await;
+    let writer = rows.table(&store_on(&valkey.url()).await).await;
+    let batch = {
+        let t = table.clone();
+        tokio::spawn(async move { t.get_many([1, 2]).await })
+    };
+    common::until("the batch reached the source", || rows.calls().len() == 1).await;
+    writer
+        .put(&2, "put while loading".into())
+        .await
+        .expect("put");
+    rows.gate.send_replace(true);
+    let found = batch.await.expect("task").expect("batch");
+    assert_eq!(*found[&2], "row 2", "the batch answers what it loaded");
+    assert_eq!(
+        table.stats().fenced_write_skipped,
+        1,
+        "its write of 2 was refused"
+    );
+    let other = rows.table(&store_on(&valkey.url()).await).await;
+    let read = other.fetch_many([1, 2]).await;
+    let by_id: HashMap<u64, _> = read.into_iter().collect();
+    assert_eq!(*by_id[&1].as_ref().expect("1").value, "row 1");
+    assert_eq!(*by_id[&2].as_ref().expect("2").value, "put while loading");
+    settled(&table).await;
+}
+
+/// A batch load that outlasts the lock's ttl keeps every lock it won (the lease): another
+/// store's read of one of its ids waits for it instead of reading the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_batch_keeps_its_locks() {
+    let valkey = valkey();
+    let rows = Rows::new(false);
+    let short_lock = |rows: &Rows, store: Store| {
+        let rows = rows.clone();
+        async move {
+            let source = rows.clone();
+            store
+                .table::<u64, String>("rows")
+                .ttl(Duration::from_secs(60))
+                .lock_ttl(Duration::from_millis(30))
+                .batch_loader(move |ids: Vec<u64>| {
+                    let rows = source.clone();
+                    async move {
+                        let mut sorted = ids.clone();
+                        sorted.sort_unstable();
+                        rows.calls.lock().expect("calls").push(sorted);
+                        let mut open = rows.gate.subscribe();
+                        let _ = open.wait_for(|open| *open).await;
+                        Ok::<_, std::io::Error>(
+                            ids.into_iter()
+                                .map(|id| (id, format!("row {id}")))
+                                .collect::<HashMap<_, _>>(),
+                        )
+                    }
+                })
+                .start()
+                .await
+                .expect("table")
+        }
+    };
+    let slow = short_lock(&rows, store_on(&valkey.url()).await).await;
+    let other = short_lock(&rows, store_on(&valkey.url()).await).await;
+    let batch = {
+        let t = slow.clone();
+        tokio::spawn(async move { t.get_many([1, 2, 3]).await })
+    };
+    until_stats(&slow, "the lease extended the locks", |s| {
+        s.lease_extended >= 12
+    })
+    .await;
+    let read = {
+        let t = other.clone();
+        tokio::spawn(async move { t.get(&2).await })
+    };
+    until_stats(&other, "the other store met the lock", |s| s.lock_lost >= 1).await;
+    rows.gate.send_replace(true);
+    assert_eq!(batch.await.expect("task").expect("batch").len(), 3);
+    assert_eq!(*read.await.expect("task").expect("get"), "row 2");
+    assert_eq!(
+        rows.calls(),
+        vec![vec![1, 2, 3]],
+        "the other store never read the source"
+    );
+}

@@ -69,6 +69,11 @@ pub(crate) struct RaceArgs {
     #[arg(long, default_value = "50ms", value_parser = duration::parse)]
     source_latency: Duration,
 
+    /// Each request reads this many hot keys with one `fetch_many` (a list endpoint), and the
+    /// nodes load them with a batch loader: the invariant becomes one source read per key.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) batch: u32,
+
     /// Print one JSON object instead of the readout.
     #[arg(long)]
     json: bool,
@@ -162,9 +167,12 @@ pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> 
 
 async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<RaceReport> {
     let key = format!("hot-{:016x}", rand::random::<u64>());
+    let keys = hot_keys(&key, args.batch);
     if args.losers == Losers::Stale {
         spinner.say("lock race: laying down a stale copy");
-        prefill(target, &key).await?;
+        for key in &keys {
+            prefill(target, key).await?;
+        }
     }
 
     let source_reads = Arc::new(AtomicU64::new(0));
@@ -181,7 +189,7 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
 
     spinner.say("lock race: the herd is missing the hot key");
     let (answers, ()) = tokio::join!(
-        herd(&nodes, &key, args.requests),
+        herd(&nodes, &keys, args.requests),
         open_once_contended(&nodes, args.requests, &gate)
     );
     let answers = answers?;
@@ -192,12 +200,14 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
         // export can lower (a counter keeps the highest absolute value it is given).
         stats.iter().copied().sum::<TableStats>().export(TABLE);
     }
-    // Leave nothing behind on the user's Valkey: the value (the winner released the lock).
+    // Leave nothing behind on the user's Valkey: the values (the winners released the locks).
     if let Some(first) = nodes.first() {
-        first
-            .invalidate(&key)
-            .await
-            .map_err(|e| format!("cleaning up the race key: {e}"))?;
+        for key in &keys {
+            first
+                .invalidate(key)
+                .await
+                .map_err(|e| format!("cleaning up the race key: {e}"))?;
+        }
     }
     Ok(report::summarise(
         target,
@@ -207,6 +217,14 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
         &stats,
         &answers,
     ))
+}
+
+/// The hot keys of a race: the key itself, or `batch` keys made from it.
+fn hot_keys(key: &str, batch: u32) -> Vec<String> {
+    if batch == 1 {
+        return vec![key.to_owned()];
+    }
+    (0..batch).map(|i| format!("{key}-{i}")).collect()
 }
 
 /// Lays down a copy of the hot key whose logical life has already passed, for serve-stale.
@@ -296,6 +314,11 @@ async fn start_node(
         Losers::Stale => STALE_FOR,
         _ => Duration::ZERO,
     };
+    let batch_source = Source {
+        reads: Arc::clone(&source.reads),
+        latency: source.latency,
+        opened: source.opened.clone(),
+    };
     let table = store
         .table::<String, Payload>(TABLE)
         .ttl(Duration::from_secs(60))
@@ -303,6 +326,25 @@ async fn start_node(
         .stale_for(stale_for)
         .lock_ttl(lock_ttl)
         .losers(policy)
+        .batch_loader(move |ids: Vec<String>| {
+            let reads = Arc::clone(&batch_source.reads);
+            let latency = batch_source.latency;
+            let mut opened = batch_source.opened.clone();
+            async move {
+                reads.fetch_add(ids.len() as u64, Ordering::SeqCst);
+                tokio::time::sleep(latency).await;
+                let _ = opened.wait_for(|open| *open).await;
+                let payload = || Payload {
+                    body: "fresh from the source".to_owned(),
+                    loaded_by: Some(node),
+                };
+                Ok::<_, std::io::Error>(
+                    ids.into_iter()
+                        .map(|id| (id, payload()))
+                        .collect::<std::collections::HashMap<_, _>>(),
+                )
+            }
+        })
         .loader(move |_id: String| {
             let reads = Arc::clone(&source.reads);
             let latency = source.latency;
@@ -324,35 +366,47 @@ async fn start_node(
     Ok(table)
 }
 
-/// Fires `requests` fetches of `key`, round-robin over the nodes, released together by a barrier.
+/// Fires `requests` reads of `keys` (a `fetch` of the one key, or a `fetch_many` of them all),
+/// round-robin over the nodes, released together by a barrier: one answer per key read.
 async fn herd(
     nodes: &[Table<String, Payload>],
-    key: &str,
+    keys: &[String],
     requests: u32,
 ) -> CliResult<Vec<Answer>> {
     let barrier = Arc::new(Barrier::new(requests as usize));
-    let key = key.to_owned();
     let tasks: Vec<_> = (0..requests)
         .map(|i| {
             let node = i % nodes.len() as u32;
             let table = nodes[node as usize].clone();
             let barrier = Arc::clone(&barrier);
-            let key = key.clone();
+            let keys = keys.to_vec();
             tokio::spawn(async move {
                 barrier.wait().await;
                 let started = Instant::now();
-                let result = table.fetch(&key).await;
-                Answer {
-                    node,
-                    latency: started.elapsed(),
-                    result: result.map(|f| (f.origin, f.stale_by)),
-                }
+                let results = match &keys[..] {
+                    [key] => vec![table.fetch(key).await],
+                    keys => table
+                        .fetch_many(keys)
+                        .await
+                        .into_iter()
+                        .map(|(_, r)| r)
+                        .collect(),
+                };
+                let latency = started.elapsed();
+                results
+                    .into_iter()
+                    .map(|result| Answer {
+                        node,
+                        latency,
+                        result: result.map(|f| (f.origin, f.stale_by)),
+                    })
+                    .collect::<Vec<_>>()
             })
         })
         .collect();
-    let mut answers = Vec::with_capacity(tasks.len());
+    let mut answers = Vec::with_capacity(tasks.len() * keys.len());
     for joined in futures::future::join_all(tasks).await {
-        answers.push(joined.map_err(|e| format!("a request task failed: {e}"))?);
+        answers.extend(joined.map_err(|e| format!("a request task failed: {e}"))?);
     }
     Ok(answers)
 }

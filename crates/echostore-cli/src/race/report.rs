@@ -43,6 +43,8 @@ pub(super) struct RaceReport {
     pub(super) losers: &'static str,
     pub(super) nodes: u32,
     pub(super) requests: u32,
+    /// Hot keys each request reads (`--batch`): the source reads expected.
+    pub(super) batch: u32,
     pub(super) source_latency_ms: f64,
     pub(super) valkey: String,
     pub(super) key: String,
@@ -124,12 +126,14 @@ pub(super) fn summarise(
         }
     }
 
-    let invariant_held = source_reads == 1;
+    // One source read per hot key.
+    let invariant_held = source_reads == u64::from(args.batch);
     let mut report = RaceReport {
         readout: "race",
         losers: args.losers.name(),
         nodes: args.nodes,
         requests: args.requests,
+        batch: args.batch,
         source_latency_ms: output::round3(args.source_latency.as_secs_f64() * 1000.0),
         valkey: target.shown_url(),
         key,
@@ -161,7 +165,8 @@ pub(super) fn summarise(
             .enumerate()
             .map(|(node, (stats, h))| NodeReport {
                 node: node as u32,
-                requests: h.len(),
+                // One answer per key read: a batch request gave `batch` of them.
+                requests: h.len() / u64::from(args.batch),
                 latency_ms: Latency::of(h),
                 stats: *stats,
             })
@@ -183,10 +188,11 @@ fn verdict(r: &RaceReport, losers: Losers) -> String {
     };
     if !r.invariant_held {
         return format!(
-            "INVARIANT FAILED: {} {} for {} requests (exactly 1 was expected)",
+            "INVARIANT FAILED: {} {} for {} requests (exactly {} expected: one per hot key)",
             r.source_reads,
             reads(r.source_reads),
-            r.requests
+            r.requests,
+            r.batch
         );
     }
     let losers_got = if r.nodes == 1 {
@@ -206,6 +212,12 @@ fn verdict(r: &RaceReport, losers: Losers) -> String {
             Losers::FailFast => "the losers failed fast with LockBusy".to_owned(),
         }
     };
+    if r.batch > 1 {
+        return format!(
+            "{} source reads for {} batch requests of {} keys each: one read per key; {losers_got}.",
+            r.source_reads, r.requests, r.batch
+        );
+    }
     format!(
         "1 source read for {} requests: the stampede became one read; {losers_got}.",
         r.requests
@@ -215,10 +227,15 @@ fn verdict(r: &RaceReport, losers: Losers) -> String {
 pub(super) fn print_human(r: &RaceReport, args: &RaceArgs, target: &Target) {
     let a = &r.answers;
     println!(
-        "lock race · losers: {} · {} requests on {} nodes miss one hot key at once · source {}",
+        "lock race · losers: {} · {} requests on {} nodes miss {} at once · source {}",
         r.losers,
         r.requests,
         r.nodes,
+        if r.batch == 1 {
+            "one hot key".to_owned()
+        } else {
+            format!("{} hot keys (a get_many each)", r.batch)
+        },
         duration::render(args.source_latency)
     );
     println!("  {} · key {TABLE}:{{{}}}", target.describe(), r.key);
