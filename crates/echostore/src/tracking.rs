@@ -147,11 +147,16 @@ async fn track(
                 None => return Some("push channel closed"),
             },
             changed = tables.changed() => {
-                if changed.is_err() {
-                    return None; // the tracker is gone
+                // The tracker is gone (its store was dropped, and its tables with it): nothing
+                // to track, and the server may be going away too.
+                if changed.is_err() || tracker.strong_count() == 0 {
+                    return None;
                 }
                 let wanted = tables.borrow_and_update().clone();
                 if let Err(e) = subscribe(&mut conn, &namespace, &wanted, &mut subscribed).await {
+                    if tracker.strong_count() == 0 {
+                        return None; // the store went away meanwhile, its connection with it
+                    }
                     tracing::warn!(error = %e, "coherence: subscribing a table failed");
                     return Some("subscribe failed");
                 }

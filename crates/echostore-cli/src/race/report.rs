@@ -278,20 +278,20 @@ pub(super) fn print_human(r: &RaceReport, args: &RaceArgs, target: &Target) {
     println!(
         "  latency             {}   (all {})",
         r.latency_ms.line(),
-        r.latency_ms.count
+        r.latency_ms.count / u64::from(r.batch)
     );
     if let Some(n) = r.winner_node {
         println!(
             "    winner's node {n:<3} {}   ({} requests)",
             r.latency_winner_node_ms.line(),
-            r.latency_winner_node_ms.count
+            r.latency_winner_node_ms.count / u64::from(r.batch)
         );
     }
     if r.latency_other_nodes_ms.count > 0 {
         println!(
             "    other nodes       {}   ({} requests)",
             r.latency_other_nodes_ms.line(),
-            r.latency_other_nodes_ms.count
+            r.latency_other_nodes_ms.count / u64::from(r.batch)
         );
     }
     let mut got = vec![
