@@ -3,6 +3,7 @@
 //! | setting | default | meaning |
 //! | --- | --- | --- |
 //! | `ttl` | 60 s | logical life: fresh for `ttl ± ttl·jitter` |
+//! | `ttl_for` | none | a value's own ttl, chosen from the value (jitter, stale window and early refresh follow it) |
 //! | `jitter` | 0.1 | spread of expiries, `0.0..=0.5`, so a cohort filled together never expires together |
 //! | `stale_for` | 0 | kept past `ttl` (Valkey `PX` = life + `stale_for`) for serve-stale and fail-safe |
 //! | `lock_ttl` | 5 s | `PX` of the regeneration lock |
@@ -102,6 +103,7 @@ pub struct TableBuilder<K, V> {
     max_value_bytes: usize,
     early_refresh: f64,
     version_by: Option<crate::core::VersionBy<V>>,
+    ttl_for: Option<crate::core::TtlFor<V>>,
     loader: Option<Loader<K, V>>,
     batch_loader: Option<BatchLoader<K, V>>,
     _key: PhantomData<fn() -> K>,
@@ -125,6 +127,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             max_value_bytes: 16 << 20,
             early_refresh: 1.0,
             version_by: None,
+            ttl_for: None,
             loader: None,
             batch_loader: None,
             _key: PhantomData,

@@ -49,28 +49,49 @@ pub(crate) struct TableConfig<V> {
     pub(crate) early_beta: f64,
     /// The value's own version from the source (`.version_by`), which orders writes.
     pub(crate) version_by: Option<VersionBy<V>>,
+    /// A value's own ttl (`.ttl_for`), else `ttl`.
+    pub(crate) ttl_for: Option<TtlFor<V>>,
 }
+
+/// A table's `.ttl_for`: the logical life of a value, chosen from the value.
+pub(crate) type TtlFor<V> = Arc<dyn Fn(&V) -> Duration + Send + Sync>;
 
 /// A table's `.version_by`: the version of a value, from the source of truth.
 pub(crate) type VersionBy<V> = Arc<dyn Fn(&V) -> u64 + Send + Sync>;
 
 impl<V> TableConfig<V> {
-    /// The longest logical life a write of this table gets: `ttl + ttl·jitter`. Values read from
-    /// Valkey are held to it ([`Envelope::capped`]).
-    pub(crate) fn longest_life(&self) -> Duration {
-        self.ttl.mul_f64(1.0 + self.jitter)
+    /// The ttl of `value`: `.ttl_for`'s, or the table's. A `ttl_for` that panics gives the
+    /// table's ttl (logged); its answer is held within `1 ms..=MAX_DURATION`.
+    pub(crate) fn ttl_of(&self, value: &V) -> Duration {
+        let Some(ttl_for) = &self.ttl_for else {
+            return self.ttl;
+        };
+        let ttl = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ttl_for(value)));
+        match ttl {
+            Ok(ttl) => ttl.clamp(Duration::from_millis(1), crate::config::MAX_DURATION),
+            Err(_) => {
+                tracing::warn!("ttl_for panicked: the value gets the table's ttl");
+                self.ttl
+            }
+        }
     }
 
-    /// The life of a value written at `now_ms` ([`TableCore::now_ms`]): `ttl ± ttl·jitter`, drawn
-    /// afresh for every write.
-    pub(crate) fn life(&self, now_ms: u64) -> Life {
+    /// The longest logical life a write of `value` gets: its ttl plus the jitter. A copy read
+    /// from Valkey is held to it ([`Envelope::capped`]).
+    pub(crate) fn longest_life(&self, value: &V) -> Duration {
+        self.ttl_of(value).mul_f64(1.0 + self.jitter)
+    }
+
+    /// The life of `value` written at `now_ms` ([`TableCore::now_ms`]): its ttl (`.ttl_for`, or
+    /// the table's) `± ttl·jitter`, drawn afresh for every write.
+    pub(crate) fn life(&self, value: &V, now_ms: u64) -> Life {
         let spread = if self.jitter > 0.0 {
             rand::random_range(-self.jitter..=self.jitter)
         } else {
             0.0
         };
         Life {
-            fresh_for: self.ttl.mul_f64(1.0 + spread),
+            fresh_for: self.ttl_of(value).mul_f64(1.0 + spread),
             stale_for: self.stale_for,
             written_at_ms: now_ms,
             delta: Duration::ZERO,

@@ -240,7 +240,11 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 return self.load.fail_safe(e, stale.filter(|_| ours), ours);
             }
         };
-        let life = self.core.config.life(self.core.now_ms()).loaded_in(delta);
+        let life = self
+            .core
+            .config
+            .life(&value, self.core.now_ms())
+            .loaded_in(delta);
         let bytes = match life.encode(&*value, &self.core.config) {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -321,7 +325,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
             })
             .ok()
-            .map(|env| env.capped(self.core.config.longest_life()))
+            .map(|env| {
+                let longest = self.core.config.longest_life(&env.value);
+                env.capped(longest)
+            })
     }
 
     /// A stale copy from Valkey, if it is still within this table's `stale_for` (never for a

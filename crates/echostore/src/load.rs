@@ -54,12 +54,8 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     }
 
     fn keep_here(&self, (value, delta): (V, Duration)) -> Filled<V> {
-        let entry = self
-            .core
-            .config
-            .life(self.core.now_ms())
-            .loaded_in(delta)
-            .entry(Arc::new(value));
+        let life = self.core.config.life(&value, self.core.now_ms());
+        let entry = life.loaded_in(delta).entry(Arc::new(value));
         Filled::fresh(entry, Origin::Loaded)
     }
 

@@ -146,7 +146,9 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
-        let env = decoded.ok()?.ok()?.capped(core.config.longest_life());
+        let env = decoded.ok()?.ok()?;
+        let longest = core.config.longest_life(&env.value);
+        let env = env.capped(longest);
         if !env.is_fresh(now_ms) {
             return None;
         }

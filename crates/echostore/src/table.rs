@@ -313,7 +313,7 @@ impl<K: Key, V: Value> Table<K, V> {
     {
         let core = &self.inner.core;
         let id = id.to_owned();
-        let life = core.config.life(core.now_ms());
+        let life = core.config.life(&value, core.now_ms());
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Put {

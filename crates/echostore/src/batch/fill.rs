@@ -264,7 +264,11 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         let load = Load::new(self.core, &m.id, &|_| {});
         match loaded.unwrap_or(Err(Error::Absent)) {
             Ok((value, delta)) => {
-                let life = self.core.config.life(self.core.now_ms()).loaded_in(delta);
+                let life = self
+                    .core
+                    .config
+                    .life(&value, self.core.now_ms())
+                    .loaded_in(delta);
                 let value = Arc::new(value);
                 if m.degraded {
                     self.core.unsettled.mark(m.id.clone(), m.names.clone(), l2);
@@ -339,7 +343,11 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
             let load = Load::new(self.core, &id, &|_| {});
             let outcome = match loaded.remove(&id).unwrap_or(Err(Error::Absent)) {
                 Ok((value, delta)) => {
-                    let life = self.core.config.life(self.core.now_ms()).loaded_in(delta);
+                    let life = self
+                        .core
+                        .config
+                        .life(&value, self.core.now_ms())
+                        .loaded_in(delta);
                     Ok(Landing::Filled(Filled::fresh(
                         life.entry(Arc::new(value)),
                         Origin::Loaded,
@@ -450,7 +458,10 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
             })
             .ok()
-            .map(|env| env.capped(self.core.config.longest_life()))
+            .map(|env| {
+                let longest = self.core.config.longest_life(&env.value);
+                env.capped(longest)
+            })
     }
 
     fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {

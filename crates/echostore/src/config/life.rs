@@ -33,6 +33,46 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// A value's own logical life, chosen from the value: `Fn(&V) -> Duration`, in place of
+    /// [`ttl`](Self::ttl) (a product on sale for 5 s, the rest for 5 min). Everything that
+    /// follows a value's ttl follows it: the [`jitter`](Self::jitter) spreads it, the stale window
+    /// ([`stale_for`](Self::stale_for)) starts where it ends, an early refresh comes in its last
+    /// stretch, and a copy read from Valkey is held to it. It is asked for each write (a load or
+    /// a `put`) and each copy read from Valkey; its answer is held within 1 ms and
+    /// [`MAX_DURATION`](crate::MAX_DURATION), and if it panics the value gets `ttl`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::{Origin, Store};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Product { price: u64, on_sale: bool }
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let products = store
+    ///     .table::<u64, Product>("products")
+    ///     .ttl_for(|p: &Product| {
+    ///         if p.on_sale { Duration::from_millis(50) } else { Duration::from_secs(300) }
+    ///     })
+    ///     .jitter(0.0)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Product { price: 10, on_sale: id == 1 }) })
+    ///     .start()
+    ///     .await?;
+    /// products.get(&1).await?; // on sale: 50 ms
+    /// products.get(&2).await?; // 5 min
+    /// tokio::time::sleep(Duration::from_millis(80)).await;
+    /// assert_eq!(products.fetch(&1).await?.origin, Origin::Loaded); // expired, read again
+    /// assert_eq!(products.fetch(&2).await?.origin, Origin::L1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn ttl_for(mut self, ttl_for: impl Fn(&V) -> Duration + Send + Sync + 'static) -> Self {
+        self.ttl_for = Some(Arc::new(ttl_for));
+        self
+    }
+
     /// Spread of expiries as a fraction of `ttl`, `0.0..=0.5` (default 0.1): each write lives
     /// `ttl ± ttl·jitter`, drawn afresh, so values filled together do not expire together.
     ///

@@ -100,6 +100,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 max_value_bytes: self.max_value_bytes,
                 early_beta: self.early_refresh,
                 version_by: self.version_by,
+                ttl_for: self.ttl_for,
             },
             l1: L1::new(self.l1_backend, self.l1_capacity),
             l2: self.store.l2().cloned(),
