@@ -20,7 +20,7 @@ fn on_sale(value: &str) -> bool {
         .is_some_and(|id| id > 100)
 }
 
-fn brief_or_long(value: &String) -> Duration {
+fn brief_or_long(value: &str) -> Duration {
     if on_sale(value) {
         Duration::from_millis(40)
     } else {
@@ -36,7 +36,7 @@ async fn a_brief_value_expires_while_a_long_one_stays() {
     let source = Source::open();
     // A stale window keeps the brief copy's key on Valkey past its life, to be seen going stale.
     let table = table_on(&store_on(&valkey.url()).await, "sale", &source, |t| {
-        t.ttl_for(brief_or_long)
+        t.ttl_for(|v: &String| brief_or_long(v))
             .jitter(0.0)
             .stale_for(Duration::from_secs(60))
     })
@@ -78,7 +78,7 @@ async fn a_copy_is_held_to_the_values_own_ttl() {
     .await;
     long.get(&102).await.expect("written with an hour's life");
     let brief = table_on(&store_on(&valkey.url()).await, "sale", &source, |t| {
-        t.ttl_for(brief_or_long).jitter(0.0)
+        t.ttl_for(|v: &String| brief_or_long(v)).jitter(0.0)
     })
     .await;
     let mut conn = raw(&valkey.url()).await;
