@@ -25,6 +25,8 @@
 //!   `batch::on_valkey` — those round trips.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
+//! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
+//!   `Option` value, else an invalidation.
 //! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
 //!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
 //!   (a failed write, a load answered in-process), until it is repaired.
@@ -93,7 +95,8 @@
 //! A miss on the source that is not an error — no such row — is worth caching too, or every
 //! request for a missing id reads the source. Make the value an `Option`: `None` is cached,
 //! coalesced and expired like any value. (A loader *error* is never cached: every waiter of that
-//! flight gets it, and the next read tries again.)
+//! flight gets it, and the next read tries again.) When the row is deleted at the source,
+//! [`Table::delete`] writes `None` everywhere, so no process reads the source for it again.
 //!
 //! ```
 //! # use std::sync::Arc;
@@ -235,6 +238,7 @@ mod coherence;
 mod config;
 mod connect;
 mod core;
+mod delete;
 mod depth;
 mod envelope;
 mod error;

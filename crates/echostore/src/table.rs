@@ -5,7 +5,6 @@
 //! so that they are ordered with the fills of the same id.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Weak};
 
@@ -13,7 +12,7 @@ use crate::coherence::Sink;
 use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
-use crate::key::{IntoId, Key, Value};
+use crate::key::{Key, Value};
 use crate::l1::L1Cache;
 use crate::lookup::Lookup;
 use crate::owner::OwnerMsg;
@@ -102,6 +101,12 @@ impl<K: Key, V: Value> Table<K, V> {
                 store,
             }),
         })
+    }
+
+    /// The table's shared state and its owner, for the handle's methods defined beside their
+    /// concept (`batch`, `delete`).
+    pub(crate) fn parts(&self) -> (&TableCore<K, V>, &OwnerRef<K, V>) {
+        (&self.inner.core, &self.inner.owner)
     }
 
     /// The table's name, as given to [`Store::table`].
@@ -195,86 +200,6 @@ impl<K: Key, V: Value> Table<K, V> {
         Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
     {
         Lookup::new(&self.inner.core, &self.inner.owner, id)
-    }
-
-    /// The values of `ids` that exist, read as [`get`](Self::get) reads one but with one round
-    /// trip to Valkey per step for the whole batch, and one call of the table's
-    /// [`batch_loader`](crate::TableBuilder::batch_loader) for every id that has to be loaded
-    /// (without one, the per-id loader for each, a few at a time).
-    ///
-    /// Ids in L1 answer at once; ids whose flight is running (a `get`, another batch) join it;
-    /// the rest are read from Valkey (`MGET`), and those missing or stale are locked and loaded,
-    /// with one source read per id per expiry across every process, as for single reads. Ids the
-    /// batch loader leaves out are absent from the map. The first error of any other id is the
-    /// answer; [`fetch_many`](Self::fetch_many) answers each id on its own.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> echostore::Result<()> {
-    /// use std::collections::HashMap;
-    /// use echostore::Store;
-    ///
-    /// let store = Store::builder().build().await?;
-    /// let names = store
-    ///     .table::<String, String>("names")
-    ///     .batch_loader(|ids: Vec<String>| async move {
-    ///         Ok::<_, std::io::Error>(ids.into_iter().map(|id| (id.clone(), id.to_uppercase())).collect::<HashMap<_, _>>())
-    ///     })
-    ///     .start()
-    ///     .await?;
-    /// let found = names.get_many(["ann", "bob"]).await?;
-    /// assert_eq!(*found["bob"], "BOB");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn get_many<I>(&self, ids: I) -> Result<HashMap<K, Arc<V>>>
-    where
-        I: IntoIterator,
-        I::Item: IntoId<K>,
-    {
-        // L1 first, with no more work per id than a `get`'s hit: a page served from L1 pays only
-        // for its map.
-        let ids = ids.into_iter();
-        let mut found = HashMap::with_capacity(ids.size_hint().0);
-        let mut missed = Vec::new();
-        for id in ids.map(IntoId::into_id) {
-            match crate::lookup::hit(&self.inner.core, &self.inner.owner, &id) {
-                Some(hit) => {
-                    found.insert(id, hit.value);
-                }
-                None => missed.push(id),
-            }
-        }
-        if missed.is_empty() {
-            return Ok(found);
-        }
-        let answers = crate::batch::fetch_many(&self.inner.core, &self.inner.owner, missed, true);
-        for (id, answer) in answers.await {
-            match answer {
-                Ok(fetched) => {
-                    found.insert(id, fetched.value);
-                }
-                Err(e) if e.is_absent() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(found)
-    }
-
-    /// Like [`get_many`](Self::get_many), with each id's own answer: its value and where it
-    /// came from ([`Origin`](crate::Origin)), or its error. Ids the batch loader leaves out are
-    /// left out here too; an error of the batch loader answers each id it was asked for, while
-    /// ids served from L1 or Valkey are unaffected. Each id once, in the order first given.
-    pub async fn fetch_many<I>(&self, ids: I) -> Vec<(K, Result<Fetched<V>>)>
-    where
-        I: IntoIterator,
-        I::Item: IntoId<K>,
-    {
-        let ids = ids.into_iter().map(IntoId::into_id);
-        let answers = crate::batch::fetch_many(&self.inner.core, &self.inner.owner, ids, false);
-        let mut answers = answers.await;
-        answers.retain(|(_, answer)| !matches!(answer, Err(e) if e.is_absent()));
-        answers
     }
 
     /// Writes `value` through L1 and Valkey and returns it as stored: the same `Arc` that L1

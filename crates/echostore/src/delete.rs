@@ -1,0 +1,119 @@
+//! `delete`: the recipe for a row that is gone at the source, and how a value type says it has a
+//! "not found" of its own.
+//!
+//! A table whose values are `Option<T>` caches "not found" as `None` (the crate docs' recipe), so
+//! a deleted row is best written as `None` everywhere: no replica reads the source again for it.
+//! Any other value type has no such value, and the row is invalidated: the next read loads (and
+//! the loader says what "gone" means). Which of the two applies is asked of the type itself,
+//! through serde: [`absent`] hands `V::deserialize` a deserializer that answers only
+//! `deserialize_option`, with `None`. `Option<T>` (and a transparent newtype around one) takes it;
+//! every other type asks for something else and is refused.
+
+use std::borrow::Borrow;
+
+use serde::de::{self, Deserializer, Visitor};
+
+use crate::error::Result;
+use crate::key::{Key, Value};
+use crate::table::Table;
+
+impl<K: Key, V: Value> Table<K, V> {
+    /// The row `id` is gone at the source (a `DELETE` endpoint): with `V = Option<_>`, `None` is
+    /// written through L1 and Valkey (a [`put`](Self::put)), so every process answers "not found"
+    /// from its cache; for any other value type, the id is [`invalidate`](Self::invalidate)d, so
+    /// the next read anywhere asks the loader. Either way no process keeps serving the old row,
+    /// and a fill in flight cannot write it back.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{Origin, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, Option<String>>("users")
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Some(format!("user {id}"))) })
+    ///     .start()
+    ///     .await?;
+    /// users.get(&7).await?;
+    /// users.delete(&7).await?; // DELETE FROM users WHERE id = 7, then this
+    /// let read = users.fetch(&7).await?;
+    /// assert_eq!((read.value.as_ref(), read.origin), (&None, Origin::L1)); // no reload
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn delete<Q>(&self, id: &Q) -> Result<()>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        match absent::<V>() {
+            Some(none) => self.put(id, none).await.map(drop),
+            None => self.invalidate(id).await,
+        }
+    }
+}
+
+/// The value type's own "not found" (`None` for an `Option`), if it has one.
+pub(crate) fn absent<V: Value>() -> Option<V> {
+    V::deserialize(OnlyNone).ok()
+}
+
+/// A deserializer that answers `deserialize_option` with `None` and refuses everything else.
+struct OnlyNone;
+
+#[derive(Debug)]
+struct NotAnOption;
+
+impl std::fmt::Display for NotAnOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not an Option")
+    }
+}
+
+impl std::error::Error for NotAnOption {}
+
+impl de::Error for NotAnOption {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        NotAnOption
+    }
+}
+
+impl<'de> Deserializer<'de> for OnlyNone {
+    type Error = NotAnOption;
+
+    fn deserialize_any<W: Visitor<'de>>(self, _: W) -> Result<W::Value, NotAnOption> {
+        Err(NotAnOption)
+    }
+
+    fn deserialize_option<W: Visitor<'de>>(self, visitor: W) -> Result<W::Value, NotAnOption> {
+        visitor.visit_none()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
+        ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Options have a "not found"; other types do not.
+    #[test]
+    fn only_options_are_absent() {
+        assert_eq!(absent::<Option<String>>(), Some(None));
+        assert_eq!(absent::<Option<u64>>(), Some(None));
+        assert_eq!(absent::<String>(), None);
+        assert_eq!(absent::<u64>(), None);
+        assert_eq!(absent::<Vec<u8>>(), None);
+        assert_eq!(absent::<()>(), None);
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Row {
+            name: Option<String>,
+        }
+        assert_eq!(absent::<Row>(), None);
+    }
+}

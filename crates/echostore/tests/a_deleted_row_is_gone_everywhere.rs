@@ -1,0 +1,80 @@
+//! `delete`: with `V = Option<_>` the row is written as `None` everywhere, so another store
+//! answers "not found" from Valkey and then L1 without reading the source; with another value
+//! type the row is invalidated everywhere and the next read loads it.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Source, coherent_store, table_on, until_stats, valkey};
+use echostore::{Origin, Store, Table};
+
+async fn optional(store: &Store, reads: &Arc<AtomicUsize>) -> Table<u64, Option<String>> {
+    let reads = Arc::clone(reads);
+    store
+        .table::<u64, Option<String>>("maybe")
+        .ttl(Duration::from_secs(60))
+        .loader(move |id: u64| {
+            reads.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, std::io::Error>(Some(format!("row {id}"))) }
+        })
+        .start()
+        .await
+        .expect("table")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optional_row_is_cached_as_none_everywhere() {
+    let valkey = valkey();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let here = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
+    let there = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
+    here.get(&1).await.expect("load");
+    assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
+    here.delete(&1).await.expect("delete");
+    until_stats(&there, "the delete reached the other store", |s| {
+        s.invalidations >= 1
+    })
+    .await;
+    let read = there.fetch(&1).await.expect("read");
+    assert_eq!((read.value.as_ref(), read.origin), (&None, Origin::L2));
+    let read = here.fetch(&1).await.expect("read");
+    assert_eq!((read.value.as_ref(), read.origin), (&None, Origin::L1));
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        1,
+        "no store read the source again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_other_row_is_invalidated_everywhere() {
+    let valkey = valkey();
+    let source = Source::open();
+    let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let here = table_on(
+        &coherent_store(&valkey.url(), None).await,
+        "plain",
+        &source,
+        long,
+    )
+    .await;
+    let there = table_on(
+        &coherent_store(&valkey.url(), None).await,
+        "plain",
+        &source,
+        long,
+    )
+    .await;
+    here.get(&1).await.expect("load");
+    assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
+    here.delete(&1).await.expect("delete");
+    until_stats(&there, "the delete reached the other store", |s| {
+        s.invalidations >= 1
+    })
+    .await;
+    assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::Loaded);
+    assert_eq!(source.calls(), 2, "the next read loaded the row");
+}
