@@ -10,6 +10,7 @@
 //! | `losers` | `Poll { every: 10 ms, up_to: 5 s }` | what a request does when another process holds the lock |
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
+//! | `l1_capacity_bytes`, `l1_weigher` | none | L1 bounded by bytes, each entry weighed by the weigher, instead of by `l1_capacity` entries |
 //! | `load_timeout` | 30 s (`no_load_timeout()` for none) | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
 //! | `soft_timeout` | none | past it, waiters get the stale copy (if any) while the load goes on |
 //! | `fail_safe` | off | serve a stale copy instead of a loader error |
@@ -27,7 +28,7 @@ use std::time::Duration;
 use crate::core::{BatchLoader, Loader, TableConfig, TableCore};
 use crate::error::{Error, Result, SharedError};
 use crate::key::{Key, Value, validate_table_name};
-use crate::l1::{L1, L1Backend};
+use crate::l1::{Bound, L1, L1Backend};
 use crate::losers::LoserPolicy;
 use crate::stats::Stats;
 use crate::store::Store;
@@ -104,6 +105,8 @@ pub struct TableBuilder<K, V> {
     early_refresh: f64,
     version_by: Option<crate::core::VersionBy<V>>,
     ttl_for: Option<crate::core::TtlFor<V>>,
+    l1_capacity_bytes: Option<u64>,
+    l1_weigher: Option<crate::l1::Weigher<K, V>>,
     loader: Option<Loader<K, V>>,
     batch_loader: Option<BatchLoader<K, V>>,
     _key: PhantomData<fn() -> K>,
@@ -128,6 +131,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             early_refresh: 1.0,
             version_by: None,
             ttl_for: None,
+            l1_capacity_bytes: None,
+            l1_weigher: None,
             loader: None,
             batch_loader: None,
             _key: PhantomData,

@@ -19,6 +19,11 @@ use crate::clock::{Deadline, Moment};
 
 use crate::key::Key;
 
+mod weigher;
+
+use weigher::ByWeigher;
+pub(crate) use weigher::{Bound, Weigher};
+
 /// Which cache library holds a table's L1.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -216,19 +221,43 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
 /// An enum rather than a trait object, so that the hit path is a direct, inlinable call.
 pub(crate) enum L1<K, V> {
     QuickCache(QuickCacheL1<K, V>),
+    /// quick_cache bounded by the table's weigher (`l1/weigher.rs`).
+    QuickCacheWeighed(QuickCacheL1<K, V, ByWeigher<K, V>>),
     #[cfg(feature = "moka")]
     Moka(MokaL1<K, V>),
 }
 
 impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
-    /// An empty L1 on `backend` holding up to `capacity` entries.
-    pub(crate) fn new(backend: L1Backend, capacity: usize) -> Self {
-        match backend {
-            L1Backend::QuickCache => {
+    /// An empty L1 on `backend`, holding up to `bound` entries or bytes.
+    pub(crate) fn new(backend: L1Backend, bound: Bound<K, V>) -> Self {
+        match (backend, bound) {
+            (L1Backend::QuickCache, Bound::Entries(capacity)) => {
                 L1::QuickCache(QuickCacheL1(quick_cache::sync::Cache::new(capacity)))
             }
+            (L1Backend::QuickCache, Bound::Bytes { capacity, weigher }) => {
+                // quick_cache sizes its tables by an estimate of the entries: one per KiB.
+                let entries = usize::try_from(capacity / 1024)
+                    .unwrap_or(usize::MAX)
+                    .max(16);
+                let cache =
+                    quick_cache::sync::Cache::with_weighter(entries, capacity, ByWeigher(weigher));
+                L1::QuickCacheWeighed(QuickCacheL1(cache))
+            }
             #[cfg(feature = "moka")]
-            L1Backend::Moka => L1::Moka(MokaL1(moka::sync::Cache::new(capacity as u64))),
+            (L1Backend::Moka, Bound::Entries(capacity)) => {
+                L1::Moka(MokaL1(moka::sync::Cache::new(capacity as u64)))
+            }
+            #[cfg(feature = "moka")]
+            (L1Backend::Moka, Bound::Bytes { capacity, weigher }) => {
+                let cache = moka::sync::Cache::builder()
+                    .max_capacity(capacity)
+                    .weigher(move |key: &K, entry: &Entry<V>| {
+                        u32::try_from(weigher::weigh(&weigher, key, &entry.value))
+                            .unwrap_or(u32::MAX)
+                    })
+                    .build();
+                L1::Moka(MokaL1(cache))
+            }
         }
     }
 }
@@ -242,6 +271,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     {
         match self {
             L1::QuickCache(l1) => l1.get(id),
+            L1::QuickCacheWeighed(l1) => l1.get(id),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.get(id),
         }
@@ -250,6 +280,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn insert(&self, id: K, entry: Entry<V>) {
         match self {
             L1::QuickCache(l1) => l1.insert(id, entry),
+            L1::QuickCacheWeighed(l1) => l1.insert(id, entry),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.insert(id, entry),
         }
@@ -258,6 +289,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn remove(&self, id: &K) {
         match self {
             L1::QuickCache(l1) => l1.remove(id),
+            L1::QuickCacheWeighed(l1) => l1.remove(id),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.remove(id),
         }
@@ -266,6 +298,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn clear(&self) {
         match self {
             L1::QuickCache(l1) => l1.clear(),
+            L1::QuickCacheWeighed(l1) => l1.clear(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.clear(),
         }
@@ -274,6 +307,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
     fn len(&self) -> u64 {
         match self {
             L1::QuickCache(l1) => l1.len(),
+            L1::QuickCacheWeighed(l1) => l1.len(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.len(),
         }
@@ -281,9 +315,14 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 }
 
 /// quick_cache's sync cache.
-pub(crate) struct QuickCacheL1<K, V>(quick_cache::sync::Cache<K, Entry<V>>);
+pub(crate) struct QuickCacheL1<K, V, W = quick_cache::UnitWeighter>(
+    quick_cache::sync::Cache<K, Entry<V>, W>,
+);
 
-impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for QuickCacheL1<K, V> {
+impl<K: Key, V: Send + Sync + 'static, W> L1Cache<K, V> for QuickCacheL1<K, V, W>
+where
+    W: quick_cache::Weighter<K, Entry<V>> + Clone + Send + Sync + 'static,
+{
     #[inline]
     fn get<Q>(&self, id: &Q) -> Option<Entry<V>>
     where

@@ -196,6 +196,39 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// Bound L1 by bytes instead of entries: the weights [`l1_weigher`](Self::l1_weigher) gives
+    /// its entries add up to at most `bytes` (replacing [`l1_capacity`](Self::l1_capacity)), on
+    /// either backend. Both settings go together.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::Store;
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let pages = store
+    ///     .table::<String, String>("pages")
+    ///     .l1_capacity_bytes(64 << 20) // 64 MiB of pages
+    ///     .l1_weigher(|id: &String, page: &String| (id.len() + page.len()) as u64)
+    ///     .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("<h1>{id}</h1>")) })
+    ///     .start()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn l1_capacity_bytes(mut self, bytes: u64) -> Self {
+        self.l1_capacity_bytes = Some(bytes);
+        self
+    }
+
+    /// What an L1 entry weighs, in bytes as you count them (the value's heap size, its encoded
+    /// length), for [`l1_capacity_bytes`](Self::l1_capacity_bytes). Called once per entry as it
+    /// is stored, never on a hit; an entry weighs at least 1, and 1 if the weigher panics.
+    pub fn l1_weigher(mut self, weigher: impl Fn(&K, &V) -> u64 + Send + Sync + 'static) -> Self {
+        self.l1_weigher = Some(Arc::new(weigher));
+        self
+    }
+
     /// Largest encoded value accepted (default 16 MiB, at most 512 MiB). With a Valkey, a `put`
     /// of a larger one fails with `Error::TooLarge` and writes nothing, and a fill that loads one
     /// answers its waiters with `TooLarge` and caches nothing; a larger value found on Valkey is a

@@ -14,6 +14,23 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         if self.loader.is_none() && self.batch_loader.is_none() {
             return Err(invalid("no loader (set loader or batch_loader)".into()));
         }
+        let l1_bound = match (self.l1_capacity_bytes, self.l1_weigher) {
+            (None, None) => Bound::Entries(self.l1_capacity),
+            (Some(capacity), Some(weigher)) if capacity > 0 => Bound::Bytes { capacity, weigher },
+            (Some(_), Some(_)) => {
+                return Err(invalid("l1_capacity_bytes must be at least 1".into()));
+            }
+            (Some(_), None) => {
+                return Err(invalid(
+                    "l1_capacity_bytes needs an l1_weigher to weigh entries".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "l1_weigher needs l1_capacity_bytes, the bound it weighs against".into(),
+                ));
+            }
+        };
         let durations = [
             ("ttl", Some(self.ttl)),
             ("stale_for", Some(self.stale_for)),
@@ -102,7 +119,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 version_by: self.version_by,
                 ttl_for: self.ttl_for,
             },
-            l1: L1::new(self.l1_backend, self.l1_capacity),
+            l1: L1::new(self.l1_backend, l1_bound),
             l2: self.store.l2().cloned(),
             loader: self.loader,
             batch_loader: self.batch_loader,
