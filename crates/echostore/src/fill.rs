@@ -39,11 +39,36 @@ use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
 use crate::load::Load;
 use crate::lock::{self, Fenced};
-use crate::losers::{self, Lost, PollEnd};
+use crate::losers::{self, LoserPolicy, Lost, PollEnd};
 use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
 
 mod lease;
+
+/// Decodes bytes read from a value key into an envelope held to the value's longest life;
+/// oversized or undecodable bytes are `None`, counted in `decode_errors` and logged.
+pub(crate) fn decode_counted<K, V: Value>(
+    core: &TableCore<K, V>,
+    bytes: &[u8],
+) -> Option<Envelope<V>> {
+    let max = core.config.max_value_bytes;
+    let decoded = if bytes.len() > max {
+        Err(format!("over the table's max_value_bytes ({max})"))
+    } else {
+        envelope::decode(bytes).map_err(|e| e.to_string())
+    };
+    match decoded {
+        Ok(env) => {
+            let longest = core.config.longest_life(&env.value);
+            Some(env.capped(longest))
+        }
+        Err(e) => {
+            bump(&core.stats.counters.decode_errors);
+            tracing::warn!(table = %core.name, error = %e, "unreadable value on valkey: treated as a miss");
+            None
+        }
+    }
+}
 
 /// One flight of one id: the table, the id, and how it signals its owner.
 pub(crate) struct Fill<'a, K, V> {
@@ -56,6 +81,8 @@ pub(crate) struct Fill<'a, K, V> {
     refused: Mutex<Option<Fingerprint>>,
     /// An early refresh of the L1 value fresh until then; `None` for a fill.
     refreshing: Option<Moment>,
+    /// The loser policy of the call that started the flight, if not the table's.
+    losers: Option<LoserPolicy<Arc<V>>>,
 }
 
 /// How much later than the refreshed value's a value's `fresh_until` must be to count as newer:
@@ -78,7 +105,13 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             load: Load::new(core, id, signals),
             refused: Mutex::new(None),
             refreshing: None,
+            losers: None,
         }
+    }
+
+    /// The flight with the loser policy `losers` instead of the table's (when given).
+    pub(crate) fn losing_by(self, losers: Option<LoserPolicy<Arc<V>>>) -> Self {
+        Fill { losers, ..self }
     }
 
     /// The flight as an early refresh of the L1 value fresh until `until`.
@@ -185,11 +218,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 // Another process is rebuilding the id: its write will reach us.
                 return Ok(Landing::Skipped);
             }
+            let policy = self.losers.as_ref().unwrap_or(&config.losers);
             let (every, up_to) =
-                match config
-                    .losers
-                    .on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl)
-                {
+                match policy.on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl) {
                     Lost::Answer(answer) => return answer.map(Landing::Filled),
                     Lost::Poll { every, up_to } => (every, up_to),
                 };
@@ -307,28 +338,16 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// per flight for the same bytes).
     fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
         let bytes = bytes?;
-        let max = self.core.config.max_value_bytes;
         let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         // Hashing costs a pass over the bytes: only once some bytes were refused.
         if refused.is_some() && *refused == Some(envelope::fingerprint(&bytes)) {
             return None;
         }
-        let decoded = if bytes.len() > max {
-            Err(format!("over the table's max_value_bytes ({max})"))
-        } else {
-            envelope::decode(&bytes).map_err(|e| e.to_string())
-        };
+        let decoded = decode_counted(self.core, &bytes);
+        if decoded.is_none() {
+            *refused = Some(envelope::fingerprint(&bytes));
+        }
         decoded
-            .inspect_err(|e| {
-                *refused = Some(envelope::fingerprint(&bytes));
-                bump(&self.core.stats.counters.decode_errors);
-                tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
-            })
-            .ok()
-            .map(|env| {
-                let longest = self.core.config.longest_life(&env.value);
-                env.capped(longest)
-            })
     }
 
     /// A stale copy from Valkey, if it is still within this table's `stale_for` (never for a

@@ -14,7 +14,8 @@
 //! - `config` — [`TableBuilder`]: a table's settings and their checks (the loader and the batch
 //!   loader in `config::loading` and `config::batching`).
 //! - `core` — the table's shared state: settings, L1, Valkey, loader, counters; a write's `Life`.
-//! - `table` — [`Table`]: the typed handle a user calls.
+//! - `table` — [`Table`]: the typed handle a user calls; `read_options` — [`ReadOptions`], a
+//!   read's per-call loser policy and wait bound (`get_with`, `fetch_with`).
 //! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path);
 //!   `miss` — a miss on the caller's task: it joins the flight the `board` lists for the id, or
 //!   reads Valkey itself, and goes to the owner for everything else (the lock, a load, a write on
@@ -259,6 +260,7 @@ mod miss;
 mod natives;
 mod owner;
 mod owner_ref;
+mod read_options;
 mod scripts;
 mod server_clock;
 mod stale;
@@ -278,6 +280,7 @@ pub use fetched::{Fetched, Origin};
 pub use key::{IntoId, Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;
 pub use losers::LoserPolicy;
+pub use read_options::ReadOptions;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;

@@ -106,30 +106,8 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     /// One source read, with the table's timeout, a panic turned into an error; the value and
     /// how long the read took (`delta`, for early refresh).
     pub(crate) async fn load(&self) -> Result<(V, Duration)> {
-        let counters = &self.core.stats.counters;
-        bump(&counters.source_reads);
-        let _timing = crate::metrics::Timing::load(&self.core.name);
-        let began = Instant::now();
-        let started = std::panic::catch_unwind(AssertUnwindSafe(|| self.source_read()));
-        let future = match started {
-            Ok(future) => AssertUnwindSafe(future).catch_unwind(),
-            Err(panic) => return Err(Error::LoaderPanicked(panic_message(&*panic))),
-        };
-        let finished = match self.core.config.load_timeout {
-            Some(limit) => match tokio::time::timeout(limit, future).await {
-                Ok(finished) => finished,
-                Err(_) => {
-                    bump(&counters.load_timeouts);
-                    return Err(Error::LoadTimeout(limit));
-                }
-            },
-            None => future.await,
-        };
-        match finished {
-            Ok(Ok(value)) => Ok((value, began.elapsed())),
-            Ok(Err(e)) => Err(e),
-            Err(panic) => Err(Error::LoaderPanicked(panic_message(&*panic))),
-        }
+        bump(&self.core.stats.counters.source_reads);
+        guarded(self.core, || self.source_read()).await
     }
 
     /// The id's source read: the per-id loader, or else a batch of this one id (an id the batch
@@ -182,7 +160,37 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     }
 }
 
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {
+/// A call of the source (`start` makes its future): timed, under the table's `load_timeout`, a
+/// panic in making or running the future turned into [`Error::LoaderPanicked`]; its answer and
+/// how long it took. The one guard of every source read, one id's or a batch's.
+pub(crate) async fn guarded<K, V, T>(
+    core: &TableCore<K, V>,
+    start: impl FnOnce() -> BoxFuture<'static, Result<T>>,
+) -> Result<(T, Duration)> {
+    let _timing = crate::metrics::Timing::load(&core.name);
+    let began = Instant::now();
+    let future = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
+        Ok(future) => AssertUnwindSafe(future).catch_unwind(),
+        Err(panic) => return Err(Error::LoaderPanicked(panic_message(&*panic))),
+    };
+    let finished = match core.config.load_timeout {
+        Some(limit) => match tokio::time::timeout(limit, future).await {
+            Ok(finished) => finished,
+            Err(_) => {
+                bump(&core.stats.counters.load_timeouts);
+                return Err(Error::LoadTimeout(limit));
+            }
+        },
+        None => future.await,
+    };
+    match finished {
+        Ok(Ok(value)) => Ok((value, began.elapsed())),
+        Ok(Err(e)) => Err(e),
+        Err(panic) => Err(Error::LoaderPanicked(panic_message(&*panic))),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> Arc<str> {
     if let Some(s) = panic.downcast_ref::<&str>() {
         Arc::from(*s)
     } else if let Some(s) = panic.downcast_ref::<String>() {

@@ -117,8 +117,9 @@ where
                     }
                 },
                 State::Miss(call) => {
-                    let call = call
-                        .get_or_insert_with(|| crate::miss::miss(this.core, this.owner, this.id));
+                    let call = call.get_or_insert_with(|| {
+                        crate::miss::miss(this.core, this.owner, this.id, None)
+                    });
                     let answer = ready!(call.as_mut().poll(cx));
                     this.state = State::Hit(None);
                     return Poll::Ready(answer.map(A::answer));

@@ -65,6 +65,16 @@ impl<V> LoserPolicy<V> {
         every: Duration::from_millis(10),
         up_to: Duration::from_secs(5),
     };
+
+    /// The policy as flights hold it: a placeholder shared by every answer.
+    pub(crate) fn shared(self) -> LoserPolicy<Arc<V>> {
+        match self {
+            LoserPolicy::Poll { every, up_to } => LoserPolicy::Poll { every, up_to },
+            LoserPolicy::ServeStale => LoserPolicy::ServeStale,
+            LoserPolicy::Default(v) => LoserPolicy::Default(Arc::new(v)),
+            LoserPolicy::FailFast => LoserPolicy::FailFast,
+        }
+    }
 }
 
 /// What the table's loser policy makes of a lost lock.

@@ -39,6 +39,7 @@ use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
+use crate::losers::LoserPolicy;
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
 use crate::stats::bump;
@@ -48,6 +49,7 @@ pub(crate) fn miss<'a, K, V, Q>(
     core: &'a TableCore<K, V>,
     owner: &'a OwnerRef<K, V>,
     id: &Q,
+    losers: Option<LoserPolicy<Arc<V>>>,
 ) -> BoxFuture<'a, Result<Fetched<V>>>
 where
     K: Key + Borrow<Q>,
@@ -63,15 +65,22 @@ where
         }
         Entered::Read(read) => {
             let reading = Reading { core, id, read };
-            reading.run(owner).boxed()
+            reading.run(owner, losers).boxed()
         }
-        Entered::Owner => ask(owner, id).boxed(),
+        Entered::Owner => ask(owner, id, losers).boxed(),
     }
 }
 
-/// A miss the owner answers: it joins or starts the id's flight.
-async fn ask<K: Key, V: Value>(owner: &OwnerRef<K, V>, id: K) -> Result<Fetched<V>> {
-    owner.call(move |reply| OwnerMsg::Fill { id, reply }).await
+/// A miss the owner answers: it joins or starts the id's flight (with `losers`, the caller's own
+/// loser policy, if it starts one).
+async fn ask<K: Key, V: Value>(
+    owner: &OwnerRef<K, V>,
+    id: K,
+    losers: Option<LoserPolicy<Arc<V>>>,
+) -> Result<Fetched<V>> {
+    owner
+        .call(move |reply| OwnerMsg::Fill { id, reply, losers })
+        .await
 }
 
 /// A caller who joined a flight: its answer, or a miss through the owner if the flight changed
@@ -104,14 +113,18 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         Reading { core, id, read }
     }
 
-    async fn run(self, owner: &OwnerRef<K, V>) -> Result<Fetched<V>> {
+    async fn run(
+        self,
+        owner: &OwnerRef<K, V>,
+        losers: Option<LoserPolicy<Arc<V>>>,
+    ) -> Result<Fetched<V>> {
         if let Some(hit) = self.read().await {
             return Ok(hit);
         }
         // Not a fresh value: the owner's flight takes it from here. The read stays listed until
         // then, so the misses meanwhile go to the owner too (not into reads of their own); the
         // flight replaces it on the board.
-        ask(owner, self.id.clone()).await
+        ask(owner, self.id.clone(), losers).await
     }
 
     /// The value on Valkey if it is fresh and settled into L1 (no change overtook the read);

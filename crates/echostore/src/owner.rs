@@ -30,14 +30,20 @@ use crate::fill::Fill;
 use crate::flights::{FlightId, Flights, Landed, Miss, Next, Reply};
 use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
+use crate::losers::LoserPolicy;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::writes::{L2Write, PendingWrite};
 
 /// What the owner is asked to do.
 pub(crate) enum OwnerMsg<K, V> {
-    /// A caller missed L1 (the Elixir `{:fill, id}`).
-    Fill { id: K, reply: Reply<V> },
+    /// A caller missed L1 (the Elixir `{:fill, id}`); `losers`: its own loser policy for a
+    /// flight it starts (`ReadOptions::losers`).
+    Fill {
+        id: K,
+        reply: Reply<V>,
+        losers: Option<LoserPolicy<Arc<V>>>,
+    },
     /// A batch read's misses, each with its caller's reply.
     FillMany { misses: Vec<(K, Reply<V>)> },
     /// A caller who joined on the board flies again (that flight or read ended with no answer).
@@ -134,7 +140,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            OwnerMsg::Fill { id, reply } => state.fill(&myself, id, reply),
+            OwnerMsg::Fill { id, reply, losers } => state.fill(&myself, id, reply, losers),
             OwnerMsg::FillMany { misses } => state.fill_many(&myself, misses),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
@@ -189,7 +195,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         Some(Fetched::new(entry.value, Origin::L1))
     }
 
-    fn fill(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
+    fn fill(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        reply: Reply<V>,
+        losers: Option<LoserPolicy<Arc<V>>>,
+    ) {
         // The race may have been won between the caller's miss and this message.
         if let Some(hit) = self.l1_hit(&id) {
             if !reply.is_closed() {
@@ -199,7 +211,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         match self.flights.miss(&id, Some(reply)) {
             Miss::Coalesced => bump(&self.core.stats.counters.coalesced),
-            Miss::Launch(flight) => self.launch(myself, id, flight, None),
+            Miss::Launch(flight) => self.launch(myself, id, flight, None, losers),
             Miss::Queued => {}
         }
     }
@@ -219,7 +231,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.core.l1.insert(id.clone(), entry.refresh_asked());
         if let Some(flight) = self.flights.refresh(&id) {
             bump(&self.core.stats.counters.early_refreshes);
-            self.launch(myself, id, flight, Some(until));
+            self.launch(myself, id, flight, Some(until), None);
         }
     }
 
@@ -231,17 +243,19 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             landed.flight.answer(&Ok(hit));
             return;
         }
-        self.launch(myself, id, flight, None);
+        self.launch(myself, id, flight, None, None);
     }
 
     /// Starts a flight as a task of its own; the owner goes on serving. `refreshing`: an early
-    /// refresh of the L1 value fresh until then.
+    /// refresh of the L1 value fresh until then; `losers`: the policy of the call that started
+    /// it, if not the table's.
     fn launch(
         &self,
         myself: &ActorRef<OwnerMsg<K, V>>,
         id: K,
         flight: FlightId,
         refreshing: Option<Moment>,
+        losers: Option<LoserPolicy<Arc<V>>>,
     ) {
         let core = Arc::clone(&self.core);
         let myself = myself.clone();
@@ -259,7 +273,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                         });
                     }
                 };
-                let fill = Fill::new(&core, &id, &signals);
+                let fill = Fill::new(&core, &id, &signals).losing_by(losers);
                 let fill = match refreshing {
                     Some(until) => fill.refreshing(until),
                     None => fill,

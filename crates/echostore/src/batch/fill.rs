@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::StreamExt;
@@ -381,34 +381,14 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         counters
             .source_reads
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        let _timing = crate::metrics::Timing::load(&self.core.name);
-        let began = Instant::now();
         let asked = ids.clone();
-        let started = std::panic::catch_unwind(AssertUnwindSafe(|| batch(ids)));
-        let outcome: Result<HashMap<K, V>> = match started {
-            Ok(future) => {
-                let future = AssertUnwindSafe(future).catch_unwind();
-                let finished = match self.core.config.load_timeout {
-                    Some(limit) => tokio::time::timeout(limit, future).await.map_err(|_| {
-                        bump(&counters.load_timeouts);
-                        Error::LoadTimeout(limit)
-                    }),
-                    None => Ok(future.await),
-                };
-                match finished {
-                    Ok(Ok(Ok(found))) => Ok(found),
-                    Ok(Ok(Err(e))) => Err(Error::Source(e)),
-                    Ok(Err(panic)) => {
-                        Err(Error::LoaderPanicked(crate::load::panic_message(&*panic)))
-                    }
-                    Err(timeout) => Err(timeout),
-                }
-            }
-            Err(panic) => Err(Error::LoaderPanicked(crate::load::panic_message(&*panic))),
-        };
-        let delta = began.elapsed();
+        let outcome = crate::load::guarded(self.core, || {
+            let call = batch(ids);
+            Box::pin(async move { call.await.map_err(Error::Source) })
+        })
+        .await;
         match outcome {
-            Ok(mut found) => asked
+            Ok((mut found, delta)) => asked
                 .into_iter()
                 .filter_map(|id| {
                     let value = found.remove(&id)?;
@@ -445,23 +425,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
 
     /// Decodes what Valkey held for one id; oversized or undecodable bytes are a counted miss.
     fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
-        let bytes = bytes?;
-        let max = self.core.config.max_value_bytes;
-        let decoded = if bytes.len() > max {
-            Err(format!("over the table's max_value_bytes ({max})"))
-        } else {
-            envelope::decode(&bytes).map_err(|e| e.to_string())
-        };
-        decoded
-            .inspect_err(|e| {
-                bump(&self.core.stats.counters.decode_errors);
-                tracing::warn!(table = %self.core.name, error = %e, "unreadable value on valkey: treated as a miss");
-            })
-            .ok()
-            .map(|env| {
-                let longest = self.core.config.longest_life(&env.value);
-                env.capped(longest)
-            })
+        crate::fill::decode_counted(self.core, &bytes?)
     }
 
     fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {

@@ -96,12 +96,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         if let Some((_, what)) = checks.into_iter().find(|(ok, _)| !ok) {
             return Err(invalid(what));
         }
-        let losers = match self.losers {
-            LoserPolicy::Poll { every, up_to } => LoserPolicy::Poll { every, up_to },
-            LoserPolicy::ServeStale => LoserPolicy::ServeStale,
-            LoserPolicy::Default(v) => LoserPolicy::Default(Arc::new(v)),
-            LoserPolicy::FailFast => LoserPolicy::FailFast,
-        };
+        let losers = self.losers.shared();
         let core = TableCore {
             name: Arc::from(self.name.as_str()),
             namespace: Arc::from(self.store.namespace()),

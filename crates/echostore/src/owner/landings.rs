@@ -86,7 +86,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         }
         if let Miss::Launch(flight) = self.flights.miss(&id, Some(reply)) {
-            self.launch(myself, id, flight, None);
+            self.launch(myself, id, flight, None, None);
         }
     }
 }

@@ -1,0 +1,131 @@
+//! Per-call options of a read ([`ReadOptions`]), and the reads that take them:
+//! [`Table::get_with`] and [`Table::fetch_with`].
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::MAX_DURATION;
+use crate::error::{Error, Result};
+use crate::fetched::Fetched;
+use crate::key::{Key, Value};
+use crate::losers::LoserPolicy;
+use crate::table::Table;
+
+/// How one read may differ from the table's settings; an option left unset is the table's.
+///
+/// - [`losers`](Self::losers): the loser policy of a flight this read starts (this request must
+///   not wait for another process: `FailFast`; this one may serve stale: `ServeStale`). A read
+///   that joins a flight already running for its id in this process shares that flight's answer,
+///   as every caller of one flight does; and a flight that waits behind a write of its id runs
+///   with the table's policy.
+/// - [`wait_at_most`](Self::wait_at_most): this read answers within the bound, or fails with
+///   [`Error::WaitTimeout`]; the flight goes on for its other callers and fills the cache.
+///
+/// There is no option to skip Valkey for one read: a value loaded here that Valkey never saw
+/// would be newer than Valkey's copy, and this process's next read could go back to that copy
+/// (`docs/consistency.md`, rule 4).
+#[derive(Debug, Clone)]
+pub struct ReadOptions<V> {
+    losers: Option<LoserPolicy<V>>,
+    wait: Option<Duration>,
+}
+
+/// Checked options: the flight's loser policy, if the read's own, and its wait bound.
+type Checked<V> = (Option<LoserPolicy<Arc<V>>>, Option<Duration>);
+
+impl<V> Default for ReadOptions<V> {
+    fn default() -> Self {
+        ReadOptions {
+            losers: None,
+            wait: None,
+        }
+    }
+}
+
+impl<V> ReadOptions<V> {
+    /// No option set: the table's settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The loser policy of a flight this read starts, instead of the table's.
+    pub fn losers(mut self, policy: LoserPolicy<V>) -> Self {
+        self.losers = Some(policy);
+        self
+    }
+
+    /// Answer within `bound` (at most [`MAX_DURATION`]), or fail with [`Error::WaitTimeout`].
+    pub fn wait_at_most(mut self, bound: Duration) -> Self {
+        self.wait = Some(bound);
+        self
+    }
+
+    /// Checks the options as `start()` checks the table's.
+    fn checked(self) -> Result<Checked<V>> {
+        let too_long = |d: Duration| d > MAX_DURATION;
+        let poll_too_long = matches!(
+            &self.losers,
+            Some(LoserPolicy::Poll { every, up_to }) if too_long(*every) || too_long(*up_to) || every.is_zero()
+        );
+        if poll_too_long || self.wait.is_some_and(too_long) {
+            return Err(Error::InvalidConfig(format!(
+                "read options: durations must be within 0..={MAX_DURATION:?} (a poll's `every` above zero)"
+            )));
+        }
+        Ok((self.losers.map(LoserPolicy::shared), self.wait))
+    }
+}
+
+impl<K: Key, V: Value> Table<K, V> {
+    /// [`get`](Self::get) with per-call [`ReadOptions`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::{LoserPolicy, ReadOptions, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .start()
+    ///     .await?;
+    /// // A health check must not wait on another process's rebuild, nor for long at all.
+    /// let fast = ReadOptions::new()
+    ///     .losers(LoserPolicy::FailFast)
+    ///     .wait_at_most(Duration::from_millis(50));
+    /// assert_eq!(*users.get_with(&7, fast).await?, "user 7");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get_with<Q>(&self, id: &Q, options: ReadOptions<V>) -> Result<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    {
+        self.fetch_with(id, options).await.map(|f| f.value)
+    }
+
+    /// [`fetch`](Self::fetch) with per-call [`ReadOptions`].
+    pub async fn fetch_with<Q>(&self, id: &Q, options: ReadOptions<V>) -> Result<Fetched<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    {
+        let (losers, wait) = options.checked()?;
+        let (core, owner) = self.parts();
+        if let Some(hit) = crate::lookup::hit(core, owner, id) {
+            return Ok(hit);
+        }
+        let read = crate::miss::miss(core, owner, id, losers);
+        match wait {
+            None => read.await,
+            Some(bound) => tokio::time::timeout(bound, read)
+                .await
+                .unwrap_or(Err(Error::WaitTimeout { waited: bound })),
+        }
+    }
+}
