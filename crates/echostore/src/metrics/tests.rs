@@ -118,7 +118,9 @@ fn describe_uses_the_field_docs() {
     assert_eq!(*unit, Some(Unit::Count));
     assert_eq!(
         about.as_deref(),
-        Some("Loader calls: reads of the source of truth.")
+        Some(
+            "Ids read from the source of truth: one per loader call, one per id of a batch loader call."
+        )
     );
     assert_eq!(described["echostore_load_seconds"].0, Some(Unit::Seconds));
 }
