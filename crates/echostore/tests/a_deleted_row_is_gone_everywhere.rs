@@ -32,10 +32,17 @@ async fn an_optional_row_is_cached_as_none_everywhere() {
     let here = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
     let there = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
     here.get(&1).await.expect("load");
+    // The load's own write pushes to the other store too: let it arrive before that store reads,
+    // so that the push counted below is the delete's.
+    until_stats(&there, "the load's push reached the other store", |s| {
+        s.invalidations >= 1
+    })
+    .await;
     assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
+    let before = there.stats().invalidations;
     here.delete(&1).await.expect("delete");
     until_stats(&there, "the delete reached the other store", |s| {
-        s.invalidations >= 1
+        s.invalidations > before
     })
     .await;
     let read = there.fetch(&1).await.expect("read");
@@ -69,10 +76,17 @@ async fn any_other_row_is_invalidated_everywhere() {
     )
     .await;
     here.get(&1).await.expect("load");
+    // The load's own write pushes to the other store too: let it arrive before that store reads,
+    // so that the push counted below is the delete's.
+    until_stats(&there, "the load's push reached the other store", |s| {
+        s.invalidations >= 1
+    })
+    .await;
     assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
+    let before = there.stats().invalidations;
     here.delete(&1).await.expect("delete");
     until_stats(&there, "the delete reached the other store", |s| {
-        s.invalidations >= 1
+        s.invalidations > before
     })
     .await;
     assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::Loaded);
