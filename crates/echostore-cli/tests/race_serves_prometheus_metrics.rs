@@ -65,7 +65,7 @@ fn race_serves_its_counters_for_prometheus() {
         serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("no report ({e}): {line}"));
     assert_eq!(report["source_reads"], 1, "{report}");
     for expected in [
-        "# HELP echostore_source_reads_total Loader calls: reads of the source of truth.",
+        "# HELP echostore_source_reads_total Ids read from the source of truth: one per loader call, one per id of a batch loader call.",
         "echostore_source_reads_total{table=\"race\"} 1\n",
         "echostore_lock_won_total{table=\"race\"} 1\n",
         "echostore_load_seconds_count{table=\"race\"} 1\n",
