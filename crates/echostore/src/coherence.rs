@@ -80,6 +80,8 @@ pub(crate) trait Sink: Send + Sync {
     fn invalidated(&self, id: &[u8]);
     /// Invalidations may have been missed: drop L1 and detach running flights.
     fn flush(&self);
+    /// The table's marks changed (a clear or a tag invalidation somewhere).
+    fn marks_changed(&self);
 }
 
 /// The store's coherence: the tables to tell, the losers to wake, and whether tracking is up.
@@ -240,6 +242,11 @@ impl Tracker {
             Some((KeyKind::Value, table, id)) => {
                 for sink in self.sinks(table) {
                     sink.invalidated(id);
+                }
+            }
+            Some((KeyKind::Marks, table, _)) => {
+                for sink in self.sinks(table) {
+                    sink.marks_changed();
                 }
             }
             Some((KeyKind::Lock, ..)) => {}

@@ -4,6 +4,7 @@
 //! | --- | --- | --- |
 //! | `ttl` | 60 s | logical life: fresh for `ttl ± ttl·jitter` |
 //! | `ttl_for` | none | a value's own ttl, chosen from the value (jitter, stale window and early refresh follow it) |
+//! | `tags` | none | an entry's tags, for `invalidate_tag` |
 //! | `jitter` | 0.1 | spread of expiries, `0.0..=0.5`, so a cohort filled together never expires together |
 //! | `stale_for` | 0 | kept past `ttl` (Valkey `PX` = life + `stale_for`) for serve-stale and fail-safe |
 //! | `lock_ttl` | 5 s | `PX` of the regeneration lock |
@@ -38,6 +39,7 @@ mod batching;
 mod life;
 mod loading;
 mod start;
+mod tagging;
 
 /// The longest duration any setting accepts (a year): longer ones are refused at `start()`.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -105,6 +107,7 @@ pub struct TableBuilder<K, V> {
     early_refresh: f64,
     version_by: Option<crate::core::VersionBy<V>>,
     ttl_for: Option<crate::core::TtlFor<V>>,
+    tags: Option<crate::core::TagsOf<K, V>>,
     l1_capacity_bytes: Option<u64>,
     l1_weigher: Option<crate::l1::Weigher<K, V>>,
     loader: Option<Loader<K, V>>,
@@ -131,6 +134,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             early_refresh: 1.0,
             version_by: None,
             ttl_for: None,
+            tags: None,
             l1_capacity_bytes: None,
             l1_weigher: None,
             loader: None,

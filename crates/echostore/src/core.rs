@@ -13,11 +13,12 @@ use futures::future::BoxFuture;
 
 use crate::board::Board;
 use crate::coherence::Tracker;
-use crate::envelope::{self, Envelope};
+use crate::envelope::{self, Envelope, Marking};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1};
 use crate::l2::L2;
 use crate::losers::LoserPolicy;
+use crate::marks::Marks;
 use crate::server_clock::wall_ms;
 use crate::stats::Stats;
 use crate::unsettled::Unsettled;
@@ -52,6 +53,9 @@ pub(crate) struct TableConfig<V> {
     /// A value's own ttl (`.ttl_for`), else `ttl`.
     pub(crate) ttl_for: Option<TtlFor<V>>,
 }
+
+/// A table's `.tags`: the tags of an entry, for `invalidate_tag`.
+pub(crate) type TagsOf<K, V> = Arc<dyn Fn(&K, &V) -> Vec<String> + Send + Sync>;
 
 /// A table's `.ttl_for`: the logical life of a value, chosen from the value.
 pub(crate) type TtlFor<V> = Arc<dyn Fn(&V) -> Duration + Send + Sync>;
@@ -146,12 +150,14 @@ impl Life {
         Entry::new(value, self.fresh_for, self.stale_for, early)
     }
 
-    /// The envelope of a value stored now, with its version if the table orders by one; over
+    /// The envelope of a value stored now, with its version if the table orders by one and its
+    /// `marking` (its generation and tags); over
     /// the table's `max_value_bytes` it is refused with `TooLarge`.
     pub(crate) fn encode<V: serde::Serialize>(
         &self,
         value: &V,
         config: &TableConfig<V>,
+        marking: &Marking,
     ) -> Result<Vec<u8>> {
         let fresh_until_ms = self.written_at_ms.saturating_add(millis(self.fresh_for));
         envelope::encode(
@@ -160,6 +166,7 @@ impl Life {
             self.written_at_ms,
             self.delta,
             config.version_of(value),
+            marking,
             config.max_value_bytes,
         )
     }
@@ -200,6 +207,10 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) board: Arc<Board<K, V>>,
     /// Ids whose last write failed, until their Valkey copy is repaired.
     pub(crate) unsettled: Arc<Unsettled<K>>,
+    /// The entry's tags (`.tags`).
+    pub(crate) tags: Option<TagsOf<K, V>>,
+    /// The table's clears and tag invalidations, as this process knows them.
+    pub(crate) marks: Marks,
 }
 
 impl<K: crate::key::Key, V> TableCore<K, V> {
@@ -212,6 +223,35 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
     /// clock as estimated here, never this process's own wall clock once Valkey has answered.
     pub(crate) fn now_ms(&self) -> u64 {
         self.l2.as_ref().map_or_else(wall_ms, L2::now_ms)
+    }
+
+    /// The tags of `value` as the entry of `id`: `.tags`', or none. Tags that panic, or one
+    /// longer than [`crate::MAX_TAG_BYTES`], are an [`Error::Codec`](crate::Error::Codec): such
+    /// a value cannot be written, since `invalidate_tag` could not find it.
+    pub(crate) fn tags_of(&self, id: &K, value: &V) -> Result<Vec<String>> {
+        let Some(tags_of) = &self.tags else {
+            return Ok(Vec::new());
+        };
+        let tags = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tags_of(id, value)))
+            .map_err(|_| crate::Error::Codec("the table's tags panicked".into()))?;
+        for tag in &tags {
+            crate::marks::validate_tag(tag)
+                .map_err(|e| crate::Error::Codec(format!("the table's tags: {e}").into()))?;
+        }
+        Ok(tags)
+    }
+
+    /// The marking of a write of `value` as `id`'s, whose data was read at generation `stamp`.
+    pub(crate) fn marking(&self, id: &K, value: &V, stamp: u64) -> Result<Marking> {
+        Ok(Marking {
+            generation: stamp,
+            tags: self.tags_of(id, value)?,
+        })
+    }
+
+    /// `true` if no clear or tag invalidation since `env` was written makes it a miss.
+    pub(crate) fn is_current(&self, env: &Envelope<V>) -> bool {
+        self.marks.is_current(&env.marking)
     }
 
     /// The L1 entry of a fresh value read from Valkey: fresh until the envelope's own

@@ -1,13 +1,18 @@
 //! The envelope: how a value is laid out in Valkey (its header is [`crate::header`]'s).
 //!
 //! ```text
-//! byte 0       format (2; 3 with a version)
+//! byte 0       format (2; 3 with a version; 4 and 5: the same, marked)
 //! bytes 1..9   fresh_until, unix ms, little-endian u64   (written_at + ttl ± jitter, restamped with it)
 //! bytes 9..17  written_at,  unix ms, little-endian u64   (stamped by Valkey's TIME as the write lands)
 //! bytes 17..21 delta: how long the load took, µs, little-endian u32 (saturating; 0 = unknown)
-//! bytes 21..29 format 3 only: the value's version from the source (`.version_by`), little-endian u64
+//! bytes 21..29 formats 3 and 5: the value's version from the source (`.version_by`), little-endian u64
+//! 8 bytes      formats 4 and 5: the table's generation when the write's data was read (`crate::marks`)
+//! then         formats 4 and 5: the entry's tags (`.tags`), a postcard `Vec<String>`
 //! then         the value, serde-encoded with postcard
 //! ```
+//!
+//! A write is **marked** (format 4 or 5) when it has tags or a generation above zero: what a
+//! `clear` or an `invalidate_tag` is checked against when the copy is read back.
 //!
 //! Format 1, which earlier versions wrote, is the same without `delta` (the value from byte 17);
 //! it still decodes, with a `delta` of zero: a value whose load time is unknown is never refreshed
@@ -35,7 +40,10 @@ use serde::de::DeserializeOwned;
 
 use crate::depth::{Budget, Limited};
 use crate::error::{Error, Result};
-use crate::header::{FORMAT, FORMAT_VERSIONED, HEADER_1, HeaderError, decode_header};
+use crate::header::{
+    FORMAT, FORMAT_MARKED, FORMAT_VERSIONED, FORMAT_VERSIONED_MARKED, HEADER_1, HeaderError,
+    decode_header,
+};
 
 /// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
 /// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
@@ -53,6 +61,9 @@ pub(crate) struct Envelope<V> {
     pub(crate) written_at_ms: u64,
     /// How long the load that produced it took (zero when unknown: format 1, or a `put`).
     pub(crate) delta: Duration,
+    /// Its mark: the table's generation when its data was read, and its tags (none before
+    /// format 4).
+    pub(crate) marking: Marking,
     /// The decoded value.
     pub(crate) value: V,
 }
@@ -75,6 +86,21 @@ impl<V> Envelope<V> {
     }
 }
 
+/// What a write is checked against by a `clear` or an `invalidate_tag`: the table's generation
+/// when the data written was read from the source (or given to `put`), and the entry's tags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Marking {
+    pub(crate) generation: u64,
+    pub(crate) tags: Vec<String>,
+}
+
+impl Marking {
+    /// `true` when there is nothing to carry: the write keeps the unmarked formats.
+    fn is_blank(&self) -> bool {
+        self.generation == 0 && self.tags.is_empty()
+    }
+}
+
 /// Why stored bytes are not a value of this table.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DecodeError {
@@ -88,22 +114,25 @@ pub(crate) enum DecodeError {
     Payload(#[from] postcard::Error),
 }
 
-/// Encodes `value` behind its header (format 3 when it has a `version`); refuses encodings over
-/// `max_bytes` with [`Error::TooLarge`]. `delta` is stored in whole microseconds, saturating at
-/// `u32::MAX` (about 71 minutes).
+/// Encodes `value` behind its header (format 3 when it has a `version`, 4 or 5 when `marking`
+/// is not blank); refuses encodings over `max_bytes` with [`Error::TooLarge`]. `delta` is stored
+/// in whole microseconds, saturating at `u32::MAX` (about 71 minutes).
 pub(crate) fn encode<V: Serialize>(
     value: &V,
     fresh_until_ms: u64,
     written_at_ms: u64,
     delta: Duration,
     version: Option<u64>,
+    marking: &Marking,
     max_bytes: usize,
 ) -> Result<Vec<u8>> {
+    let marked = !marking.is_blank();
     let mut out = Vec::with_capacity(64);
-    out.push(if version.is_some() {
-        FORMAT_VERSIONED
-    } else {
-        FORMAT
+    out.push(match (version.is_some(), marked) {
+        (false, false) => FORMAT,
+        (true, false) => FORMAT_VERSIONED,
+        (false, true) => FORMAT_MARKED,
+        (true, true) => FORMAT_VERSIONED_MARKED,
     });
     out.extend_from_slice(&fresh_until_ms.to_le_bytes());
     out.extend_from_slice(&written_at_ms.to_le_bytes());
@@ -112,7 +141,12 @@ pub(crate) fn encode<V: Serialize>(
     if let Some(version) = version {
         out.extend_from_slice(&version.to_le_bytes());
     }
-    let out = postcard::to_extend(value, out).map_err(|e| Error::Codec(e.to_string().into()))?;
+    let codec = |e: postcard::Error| Error::Codec(e.to_string().into());
+    if marked {
+        out.extend_from_slice(&marking.generation.to_le_bytes());
+        out = postcard::to_extend(&marking.tags, out).map_err(codec)?;
+    }
+    let out = postcard::to_extend(value, out).map_err(codec)?;
     if out.len() > max_bytes {
         return Err(Error::TooLarge {
             size: out.len(),
@@ -154,6 +188,13 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
     let header = decode_header(bytes)?;
     let budget = Budget::new(MAX_DEPTH);
     let mut de = postcard::Deserializer::from_bytes(&bytes[header.len..]);
+    let marking = match header.generation {
+        Some(generation) => Marking {
+            generation,
+            tags: serde::Deserialize::deserialize(&mut de)?,
+        },
+        None => Marking::default(),
+    };
     let value = match V::deserialize(Limited::new(&mut de, &budget)) {
         Ok(value) => value,
         Err(_) if budget.exceeded() => return Err(DecodeError::TooDeep(MAX_DEPTH)),
@@ -167,6 +208,7 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
         fresh_until_ms: header.fresh_until_ms,
         written_at_ms: header.written_at_ms,
         delta: header.delta.unwrap_or(Duration::ZERO),
+        marking,
         value,
     })
 }
@@ -175,6 +217,84 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
 mod tests {
     use super::*;
     use crate::header::{LONGEST_HEADER, WRITTEN_AT};
+
+    /// An unmarked write, as most of these tests make.
+    fn encode<V: Serialize>(
+        value: &V,
+        fresh_until_ms: u64,
+        written_at_ms: u64,
+        delta: Duration,
+        version: Option<u64>,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        let blank = Marking::default();
+        super::encode(
+            value,
+            fresh_until_ms,
+            written_at_ms,
+            delta,
+            version,
+            &blank,
+            max_bytes,
+        )
+    }
+
+    /// A marked write carries its generation and tags, with or without a version; an unmarked
+    /// one keeps formats 2 and 3, byte for byte.
+    #[test]
+    fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
+        let marking = Marking {
+            generation: 1_764_600_000_123_456,
+            tags: vec!["tenant:42".into(), String::new()],
+        };
+        for (version, format) in [(None, 4), (Some(9), 5)] {
+            let bytes = super::encode(
+                &"v",
+                2_000,
+                1_000,
+                Duration::ZERO,
+                version,
+                &marking,
+                1 << 10,
+            )
+            .expect("encodes");
+            assert_eq!(bytes[0], format);
+            let header = decode_header(&bytes).expect("a header");
+            assert_eq!(
+                (header.version, header.generation),
+                (version, Some(marking.generation))
+            );
+            let env: Envelope<String> = decode(&bytes).expect("decodes");
+            assert_eq!((env.value.as_str(), &env.marking), ("v", &marking));
+        }
+        let blank = super::encode(
+            &"v",
+            2,
+            1,
+            Duration::ZERO,
+            None,
+            &Marking::default(),
+            1 << 10,
+        );
+        assert_eq!(
+            blank.expect("encodes"),
+            encode(&"v", 2, 1, Duration::ZERO, None, 1 << 10).expect("encodes")
+        );
+        assert_eq!(
+            encode(&"v", 2, 1, Duration::ZERO, None, 1 << 10).expect("encodes")[0],
+            2
+        );
+        let tagged_only = Marking {
+            generation: 0,
+            tags: vec!["t".into()],
+        };
+        let bytes = super::encode(&"v", 2, 1, Duration::ZERO, None, &tagged_only, 1 << 10)
+            .expect("encodes");
+        assert_eq!(
+            decode::<String>(&bytes).expect("decodes").marking,
+            tagged_only
+        );
+    }
 
     /// Valkey's restamped `fresh_until` and `written_at` do not change an envelope's
     /// fingerprint; any other byte does.

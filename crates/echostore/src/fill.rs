@@ -46,8 +46,9 @@ use crate::stats::bump;
 mod lease;
 
 /// Decodes bytes read from a value key into an envelope held to the value's longest life;
-/// oversized or undecodable bytes are `None`, counted in `decode_errors` and logged.
-pub(crate) fn decode_counted<K, V: Value>(
+/// oversized or undecodable bytes are `None`, counted in `decode_errors` and logged, and so is a
+/// copy a clear or a tag invalidation made a miss (`crate::marks`), uncounted.
+pub(crate) fn decode_counted<K: Key, V: Value>(
     core: &TableCore<K, V>,
     bytes: &[u8],
 ) -> Option<Envelope<V>> {
@@ -58,6 +59,7 @@ pub(crate) fn decode_counted<K, V: Value>(
         envelope::decode(bytes).map_err(|e| e.to_string())
     };
     match decoded {
+        Ok(env) if !core.is_current(&env) => None,
         Ok(env) => {
             let longest = core.config.longest_life(&env.value);
             Some(env.capped(longest))
@@ -191,6 +193,8 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             .map(|t| t.watch([&at.names.value, &at.names.lock]));
         loop {
             let token = lock::new_token();
+            // Taken before the lock attempt: a load this attempt wins reads the source after it.
+            let stamp = self.core.marks.stamp();
             // An acquire that fails (Valkey away, or refusing writes) leaves no lock to wait for:
             // load in-process, as without Valkey.
             let acquired =
@@ -211,7 +215,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             }
             if acquired.won {
                 bump(&self.core.stats.counters.lock_won);
-                return self.win(at, &token, stale).await.map(Landing::Filled);
+                return self
+                    .win(at, &token, stamp, stale)
+                    .await
+                    .map(Landing::Filled);
             }
             bump(&self.core.stats.counters.lock_lost);
             if self.refreshing.is_some() {
@@ -248,11 +255,13 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         }
     }
 
-    /// This flight holds the lock: read the source under the lease, write fenced, release.
+    /// This flight holds the lock: read the source under the lease, write fenced (stamped with
+    /// the generation `stamp`), release.
     async fn win(
         &self,
         at: &OnValkey<'_>,
         token: &str,
+        stamp: u64,
         stale: Option<Stale<V>>,
     ) -> Result<Filled<V>> {
         let still_ours = || async { self.extend(at, token).await };
@@ -276,7 +285,11 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             .config
             .life(&value, self.core.now_ms())
             .loaded_in(delta);
-        let bytes = match life.encode(&*value, &self.core.config) {
+        let encoded = self
+            .core
+            .marking(self.id, &value, stamp)
+            .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
+        let bytes = match encoded {
             Ok(bytes) => bytes,
             Err(e) => {
                 self.release(at, token).await;

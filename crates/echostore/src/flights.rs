@@ -264,6 +264,14 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         self.ids.get(id).is_some_and(|s| s.writing)
     }
 
+    /// The ids with a write on its way to Valkey.
+    pub(crate) fn writing(&self) -> impl Iterator<Item = K> + '_ {
+        self.ids
+            .iter()
+            .filter(|(_, state)| state.writing)
+            .map(|(id, _)| id.clone())
+    }
+
     /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.
     pub(crate) fn written(&mut self, id: &K) -> Next<W> {
         let Some(state) = self.ids.get_mut(id) else {

@@ -3,13 +3,19 @@
 //! with, published as [`crate::protocol::decode_header`].
 //!
 //! ```text
-//! byte 0       format: 1; 2 (which records the load time); 3 (and the source's version)
-//! bytes 1..9   fresh_until, unix ms, little-endian u64   (the writer's clock)
+//! byte 0       format: 1; 2 (which records the load time); 3 (and the source's version);
+//!              4 and 5: 2 and 3 with the table's generation and the entry's tags
+//! bytes 1..9   fresh_until, unix ms, little-endian u64   (Valkey's clock: the write scripts stamp it)
 //! bytes 9..17  written_at,  unix ms, little-endian u64   (Valkey's clock: the write scripts stamp it)
-//! bytes 17..21 formats 2 and 3: delta, the load's duration in µs, little-endian u32
-//! bytes 21..29 format 3 only: version, the value's own (`.version_by`), little-endian u64
-//! then         the value, postcard-encoded
+//! bytes 17..21 formats 2 to 5: delta, the load's duration in µs, little-endian u32
+//! bytes 21..29 formats 3 and 5: version, the value's own (`.version_by`), little-endian u64
+//! then 8 bytes formats 4 and 5: generation, little-endian u64 (`crate::marks`)
+//! then         formats 4 and 5: the tags, a postcard `Vec<String>`; then the value, postcard-encoded
 //! ```
+//!
+//! Formats 4 and 5 are written only when there is something to carry: a table that has never
+//! been cleared or had a tag invalidated, and whose entries carry no tags, writes 2 and 3 as
+//! before, so older processes still read its values.
 
 use std::time::Duration;
 
@@ -17,6 +23,10 @@ use std::time::Duration;
 pub(crate) const FORMAT: u8 = 2;
 /// The format byte of an envelope that carries the source's version.
 pub(crate) const FORMAT_VERSIONED: u8 = 3;
+/// Format 2 with the generation and the tags.
+pub(crate) const FORMAT_MARKED: u8 = 4;
+/// Format 3 with the generation and the tags.
+pub(crate) const FORMAT_VERSIONED_MARKED: u8 = 5;
 /// The layout without `delta`, still read.
 pub(crate) const FORMAT_1: u8 = 1;
 /// Format 1's header: format, `fresh_until`, `written_at`.
@@ -25,13 +35,16 @@ pub(crate) const HEADER_1: usize = 17;
 pub(crate) const WRITTEN_AT: usize = 9;
 /// Format 2's header: format 1's, then `delta`.
 pub(crate) const HEADER_2: usize = HEADER_1 + 4;
-/// Format 3's header, the longest: format 2's, then `version`.
-pub const LONGEST_HEADER: usize = HEADER_2 + 8;
+/// Format 3's header: format 2's, then `version`.
+pub(crate) const HEADER_3: usize = HEADER_2 + 8;
+/// Format 5's header, the longest: format 3's, then the generation (the tags that follow are
+/// read with the payload).
+pub const LONGEST_HEADER: usize = HEADER_3 + 8;
 
 /// An envelope's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    /// The format byte: 1, 2 or 3.
+    /// The format byte: 1 to 5.
     pub format: u8,
     /// End of the logical life, unix ms.
     pub fresh_until_ms: u64,
@@ -40,9 +53,13 @@ pub struct Header {
     /// How long the load that produced the value took (formats 2 and 3; zero for a `put`).
     /// `None` for format 1, which does not record it.
     pub delta: Option<Duration>,
-    /// The value's version from the source (format 3: a table with `.version_by`).
+    /// The value's version from the source (formats 3 and 5: a table with `.version_by`).
     pub version: Option<u64>,
-    /// Bytes the header takes; the payload is the rest.
+    /// The table's generation the write was stamped with (formats 4 and 5): a clear or a tag
+    /// invalidation at a later generation makes the copy a miss (`docs/tags-and-clear.md`).
+    pub generation: Option<u64>,
+    /// Bytes the header takes; the payload is the rest (for formats 4 and 5, the tags and then
+    /// the value).
     pub len: usize,
 }
 
@@ -72,7 +89,8 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
         need: HEADER_1,
     })?;
     let len = match format {
-        FORMAT_VERSIONED => LONGEST_HEADER,
+        FORMAT_VERSIONED_MARKED => LONGEST_HEADER,
+        FORMAT_MARKED | FORMAT_VERSIONED => HEADER_3,
         FORMAT => HEADER_2,
         FORMAT_1 => HEADER_1,
         other => return Err(HeaderError::Format(other)),
@@ -98,7 +116,13 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
         fresh_until_ms: word(1),
         written_at_ms: word(WRITTEN_AT),
         delta,
-        version: (format == FORMAT_VERSIONED).then(|| word(HEADER_2)),
+        version: matches!(format, FORMAT_VERSIONED | FORMAT_VERSIONED_MARKED)
+            .then(|| word(HEADER_2)),
+        generation: match format {
+            FORMAT_MARKED => Some(word(HEADER_2)),
+            FORMAT_VERSIONED_MARKED => Some(word(HEADER_3)),
+            _ => None,
+        },
         len,
     })
 }
@@ -127,6 +151,7 @@ mod tests {
                 written_at_ms: 1000,
                 delta: None,
                 version: None,
+                generation: None,
                 len: HEADER_1,
             })
         );
@@ -157,13 +182,35 @@ mod tests {
         bytes.extend_from_slice(&u64::MAX.to_le_bytes());
         let header = decode_header(&bytes).expect("a header");
         assert_eq!(header.delta, Some(Duration::from_millis(250)));
-        assert_eq!(
-            (header.len, header.version),
-            (LONGEST_HEADER, Some(u64::MAX))
-        );
+        assert_eq!((header.len, header.version), (HEADER_3, Some(u64::MAX)));
         assert_eq!(
             decode_header(&bytes[..28]),
             Err(HeaderError::Short { len: 28, need: 29 })
+        );
+    }
+
+    /// Formats 4 and 5 add the generation after the header of 2 and 3.
+    #[test]
+    fn reads_the_generation_of_formats_4_and_5() {
+        let mut bytes = format_1(2000, 1000);
+        bytes[0] = FORMAT_MARKED;
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&77u64.to_le_bytes());
+        let header = decode_header(&bytes).expect("a header");
+        assert_eq!(
+            (header.len, header.version, header.generation),
+            (HEADER_3, None, Some(77))
+        );
+        bytes[0] = FORMAT_VERSIONED_MARKED;
+        bytes.extend_from_slice(&78u64.to_le_bytes());
+        let header = decode_header(&bytes).expect("a header");
+        assert_eq!(
+            (header.len, header.version, header.generation),
+            (LONGEST_HEADER, Some(77), Some(78))
+        );
+        assert_eq!(
+            decode_header(&bytes[..36]),
+            Err(HeaderError::Short { len: 36, need: 37 })
         );
     }
 

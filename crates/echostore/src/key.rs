@@ -173,15 +173,19 @@ pub struct KeyNames {
 /// [`Error::IdTooLong`] for an id over [`MAX_ID_BYTES`].
 pub fn key_names(namespace: Option<&str>, table: &str, id: &[u8]) -> Result<KeyNames> {
     validate_table_name(table)?;
-    let prefix = match namespace {
-        Some(ns) if ns == LOCK_PREFIX => return Err(Error::InvalidName(ns.to_owned())),
+    KeyNames::rendered(&namespace_prefix(namespace)?, table, id)
+}
+
+/// What a namespace puts before every key: `""`, or `"<ns>:"` for a valid one.
+fn namespace_prefix(namespace: Option<&str>) -> Result<String> {
+    match namespace {
+        Some(ns) if ns == LOCK_PREFIX => Err(Error::InvalidName(ns.to_owned())),
         Some(ns) => {
             validate_table_name(ns)?;
-            format!("{ns}:")
+            Ok(format!("{ns}:"))
         }
-        None => String::new(),
-    };
-    KeyNames::rendered(&prefix, table, id)
+        None => Ok(String::new()),
+    }
 }
 
 impl KeyNames {
@@ -215,6 +219,37 @@ impl KeyNames {
     }
 }
 
+/// What follows `<table>:` in the name of a table's marks. No id's value key can take that name:
+/// an id whose tag would open with `}` is escaped.
+const MARKS_SUFFIX: &[u8] = b"{}marks";
+
+/// The Valkey name of a table's marks, the sorted set that records its clears and tag
+/// invalidations (`docs/tags-and-clear.md`): `[<namespace>:]<table>:{}marks`, under the table's
+/// tracked prefix, so that every process of the table hears when it changes.
+///
+/// ```
+/// let key = echostore::protocol::marks_key(Some("app"), "users").unwrap();
+/// assert_eq!(key, b"app:users:{}marks");
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidName`] for a namespace or table name the library refuses.
+pub fn marks_key(namespace: Option<&str>, table: &str) -> Result<Vec<u8>> {
+    validate_table_name(table)?;
+    Ok(marks_key_under(&namespace_prefix(namespace)?, table))
+}
+
+/// [`marks_key`] under a store's `namespace` (`""`, or `"<ns>:"`) for a checked table name.
+pub(crate) fn marks_key_under(namespace: &str, table: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(namespace.len() + table.len() + 1 + MARKS_SUFFIX.len());
+    key.extend_from_slice(namespace.as_bytes());
+    key.extend_from_slice(table.as_bytes());
+    key.push(b':');
+    key.extend_from_slice(MARKS_SUFFIX);
+    key
+}
+
 impl KeyNames {
     /// The Valkey Cluster hash slot of both names: CRC16 of the hash tag (the bytes between the
     /// first `{` and the first `}` after it) modulo 16384, as the cluster computes it.
@@ -241,6 +276,8 @@ pub(crate) enum KeyKind {
     Value,
     /// `lock:<table>:{<id>}`
     Lock,
+    /// `<table>:{}marks`, the table's clears and tag invalidations (the id is empty).
+    Marks,
 }
 
 /// Splits a Valkey key under `namespace` into its kind, table and rendered id; `None` for keys of
@@ -257,6 +294,11 @@ pub(crate) fn parse_key<'k>(
     };
     let colon = rest.iter().position(|&b| b == b':')?;
     let (table, tagged) = (&rest[..colon], &rest[colon + 1..]);
+    if kind == KeyKind::Value && tagged == MARKS_SUFFIX {
+        let table = std::str::from_utf8(table).ok()?;
+        validate_table_name(table).ok()?;
+        return Some((KeyKind::Marks, table, &[]));
+    }
     let id = tagged.strip_prefix(b"{")?.strip_suffix(b"}")?;
     let id = match id.split_first() {
         Some((&ESCAPE, rest)) => rest,

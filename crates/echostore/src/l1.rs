@@ -212,6 +212,8 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
     fn remove(&self, id: &K);
     /// Drops every entry (coherence lost: any of them may be out of date).
     fn clear(&self);
+    /// Keeps only the entries for which `keep` is `true` (a tag was invalidated).
+    fn retain(&self, keep: impl Fn(&K, &V) -> bool);
     /// Entries held now.
     fn len(&self) -> u64;
 }
@@ -304,6 +306,15 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         }
     }
 
+    fn retain(&self, keep: impl Fn(&K, &V) -> bool) {
+        match self {
+            L1::QuickCache(l1) => l1.retain(keep),
+            L1::QuickCacheWeighed(l1) => l1.retain(keep),
+            #[cfg(feature = "moka")]
+            L1::Moka(l1) => l1.retain(keep),
+        }
+    }
+
     fn len(&self) -> u64 {
         match self {
             L1::QuickCache(l1) => l1.len(),
@@ -344,6 +355,10 @@ where
         self.0.clear();
     }
 
+    fn retain(&self, keep: impl Fn(&K, &V) -> bool) {
+        self.0.retain(|id, entry| keep(id, &entry.value));
+    }
+
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
@@ -374,6 +389,14 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
 
     fn clear(&self) {
         self.0.invalidate_all();
+    }
+
+    fn retain(&self, keep: impl Fn(&K, &V) -> bool) {
+        for (id, entry) in self.0.iter() {
+            if !keep(&id, &entry.value) {
+                self.0.invalidate(&*id);
+            }
+        }
     }
 
     fn len(&self) -> u64 {

@@ -28,6 +28,9 @@
 //!   `owner_ref` — where the handles find it across restarts.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
+//! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere
+//!   in one command; `marks` — the generations they set, which every copy read from Valkey is
+//!   checked against (the tags themselves: `config::tagging`).
 //! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
 //!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
 //!   (a failed write, a load answered in-process), until it is repaired.
@@ -51,12 +54,14 @@
 //!   `server_clock` — Valkey's clock as estimated here: the "now" every envelope's life is read
 //!   against, and a put's deadline.
 //! - `envelope` — the bytes on Valkey: the header (`header`: format, `fresh_until`,
-//!   `written_at`, the load's `delta`, the source's version; published in [`protocol`]), then the
-//!   postcard payload, decoded within a nesting bound (`depth`).
+//!   `written_at`, the load's `delta`, the source's version, the generation; published in
+//!   [`protocol`]), then the entry's tags and the postcard payload, decoded within a nesting
+//!   bound (`depth`).
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends);
 //!   `metrics` — the same figures exported through the `metrics` facade.
 //! - `supervisor` — restarts a crashed owner.
-//! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`.
+//! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`,
+//!   `<table>:{}marks`.
 //! - `fetched` — [`Fetched`] and [`Origin`]: what a read returns (`:hit | :l2 | :fill`).
 //! - `error` — the one [`Error`].
 //!
@@ -255,6 +260,7 @@ mod load;
 mod lock;
 mod lookup;
 mod losers;
+mod marks;
 mod metrics;
 mod miss;
 mod natives;
@@ -268,6 +274,7 @@ mod stats;
 mod store;
 mod supervisor;
 mod table;
+mod tags;
 mod tracking;
 mod unsettled;
 mod writes;
@@ -280,6 +287,7 @@ pub use fetched::{Fetched, Origin};
 pub use key::{IntoId, Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;
 pub use losers::LoserPolicy;
+pub use marks::MAX_TAG_BYTES;
 pub use read_options::ReadOptions;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
@@ -296,12 +304,12 @@ pub struct ReadmeDoctests;
 /// `docs/lock-protocol.md` for each script's part in the protocol.
 pub mod protocol {
     pub use crate::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
-    pub use crate::key::{KeyNames, key_names};
+    pub use crate::key::{KeyNames, key_names, marks_key};
     pub use crate::lock::new_token;
     pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
     pub use crate::scripts::{
         ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT,
-        MAX_CLOCK_SKEW_MS, POLL_SCRIPT, PUT_SCRIPT, RELEASE_SCRIPT, WRITE_MANY_SCRIPT,
+        MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT, PUT_SCRIPT, RELEASE_SCRIPT, WRITE_MANY_SCRIPT,
     };
     #[doc(hidden)]
     pub use crate::server_clock::offset_wall_clock;

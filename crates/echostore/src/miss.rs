@@ -159,7 +159,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
-        let env = decoded.ok()?.ok()?;
+        let env = decoded.ok()?.ok().filter(|env| core.is_current(env))?;
         let longest = core.config.longest_life(&env.value);
         let env = env.capped(longest);
         if !env.is_fresh(now_ms) {

@@ -7,7 +7,8 @@
 //! as a spawned task that reports back with [`OwnerMsg::Written`].
 //!
 //! L1 follows what reached Valkey (writes and coherence pushes: `owner/writes.rs`; a flight's
-//! landing, and its callers flying again: `owner/landings.rs`); an early
+//! landing, and its callers flying again: `owner/landings.rs`; clears and tag invalidations:
+//! `owner/marked.rs`); an early
 //! refresh is a flight with no caller; with tracking down, see [`TableCore::keepable`].
 
 use std::collections::HashSet;
@@ -31,6 +32,7 @@ use crate::flights::{FlightId, Flights, Landed, Miss, Next, Reply};
 use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
 use crate::losers::LoserPolicy;
+use crate::marks::Scope;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::writes::{L2Write, PendingWrite};
@@ -87,10 +89,19 @@ pub(crate) enum OwnerMsg<K, V> {
     Invalidated { id: K, checked: bool },
     /// Invalidations may have been missed (coherence lost or regained): drop all of L1.
     Flush,
+    /// A clear or a tag invalidation is known here now (`crate::marks`): drop what it makes
+    /// stale; `reply`, if any, once done.
+    Marked {
+        scope: Scope,
+        reply: Option<RpcReplyPort<Result<()>>>,
+    },
+    /// Valkey pushed a change of the table's marks: read what changed (`full`: all of them).
+    MarksChanged { full: bool },
 }
 
 mod batches;
 mod landings;
+mod marked;
 mod writes;
 
 /// The owner's behaviour; its state is [`OwnerState`].
@@ -167,13 +178,20 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush => {
-                state.flights.overtake_all(); // before L1 changes: no read settles after
-                state.core.l1.clear();
+                state.drop_all();
                 state.own.clear();
-                state.overtaken_writes.clear();
                 // Counted once done: whoever sees the count finds L1 already flushed.
                 bump(&state.core.stats.counters.coherence_flushes);
+                // A mark set while pushes were lost would otherwise be heard of only at the next.
+                state.read_marks(&myself, true);
             }
+            OwnerMsg::Marked { scope, reply } => {
+                state.marked(&scope);
+                if let Some(reply) = reply {
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            OwnerMsg::MarksChanged { full } => state.read_marks(&myself, full),
         }
         state.publish_in_flight();
         Ok(())

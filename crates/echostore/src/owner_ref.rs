@@ -68,6 +68,10 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     fn flush(&self) {
         let _ = self.current().cast(OwnerMsg::Flush);
     }
+
+    fn marks_changed(&self) {
+        let _ = self.current().cast(OwnerMsg::MarksChanged { full: false });
+    }
 }
 
 /// How the supervisor replaces this table's owner after a crash.

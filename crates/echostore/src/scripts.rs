@@ -12,7 +12,7 @@
 //! taken for garbage and replaced, so planted bytes cannot block writes for long.
 //!
 //! **With `.version_by`, the source's own version decides instead.** Envelopes of such a table
-//! carry the value's version (format 3, bytes 21..29); when both the stored envelope and the new
+//! carry the value's version (formats 3 and 5, bytes 21..29); when both the stored envelope and the new
 //! one have a version, the write is refused if the stored version is greater, whenever and in
 //! whatever order the two reach Valkey (a put that timed out and lands late cannot undo a newer
 //! row). Equal versions: the later write lands. Otherwise `written_at` decides, as above.
@@ -26,8 +26,8 @@ pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
 /// `written_at` (bytes 10..17, little-endian) set to the server's own clock (`TIME`) and its
 /// `fresh_until` (bytes 2..9) moved with it, keeping the life the writer gave, and
 /// `newer(old, now, new)` is `true` when the stored envelope `old` must win over `new`: both carry
-/// a source version (format 3) and `old`'s is greater, compared byte by byte (a Lua number would
-/// round versions past 2^53); or, failing versions, `old` (format 1, 2 or 3) was stamped after
+/// a source version (format 3 or 5) and `old`'s is greater, compared byte by byte (a Lua number
+/// would round versions past 2^53); or, failing versions, `old` (formats 1 to 5) was stamped after
 /// `now` but no more than the skew allowance after it.
 macro_rules! newer_than_lua {
     () => {
@@ -45,11 +45,13 @@ end
 local function written_at(v)
   if type(v) ~= 'string' or #v < 17 then return nil end
   local format = string.byte(v, 1)
-  if format ~= 1 and format ~= 2 and format ~= 3 then return nil end
+  if format < 1 or format > 5 then return nil end
   return u64_at(v, 10)
 end
 local function version(v)
-  if type(v) ~= 'string' or #v < 29 or string.byte(v, 1) ~= 3 then return nil end
+  if type(v) ~= 'string' or #v < 29 then return nil end
+  local format = string.byte(v, 1)
+  if format ~= 3 and format ~= 5 then return nil end
   return v
 end
 local function greater_version(a, b)
@@ -192,6 +194,31 @@ end
 return 0
 "#;
 
+/// A `clear` or an `invalidate_tag`: one new generation, from the server's clock in µs and above
+/// every mark already set, given to each member named (`clear`, or `tag:<tag>`) in the table's
+/// marks (a sorted set, the score a member's generation). A clear subsumes the marks before it,
+/// which it removes; marks older than the longest life of a copy (ARGV[1], µs; 0 = kept until the
+/// next clear) are removed too, since no copy they could invalidate is left. Returns the
+/// generation, as a decimal string.
+pub const MARK_SCRIPT: &str = r#"
+-- KEYS[1] = the table's marks; ARGV[1] = how long a mark is kept, µs (0: until a clear),
+-- ARGV[2..] = the members to mark
+local t = redis.call('TIME')
+local n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if top[2] and tonumber(top[2]) >= n then n = tonumber(top[2]) + 1 end
+local g = string.format('%.0f', n)
+for i = 2, #ARGV do
+  if ARGV[i] == 'clear' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. g) end
+  redis.call('ZADD', KEYS[1], g, ARGV[i])
+end
+local keep = tonumber(ARGV[1])
+if keep > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', n - keep))
+end
+return g
+"#;
+
 /// The scripts, hashed once per process (`redis::Script` computes the SHA1 and falls back from
 /// EVALSHA to loading the script when the server answers NOSCRIPT).
 pub(crate) struct Scripts {
@@ -203,6 +230,7 @@ pub(crate) struct Scripts {
     pub(crate) release: redis::Script,
     pub(crate) acquire_many: redis::Script,
     pub(crate) write_many: redis::Script,
+    pub(crate) mark: redis::Script,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
@@ -218,6 +246,7 @@ impl Scripts {
             release: redis::Script::new(RELEASE_SCRIPT),
             acquire_many: redis::Script::new(ACQUIRE_MANY_SCRIPT),
             write_many: redis::Script::new(WRITE_MANY_SCRIPT),
+            mark: redis::Script::new(MARK_SCRIPT),
         }
     }
 }

@@ -88,6 +88,13 @@ impl<K: Key, V: Value> Table<K, V> {
             tracker.add_table(&core.name, weak.clone(), wait).await;
             sink = Some(weak);
         }
+        // Read once tracked, so that no mark set in between goes unheard.
+        if let Some(l2) = &core.l2
+            && let Err(e) = core.marks.refresh(l2, true).await
+        {
+            // Read again when tracking is next lost or regained, and at the first push.
+            tracing::warn!(table = %core.name, error = %e, "reading the table's marks failed");
+        }
         let id = owner.current().get_id();
         supervisor
             .cast(SupervisorMsg::Watch { owner: id, restart })
@@ -241,11 +248,14 @@ impl<K: Key, V: Value> Table<K, V> {
         let life = core.config.life(&value, core.now_ms());
         let write = match &core.l2 {
             None => None,
-            Some(_) => Some(L2Write::Put {
-                names: core.names(&id)?,
-                envelope: life.encode(&value, &core.config)?,
-                px: life.physical_ms(),
-            }),
+            Some(_) => {
+                let marking = core.marking(&id, &value, core.marks.stamp())?;
+                Some(L2Write::Put {
+                    names: core.names(&id)?,
+                    envelope: life.encode(&value, &core.config, &marking)?,
+                    px: life.physical_ms(),
+                })
+            }
         };
         let value = Arc::new(value);
         let entry = life.entry(Arc::clone(&value));

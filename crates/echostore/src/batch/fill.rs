@@ -67,6 +67,8 @@ struct Member<K, V> {
     landed: bool,
     degraded: bool,
     stale: Option<Stale<V>>,
+    /// The generation its write is stamped with (`crate::marks`), taken before its lock attempt.
+    stamp: u64,
 }
 
 /// The flights of one batch.
@@ -88,6 +90,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         };
         let mut members = Vec::with_capacity(ids.len());
         let mut alone = Vec::new();
+        let stamp = self.core.marks.stamp();
         for (id, flight) in ids {
             match self.core.names(&id) {
                 // Valkey's copy of an id whose write failed here is repaired by its own fill.
@@ -102,6 +105,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     landed: false,
                     degraded: false,
                     stale: None,
+                    stamp,
                 }),
                 Err(e) => self.report.landed(id, flight, Err(e)),
             }
@@ -277,7 +281,11 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                         .capped(self.core.unconfirmed_l1_life);
                     return (Some(Ok(landing)), None, None);
                 }
-                match life.encode(&*value, &self.core.config) {
+                let encoded = self
+                    .core
+                    .marking(&m.id, &value, m.stamp)
+                    .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
+                match encoded {
                     Ok(bytes) => {
                         self.report.signal(
                             &m.id,

@@ -97,6 +97,15 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             return Err(invalid(what));
         }
         let losers = self.losers.shared();
+        let marks = crate::marks::Marks::new(
+            crate::key::marks_key_under(self.store.namespace(), &self.name),
+            marks_kept_for(
+                self.ttl,
+                self.ttl_for.is_some(),
+                self.jitter,
+                self.stale_for,
+            ),
+        );
         let core = TableCore {
             name: Arc::from(self.name.as_str()),
             namespace: Arc::from(self.store.namespace()),
@@ -123,7 +132,29 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
             board: Arc::new(crate::board::Board::new()),
             unsettled: crate::unsettled::Unsettled::new(),
+            tags: self.tags,
+            marks,
         };
         Table::start(self.store, core).await
     }
+}
+
+/// How long Valkey keeps a tag's mark: past the longest life a copy written before it can have
+/// (its ttl, or with `.ttl_for` the longest any ttl may be, spread by the jitter, then its stale
+/// window), and a day at least, so that a load that runs long still writes a copy the mark is
+/// checked against. A clear drops the marks before it sooner.
+fn marks_kept_for(
+    ttl: Duration,
+    ttl_for: bool,
+    jitter: f64,
+    stale_for: Duration,
+) -> Option<Duration> {
+    const AT_LEAST: Duration = Duration::from_secs(24 * 3600);
+    let longest = if ttl_for { MAX_DURATION } else { ttl };
+    Some(
+        longest
+            .mul_f64(1.0 + jitter)
+            .saturating_add(stale_for)
+            .max(AT_LEAST),
+    )
 }

@@ -140,3 +140,25 @@ fn table_names_are_validated() {
         assert!(validate_table_name(bad).is_err(), "{bad}");
     }
 }
+
+/// A table's marks key parses as its marks, and no id's value key takes its name: the ids that
+/// come closest (`}marks`, and the empty id) are escaped.
+#[test]
+fn the_marks_key_is_no_ids_key() {
+    let marks = marks_key_under("app:", "t");
+    assert_eq!(marks, b"app:t:{}marks");
+    assert_eq!(
+        parse_key("app:", &marks),
+        Some((KeyKind::Marks, "t", &b""[..]))
+    );
+    for id in [&b"}marks"[..], b"", b"marks", b"{}marks"] {
+        let names = KeyNames::rendered("app:", "t", id).expect("names");
+        assert_ne!(names.value, marks, "{id:?}");
+        assert_eq!(
+            parse_key("app:", &names.value),
+            Some((KeyKind::Value, "t", id))
+        );
+    }
+    assert_eq!(marks_key(Some("app"), "t").expect("a key"), marks);
+    assert!(marks_key(Some("lock"), "t").is_err() && marks_key(None, "a{b").is_err());
+}

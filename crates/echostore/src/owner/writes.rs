@@ -69,11 +69,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         id: K,
         entry: Option<Entry<V>>,
     ) {
-        let entry = entry.filter(|_| !self.overtaken_writes.remove(&id));
         match self.flights.written(&id) {
+            // An overtaking change covers every write queued when it came: the mark stays until
+            // the last of them lands.
             Next::Write(next) => self.spawn_write(myself, id, next),
             next => {
-                if let Some(entry) = entry {
+                let overtaken = self.overtaken_writes.remove(&id);
+                if let Some(entry) = entry.filter(|_| !overtaken) {
                     self.core.l1.insert(id.clone(), self.core.keepable(entry));
                 }
                 if let Next::Launch(flight) = next {

@@ -1,0 +1,90 @@
+//! The rule a copy is checked by, and how marks read from Valkey are taken in.
+
+use super::*;
+
+fn marking(generation: u64, tags: &[&str]) -> Marking {
+    Marking {
+        generation,
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+    }
+}
+
+fn read(marks: &[(&str, u64)]) -> Vec<(Vec<u8>, f64)> {
+    marks
+        .iter()
+        .map(|(m, g)| (m.as_bytes().to_vec(), *g as f64))
+        .collect()
+}
+
+const NOW: u64 = 1_764_600_000_000_000;
+
+/// A tag's mark makes a copy stamped below it a miss only if the copy carries the tag; a clear
+/// makes every copy stamped below it a miss; a stamp at the mark is current.
+#[test]
+fn a_copy_is_current_unless_a_later_mark_names_it() {
+    let marks = Marks::new(b"t:{}marks".to_vec(), None);
+    assert!(
+        marks.is_current(&marking(0, &["a"])),
+        "no marks: everything is current"
+    );
+    let scope = marks.merge(read(&[("tag:a", NOW)]), NOW);
+    assert_eq!(scope, Some(Scope::Tags(HashSet::from(["a".to_owned()]))));
+    assert_eq!(marks.stamp(), NOW);
+    assert!(!marks.is_current(&marking(NOW - 1, &["b", "a"])));
+    assert!(marks.is_current(&marking(NOW - 1, &["b"])));
+    assert!(
+        marks.is_current(&marking(NOW, &["a"])),
+        "stamped at the mark: read after it"
+    );
+    assert_eq!(
+        marks.merge(read(&[(CLEAR, NOW + 5)]), NOW),
+        Some(Scope::All)
+    );
+    assert!(!marks.is_current(&marking(NOW + 4, &[])));
+    assert!(marks.is_current(&marking(NOW + 5, &["a"])));
+}
+
+/// Marks only rise: an older read arriving late changes nothing, and says so; a clear absorbs
+/// the tags marked before it.
+#[test]
+fn marks_only_rise() {
+    let marks = Marks::new(b"t:{}marks".to_vec(), None);
+    marks.merge(read(&[("tag:a", NOW + 10), (CLEAR, NOW + 20)]), NOW);
+    assert_eq!(
+        marks.merge(read(&[("tag:a", NOW + 10), (CLEAR, NOW)]), NOW),
+        None
+    );
+    assert_eq!(marks.stamp(), NOW + 20);
+    let view = marks.view.read().expect("view");
+    assert!(view.tags.is_empty(), "tag a was marked before the clear");
+}
+
+/// Planted members and scores are ignored: no mark far ahead of the server's clock, and
+/// nothing that is not a mark.
+#[test]
+fn planted_marks_are_ignored() {
+    let marks = Marks::new(b"t:{}marks".to_vec(), None);
+    let mut planted = read(&[("tag:a", NOW + MAX_AHEAD_US + 1), ("junk", NOW)]);
+    planted.push((b"tag:\xff".to_vec(), NOW as f64));
+    planted.push((b"clear".to_vec(), f64::NAN));
+    planted.push((b"clear".to_vec(), -1.0));
+    assert_eq!(marks.merge(planted, NOW), None);
+    assert_eq!(marks.stamp(), 0);
+    assert!(marks.is_current(&marking(0, &["a"])));
+}
+
+/// Without a Valkey a mark is set here only, above the latest.
+#[tokio::test]
+async fn a_mark_without_valkey_is_local_and_above_the_latest() {
+    let marks = Marks::new(b"t:{}marks".to_vec(), None);
+    let scope = marks
+        .mark(None, Some(&["x".to_owned()]))
+        .await
+        .expect("marked");
+    assert_eq!(scope, Scope::Tags(HashSet::from(["x".to_owned()])));
+    let first = marks.stamp();
+    assert!(!marks.is_current(&marking(first - 1, &["x"])));
+    assert_eq!(marks.mark(None, None).await.expect("cleared"), Scope::All);
+    assert!(marks.stamp() > first);
+    assert!(!marks.is_current(&marking(first, &[])));
+}

@@ -1,0 +1,61 @@
+//! How the owner takes a clear or a tag invalidation (`crate::marks`), and a flush: what they
+//! make stale leaves L1, and nothing read before them can come back.
+//!
+//! Ordered like a push: every running flight is overtaken first (it may be loading an entry the
+//! change covers, and its tags are not known until it lands), so no read settles and no flight
+//! stores after it; then L1 drops the entries; and every write on its way to Valkey is marked as
+//! overtaken, so that its entry does not enter L1 when it lands (Valkey may hold another value
+//! by then, or, for a mark, a copy stamped before it).
+
+use super::*;
+
+impl<K: Key, V: Value> OwnerState<K, V> {
+    /// A mark of `scope` is known: drop what it makes stale.
+    pub(super) fn marked(&mut self, scope: &Scope) {
+        let tags = match scope {
+            Scope::All => return self.drop_all(),
+            Scope::Tags(tags) => tags,
+        };
+        self.flights.overtake_all();
+        let core = &self.core;
+        // An entry whose tags cannot be told (they panic) is dropped: it may carry the tag.
+        core.l1.retain(|id, value| {
+            core.tags_of(id, value)
+                .is_ok_and(|carried| !carried.iter().any(|tag| tags.contains(tag)))
+        });
+        self.overtake_writes();
+    }
+
+    /// Every entry may be stale (pushes lost, or the table cleared): drop all of L1.
+    pub(super) fn drop_all(&mut self) {
+        self.flights.overtake_all(); // before L1 changes: no read settles after
+        self.core.l1.clear();
+        self.overtake_writes();
+    }
+
+    /// The writes on their way to Valkey keep nothing in L1 when they land.
+    fn overtake_writes(&mut self) {
+        self.overtaken_writes.extend(self.flights.writing());
+    }
+
+    /// Reads the table's marks from Valkey off the owner (`full`: all of them, else those above
+    /// the latest known), and drops what a new one makes stale.
+    pub(super) fn read_marks(&self, myself: &ActorRef<OwnerMsg<K, V>>, full: bool) {
+        let Some(l2) = self.core.l2.clone() else {
+            return;
+        };
+        let (core, myself) = (Arc::clone(&self.core), myself.clone());
+        tokio::spawn(async move {
+            match core.marks.refresh(&l2, full).await {
+                Ok(Some(scope)) => {
+                    let _ = myself.cast(OwnerMsg::Marked { scope, reply: None });
+                }
+                Ok(None) => {}
+                // Tracking is lost with Valkey: the flush when it is back reads them all.
+                Err(e) => {
+                    tracing::debug!(table = %core.name, error = %e, "reading the marks failed")
+                }
+            }
+        });
+    }
+}
