@@ -59,7 +59,10 @@ pub(crate) fn decode_counted<K: Key, V: Value>(
         envelope::decode(bytes).map_err(|e| e.to_string())
     };
     match decoded {
-        Ok(env) if !core.is_current(&env) => None,
+        Ok(env) if !core.is_current(&env) => {
+            bump(&core.stats.counters.marked_misses);
+            None
+        }
         Ok(env) => {
             let longest = core.config.longest_life(&env.value);
             Some(env.capped(longest))

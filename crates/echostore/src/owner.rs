@@ -104,6 +104,8 @@ mod landings;
 mod marked;
 mod writes;
 
+pub(crate) use marked::poll_marks;
+
 /// The owner's behaviour; its state is [`OwnerState`].
 pub(crate) struct Owner<K, V>(PhantomData<fn() -> (K, V)>);
 

@@ -251,6 +251,11 @@ counters! {
     batch_loads,
     /// Ids the batch loader was asked for: `batch_loaded_ids / batch_loads` ids per call.
     batch_loaded_ids,
+    /// Clears and tag invalidations this table took in, its own or pushed from another process:
+    /// each dropped from L1 what it covers.
+    marks_taken,
+    /// Copies read from Valkey that a clear or a tag invalidation had made a miss.
+    marked_misses,
     }
     gauges {
         /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey

@@ -95,6 +95,7 @@ impl<K: Key, V: Value> Table<K, V> {
             // Read again when tracking is next lost or regained, and at the first push.
             tracing::warn!(table = %core.name, error = %e, "reading the table's marks failed");
         }
+        crate::owner::poll_marks(&core, Arc::downgrade(&owner));
         let id = owner.current().get_id();
         supervisor
             .cast(SupervisorMsg::Watch { owner: id, restart })

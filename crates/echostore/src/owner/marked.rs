@@ -7,23 +7,29 @@
 //! overtaken, so that its entry does not enter L1 when it lands (Valkey may hold another value
 //! by then, or, for a mark, a copy stamped before it).
 
+use std::sync::Weak;
+
 use super::*;
+use crate::owner_ref::OwnerRef;
 
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// A mark of `scope` is known: drop what it makes stale.
     pub(super) fn marked(&mut self, scope: &Scope) {
-        let tags = match scope {
-            Scope::All => return self.drop_all(),
-            Scope::Tags(tags) => tags,
-        };
-        self.flights.overtake_all();
-        let core = &self.core;
-        // An entry whose tags cannot be told (they panic) is dropped: it may carry the tag.
-        core.l1.retain(|id, value| {
-            core.tags_of(id, value)
-                .is_ok_and(|carried| !carried.iter().any(|tag| tags.contains(tag)))
-        });
-        self.overtake_writes();
+        match scope {
+            Scope::All => self.drop_all(),
+            Scope::Tags(tags) => {
+                self.flights.overtake_all();
+                let core = &self.core;
+                // An entry whose tags cannot be told (they panic) is dropped: it may carry one.
+                core.l1.retain(|id, value| {
+                    core.tags_of(id, value)
+                        .is_ok_and(|carried| !carried.iter().any(|tag| tags.contains(tag)))
+                });
+                self.overtake_writes();
+            }
+        }
+        // Counted once done: whoever sees the count finds L1 without what the mark covers.
+        bump(&self.core.stats.counters.marks_taken);
     }
 
     /// Every entry may be stale (pushes lost, or the table cleared): drop all of L1.
@@ -58,4 +64,31 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             }
         });
     }
+}
+
+/// Has the owner of `owner` read the table's marks every `unconfirmed_l1_life` while no push
+/// would tell it of a new one (coherence off, or tracking down), so that a mark set elsewhere is
+/// heard of within that time there too. Ends with the table.
+pub(crate) fn poll_marks<K: Key, V: Value>(
+    core: &Arc<TableCore<K, V>>,
+    owner: Weak<OwnerRef<K, V>>,
+) {
+    if core.l2.is_none() {
+        return;
+    }
+    let (tracker, every) = (core.tracker.clone(), core.unconfirmed_l1_life);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is at once, and the table has just read them all
+        loop {
+            ticks.tick().await;
+            let Some(owner) = owner.upgrade() else {
+                return;
+            };
+            if tracker.as_ref().is_none_or(|t| !t.is_up()) {
+                let _ = owner.current().cast(OwnerMsg::MarksChanged { full: false });
+            }
+        }
+    });
 }
