@@ -264,6 +264,11 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         self.ids.get(id).is_some_and(|s| s.writing)
     }
 
+    /// `true` while another write of `id` waits behind the one on its way.
+    pub(crate) fn has_waiting_write(&self, id: &K) -> bool {
+        self.ids.get(id).is_some_and(|s| !s.waiting.is_empty())
+    }
+
     /// The ids with a write on its way to Valkey.
     pub(crate) fn writing(&self) -> impl Iterator<Item = K> + '_ {
         self.ids

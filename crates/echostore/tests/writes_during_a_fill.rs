@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    BACKENDS, Source, local_table, raw, settled, spawn_fetch, until_stats, valkey, valkey_table,
+    BACKENDS, Source, coherent_store, local_table, raw, settled, spawn_fetch, until_stats, valkey,
+    valkey_table,
 };
 use echostore::Origin;
 
@@ -142,4 +143,24 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
     assert_eq!(answer.value.as_str(), "from-put");
     assert_eq!(source.calls(), 0, "it read the put's value, not the source");
     assert_eq!(table.stats().in_flight, 0);
+}
+
+/// A put that has returned has its value in L1: the next read is an L1 hit, every time (the
+/// put's caller hears back before the owner takes the landing, and reads at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returned_put_is_in_l1_for_the_next_read() {
+    let valkey = valkey();
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let table = common::table_on(&store, "put-l1", &source, |t| t).await;
+    for n in 0..200u64 {
+        table.put(&n, format!("put {n}")).await.expect("put");
+        let read = table.fetch(&n).await.expect("read");
+        assert_eq!(
+            (read.origin, read.value.as_str()),
+            (Origin::L1, format!("put {n}").as_str()),
+            "put {n}"
+        );
+    }
+    assert_eq!(source.calls(), 0);
 }

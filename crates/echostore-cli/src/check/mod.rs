@@ -79,7 +79,8 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     tasks: u32,
 
-    /// Percent of calls that are reads; the writes are puts and invalidates, 18 to 7.
+    /// Percent of calls that are reads; the writes are puts and invalidates, 18 to 7, and one in
+    /// 200 invalidates a tag or clears the table (recorded as an invalidate of each id it covers).
     #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u32).range(0..=100))]
     reads: u32,
 

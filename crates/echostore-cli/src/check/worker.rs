@@ -1,7 +1,8 @@
 //! One worker of `echostore check`: a separate OS process (this binary with the hidden
 //! `check-worker` subcommand) holding its own store and three tables of different key types, all
 //! reading the run's shared [`Source`]. Its tasks make random gets, puts and invalidates of a
-//! small hot set of ids and record every call, and every loader call, to its history file.
+//! small hot set of ids, and now and then invalidate a tag or clear a table (a group write), and
+//! record every call, and every loader call, to its history file.
 //!
 //! It talks to the controller in lines: it prints `ready` once its tables are tracked, then
 //! takes `crash` (crash the struct table's owner; it answers `crashed <start> <end>`, or
@@ -42,6 +43,12 @@ const CRASH_PAUSE_MS: u64 = 200;
 
 /// How long one call may take before the worker records it as failed and moves on.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// Every id carries one tag, `g<id % TAG_GROUPS>`, for the group writes (`invalidate_tag`).
+const TAG_GROUPS: u32 = 4;
+
+/// One write in this many invalidates a group: a tag (three times in four), or the whole table.
+const GROUP_WRITE_EVERY: u32 = 200;
 
 /// Flags of the hidden `echostore --valkey URL check-worker`.
 #[derive(Debug, Args)]
@@ -159,6 +166,23 @@ impl Tables {
         Ok(())
     }
 
+    /// Invalidates every entry tagged `g<group>`, or the whole table (`None`).
+    async fn invalidate_group(&self, table: u8, group: Option<u32>) -> echostore::Result<()> {
+        let Some(group) = group else {
+            return match table {
+                0 => self.numbers.clear().await,
+                1 => self.names.clear().await,
+                _ => self.items.clear().await,
+            };
+        };
+        let tag = format!("g{group}");
+        match table {
+            0 => self.numbers.invalidate_tag(&tag).await,
+            1 => self.names.invalidate_tag(&tag).await,
+            _ => self.items.invalidate_tag(&tag).await,
+        }
+    }
+
     async fn invalidate(&self, table: u8, id: u32) -> echostore::Result<()> {
         match table {
             0 => self.numbers.invalidate(&u64::from(id)).await,
@@ -270,6 +294,7 @@ async fn open<K: Key>(
         // versions (without it the last write to reach Valkey wins, which a slow put of an older
         // version can be: docs/consistency.md, rule 6).
         .version_by(|version: &u64| *version)
+        .tags(move |key: &K, _: &u64| [format!("g{}", id_of(key) % TAG_GROUPS)])
         .losers(LoserPolicy::Poll {
             every: Duration::from_millis(20),
             up_to: Duration::from_secs(5),
@@ -345,6 +370,10 @@ async fn calls(
                 Ok((version, origin)) => (Action::Read, version, true, origin),
                 Err(_) => (Action::Read, 0, false, String::new()),
             }
+        } else if rng.random_range(0..GROUP_WRITE_EVERY) == 0 {
+            let group = (rng.random_range(0..4) > 0).then(|| rng.random_range(0..TAG_GROUPS));
+            group_write(&tables, &source, &recorder, table, keys, group, start).await;
+            continue;
         } else {
             let action = if rng.random_range(0..25) < 18 {
                 Action::Put
@@ -373,6 +402,39 @@ async fn calls(
         });
         let pause = rng.random_range(0..=2);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// A group write: every id of the group (those tagged `g<group>`, or every id for `None`) is moved
+/// on at the source, then the group is invalidated in one call, recorded as an invalidate of each
+/// id: to the model it is that many writes, made at once.
+async fn group_write(
+    tables: &Tables,
+    source: &Source,
+    recorder: &Recorder,
+    table: u8,
+    keys: u32,
+    group: Option<u32>,
+    start: u64,
+) {
+    let ids = (0..keys).filter(|id| group.is_none_or(|g| id % TAG_GROUPS == g));
+    let moved: Vec<(u32, u64)> = ids
+        .filter_map(|id| source.bump(table, id).ok().map(|v| (id, v)))
+        .collect();
+    let ok = bounded(tables.invalidate_group(table, group)).await.is_ok();
+    let end = now_ns();
+    for (id, version) in moved {
+        recorder.record(Op {
+            process: 0,
+            table,
+            id,
+            action: Action::Invalidate,
+            version,
+            ok,
+            origin: String::new(),
+            start,
+            end,
+        });
     }
 }
 

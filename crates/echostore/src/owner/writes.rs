@@ -69,19 +69,20 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         id: K,
         entry: Option<Entry<V>>,
     ) {
-        match self.flights.written(&id) {
-            // An overtaking change covers every write queued when it came: the mark stays until
-            // the last of them lands.
-            Next::Write(next) => self.spawn_write(myself, id, next),
-            next => {
-                let overtaken = self.overtaken_writes.remove(&id);
-                if let Some(entry) = entry.filter(|_| !overtaken) {
-                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
-                }
-                if let Next::Launch(flight) = next {
-                    self.launch_queued(myself, id, flight);
-                }
+        // L1 takes the entry while the id is still marked as written on the board: a read that
+        // finds the mark gone finds the entry (the caller may already have its answer and read).
+        // An overtaking change covers every write queued when it came: its mark stays until the
+        // last of them lands.
+        if !self.flights.has_waiting_write(&id) {
+            let overtaken = self.overtaken_writes.remove(&id);
+            if let Some(entry) = entry.filter(|_| !overtaken) {
+                self.core.l1.insert(id.clone(), self.core.keepable(entry));
             }
+        }
+        match self.flights.written(&id) {
+            Next::Write(next) => self.spawn_write(myself, id, next),
+            Next::Launch(flight) => self.launch_queued(myself, id, flight),
+            Next::Idle => {}
         }
     }
 
