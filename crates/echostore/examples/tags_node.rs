@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut conn = support::connect(url).await?;
     support::check_in(&mut conn, &key("ready"), nodes).await?;
     let first = table.get_many(IDS).await?;
-    let mut right = IDS.all(|id| {
+    let mut right = IDS.clone().all(|id| {
         first
             .get(&id)
             .is_some_and(|v| **v == format!("row {id} v1"))
@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let again = table.get_many(IDS).await?;
-    right &= IDS.all(|id| {
+    right &= IDS.clone().all(|id| {
         let version = if clear || id % 2 == 1 { 2 } else { 1 };
         again
             .get(&id)
