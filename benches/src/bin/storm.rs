@@ -1,10 +1,14 @@
 //! The million-id storm, measured: 1,000,000 misses on distinct ids through one table (no Valkey,
 //! so the figure is EchoStore's own memory), for each L1 backend, with the peak resident set size
-//! (`VmHWM`) before and after. L1 is bounded by `--capacity`; the flights map must be empty at
-//! the end.
+//! (`VmHWM`) before and after. L1 is bounded by `--capacity` entries, or with `--value-bytes N`
+//! (each value `N` bytes) by `--capacity-bytes`, weighed by a weigher that counts each value's
+//! bytes: then the peak RSS must stay within the byte budget plus a fixed allowance
+//! ([`RSS_ALLOWANCE_MIB`]) for the allocator's spare and the process itself. The flights map must
+//! be empty at the end.
 //!
 //! ```text
 //! cargo run --release -p echostore-benches --bin storm -- [--ids 1000000] [--capacity 10000]
+//! cargo run --release -p echostore-benches --bin storm -- --value-bytes 4096 --capacity-bytes 67108864
 //! ```
 //!
 //! Each backend runs in a fresh process (this binary re-runs itself with `--backend`), so one
@@ -17,6 +21,10 @@ use clap::{Parser, ValueEnum};
 use echostore::{L1Backend, Store};
 use echostore_benches::measure::peak_rss_kib;
 
+/// What the peak RSS of a byte-bounded storm may exceed the budget by: the process before the
+/// storm, the allocator's freed but unreturned pages, and L1's own tables.
+const RSS_ALLOWANCE_MIB: f64 = 48.0;
+
 /// A million distinct ids through one table: L1 stays bounded; prints peak RSS per backend.
 #[derive(Debug, Parser)]
 #[command(name = "storm")]
@@ -28,6 +36,14 @@ struct Args {
     /// The table's L1 capacity, the bound L1 must keep.
     #[arg(long, default_value_t = 10_000)]
     capacity: u64,
+
+    /// Each value's size in bytes: with it, L1 is bounded by `--capacity-bytes` instead.
+    #[arg(long)]
+    value_bytes: Option<usize>,
+
+    /// L1's byte budget, for `--value-bytes`.
+    #[arg(long, default_value_t = 64 << 20)]
+    capacity_bytes: u64,
 
     /// Run one backend in this process (the parent runs each in a child of its own).
     #[arg(long, value_enum, hide = true)]
@@ -71,6 +87,64 @@ async fn storm(backend: L1Backend, ids: u64, capacity: u64) -> Result<bool, echo
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
         .start()
         .await?;
+    let (elapsed, s) = run(&table, ids).await?;
+    let peak = peak_rss_kib().unwrap_or(0);
+    println!(
+        "{backend:?}: {ids} distinct ids in {:.2} s ({:.0} misses/s) · source reads {} · L1 {} of {capacity} · in flight {} · peak RSS {:.1} MiB (before the storm {:.1} MiB)",
+        elapsed.as_secs_f64(),
+        ids as f64 / elapsed.as_secs_f64(),
+        s.source_reads,
+        s.l1_len,
+        s.in_flight,
+        peak as f64 / 1024.0,
+        before as f64 / 1024.0,
+    );
+    Ok(s.l1_len <= capacity && s.in_flight == 0 && s.source_reads == ids)
+}
+
+/// The storm with values of `value_bytes` bytes each and L1 bounded by `budget` bytes: the peak
+/// RSS stays within the budget and [`RSS_ALLOWANCE_MIB`].
+async fn storm_bytes(
+    backend: L1Backend,
+    ids: u64,
+    value_bytes: usize,
+    budget: u64,
+) -> Result<bool, echostore::Error> {
+    let before = peak_rss_kib().unwrap_or(0);
+    let store = Store::builder().build().await?;
+    let table = store
+        .table::<u64, Vec<u8>>("storm")
+        .l1_backend(backend)
+        .l1_capacity_bytes(budget)
+        .l1_weigher(|_: &u64, value: &Vec<u8>| value.len() as u64)
+        .loader(move |id: u64| async move { Ok::<_, std::io::Error>(vec![id as u8; value_bytes]) })
+        .start()
+        .await?;
+    let (elapsed, s) = run(&table, ids).await?;
+    let peak_mib = peak_rss_kib().unwrap_or(0) as f64 / 1024.0;
+    let budget_mib = budget as f64 / (1 << 20) as f64;
+    let loaded_mib = (ids as f64 * value_bytes as f64) / (1 << 20) as f64;
+    println!(
+        "{backend:?}: {ids} distinct ids of {value_bytes} B ({loaded_mib:.0} MiB loaded) in {:.2} s · L1 {} entries ({:.1} MiB of values, budget {budget_mib:.0} MiB) · in flight {} · peak RSS {peak_mib:.1} MiB (before the storm {:.1} MiB; allowed {:.0} MiB)",
+        elapsed.as_secs_f64(),
+        s.l1_len,
+        (s.l1_len as f64 * value_bytes as f64) / (1 << 20) as f64,
+        s.in_flight,
+        before as f64 / 1024.0,
+        budget_mib + RSS_ALLOWANCE_MIB,
+    );
+    let within = s.l1_len * value_bytes as u64 <= budget;
+    Ok(within
+        && peak_mib <= budget_mib + RSS_ALLOWANCE_MIB
+        && s.in_flight == 0
+        && s.source_reads == ids)
+}
+
+/// One get of every id, from 16 streams at once; the time and the counters after.
+async fn run<V: echostore::Value>(
+    table: &echostore::Table<u64, V>,
+    ids: u64,
+) -> Result<(std::time::Duration, echostore::TableStats), echostore::Error> {
     let started = Instant::now();
     let streams: Vec<_> = (0..16u64)
         .map(|s| {
@@ -86,20 +160,7 @@ async fn storm(backend: L1Backend, ids: u64, capacity: u64) -> Result<bool, echo
     for stream in streams {
         stream.await.map_err(|_| echostore::Error::Stopped)??;
     }
-    let elapsed = started.elapsed();
-    let s = table.stats();
-    let peak = peak_rss_kib().unwrap_or(0);
-    println!(
-        "{backend:?}: {ids} distinct ids in {:.2} s ({:.0} misses/s) · source reads {} · L1 {} of {capacity} · in flight {} · peak RSS {:.1} MiB (before the storm {:.1} MiB)",
-        elapsed.as_secs_f64(),
-        ids as f64 / elapsed.as_secs_f64(),
-        s.source_reads,
-        s.l1_len,
-        s.in_flight,
-        peak as f64 / 1024.0,
-        before as f64 / 1024.0,
-    );
-    Ok(s.l1_len <= capacity && s.in_flight == 0 && s.source_reads == ids)
+    Ok((started.elapsed(), table.stats()))
 }
 
 fn main() -> ExitCode {
@@ -113,6 +174,8 @@ fn main() -> ExitCode {
                 .args(["--backend", backend.flag()])
                 .args(["--ids", &args.ids.to_string()])
                 .args(["--capacity", &args.capacity.to_string()])
+                .args(["--capacity-bytes", &args.capacity_bytes.to_string()])
+                .args(args.value_bytes.map(|n| format!("--value-bytes={n}")))
                 .status();
             ok &= status.is_ok_and(|s| s.success());
         }
@@ -128,7 +191,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match runtime.block_on(storm(backend, ids, capacity)) {
+    let ran = match args.value_bytes {
+        None => runtime.block_on(storm(backend, ids, capacity)),
+        Some(value_bytes) => {
+            runtime.block_on(storm_bytes(backend, ids, value_bytes, args.capacity_bytes))
+        }
+    };
+    match ran {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("{backend:?}: a bound did not hold");

@@ -198,6 +198,64 @@
 //! # }
 //! ```
 //!
+//! ## A row gone at the source: `delete`, beside `put` and `invalidate`
+//!
+//! After an `UPDATE`, [`Table::put`] the new row (every process serves it, nobody reads the
+//! source). After a change you would rather have read back, [`Table::invalidate`] (the next read
+//! anywhere loads it once). After a `DELETE`, [`Table::delete`]: with `V = Option<Row>` it writes
+//! `None` everywhere, so no process asks the source for the row again; for any other value type
+//! it invalidates.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! use echostore::{Origin, Store};
+//!
+//! let store = Store::builder().build().await?;
+//! let rows = store
+//!     .table::<u64, Option<String>>("rows")
+//!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Some(format!("row {id}"))) })
+//!     .start()
+//!     .await?;
+//! rows.put(&1, Some("row 1, edited".into())).await?; // UPDATE rows SET … WHERE id = 1
+//! rows.delete(&2).await?;                             // DELETE FROM rows WHERE id = 2
+//! assert_eq!(rows.fetch(&2).await?.origin, Origin::L1); // "not found", from the cache
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Invalidating a group: tags and `clear`
+//!
+//! Give entries tags with [`TableBuilder::tags`], then [`Table::invalidate_tag`] invalidates
+//! every entry carrying one, and [`Table::clear`] every entry of the table, in every process, in
+//! one Valkey command whatever the group's size (`docs/tags-and-clear.md`).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! use echostore::{Origin, Store};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Invoice { tenant: u32, total: u64 }
+//!
+//! let store = Store::builder().build().await?;
+//! let invoices = store
+//!     .table::<u64, Invoice>("invoices")
+//!     .tags(|_id: &u64, i: &Invoice| [format!("tenant:{}", i.tenant)])
+//!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Invoice { tenant: (id % 3) as u32, total: id }) })
+//!     .start()
+//!     .await?;
+//! invoices.get(&3).await?; // tenant 0
+//! invoices.get(&4).await?; // tenant 1
+//! invoices.invalidate_tag("tenant:0").await?; // after tenant 0's invoices were recomputed
+//! assert_eq!(invoices.fetch(&3).await?.origin, Origin::Loaded);
+//! assert_eq!(invoices.fetch(&4).await?.origin, Origin::L1);
+//! invoices.clear().await?;
+//! assert_eq!(invoices.fetch(&4).await?.origin, Origin::Loaded);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Reading the counters
 //!
 //! [`Table::stats`] is a snapshot of the table's [`TableStats`]: plain numbers, `Serialize`, and

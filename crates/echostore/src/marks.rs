@@ -169,33 +169,30 @@ impl Marks {
             None => Scope::All,
             Some(tags) => Scope::Tags(tags.iter().cloned().collect()),
         };
-        let (generation, now) = match l2 {
+        match l2 {
             Some(l2) => {
                 let mut invocation = SCRIPTS.mark.key(&self.key);
-                invocation.arg(self.keep_us);
+                invocation.arg(self.keep_us).arg(self.stamp());
                 for member in &members {
                     invocation.arg(member);
                 }
                 let invocation = &invocation;
-                let generation: String = l2
+                let above: Vec<(Vec<u8>, f64)> = l2
                     .run("mark", None, |mut c| async move {
                         invocation.invoke_async(&mut c).await
                     })
                     .await?;
-                let generation = generation.parse::<u64>().map_err(|_| {
-                    Error::Codec(format!("the mark script answered {generation:?}").into())
-                })?;
-                (generation, now_us(l2.now_ms()))
+                let _ = self.merge(above, now_us(l2.now_ms()));
             }
             None => {
                 let now = now_us(crate::server_clock::wall_ms());
-                (now.max(self.stamp() + 1), now)
+                let generation = now.max(self.stamp() + 1);
+                let marked = members
+                    .into_iter()
+                    .map(|m| (m.into_bytes(), generation as f64));
+                let _ = self.merge(marked.collect(), generation);
             }
-        };
-        let marked = members
-            .into_iter()
-            .map(|m| (m.into_bytes(), generation as f64));
-        let _ = self.merge(marked.collect(), now.max(generation));
+        }
         Ok(scope)
     }
 }

@@ -198,25 +198,32 @@ return 0
 /// every mark already set, given to each member named (`clear`, or `tag:<tag>`) in the table's
 /// marks (a sorted set, the score a member's generation). A clear subsumes the marks before it,
 /// which it removes; marks older than the longest life of a copy (ARGV[1], µs; 0 = kept until the
-/// next clear) are removed too, since no copy they could invalidate is left. Returns the
-/// generation, as a decimal string.
+/// next clear) are removed too, since no copy they could invalidate is left. Returns every mark
+/// above the generation the caller knew (ARGV[2]), its own included, as `member, score, …`: a
+/// mark another process set just before this one is taken in with it, never skipped.
 pub const MARK_SCRIPT: &str = r#"
 -- KEYS[1] = the table's marks; ARGV[1] = how long a mark is kept, µs (0: until a clear),
--- ARGV[2..] = the members to mark
+-- ARGV[2] = the latest generation the caller knows, ARGV[3..] = the members to mark
 local t = redis.call('TIME')
-local n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local n = now
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if top[2] and tonumber(top[2]) >= n then n = tonumber(top[2]) + 1 end
+if top[2] and tonumber(top[2]) >= n and tonumber(top[2]) <= now + 300000000 then
+  n = tonumber(top[2]) + 1
+end
 local g = string.format('%.0f', n)
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   if ARGV[i] == 'clear' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. g) end
   redis.call('ZADD', KEYS[1], g, ARGV[i])
 end
 local keep = tonumber(ARGV[1])
 if keep > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', n - keep))
+  local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', n - keep))
+  for _, member in ipairs(old) do
+    if string.sub(member, 1, 4) == 'tag:' then redis.call('ZREM', KEYS[1], member) end
+  end
 end
-return g
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'WITHSCORES')
 "#;
 
 /// The scripts, hashed once per process (`redis::Script` computes the SHA1 and falls back from

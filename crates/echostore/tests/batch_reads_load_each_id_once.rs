@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Source, settled, store_on, table_on, until_stats, valkey};
+use common::{Source, round_trips_of, settled, store_on, table_on, until_stats, valkey};
 use echostore::{Origin, Store, Table};
 use tokio::sync::watch;
 
@@ -276,50 +276,6 @@ async fn without_a_batch_loader_each_miss_is_loaded_by_the_loader() {
             .all(|(_, f)| matches!(f, Ok(f) if f.origin == Origin::L1))
     );
     assert_eq!(source.calls(), 40);
-}
-
-/// The commands a client sent, as `MONITOR` shows them between two `ECHO` marks (a script's own
-/// commands show as `lua` and are not round trips: they are left out).
-async fn round_trips_of(url: &str, work: impl std::future::Future<Output = ()>) -> Vec<String> {
-    use futures::StreamExt;
-    let client = redis::Client::open(url).expect("url");
-    let mut monitor = client.get_async_monitor().await.expect("MONITOR");
-    let mut mark = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let _: String = redis::cmd("ECHO")
-        .arg("begin")
-        .query_async(&mut mark)
-        .await
-        .expect("ECHO");
-    let mut lines = monitor.on_message::<String>();
-    while let Some(line) = lines.next().await {
-        if line.contains("\"begin\"") {
-            break;
-        }
-    }
-    work.await;
-    let _: String = redis::cmd("ECHO")
-        .arg("end")
-        .query_async(&mut mark)
-        .await
-        .expect("ECHO");
-    let mut commands = Vec::new();
-    while let Some(line) = lines.next().await {
-        if line.contains("\"ECHO\" \"end\"") {
-            break;
-        }
-        if line.contains(" lua]") {
-            continue;
-        }
-        let command = line
-            .split("] \"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next());
-        commands.push(command.unwrap_or(&line).to_owned());
-    }
-    commands
 }
 
 /// A cold batch of 100 ids on one server costs three round trips: one `MGET`, one acquire-many

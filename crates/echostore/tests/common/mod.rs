@@ -5,7 +5,7 @@
 //! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey;
 //! - `envelopes` — envelopes read from and planted on Valkey;
 //! - `herd` — callers on tasks of their own, and their answers;
-//! - `info` — figures read from Valkey's `INFO`;
+//! - `info` — figures read from Valkey's `INFO`; `monitor` — round trips, as `MONITOR` shows them;
 //! - `nodes` — example binaries run as OS processes, and their JSON lines;
 //! - `wait` — waits on a condition with a deadline, never on a fixed time; [`settled`].
 // Every test binary compiles all of this and uses a part of it.
@@ -14,6 +14,7 @@
 mod envelopes;
 mod herd;
 mod info;
+mod monitor;
 mod nodes;
 mod proxy;
 mod source;
@@ -26,6 +27,7 @@ pub use envelopes::{
 };
 pub use herd::{answers, herd, herd_across, spawn_fetch};
 pub use info::{command_calls, info_count};
+pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
 pub use proxy::Proxy;
 pub use source::Source;
