@@ -13,8 +13,8 @@
 //! deleting, and a write that overtakes a fill wins.** So a miss that arrives while a write of its
 //! id is running is *queued* and launches only when the last write has landed (it then reads what
 //! the write left); and a write that arrives while a flight is *running* detaches that flight —
-//! it still answers its own waiters when it lands, but its value is not stored, and the next miss
-//! starts a new flight. A remote invalidation overtakes a running flight the same way. One
+//! it still answers its own waiters when it lands (with what L1 holds then, if anything, so that
+//! no answer is ahead of L1), but its value is not stored, and the next miss starts a new flight. A remote invalidation overtakes a running flight the same way. One
 //! exception keeps a process from reading back in time: a flight that a `put` of this process
 //! overtook sends its callers to fly again instead, since what it read may be newer than the
 //! put's value that L1 keeps (another process's write whose push is late).

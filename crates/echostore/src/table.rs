@@ -213,8 +213,8 @@ impl<K: Key, V: Value> Table<K, V> {
     /// Writes `value` through L1 and Valkey and returns it as stored: the same `Arc` that L1
     /// now holds, so a caller can cache a value and answer with it without a clone.
     ///
-    /// A fill in flight for `id` still answers its own waiters, but its value is stored nowhere:
-    /// the put wins. With a Valkey, the put succeeds once Valkey has the value; an encoding over
+    /// A fill in flight for `id` still answers its own waiters (with the put's value, once L1
+    /// holds it), but its value is stored nowhere: the put wins. With a Valkey, the put succeeds once Valkey has the value; an encoding over
     /// `max_value_bytes` is refused with [`Error::TooLarge`] and writes nothing, and a put that
     /// finds a value stamped ahead of Valkey's clock changes nothing and answers
     /// [`Error::Superseded`]. A put that fails is repaired by the table: the id's Valkey copy is

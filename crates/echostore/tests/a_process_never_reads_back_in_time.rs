@@ -163,3 +163,71 @@ async fn an_overtaken_flight_does_not_answer_ahead_of_l1() {
         "read version {first}, then the older {next} from L1"
     );
 }
+
+/// A flight overtaken by a push answers what L1 holds when it lands, not what it read: here the
+/// overtaken flight reads a newer row than the one a later flight of the same process put in
+/// L1, and answering that row would leave L1 behind what the process had answered (the next read
+/// would go back to the older one). Found by `echostore check --faults all` under the `proxy`
+/// fault, where a flight stuck on a slow link loaded last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overtaken_flight_that_read_a_newer_row_answers_l1() {
+    use std::sync::atomic::AtomicU64;
+    let valkey = valkey();
+    let row = Arc::new(AtomicU64::new(1));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let first_load = Arc::new(tokio::sync::Notify::new());
+    let store = coherent_store(&valkey.url(), None).await;
+    let here = store
+        .table::<u64, String>("overtaken")
+        .ttl(Duration::from_secs(60))
+        .loader({
+            let (row, calls, first_load) = (row.clone(), calls.clone(), first_load.clone());
+            move |_id: u64| {
+                let (row, calls, first_load) = (row.clone(), calls.clone(), first_load.clone());
+                async move {
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        first_load.notified().await;
+                    }
+                    Ok::<_, std::io::Error>(format!("v{}", row.load(Ordering::SeqCst)))
+                }
+            }
+        })
+        .start()
+        .await
+        .expect("table");
+    let other = coherent_store(&valkey.url(), None)
+        .await
+        .table::<u64, String>("overtaken")
+        .ttl(Duration::from_secs(60))
+        .loader(|_id: u64| async move { Ok::<_, std::io::Error>("never".to_owned()) })
+        .start()
+        .await
+        .expect("table");
+
+    let overtaken = tokio::spawn({
+        let here = here.clone();
+        async move { here.get(&1).await.expect("read").to_string() }
+    });
+    until("the first flight is loading", || {
+        calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The other process writes v1 (the source is at 1): its push overtakes the loading flight.
+    other.put(&1, "v1".to_owned()).await.expect("put");
+    common::until_stats(&here, "the put's push arrived", |s| s.invalidations >= 1).await;
+    assert_eq!(
+        here.get(&1).await.expect("read").as_str(),
+        "v1",
+        "a new flight, from Valkey"
+    );
+    // The source moves on, and only then does the overtaken flight read it.
+    row.store(2, Ordering::SeqCst);
+    first_load.notify_one();
+    let answered = overtaken.await.expect("task");
+    let next = here.get(&1).await.expect("read");
+    assert_eq!(
+        (answered.as_str(), next.as_str()),
+        ("v1", "v1"),
+        "the overtaken flight answers what L1 holds, so the next read does not go back"
+    );
+}

@@ -30,14 +30,17 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             Ok(Landing::Filled(_)) if landed.fly_again => {
                 return self.fly_again(myself, id, landed);
             }
-            Ok(Landing::Filled(filled)) => {
-                if landed.store
-                    && let Some(entry) = filled.keep
-                {
+            Ok(Landing::Filled(filled)) if landed.store => {
+                if let Some(entry) = filled.keep {
                     self.core.l1.insert(id.clone(), self.core.keepable(entry));
                 }
                 Ok(filled.fetched)
             }
+            // Overtaken (a push, a flush, a mark): what it read is kept nowhere, and what L1
+            // holds came after the change that overtook it. Its callers take L1's entry if
+            // there is one: answering a value L1 does not hold could put L1 behind what this
+            // process has answered, and its next read would go back.
+            Ok(Landing::Filled(filled)) => Ok(self.l1_hit(id).unwrap_or(filled.fetched)),
             Err(e) => {
                 if refresh {
                     bump(&self.core.stats.counters.early_refresh_failures);
