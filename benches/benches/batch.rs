@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{Key, L1Backend, Store};
-use echostore_benches::fixtures::l2_only_table;
-use echostore_benches::measure::l1_hit;
-use echostore_benches::{
+use echostore_testkit::fixtures::l2_only_table;
+use echostore_testkit::measure::l1_hit;
+use echostore_testkit::{
     Samples, filled_table, measurement_time, print_ratio, print_summary, runtime, size,
 };
 use embedded_valkey::EmbeddedValkey;

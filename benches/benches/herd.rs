@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::Store;
-use echostore_benches::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
-use echostore_benches::{
+use echostore_testkit::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_testkit::{
     Samples, measurement_time, print_ratio, print_summary, runtime, size, under_ci,
 };
 use embedded_valkey::EmbeddedValkey;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{L1Backend, Store, Table};
-use echostore_benches::measure;
-use echostore_benches::{
+use echostore_testkit::measure;
+use echostore_testkit::{
     Samples, filled_table, measurement_time, print_ratio, print_summary, random_ids, runtime, size,
 };
 

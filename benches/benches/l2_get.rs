@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{L1Backend, Origin, Store};
-use echostore_benches::fixtures::{VALUE_BYTES, l2_only_table, value_of};
-use echostore_benches::measure::{Latencies, l1_hit, timed_gets};
-use echostore_benches::{
+use echostore_testkit::fixtures::{VALUE_BYTES, l2_only_table, value_of};
+use echostore_testkit::measure::{Latencies, l1_hit, timed_gets};
+use echostore_testkit::{
     Samples, filled_table, human, measurement_time, print_ratio, print_summary, random_ids,
     runtime, size,
 };

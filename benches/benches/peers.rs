@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::{L1Backend, Origin, Store};
-use echostore_benches::fixtures::{VALUE_BYTES, l2_only_table, value_of};
-use echostore_benches::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
-use echostore_benches::measure::median;
-use echostore_benches::{
+use echostore_testkit::fixtures::{VALUE_BYTES, l2_only_table, value_of};
+use echostore_testkit::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_testkit::measure::median;
+use echostore_testkit::{
     filled_table, human, measurement_time, random_ids, runtime, size, under_ci,
 };
 use embedded_valkey::EmbeddedValkey;

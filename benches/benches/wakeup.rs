@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::{LoserPolicy, Store, Table, TableStats};
-use echostore_benches::herd::Source;
-use echostore_benches::measure::Latencies;
-use echostore_benches::{measurement_time, runtime, size, under_ci};
+use echostore_testkit::herd::Source;
+use echostore_testkit::measure::Latencies;
+use echostore_testkit::{measurement_time, runtime, size, under_ci};
 use embedded_valkey::EmbeddedValkey;
 use redis::aio::MultiplexedConnection;
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use echostore_benches::duration;
+use echostore_testkit::duration;
 
 /// Random faults over several stores sharing one embedded Valkey; exits 0 only if every check
 /// held (see docs/soak.md).

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use echostore::TableStats;
-use echostore_benches::measure::peak_rss_kib;
+use echostore_testkit::measure::peak_rss_kib;
 
 use crate::args::Args;
 use crate::chaos::Chaos;

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use echostore_benches::duration;
+use echostore_testkit::duration;
 use embedded_valkey::EmbeddedValkey;
 use rand::Rng;
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::Args;
 use echostore::{Error, Key, LoserPolicy, Store, Table};
-use echostore_benches::duration;
+use echostore_testkit::duration;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 

@@ -39,14 +39,14 @@ impl Workers {
                 .args(["--keys", &a.keys.to_string()])
                 .args(["--tasks", &a.tasks.to_string()])
                 .args(["--reads", &a.reads.to_string()])
-                .args(["--ttl", &echostore_benches::duration::render(a.ttl)])
+                .args(["--ttl", &echostore_testkit::duration::render(a.ttl)])
                 .args([
                     "--source-latency",
-                    &echostore_benches::duration::render(a.source_latency),
+                    &echostore_testkit::duration::render(a.source_latency),
                 ])
                 .args([
                     "--unconfirmed-l1-life",
-                    &echostore_benches::duration::render(a.unconfirmed_l1_life),
+                    &echostore_testkit::duration::render(a.unconfirmed_l1_life),
                 ])
                 .args(["--coherence", a.coherence.name()])
                 .args(["--seed", &a.seed.to_string()])

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use echostore::{LoserPolicy, Store, Table};
-use echostore_benches::measure::Latencies;
+use echostore_testkit::measure::Latencies;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -66,20 +66,20 @@ pub(crate) struct CoherenceArgs {
     coherence: Switch,
 
     /// The table's ttl [default: 60s with coherence on, 1s with it off].
-    #[arg(long, value_parser = echostore_benches::duration::parse)]
+    #[arg(long, value_parser = echostore_testkit::duration::parse)]
     ttl: Option<Duration>,
 
     /// Pause after every reader has seen a write, before the next one.
-    #[arg(long, default_value = "10ms", value_parser = echostore_benches::duration::parse)]
+    #[arg(long, default_value = "10ms", value_parser = echostore_testkit::duration::parse)]
     gap: Duration,
 
     /// Each reader's pause between reads (0: spin, which starves a machine with fewer cores
     /// than processes).
-    #[arg(long, default_value = "100us", value_parser = echostore_benches::duration::parse)]
+    #[arg(long, default_value = "100us", value_parser = echostore_testkit::duration::parse)]
     read_every: Duration,
 
     /// Stop writing after this long (with coherence off a write takes up to the ttl to be seen).
-    #[arg(long, default_value = "30s", value_parser = echostore_benches::duration::parse)]
+    #[arg(long, default_value = "30s", value_parser = echostore_testkit::duration::parse)]
     max_run: Duration,
 
     /// Print one JSON object instead of the readout.

@@ -36,7 +36,7 @@ pub(crate) struct ReaderArgs {
     run: String,
 
     /// The table's ttl.
-    #[arg(long, value_parser = echostore_benches::duration::parse)]
+    #[arg(long, value_parser = echostore_testkit::duration::parse)]
     ttl: Duration,
 
     /// Whether this reader's store keeps its L1 coherent.
@@ -44,7 +44,7 @@ pub(crate) struct ReaderArgs {
     coherence: Switch,
 
     /// Pause between reads (0: spin).
-    #[arg(long, value_parser = echostore_benches::duration::parse)]
+    #[arg(long, value_parser = echostore_testkit::duration::parse)]
     read_every: Duration,
 }
 

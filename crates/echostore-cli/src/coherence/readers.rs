@@ -46,11 +46,11 @@ impl Readers {
             let mut command = children::this_binary(&["--valkey", url, "coherence-reader"])?;
             command
                 .args(["--run", run])
-                .args(["--ttl", &echostore_benches::duration::render(ttl)])
+                .args(["--ttl", &echostore_testkit::duration::render(ttl)])
                 .args(["--coherence", coherence.name()])
                 .args([
                     "--read-every",
-                    &echostore_benches::duration::render(read_every),
+                    &echostore_testkit::duration::render(read_every),
                 ])
                 .stderr(Stdio::piped());
             commands.push(command);

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use clap::Args;
 use echostore::{Origin, Store, Table, TableStats};
-use echostore_benches::duration;
-use echostore_benches::measure::{self, Latencies};
+use echostore_testkit::duration;
+use echostore_testkit::measure::{self, Latencies};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 

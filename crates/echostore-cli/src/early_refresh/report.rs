@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use echostore::{Error, Origin, TableStats};
-use echostore_benches::duration;
-use echostore_benches::measure::Latencies;
+use echostore_testkit::duration;
+use echostore_testkit::measure::Latencies;
 use serde::Serialize;
 
 use super::{EarlyRefreshArgs, TABLE};

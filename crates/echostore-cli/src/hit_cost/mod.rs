@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use echostore::{L1Backend, Store, Table};
-use echostore_benches::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
-use echostore_benches::measure::{self, Latencies, median};
-use echostore_benches::{filled_table, fixtures};
+use echostore_testkit::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_testkit::measure::{self, Latencies, median};
+use echostore_testkit::{filled_table, fixtures};
 use rand::seq::SliceRandom;
 use redis::AsyncCommands;
 

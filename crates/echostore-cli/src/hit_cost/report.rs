@@ -1,8 +1,8 @@
 //! What `echostore hit-cost` reports: the figures (printed as one JSON object with `--json`) and
 //! the human readout beside the seed's frozen figures.
 
-use echostore_benches::duration;
-use echostore_benches::herd::SOURCE_LATENCY;
+use echostore_testkit::duration;
+use echostore_testkit::herd::SOURCE_LATENCY;
 use serde::Serialize;
 
 use crate::output;

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use echostore::{Error, LoserPolicy, Origin, Table, TableStats};
-use echostore_benches::duration;
+use echostore_testkit::duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, watch};
 use tokio::time::Instant;

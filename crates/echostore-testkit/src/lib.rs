@@ -1,6 +1,6 @@
-//! What the EchoStore benches and tools measure with, in one place: the criterion benches
-//! (`benches/`), the soak and the storm (`src/bin/`) and the `echostore` readouts
-//! (`crates/echostore-cli`) all call these modules instead of keeping copies.
+//! What EchoStore is measured with, in one place: the criterion benches and the soak and storm
+//! binaries (`benches/`) and the `echostore` readouts (`crates/echostore-cli`) all call these
+//! modules instead of keeping copies.
 //!
 //! - [`fixtures`]: sizes that shrink under `CI`, the two-worker runtime, ids, a filled table.
 //! - [`measure`]: latency histograms, the one quantile helper, the polled L1 hit, timed `GET`s,
