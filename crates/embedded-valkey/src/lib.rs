@@ -100,6 +100,7 @@ mod cluster;
 mod debian;
 mod discover;
 mod error;
+mod once;
 mod probe;
 mod provision;
 mod resp;

