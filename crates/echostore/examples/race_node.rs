@@ -10,7 +10,6 @@
 //! itself (`INCR race:<run-id>:source_reads`) and takes 200 ms, like a slow query. It prints its
 //! table's counters as one JSON line.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use echostore::LoserPolicy;
@@ -55,23 +54,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut conn = support::connect(url).await?;
     support::check_in(&mut conn, &format!("race:{run}:ready"), nodes).await?;
 
-    let barrier = Arc::new(tokio::sync::Barrier::new(requests));
     let key = format!("hot-{run}");
-    let gets: Vec<_> = (0..requests)
-        .map(|_| {
-            let table = table.clone();
-            let barrier = Arc::clone(&barrier);
-            let key = key.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                table.get(&key).await
-            })
-        })
-        .collect();
-    let mut answers = std::collections::BTreeSet::new();
-    for get in gets {
-        answers.insert(get.await?.map(|v| v.to_string())?);
-    }
+    let answers = support::herd(&table, &key, requests).await?;
     let mut line = serde_json::to_value(table.stats())?;
     line["answers"] = serde_json::json!(answers);
     println!("{line}");

@@ -1,10 +1,14 @@
-//! What the node examples (`race_node`, `slow_node`) share: a store and a plain connection for a
+//! What the node examples (`race_node`, `slow_node`, `batch_node`, `tags_node`) share: a store and a plain connection for a
 //! Valkey URL, or for a cluster given as `cluster:<seed>,<seed>,…` (with the `cluster` feature),
-//! and the check-in that makes every node's herd start together.
+//! the check-in that makes every node's herd start together, and the herd itself.
+// Each node uses a part of this.
+#![allow(dead_code)]
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use echostore::{Store, StoreBuilder};
+use echostore::{Store, StoreBuilder, Table};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value};
 
@@ -48,6 +52,29 @@ pub(crate) async fn check_in(conn: &mut Conn, ready: &str, nodes: u64) -> redis:
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     Ok(())
+}
+
+/// `requests` gets of `key` released at once (a barrier), and the distinct answers they got.
+pub(crate) async fn herd(
+    table: &Table<String, String>,
+    key: &str,
+    requests: usize,
+) -> Result<BTreeSet<String>, Box<dyn std::error::Error>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(requests));
+    let gets: Vec<_> = (0..requests)
+        .map(|_| {
+            let (table, barrier, key) = (table.clone(), Arc::clone(&barrier), key.to_owned());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                table.get(&key).await
+            })
+        })
+        .collect();
+    let mut answers = BTreeSet::new();
+    for get in gets {
+        answers.insert(get.await?.map(|v| v.to_string())?);
+    }
+    Ok(answers)
 }
 
 impl ConnectionLike for Conn {
