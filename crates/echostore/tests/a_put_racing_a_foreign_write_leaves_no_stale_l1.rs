@@ -4,13 +4,17 @@
 //!
 //! The owner keeps a put's entry out of L1 when a push for the id arrived while the put was on
 //! the wire (`owner.rs`, `overtaken_writes`): the other store's write may have landed after it.
+//! A flush does the same for every write on the wire (`owner/marked.rs`): for a key type that
+//! cannot be parsed back, every push is one.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{raw, store_on, until, valkey};
-use echostore::{Origin, Table};
+use std::borrow::Cow;
+
+use common::{Proxy, coherent_store, raw, store_on, until, until_async, valkey};
+use echostore::{Key, Origin, Table};
 use redis::AsyncCommands;
 
 /// A `String -> u64` table `pr` with a minute's ttl on a store of its own.
@@ -83,4 +87,68 @@ fn payload(envelope: &[u8]) -> u64 {
         }
     }
     value
+}
+
+/// A key type with the default `from_rendered`: every push for it is a flush of L1.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Sku(u32);
+
+impl Key for Sku {
+    fn render(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.0.to_string().into_bytes())
+    }
+}
+
+/// A put whose write has landed, but whose landing the owner has not yet taken, is overtaken by
+/// a flush (here, another store's later write of the id, pushed for a key type that cannot be
+/// parsed back): its entry stays out of L1, which would otherwise keep it for its whole ttl
+/// while Valkey holds the other store's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_overtakes_a_put_on_the_wire() {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let skus = |store: echostore::Store| async move {
+        store
+            .table::<Sku, String>("sku")
+            .ttl(Duration::from_secs(60))
+            .loader(|_: Sku| async { Ok::<_, std::io::Error>("from the source".to_owned()) })
+            .start()
+            .await
+            .expect("table")
+    };
+    let here = skus(coherent_store(&proxy.url(), None).await).await;
+    let there = skus(coherent_store(&valkey.url(), None).await).await;
+    let mut conn = raw(&valkey.url()).await;
+    // The put script is loaded on the server first (a NOSCRIPT reply held would hold the put).
+    let before = here.stats().coherence_flushes;
+    here.put(&Sku(0), "warm".to_owned()).await.expect("put");
+    until("the warm-up's push arrived", || {
+        here.stats().coherence_flushes > before
+    })
+    .await;
+    let flushes = here.stats().coherence_flushes;
+
+    proxy.hold_replies();
+    let put = tokio::spawn({
+        let here = here.clone();
+        async move { here.put(&Sku(1), "here".to_owned()).await }
+    });
+    until_async("the put landed on Valkey", async || {
+        conn.exists::<_, bool>("sku:{1}").await.expect("EXISTS")
+    })
+    .await;
+    there.put(&Sku(1), "there".to_owned()).await.expect("put");
+    // Both writes' pushes reach `here` as flushes while its put's landing waits.
+    until("both pushes flushed the store's L1", || {
+        here.stats().coherence_flushes >= flushes + 2
+    })
+    .await;
+    proxy.release_replies();
+    put.await.expect("task").expect("put");
+    let read = here.fetch(&Sku(1)).await.expect("read");
+    assert_eq!(
+        (read.value.as_str(), read.origin),
+        ("there", Origin::L2),
+        "Valkey holds the later write; L1 must not keep the earlier one"
+    );
 }

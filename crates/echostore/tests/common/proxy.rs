@@ -3,7 +3,9 @@
 //! proxy itself; every byte goes to the real server. A connection that turned on `CLIENT
 //! TRACKING` (a store's coherence connection) is never held by [`Proxy::hold`]: only the data
 //! connection is delayed, while pushes and health checks pass. [`Proxy::hold_pushes`] holds the
-//! other way: what Valkey sends on the coherence connection (a push that is late).
+//! other way: what Valkey sends on the coherence connection (a push that is late); and
+//! [`Proxy::hold_replies`] what it sends on the data connection (a write that has landed, whose
+//! reply is late).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,6 +21,8 @@ pub struct Proxy {
     open: watch::Sender<bool>,
     /// Whether what Valkey sends on coherence connections passes.
     pushes: watch::Sender<bool>,
+    /// Whether what Valkey sends on data connections passes.
+    replies: watch::Sender<bool>,
     /// Requests (reads of the client's socket) waiting at the gate now.
     waiting: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
@@ -36,8 +40,10 @@ impl Proxy {
         let port = listener.local_addr().expect("addr").port();
         let (open, _) = watch::channel(true);
         let (pushes, _) = watch::channel(true);
+        let (replies, _) = watch::channel(true);
         let gate = open.clone();
         let push_gate = pushes.clone();
+        let reply_gate = replies.clone();
         let waiting = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&waiting);
         let accept = tokio::spawn(async move {
@@ -47,6 +53,7 @@ impl Proxy {
                 let (mut from_server, mut to_server) = server.into_split();
                 let mut gate = gate.subscribe();
                 let mut push_gate = push_gate.subscribe();
+                let mut reply_gate = reply_gate.subscribe();
                 let counted = Arc::clone(&counted);
                 let tracking = Arc::new(AtomicBool::new(false));
                 let tracked = Arc::clone(&tracking);
@@ -85,9 +92,12 @@ impl Proxy {
                             Ok(0) | Err(_) => return,
                             Ok(n) => n,
                         };
-                        if tracked.load(Ordering::SeqCst)
-                            && push_gate.wait_for(|open| *open).await.is_err()
-                        {
+                        let passes = if tracked.load(Ordering::SeqCst) {
+                            push_gate.wait_for(|open| *open).await.is_ok()
+                        } else {
+                            reply_gate.wait_for(|open| *open).await.is_ok()
+                        };
+                        if !passes {
                             return;
                         }
                         if to_client.write_all(&buf[..n]).await.is_err() {
@@ -101,6 +111,7 @@ impl Proxy {
             port,
             open,
             pushes,
+            replies,
             waiting,
             accept,
         }
@@ -136,6 +147,17 @@ impl Proxy {
     /// Held and later pushes go through.
     pub fn release_pushes(&self) {
         self.pushes.send_replace(true);
+    }
+
+    /// What Valkey sends on data connections from now on (the replies to a store's commands,
+    /// which have run) waits at the proxy.
+    pub fn hold_replies(&self) {
+        self.replies.send_replace(false);
+    }
+
+    /// Held and later replies go through.
+    pub fn release_replies(&self) {
+        self.replies.send_replace(true);
     }
 }
 
