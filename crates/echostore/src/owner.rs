@@ -97,6 +97,8 @@ pub(crate) enum OwnerMsg<K, V> {
     },
     /// Valkey pushed a change of the table's marks: read what changed (`full`: all of them).
     MarksChanged { full: bool },
+    /// This owner replaced one that crashed: every id is unknown (see `owner_ref.rs`).
+    Restarted,
 }
 
 mod batches;
@@ -194,6 +196,10 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 }
             }
             OwnerMsg::MarksChanged { full } => state.read_marks(&myself, full),
+            OwnerMsg::Restarted => {
+                state.drop_all();
+                state.read_marks(&myself, true);
+            }
         }
         state.publish_in_flight();
         Ok(())

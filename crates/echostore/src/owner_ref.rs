@@ -89,6 +89,13 @@ fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, owner: Weak<OwnerRef<
                 .slot
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
+            // Until the handles pointed here, pushes went to the dead owner and were lost, and
+            // the dead owner's writes still on the wire will land with nobody to take them: L1
+            // may hold what Valkey no longer does, so every id is unknown. (Without a Valkey, L1
+            // is the only copy and nothing was lost.)
+            if core.l2.is_some() {
+                let _ = fresh.cast(OwnerMsg::Restarted);
+            }
             bump(&core.stats.counters.owner_restarts);
             Some(fresh.get_cell())
         })

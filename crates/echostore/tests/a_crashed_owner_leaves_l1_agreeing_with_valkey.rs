@@ -114,3 +114,57 @@ async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
     assert_eq!(t.fetch(&id).await.expect("L1").value.as_str(), "v1");
     settled(&t).await;
 }
+
+/// A restarted owner treats every id as unknown: L1 is dropped once the handles point at it,
+/// so nothing the dead owner kept outlives it (a push sent to the dead owner was lost with it,
+/// and its writes on the wire land with nobody to take them). The next read of an id the dead
+/// owner held in L1 reads Valkey.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_owner_keeps_nothing_of_the_dead_ones_l1() {
+    let valkey = valkey();
+    let source = Source::open();
+    let loader = source.loader();
+    // Coherent first: tracking coming up flushes L1, which would drop the load too.
+    let t = common::coherent_store(&valkey.url(), None)
+        .await
+        .table::<Touchy, String>("touchy")
+        .loader(move |id: Touchy| loader(id.0))
+        .start()
+        .await
+        .expect("table");
+    let flushes = t.stats().coherence_flushes;
+    t.get(&Touchy(1, 0)).await.expect("load");
+    // This key type cannot be parsed back: the load's own push flushes L1; read it in again.
+    common::until_stats(&t, "the load's push arrived", |s| {
+        s.coherence_flushes > flushes
+    })
+    .await;
+    assert_eq!(
+        t.fetch(&Touchy(1, 0)).await.expect("read").origin,
+        Origin::L2
+    );
+    assert_eq!(
+        t.fetch(&Touchy(1, 0)).await.expect("read").origin,
+        Origin::L1
+    );
+    source.hold();
+    let first = tokio::spawn({
+        let t = t.clone();
+        async move { t.get(&Touchy(POISON, 1)).await }
+    });
+    common::until_stats(&t, "the poisoned flight runs", |s| s.in_flight == 1).await;
+    let crashed = t.get(&Touchy(POISON, 2)).await;
+    assert!(matches!(crashed, Err(Error::Stopped)), "{crashed:?}");
+    assert!(matches!(first.await.expect("task"), Err(Error::Stopped)));
+    until("the supervisor restarted the owner", || {
+        t.stats().owner_restarts == 1
+    })
+    .await;
+    common::until_stats(&t, "the restarted owner dropped L1", |s| s.l1_len == 0).await;
+    source.release();
+    let read = t.fetch(&Touchy(1, 0)).await.expect("read");
+    assert_eq!(
+        (read.value.as_str(), read.origin),
+        ("value-1-1", Origin::L2)
+    );
+}
