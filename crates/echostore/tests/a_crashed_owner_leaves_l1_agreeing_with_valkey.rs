@@ -37,6 +37,17 @@ impl Key for Touchy {
     }
 }
 
+/// The `touchy` table on `store`, reading `source`.
+async fn touchy(store: echostore::Store, source: &Source) -> echostore::Table<Touchy, String> {
+    let loader = source.loader();
+    store
+        .table::<Touchy, String>("touchy")
+        .loader(move |id: Touchy| loader(id.0))
+        .start()
+        .await
+        .expect("table")
+}
+
 /// `INFO clients`' `blocked_clients`: a client postponed by `CLIENT PAUSE` is counted there.
 async fn blocked_clients(conn: &mut common::RawConn) -> u64 {
     common::info_count(conn, "clients", "blocked_clients").await
@@ -52,14 +63,7 @@ async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let loader = source.loader();
-    let t = store_on(&valkey.url())
-        .await
-        .table::<Touchy, String>("touchy")
-        .loader(move |id: Touchy| loader(id.0))
-        .start()
-        .await
-        .expect("table");
+    let t = touchy(store_on(&valkey.url()).await, &source).await;
     let id = Touchy(POISON, 0);
     t.put(&id, "v0".into()).await.expect("put v0"); // also loads the put script
 
@@ -123,15 +127,8 @@ async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
 async fn a_restarted_owner_keeps_nothing_of_the_dead_ones_l1() {
     let valkey = valkey();
     let source = Source::open();
-    let loader = source.loader();
     // Coherent first: tracking coming up flushes L1, which would drop the load too.
-    let t = common::coherent_store(&valkey.url(), None)
-        .await
-        .table::<Touchy, String>("touchy")
-        .loader(move |id: Touchy| loader(id.0))
-        .start()
-        .await
-        .expect("table");
+    let t = touchy(common::coherent_store(&valkey.url(), None).await, &source).await;
     let flushes = t.stats().coherence_flushes;
     t.get(&Touchy(1, 0)).await.expect("load");
     // This key type cannot be parsed back: the load's own push flushes L1; read it in again.

@@ -25,26 +25,32 @@ async fn optional(store: &Store, reads: &Arc<AtomicUsize>) -> Table<u64, Option<
         .expect("table")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_optional_row_is_cached_as_none_everywhere() {
-    let valkey = valkey();
-    let reads = Arc::new(AtomicUsize::new(0));
-    let here = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
-    let there = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
+/// `here` loads id 1 and `there` reads it from Valkey; then `here` deletes it, and this returns
+/// once the delete's push has reached `there`.
+async fn loaded_then_deleted<V: echostore::Value>(here: &Table<u64, V>, there: &Table<u64, V>) {
     here.get(&1).await.expect("load");
     // The load's own write pushes to the other store too: let it arrive before that store reads,
     // so that the push counted below is the delete's.
-    until_stats(&there, "the load's push reached the other store", |s| {
+    until_stats(there, "the load's push reached the other store", |s| {
         s.invalidations >= 1
     })
     .await;
     assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
     let before = there.stats().invalidations;
     here.delete(&1).await.expect("delete");
-    until_stats(&there, "the delete reached the other store", |s| {
+    until_stats(there, "the delete reached the other store", |s| {
         s.invalidations > before
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optional_row_is_cached_as_none_everywhere() {
+    let valkey = valkey();
+    let reads = Arc::new(AtomicUsize::new(0));
+    let here = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
+    let there = optional(&coherent_store(&valkey.url(), None).await, &reads).await;
+    loaded_then_deleted(&here, &there).await;
     let read = there.fetch(&1).await.expect("read");
     assert_eq!((read.value.as_ref(), read.origin), (&None, Origin::L2));
     let read = here.fetch(&1).await.expect("read");
@@ -75,20 +81,7 @@ async fn any_other_row_is_invalidated_everywhere() {
         long,
     )
     .await;
-    here.get(&1).await.expect("load");
-    // The load's own write pushes to the other store too: let it arrive before that store reads,
-    // so that the push counted below is the delete's.
-    until_stats(&there, "the load's push reached the other store", |s| {
-        s.invalidations >= 1
-    })
-    .await;
-    assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
-    let before = there.stats().invalidations;
-    here.delete(&1).await.expect("delete");
-    until_stats(&there, "the delete reached the other store", |s| {
-        s.invalidations > before
-    })
-    .await;
+    loaded_then_deleted(&here, &there).await;
     assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::Loaded);
     assert_eq!(source.calls(), 2, "the next read loaded the row");
 }
