@@ -1,6 +1,7 @@
-//! What the readouts share for showing results: a spinner on stderr for runs that take over a
-//! second (never in `--json` mode, never when stderr is not a terminal), latency summaries of the
-//! shared HDR histogram ([`Latencies`]), number formatting, and the one-object JSON print.
+//! What the readouts share for showing results: the skeleton of every readout's `run`
+//! ([`readout`]), a spinner on stderr for runs that take over a second (never in `--json` mode,
+//! never when stderr is not a terminal), latency summaries of the shared HDR histogram
+//! ([`Latencies`]), number formatting, and the one-object JSON print.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use echostore_testkit::measure::Latencies;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use crate::CliResult;
+use crate::{CliResult, Outcome};
 
 /// How long a run goes before its spinner appears.
 const SPINNER_DELAY: Duration = Duration::from_secs(1);
@@ -126,6 +127,32 @@ pub(crate) fn grouped(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// What every readout's `run` does around its measurement: a spinner saying `starting` while
+/// `measure` runs, then the report as one JSON object (`json`) or as text (`print_human`), and
+/// whether the invariant it checks held (`held`).
+pub(crate) async fn readout<R: Serialize>(
+    json: bool,
+    starting: &str,
+    measure: impl AsyncFnOnce(&Spinner) -> CliResult<R>,
+    print_human: impl FnOnce(&R),
+    held: impl FnOnce(&R) -> bool,
+) -> CliResult<Outcome> {
+    let spinner = Spinner::start(!json, starting);
+    let report = measure(&spinner).await;
+    spinner.finish();
+    let report = report?;
+    if json {
+        print_json(&report)?;
+    } else {
+        print_human(&report);
+    }
+    Ok(if held(&report) {
+        Outcome::Held
+    } else {
+        Outcome::Failed
+    })
 }
 
 /// Prints `value` as one line of JSON on stdout.

@@ -194,20 +194,14 @@ pub(crate) async fn tracked(table: &Table<String, Stamp>, url: &str) -> CliResul
 
 /// Runs the readout and prints it.
 pub(crate) async fn run(target: &Target, args: &CoherenceArgs) -> CliResult<Outcome> {
-    let spinner = Spinner::start(!args.json, "coherence: starting the readers");
-    let report = measure(target, args, &spinner).await;
-    spinner.finish();
-    let report = report?;
-    if args.json {
-        output::print_json(&report)?;
-    } else {
-        report::print_human(&report, target);
-    }
-    Ok(if report.invariant_held {
-        Outcome::Held
-    } else {
-        Outcome::Failed
-    })
+    output::readout(
+        args.json,
+        "coherence: starting the readers",
+        async |spinner| measure(target, args, spinner).await,
+        |report| report::print_human(report, target),
+        |report| report.invariant_held,
+    )
+    .await
 }
 
 async fn measure(

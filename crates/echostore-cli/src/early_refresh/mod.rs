@@ -78,20 +78,14 @@ pub(crate) async fn run(target: &Target, args: &EarlyRefreshArgs) -> CliResult<O
     if args.ttl.is_zero() || args.run.is_zero() {
         return Err("--ttl and --run must be above zero".into());
     }
-    let spinner = Spinner::start(!args.json, "early refresh: measuring the L2 round trip");
-    let report = measure_both(target, args, &spinner).await;
-    spinner.finish();
-    let report = report?;
-    if args.json {
-        output::print_json(&report)?;
-    } else {
-        report::print_human(&report, target);
-    }
-    Ok(if report.invariant_held {
-        Outcome::Held
-    } else {
-        Outcome::Failed
-    })
+    output::readout(
+        args.json,
+        "early refresh: measuring the L2 round trip",
+        async |spinner| measure_both(target, args, spinner).await,
+        |report| report::print_human(report, target),
+        |report| report.invariant_held,
+    )
+    .await
 }
 
 async fn measure_both(

@@ -54,22 +54,18 @@ pub(crate) struct HitCostArgs {
 
 /// Measures and prints the hit cost.
 pub(crate) async fn run(target: &Target, args: &HitCostArgs) -> CliResult<Outcome> {
-    let spinner = Spinner::start(!args.json, "hit cost: starting");
-    let report = measure(target, args, &spinner).await;
-    spinner.finish();
-    let report = report?;
-    if args.json {
-        output::print_json(&report)?;
-    } else {
-        report::print_human(&report, target);
-    }
-    let one_read_per_round = report.herd.store_source_reads == args.rounds
-        && report.herd.baseline_source_reads == args.rounds;
-    Ok(if one_read_per_round {
-        Outcome::Held
-    } else {
-        Outcome::Failed
-    })
+    output::readout(
+        args.json,
+        "hit cost: starting",
+        async |spinner| measure(target, args, spinner).await,
+        |report| report::print_human(report, target),
+        // One source read per round, through the store and through the baseline.
+        |report| {
+            report.herd.store_source_reads == args.rounds
+                && report.herd.baseline_source_reads == args.rounds
+        },
+    )
+    .await
 }
 
 async fn measure(

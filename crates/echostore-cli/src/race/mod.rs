@@ -146,23 +146,18 @@ pub(crate) async fn run(target: &Target, args: &RaceArgs) -> CliResult<Outcome> 
     if let Some(addr) = args.prometheus {
         crate::prometheus::serve(addr)?;
     }
-    let spinner = Spinner::start(!args.json, "lock race: starting the nodes");
-    let report = race(target, args, &spinner).await;
-    spinner.finish();
-    let report = report?;
-    if args.json {
-        output::print_json(&report)?;
-    } else {
-        report::print_human(&report, args, target);
-    }
-    if args.prometheus.is_some() && !args.prometheus_linger.is_zero() {
+    let outcome = output::readout(
+        args.json,
+        "lock race: starting the nodes",
+        async |spinner| race(target, args, spinner).await,
+        |report| report::print_human(report, args, target),
+        |report| report.invariant_held,
+    )
+    .await;
+    if outcome.is_ok() && args.prometheus.is_some() && !args.prometheus_linger.is_zero() {
         tokio::time::sleep(args.prometheus_linger).await;
     }
-    Ok(if report.invariant_held {
-        Outcome::Held
-    } else {
-        Outcome::Failed
-    })
+    outcome
 }
 
 async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<RaceReport> {
