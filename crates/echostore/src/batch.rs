@@ -203,8 +203,8 @@ async fn read_here<'a, K: Key, V: Value>(
             let (i, reading) = &reads[readable[g].0];
             let bytes = values.as_ref().and_then(|v| v.get(k).cloned().flatten());
             match reading.settle(bytes, now_ms) {
-                Some(hit) => answers[*i] = Some(Ok(hit)),
-                None => to_owner.push(*i),
+                Ok(hit) => answers[*i] = Some(Ok(hit)),
+                Err(_) => to_owner.push(*i),
             }
         }
     }

@@ -19,6 +19,11 @@
 //! then. So a read never leaves in L1 what a write replaced or a push announced gone, and an L2
 //! hit costs its caller one round trip and no hand-off.
 //!
+//! The mark of a write that is running is held by the write's own task ([`RunningWrite`]), not
+//! by the owner: an owner that crashes leaves its writes on the wire, and they land all the same.
+//! So the marks outlive it, no read of those ids starts until they land, and the restarted owner
+//! queues its flights and writes of them behind them ([`Board::landed`]).
+//!
 //! Joining through the board is the same as joining through the owner's mailbox, only earlier:
 //! the caller joins the flight that was current when it looked, which is the flight its message
 //! would have joined had the owner read it at that instant. A `put` that has returned has already
@@ -48,6 +53,8 @@ pub(crate) type Joined<V> = Option<Result<Fetched<V>>>;
 /// The current flights and reads of one table, by id, and the ids being written.
 pub(crate) struct Board<K, V> {
     lists: Mutex<Lists<K, V>>,
+    /// Woken when an id's last running write lands.
+    landings: Notify,
 }
 
 /// The next [`ReadId`], process-wide.
@@ -55,8 +62,11 @@ static NEXT_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 
 struct Lists<K, V> {
     listed: HashMap<K, Listed<V>>,
-    /// Ids with a write on its way to Valkey: no read starts for them.
+    /// Ids with a write on its way to Valkey, as the owner knows them: no read starts for them.
     writing: HashSet<K>,
+    /// Ids with a write task running, and how many: marked by the tasks themselves, so that an
+    /// owner's crash clears none of them.
+    running: HashMap<K, usize>,
 }
 
 /// What is listed for an id: the owner's current flight, or a caller's read.
@@ -97,7 +107,9 @@ impl<K: Eq + Hash, V> Board<K, V> {
             lists: Mutex::new(Lists {
                 listed: HashMap::new(),
                 writing: HashSet::new(),
+                running: HashMap::new(),
             }),
+            landings: Notify::new(),
         }
     }
 
@@ -124,7 +136,12 @@ impl<K: Eq + Hash, V> Board<K, V> {
                     return Entered::Joined(Arc::clone(cell));
                 }
                 Some(Listed::Read(_)) => return Entered::Owner,
-                None if !readable || lists.writing.contains(id) => return Entered::Owner,
+                None if !readable
+                    || lists.writing.contains(id)
+                    || lists.running.contains_key(id) =>
+                {
+                    return Entered::Owner;
+                }
                 None => {}
             }
             let read = ReadId(NEXT_READ.fetch_add(1, Relaxed));
@@ -215,7 +232,8 @@ impl<K: Eq + Hash, V> Board<K, V> {
         }
     }
 
-    /// Withdraws every cell and mark (a new owner starts with no flights and no writes).
+    /// Withdraws every cell and the owner's write marks (a new owner starts with no flights and
+    /// no writes of its own); the running writes' marks stay until they land.
     pub(crate) fn clear(&self) {
         let mut lists = self.lists();
         lists.listed.clear();
@@ -276,5 +294,6 @@ impl<V> Drop for Answerer<V> {
     }
 }
 
+mod running;
 #[cfg(test)]
 mod tests;

@@ -2,14 +2,18 @@
 //! bottom as the protocol.
 //!
 //! ```text
-//! GETRANGE value ── fresh ──▶ L2 hit
+//! GETRANGE value ── fresh ──▶ L2 hit        (skipped when the caller just made this read)
 //!    │ missing, stale, oversized or undecodable
 //!    ▼
 //! acquire-or-read (SET lock token NX PX lock_ttl; GETRANGE value)
 //!    ├─ value now fresh ─▶ L2 hit (a winner releases at once)
-//!    ├─ won  ─▶ loader under the lease (the one source read) ─▶ fenced write ─▶ release
+//!    ├─ won  ─▶ loader under the lease (the one source read) ─▶ fenced write and release
 //!    └─ lost ─▶ loser policy: poll | serve stale | default | fail fast
 //! ```
+//!
+//! The fenced write deletes the lock in the same script when it writes (or finds a newer value):
+//! a winner's landing is one round trip, and losers see the value and the lock gone together. A
+//! winner that writes nothing (the load failed, or could not be encoded) releases on its own.
 //!
 //! An **early refresh** (XFetch, `docs/early-refresh.md`) is the same protocol for an id whose L1
 //! value is still fresh, with three differences: a value on Valkey counts as fresh only if it is
@@ -88,6 +92,8 @@ pub(crate) struct Fill<'a, K, V> {
     refreshing: Option<Moment>,
     /// The loser policy of the call that started the flight, if not the table's.
     losers: Option<LoserPolicy<Arc<V>>>,
+    /// The caller that started the flight has just read the value key and found no fresh copy.
+    after_read: bool,
 }
 
 /// How much later than the refreshed value's a value's `fresh_until` must be to count as newer:
@@ -111,6 +117,16 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             refused: Mutex::new(None),
             refreshing: None,
             losers: None,
+            after_read: false,
+        }
+    }
+
+    /// The flight of a caller that has just read Valkey and found no fresh copy (`read`): its
+    /// first round trip is the lock attempt, which reads the value again in the same script.
+    pub(crate) fn after_read(self, read: bool) -> Self {
+        Fill {
+            after_read: read,
+            ..self
         }
     }
 
@@ -139,6 +155,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         // Valkey's copy of an id whose write failed here may be older than the source.
         if let Err(e) = self.core.unsettled.repair(self.id, l2).await {
             return self.degraded(&at, e).await;
+        }
+        if self.after_read {
+            return self.contend(&at, None).await;
         }
         let max = self.core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&self.core.name, l2.get(&at.names, max));
@@ -259,7 +278,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     }
 
     /// This flight holds the lock: read the source under the lease, write fenced (stamped with
-    /// the generation `stamp`), release.
+    /// the generation `stamp`) and release in one script.
     async fn win(
         &self,
         at: &OnValkey<'_>,
@@ -301,28 +320,35 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         };
         let counters = &self.core.stats.counters;
         (self.signals)(Signal::Writing(envelope::fingerprint(&bytes)));
+        // The script releases the lock when it holds our token: counted as a release would be.
         let keep = match lock::fenced_write(at.l2, &at.names, token, bytes, life.physical_ms())
             .await
         {
-            Ok(Fenced::Written) => true,
+            Ok(Fenced::Written) => {
+                bump(&counters.released);
+                true
+            }
             Ok(Fenced::NotOurs) => {
                 // A put/invalidate dropped our lock, or it expired while Valkey was away and was
                 // taken over: a newer writer owns the key. Answer our waiters, store it nowhere.
                 bump(&counters.fenced_write_skipped);
+                bump(&counters.release_skipped);
                 tracing::debug!(table = %self.core.name, id = ?self.id, "fenced write skipped: the lock is no longer ours");
                 false
             }
             Ok(Fenced::Superseded) => {
                 bump(&counters.writes_superseded);
+                bump(&counters.released);
                 false
             }
             Err(e) => {
                 bump(&counters.l2_errors);
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "fenced write failed");
+                // Whether it ran is unknown: the lock may still be ours.
+                self.release(at, token).await;
                 true
             }
         };
-        self.release(at, token).await;
         Ok(if keep {
             Filled::fresh(life.entry(value), Origin::Loaded)
         } else {

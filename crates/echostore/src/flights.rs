@@ -5,8 +5,9 @@
 //! model. For each id it holds:
 //!
 //! - the **current flight**, *queued* or *running*: the one a new miss joins;
-//! - whether a **Valkey write** (`put`/`invalidate`) of the id is running, and the writes waiting
-//!   behind it, in arrival order;
+//! - whether a **Valkey write** (`put`/`invalidate`) of the id is running, the writes waiting
+//!   behind it, in arrival order, and whether another process's change overtook them (then the
+//!   last of them keeps nothing in L1);
 //! - how many **overtaken** flights of the id are still running (detached: a write overtook them).
 //!
 //! The ordering rule, stated once: **a fill never reads back what a write is replacing or
@@ -33,7 +34,9 @@
 //! message to the owner: this map publishes a flight in the step that makes it current and
 //! withdraws it in the step that ends that, so the board never lists anything else. It also
 //! keeps the board's other half true: an id is marked as written while a write of it is running,
-//! and a write, a push or a flush withdraws the reads that callers listed.
+//! and a write, a push or a flush withdraws the reads that callers listed. A new owner inherits
+//! the writes its crashed predecessor left running ([`Flights::inherit_write`]): they stay at the
+//! head of their ids' queues until they land.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -210,6 +213,16 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
+    /// A write of `id` that an owner before this one started is still running: the id's flights
+    /// and writes queue behind it as behind one of this owner's, until [`written`](Self::written).
+    pub(crate) fn inherit_write(&mut self, id: &K) {
+        self.board.writing(id, true);
+        self.ids
+            .entry(id.clone())
+            .or_insert_with(IdState::new)
+            .writing = true;
+    }
+
     /// The value of `id` changed elsewhere (a push): a running flight may have read the old
     /// bytes, so it is detached and keeps nothing unless it reads again (a polling loser does). A
     /// queued flight has read nothing: it stays.
@@ -259,22 +272,34 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
-    /// `true` while a write of `id` is on its way to Valkey.
-    pub(crate) fn is_writing(&self, id: &K) -> bool {
-        self.ids.get(id).is_some_and(|s| s.writing)
+    /// Another process's change of `id` came (a push): the writes of it on their way keep
+    /// nothing in L1 when they land.
+    pub(crate) fn overtake_write(&mut self, id: &K) {
+        if let Some(state) = self.ids.get_mut(id).filter(|s| s.writing) {
+            state.overtaken = true;
+        }
     }
 
-    /// `true` while another write of `id` waits behind the one on its way.
-    pub(crate) fn has_waiting_write(&self, id: &K) -> bool {
-        self.ids.get(id).is_some_and(|s| !s.waiting.is_empty())
+    /// Every id's writes on their way are overtaken (a flush, a clear or a tag invalidation).
+    pub(crate) fn overtake_writes(&mut self) {
+        for state in self.ids.values_mut().filter(|s| s.writing) {
+            state.overtaken = true;
+        }
     }
 
-    /// The ids with a write on its way to Valkey.
-    pub(crate) fn writing(&self) -> impl Iterator<Item = K> + '_ {
-        self.ids
-            .iter()
-            .filter(|(_, state)| state.writing)
-            .map(|(id, _)| id.clone())
+    /// The running write of `id` has landed: whether its entry may enter L1 — no later write of
+    /// the id waits, and no other process's change overtook the writes since the id was last
+    /// idle. (An overtaking change covers every write queued when it came: its mark stays until
+    /// the last of them lands.) Asked before [`written`](Self::written), which lifts the board's
+    /// mark.
+    pub(crate) fn landing_keeps(&mut self, id: &K) -> bool {
+        let Some(state) = self.ids.get_mut(id) else {
+            return true;
+        };
+        if !state.waiting.is_empty() {
+            return false;
+        }
+        !std::mem::take(&mut state.overtaken)
     }
 
     /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.

@@ -19,7 +19,8 @@
 //! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path);
 //!   `miss` — a miss on the caller's task: it joins the flight the `board` lists for the id, or
 //!   reads Valkey itself, and goes to the owner for everything else (the lock, a load, a write on
-//!   the wire); `board` — the current flights and reads, where a miss finds them without a message.
+//!   the wire); `board` — the current flights and reads, where a miss finds them without a message,
+//!   and the ids being written (`board::running`: a running write's mark, held by its own task).
 //! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one `MGET` per
 //!   slot group, the rest to the owner in one message; `batch::fill` — the flights a batch
 //!   started, run together (one acquire-many, one batch loader call, one write-many);

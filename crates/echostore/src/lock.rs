@@ -5,10 +5,11 @@
 //! second read of the value key, so a winner sees a value that the previous holder wrote an instant
 //! ago and does not read the source again. While the winner loads, it extends its lock (a
 //! token-checked `PEXPIRE`, the *lease*), so a load of any length keeps it. The winner writes with
-//! a *fenced* write (the value is set only while the lock still holds its token) and then releases
-//! with the token-checked compare-and-delete of the seed (where the server has them, the release
-//! is `DELIFEQ` and the lease `SET … IFEQ … PX`: [`crate::natives`]). A lock is never removed by a plain `DEL`
-//! on these paths: only `invalidate` and `put`, which mean to cancel fills in flight, drop it.
+//! a *fenced* write (the value is set only while the lock still holds its token), which deletes
+//! the lock in the same script; a winner that writes nothing releases with the token-checked
+//! compare-and-delete of the seed (where the server has them, the release is `DELIFEQ` and the
+//! lease `SET … IFEQ … PX`: [`crate::natives`]). A lock is never removed without its token on
+//! these paths: only `invalidate` and `put`, which mean to cancel fills in flight, drop it.
 //!
 //! The scripts themselves, and the rule for which of two writes wins, are [`crate::scripts`].
 //!
@@ -110,7 +111,7 @@ pub(crate) async fn extend(
 }
 
 /// Writes `envelope` with a physical life of `px` ms if the lock still holds `token` and no newer
-/// value is stored.
+/// value is stored, and releases the lock if it holds `token` (written or superseded).
 pub(crate) async fn fenced_write(
     l2: &L2,
     names: &KeyNames,

@@ -9,6 +9,10 @@
 //!                                                 └─ anything else ─▶ the owner (Fill)
 //! ```
 //!
+//! A read that found no fresh copy is handed to the flight it starts: that flight's first
+//! round trip is the lock attempt (which reads the value again in the same script), so a cold
+//! miss costs three round trips in all — this read, the lock, and the fenced write that releases.
+//!
 //! The read is the fill's first step (`crate::fill`), done where the caller already is: an L2 hit
 //! then costs the caller one round trip to Valkey and no hand-off between tasks, which on a
 //! loaded two-core machine is most of what the owner's path added (`docs/benchmarks.md`, "The
@@ -67,19 +71,26 @@ where
             let reading = Reading { core, id, read };
             reading.run(owner, losers).boxed()
         }
-        Entered::Owner => ask(owner, id, losers).boxed(),
+        Entered::Owner => ask(owner, id, losers, false).boxed(),
     }
 }
 
 /// A miss the owner answers: it joins or starts the id's flight (with `losers`, the caller's own
-/// loser policy, if it starts one).
+/// loser policy, if it starts one). `read`: this caller has just read Valkey and found no fresh
+/// copy, so a flight it starts goes straight to the lock attempt, which reads the value again.
 async fn ask<K: Key, V: Value>(
     owner: &OwnerRef<K, V>,
     id: K,
     losers: Option<LoserPolicy<Arc<V>>>,
+    read: bool,
 ) -> Result<Fetched<V>> {
     owner
-        .call(move |reply| OwnerMsg::Fill { id, reply, losers })
+        .call(move |reply| OwnerMsg::Fill {
+            id,
+            reply,
+            losers,
+            read,
+        })
         .await
 }
 
@@ -118,27 +129,29 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         owner: &OwnerRef<K, V>,
         losers: Option<LoserPolicy<Arc<V>>>,
     ) -> Result<Fetched<V>> {
-        if let Some(hit) = self.read().await {
-            return Ok(hit);
-        }
+        let read = match self.read().await {
+            Ok(hit) => return Ok(hit),
+            Err(unsettled) => unsettled == Unsettled::NotFresh,
+        };
         // Not a fresh value: the owner's flight takes it from here. The read stays listed until
         // then, so the misses meanwhile go to the owner too (not into reads of their own); the
         // flight replaces it on the board.
-        ask(owner, self.id.clone(), losers).await
+        ask(owner, self.id.clone(), losers, read).await
     }
 
     /// The value on Valkey if it is fresh and settled into L1 (no change overtook the read);
-    /// `None` for anything else, untouched.
-    async fn read(&self) -> Option<Fetched<V>> {
+    /// else why not, with nothing touched.
+    async fn read(&self) -> Result<Fetched<V>, Unsettled> {
         let core = self.core;
-        let l2 = core.l2.as_ref()?;
+        let l2 = core.l2.as_ref().ok_or(Unsettled::Unread)?;
         if core.unsettled.holds(&self.id) {
-            return None; // the owner's flight repairs Valkey's copy before it reads it
+            // The owner's flight repairs Valkey's copy before it reads it.
+            return Err(Unsettled::Unread);
         }
-        let names = core.names(&self.id).ok()?;
+        let names = core.names(&self.id).map_err(|_| Unsettled::Unread)?;
         let max = core.config.max_value_bytes;
         let read = crate::metrics::time_l2(&core.name, l2.get(&names, max));
-        self.settle(read.await.ok()?, core.now_ms())
+        self.settle(read.await.map_err(|_| Unsettled::Unread)?, core.now_ms())
     }
 
     /// Whether this read may be made now: Valkey's copy of an id whose write failed here is
@@ -148,22 +161,30 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
     }
 
     /// What the read found (`bytes`, the value key's) answered, if it is a fresh value and
-    /// settled into L1; `None` for anything else, untouched.
+    /// settled into L1; else why not, with nothing touched.
     /// `now_ms` is [`TableCore::now_ms`], read once for a batch of reads.
-    pub(crate) fn settle(&self, bytes: Option<Vec<u8>>, now_ms: u64) -> Option<Fetched<V>> {
+    pub(crate) fn settle(
+        &self,
+        bytes: Option<Vec<u8>>,
+        now_ms: u64,
+    ) -> Result<Fetched<V>, Unsettled> {
         let core = self.core;
-        let bytes = bytes?;
+        let bytes = bytes.ok_or(Unsettled::NotFresh)?;
         if bytes.len() > core.config.max_value_bytes {
-            return None;
+            return Err(Unsettled::NotFresh);
         }
         // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes)));
-        let env = decoded.ok()?.ok().filter(|env| core.is_current(env))?;
+        let env = decoded
+            .ok()
+            .and_then(Result::ok)
+            .filter(|env| core.is_current(env))
+            .ok_or(Unsettled::NotFresh)?;
         let longest = core.config.longest_life(&env.value);
         let env = env.capped(longest);
         if !env.is_fresh(now_ms) {
-            return None;
+            return Err(Unsettled::NotFresh);
         }
         let entry = core.l2_entry_at(env, now_ms);
         let fetched = Fetched::new(Arc::clone(&entry.value), Origin::L2);
@@ -174,11 +195,24 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         let settled = core.board.settle(&self.id, self.read, || {
             core.l1.insert(self.id.clone(), core.keepable(entry));
         });
-        if settled {
-            bump(&core.stats.counters.l2_hits);
+        if !settled {
+            return Err(Unsettled::Overtaken);
         }
-        settled.then_some(fetched)
+        bump(&core.stats.counters.l2_hits);
+        Ok(fetched)
     }
+}
+
+/// Why a caller's read answered nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsettled {
+    /// Valkey holds no fresh copy the caller may take (missing, stale, oversized, undecodable,
+    /// or made a miss by a mark): the flight's lock attempt is the next read worth making.
+    NotFresh,
+    /// A fresh copy, but a change overtook the read: the flight reads again.
+    Overtaken,
+    /// Not read (no Valkey, a copy to repair first, a Valkey error).
+    Unread,
 }
 
 impl<K: Key, V> Drop for Reading<'_, K, V> {

@@ -11,7 +11,6 @@
 //! `owner/marked.rs`); an early
 //! refresh is a flight with no caller; with tracking down, see [`TableCore::keepable`].
 
-use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -40,11 +39,13 @@ use crate::writes::{L2Write, PendingWrite};
 /// What the owner is asked to do.
 pub(crate) enum OwnerMsg<K, V> {
     /// A caller missed L1 (the Elixir `{:fill, id}`); `losers`: its own loser policy for a
-    /// flight it starts (`ReadOptions::losers`).
+    /// flight it starts (`ReadOptions::losers`); `read`: it has just read Valkey and found no
+    /// fresh copy (a flight it starts need not read the value before the lock attempt).
     Fill {
         id: K,
         reply: Reply<V>,
         losers: Option<LoserPolicy<Arc<V>>>,
+        read: bool,
     },
     /// A batch read's misses, each with its caller's reply.
     FillMany { misses: Vec<(K, Reply<V>)> },
@@ -108,6 +109,26 @@ mod writes;
 
 pub(crate) use marked::poll_marks;
 
+/// How a flight starts, beyond its id.
+struct Start<V> {
+    /// An early refresh of the L1 value fresh until then.
+    refreshing: Option<Moment>,
+    /// The loser policy of the call that started it, if not the table's.
+    losers: Option<LoserPolicy<Arc<V>>>,
+    /// The caller that started it has just read Valkey and found no fresh copy.
+    read: bool,
+}
+
+impl<V> Default for Start<V> {
+    fn default() -> Self {
+        Start {
+            refreshing: None,
+            losers: None,
+            read: false,
+        }
+    }
+}
+
 /// The owner's behaviour; its state is [`OwnerState`].
 pub(crate) struct Owner<K, V>(PhantomData<fn() -> (K, V)>);
 
@@ -123,9 +144,6 @@ pub(crate) struct OwnerState<K, V> {
     flights: Flights<K, V, PendingWrite<V>>,
     /// Writes of this process whose pushes are its own.
     own: OwnWrites<K>,
-    /// Ids whose running write was overtaken by another process's change (a push arrived while
-    /// it was on the wire): its entry must not enter L1, since Valkey may hold the other value.
-    overtaken_writes: HashSet<K>,
 }
 
 impl<K: Key, V: Value> Actor for Owner<K, V> {
@@ -135,17 +153,18 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         core: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`.
         core.stats.in_flight.store(0, Relaxed);
-        Ok(OwnerState {
+        let mut state = OwnerState {
             flights: Flights::new(Arc::clone(&core.board)),
             core,
             own: OwnWrites::new(),
-            overtaken_writes: HashSet::new(),
-        })
+        };
+        state.inherit_writes(&myself);
+        Ok(state)
     }
 
     async fn handle(
@@ -155,7 +174,12 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            OwnerMsg::Fill { id, reply, losers } => state.fill(&myself, id, reply, losers),
+            OwnerMsg::Fill {
+                id,
+                reply,
+                losers,
+                read,
+            } => state.fill(&myself, id, reply, losers, read),
             OwnerMsg::FillMany { misses } => state.fill_many(&myself, misses),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
@@ -227,6 +251,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         id: K,
         reply: Reply<V>,
         losers: Option<LoserPolicy<Arc<V>>>,
+        read: bool,
     ) {
         // The race may have been won between the caller's miss and this message.
         if let Some(hit) = self.l1_hit(&id) {
@@ -237,7 +262,14 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         match self.flights.miss(&id, Some(reply)) {
             Miss::Coalesced => bump(&self.core.stats.counters.coalesced),
-            Miss::Launch(flight) => self.launch(myself, id, flight, None, losers),
+            Miss::Launch(flight) => {
+                let start = Start {
+                    losers,
+                    read,
+                    ..Start::default()
+                };
+                self.launch(myself, id, flight, start);
+            }
             Miss::Queued => {}
         }
     }
@@ -257,7 +289,11 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.core.l1.insert(id.clone(), entry.refresh_asked());
         if let Some(flight) = self.flights.refresh(&id) {
             bump(&self.core.stats.counters.early_refreshes);
-            self.launch(myself, id, flight, Some(until), None);
+            let start = Start {
+                refreshing: Some(until),
+                ..Start::default()
+            };
+            self.launch(myself, id, flight, start);
         }
     }
 
@@ -269,20 +305,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             landed.flight.answer(&Ok(hit));
             return;
         }
-        self.launch(myself, id, flight, None, None);
+        self.launch(myself, id, flight, Start::default());
     }
 
-    /// Starts a flight as a task of its own; the owner goes on serving. `refreshing`: an early
-    /// refresh of the L1 value fresh until then; `losers`: the policy of the call that started
-    /// it, if not the table's.
-    fn launch(
-        &self,
-        myself: &ActorRef<OwnerMsg<K, V>>,
-        id: K,
-        flight: FlightId,
-        refreshing: Option<Moment>,
-        losers: Option<LoserPolicy<Arc<V>>>,
-    ) {
+    /// Starts a flight as a task of its own; the owner goes on serving.
+    fn launch(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, flight: FlightId, start: Start<V>) {
+        let Start {
+            refreshing,
+            losers,
+            read,
+        } = start;
         let core = Arc::clone(&self.core);
         let myself = myself.clone();
         let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
@@ -299,7 +331,9 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                         });
                     }
                 };
-                let fill = Fill::new(&core, &id, &signals).losing_by(losers);
+                let fill = Fill::new(&core, &id, &signals)
+                    .losing_by(losers)
+                    .after_read(read);
                 let fill = match refreshing {
                     Some(until) => fill.refreshing(until),
                     None => fill,

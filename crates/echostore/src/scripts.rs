@@ -105,16 +105,22 @@ end
 return 0
 "#;
 
-/// Set the value only while the lock holds this attempt's token and nothing newer is stored.
-/// Returns 1 (written), 0 (fenced out: not our lock) or -1 (a newer value is stored).
+/// Set the value only while the lock holds this attempt's token and nothing newer is stored,
+/// and release the lock: the winner's write and release in one round trip. Returns 1 (written,
+/// released), 0 (fenced out: not our lock, nothing done) or -1 (a newer value is stored:
+/// released, nothing written).
 pub const FENCED_WRITE_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 local now = server_ms()
-if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[2]) then return -1 end
+if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[2]) then
+  redis.call('DEL', KEYS[2])
+  return -1
+end
 redis.call('SET', KEYS[1], stamped(ARGV[2], now), 'PX', ARGV[3])
+redis.call('DEL', KEYS[2])
 return 1
 "#
 );

@@ -3,53 +3,17 @@
 
 mod common;
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use common::{Source, settled, until, until_stats};
-use echostore::{Error, Key, Store};
-
-/// An id whose equality panics when two *different* callers' copies of the poisoned id meet: the
-/// owner compares ids in its flights map, so a second caller's miss on the poisoned id crashes the
-/// owner — a user `Key` bug. (The second field tells the callers' copies apart.)
-#[derive(Debug, Clone)]
-struct Touchy(u64, u8);
-
-const POISON: u64 = 666;
-
-impl PartialEq for Touchy {
-    fn eq(&self, other: &Self) -> bool {
-        assert!(
-            !(self.0 == POISON && other.0 == POISON && self.1 != other.1),
-            "Touchy::eq on the poisoned id"
-        );
-        self.0 == other.0
-    }
-}
-impl Eq for Touchy {}
-impl Hash for Touchy {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
-    }
-}
-impl Key for Touchy {
-    fn render(&self) -> std::borrow::Cow<'_, [u8]> {
-        self.0.to_string().into_bytes().into()
-    }
-}
+use common::{POISON, Source, Touchy, settled, touchy, until, until_stats};
+use echostore::{Error, Store};
 
 /// Waiters of the dead owner get `Stopped` (no hang); the restarted owner serves the next call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_owner_answers_stopped_and_is_restarted() {
     let source = Source::gated();
     let store = Store::builder().build().await.expect("store");
-    let loader = source.loader();
-    let table = store
-        .table::<Touchy, String>("touchy")
-        .loader(move |id: Touchy| loader(id.0))
-        .start()
-        .await
-        .expect("table");
+    let table = touchy(&store, &source).await;
 
     let first = tokio::spawn({
         let table = table.clone();

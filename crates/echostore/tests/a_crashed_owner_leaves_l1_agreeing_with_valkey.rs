@@ -4,49 +4,11 @@
 
 mod common;
 
-use std::hash::{Hash, Hasher};
-
-use common::{Source, raw, read_envelope, settled, store_on, until, until_async, valkey};
-use echostore::{Error, Key, Origin};
-
-/// An id whose equality panics when two callers' copies of the poisoned id meet in the owner's
-/// flights map (as in `a_crashed_owner_answers_stopped_and_restarts`): a user `Key` bug.
-#[derive(Debug, Clone)]
-struct Touchy(u64, u8);
-
-const POISON: u64 = 666;
-
-impl PartialEq for Touchy {
-    fn eq(&self, other: &Self) -> bool {
-        assert!(
-            !(self.0 == POISON && other.0 == POISON && self.1 != other.1),
-            "Touchy::eq on the poisoned id"
-        );
-        self.0 == other.0
-    }
-}
-impl Eq for Touchy {}
-impl Hash for Touchy {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
-    }
-}
-impl Key for Touchy {
-    fn render(&self) -> std::borrow::Cow<'_, [u8]> {
-        self.0.to_string().into_bytes().into()
-    }
-}
-
-/// The `touchy` table on `store`, reading `source`.
-async fn touchy(store: echostore::Store, source: &Source) -> echostore::Table<Touchy, String> {
-    let loader = source.loader();
-    store
-        .table::<Touchy, String>("touchy")
-        .loader(move |id: Touchy| loader(id.0))
-        .start()
-        .await
-        .expect("table")
-}
+use common::{
+    POISON, Source, Touchy, raw, read_envelope, settled, store_on, touchy, until, until_async,
+    valkey,
+};
+use echostore::{Error, Origin};
 
 /// `INFO clients`' `blocked_clients`: a client postponed by `CLIENT PAUSE` is counted there.
 async fn blocked_clients(conn: &mut common::RawConn) -> u64 {
@@ -63,7 +25,7 @@ async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::open();
-    let t = touchy(store_on(&valkey.url()).await, &source).await;
+    let t = touchy(&store_on(&valkey.url()).await, &source).await;
     let id = Touchy(POISON, 0);
     t.put(&id, "v0".into()).await.expect("put v0"); // also loads the put script
 
@@ -128,7 +90,7 @@ async fn a_restarted_owner_keeps_nothing_of_the_dead_ones_l1() {
     let valkey = valkey();
     let source = Source::open();
     // Coherent first: tracking coming up flushes L1, which would drop the load too.
-    let t = touchy(common::coherent_store(&valkey.url(), None).await, &source).await;
+    let t = touchy(&common::coherent_store(&valkey.url(), None).await, &source).await;
     let flushes = t.stats().coherence_flushes;
     t.get(&Touchy(1, 0)).await.expect("load");
     // This key type cannot be parsed back: the load's own push flushes L1; read it in again.

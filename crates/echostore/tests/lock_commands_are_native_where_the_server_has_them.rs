@@ -9,7 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, builder_on, raw, settled, spawn_fetch, until, until_async, valkey};
+use common::{
+    Source, SourceLoader, builder_on, raw, settled, spawn_fetch, until, until_async, valkey,
+};
 use echostore::Table;
 use redis::AsyncCommands;
 
@@ -20,7 +22,7 @@ async fn calls(conn: &mut common::RawConn, command: &str) -> u64 {
     common::command_calls(conn, command).await
 }
 
-async fn table(url: &str, native: bool, source: &Source) -> Table<u64, String> {
+async fn table(url: &str, native: bool, loader: SourceLoader) -> Table<u64, String> {
     builder_on(url)
         .require_valkey(true)
         .native_lock_commands(native)
@@ -29,13 +31,15 @@ async fn table(url: &str, native: bool, source: &Source) -> Table<u64, String> {
         .expect("store")
         .table::<u64, String>("native")
         .lock_ttl(Duration::from_millis(300))
-        .loader(source.loader())
+        .loader(loader)
         .start()
         .await
         .expect("table")
 }
 
-/// A winner whose load outlasts several lease periods keeps its lock, then releases it.
+/// A winner whose load outlasts several lease periods keeps its lock, then releases it: with its
+/// fenced write, which deletes the lock in the same script, or, when its load fails and it writes
+/// nothing, with the release of its own (`DELIFEQ`, or the script).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts() {
     let valkey = valkey();
@@ -43,7 +47,12 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
     for native in [true, false] {
         let _: () = conn.del(&["native:{1}", LOCK]).await.expect("DEL");
         let source = Source::gated();
-        let t = table(&valkey.url(), native, &source).await;
+        // The first read answers; the next fails, so its winner writes nothing.
+        let loader = source.answering(|id, n| match n {
+            1 => Ok(format!("value-{id}-1")),
+            _ => Err(std::io::Error::other("the source is down")),
+        });
+        let t = table(&valkey.url(), native, loader).await;
         let _: () = redis::cmd("CONFIG")
             .arg("RESETSTAT")
             .query_async(&mut conn)
@@ -69,20 +78,43 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
         );
         assert!(
             !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-            "released"
+            "released by the fenced write"
         );
         let (delifeq, pexpire) = (
             calls(&mut conn, "delifeq").await,
             calls(&mut conn, "pexpire").await,
         );
         match native {
-            true => assert_eq!((delifeq, pexpire), (1, 0), "DELIFEQ, and SET IFEQ leases"),
+            true => assert_eq!((delifeq, pexpire), (0, 0), "SET IFEQ leases"),
             false => assert!(
                 delifeq == 0 && pexpire >= 2,
                 "the scripts: {delifeq}, {pexpire}"
             ),
         }
         assert_eq!((t.stats().released, t.stats().lease_lost), (1, 0));
+
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG RESETSTAT");
+        assert!(t.get(&2).await.is_err(), "the source is down");
+        assert!(
+            !conn
+                .exists::<_, bool>("lock:native:{2}")
+                .await
+                .expect("EXISTS"),
+            "released after the failed load"
+        );
+        let (delifeq, del) = (
+            calls(&mut conn, "delifeq").await,
+            calls(&mut conn, "del").await,
+        );
+        match native {
+            true => assert_eq!((delifeq, del), (1, 0), "DELIFEQ"),
+            false => assert_eq!((delifeq, del), (0, 1), "the release script's DEL"),
+        }
+        assert_eq!(t.stats().released, 2);
         settled(&t).await;
     }
 }
@@ -96,7 +128,7 @@ async fn neither_path_touches_another_holders_lock() {
     for native in [true, false] {
         let _: () = conn.del(&["native:{1}", LOCK]).await.expect("DEL");
         let source = Source::gated();
-        let t = table(&valkey.url(), native, &source).await;
+        let t = table(&valkey.url(), native, source.loader()).await;
         let fill = spawn_fetch(&t, 1);
         until("the winner reads the source", || source.calls() == 1).await;
         let _: () = conn.set(LOCK, "token-of-another").await.expect("SET");

@@ -102,3 +102,27 @@ async fn a_dropped_answerer_answers_stopped() {
     drop(answerer);
     assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
 }
+
+/// A running write's mark outlives the owner's marks: `clear` (a new owner) leaves it, no read of
+/// its id starts until it is dropped, and `landed` returns once every mark of the id is gone.
+#[tokio::test]
+async fn running_writes_outlive_a_clear() {
+    let board = Arc::new(Board::<u64, u64>::new());
+    let (first, second) = (board.running_write(1), board.running_write(1));
+    board.clear();
+    assert_eq!(board.running_writes(), vec![1]);
+    assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
+    let landed = tokio::spawn({
+        let board = Arc::clone(&board);
+        async move { board.landed(&1).await }
+    });
+    drop(first);
+    assert!(
+        matches!(board.enter(&1, true, || 1), Entered::Owner),
+        "one still runs"
+    );
+    drop(second);
+    landed.await.expect("landed once both are gone");
+    assert!(board.running_writes().is_empty());
+    assert!(matches!(board.enter(&1, true, || 1), Entered::Read(_)));
+}

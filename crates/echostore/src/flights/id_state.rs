@@ -1,5 +1,6 @@
 //! What is in flight for one id: its current flight and phase, whether a write of it is on
-//! the wire and the writes waiting behind it, and its detached flights.
+//! the wire, the writes waiting behind it and whether a change overtook them, and its detached
+//! flights.
 
 use super::*;
 
@@ -10,6 +11,9 @@ pub(super) struct IdState<V, W> {
     pub(super) writing: bool,
     /// Writes waiting for the running one, in arrival order.
     pub(super) waiting: VecDeque<W>,
+    /// Another process's change (a push, a flush, a mark) came while this id's writes were on
+    /// their way: Valkey may hold the other value, so the last of them keeps nothing in L1.
+    pub(super) overtaken: bool,
     /// Detached flights of this id still running.
     pub(super) detached: Vec<FlightId>,
 }
@@ -20,6 +24,7 @@ impl<V, W> IdState<V, W> {
             current: None,
             writing: false,
             waiting: VecDeque::new(),
+            overtaken: false,
             detached: Vec::new(),
         }
     }

@@ -303,3 +303,37 @@ fn board_joiners_fly_again_or_hear_stopped() {
     let answer = orphaned.wait().now_or_never().expect("answered");
     assert!(matches!(answer, Some(Err(crate::error::Error::Stopped))));
 }
+
+/// A change pushed while writes of an id are on their way covers every write queued then: none
+/// of them keeps its entry, the last included; the id's next write keeps its own.
+#[test]
+fn an_overtaking_change_covers_the_writes_queued_when_it_came() {
+    let mut map = new_map();
+    assert_eq!(map.write(&1, "first", true), Some("first"));
+    assert_eq!(map.write(&1, "second", true), None);
+    map.overtake_write(&1);
+    assert!(!map.landing_keeps(&1), "a later write waits");
+    assert_eq!(map.written(&1), Next::Write("second"));
+    assert!(!map.landing_keeps(&1), "overtaken while it was queued");
+    assert_eq!(map.written(&1), Next::Idle);
+    assert_eq!(map.write(&1, "third", true), Some("third"));
+    assert!(map.landing_keeps(&1), "nothing overtook it");
+    assert_eq!(map.written(&1), Next::Idle);
+}
+
+/// A write the previous owner left running heads its id's queue: a miss and a write wait behind
+/// it, and start once it lands.
+#[test]
+fn an_inherited_write_heads_its_ids_queue() {
+    let mut map = new_map();
+    map.inherit_write(&1);
+    let (lead, _rx) = port();
+    assert_eq!(map.miss(&1, Some(lead)), Miss::Queued);
+    assert_eq!(
+        map.write(&1, "mine", true),
+        None,
+        "behind the inherited write"
+    );
+    assert_eq!(map.written(&1), Next::Write("mine"));
+    assert!(matches!(map.written(&1), Next::Launch(_)));
+}

@@ -30,7 +30,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             0 => {}
             1 => {
                 let (id, flight) = started.remove(0);
-                self.launch(myself, id, flight, None, None);
+                self.launch(myself, id, flight, Start::default());
             }
             _ => self.launch_batch(myself, started),
         }

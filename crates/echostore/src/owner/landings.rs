@@ -89,7 +89,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         }
         if let Miss::Launch(flight) = self.flights.miss(&id, Some(reply)) {
-            self.launch(myself, id, flight, None, None);
+            self.launch(myself, id, flight, Start::default());
         }
     }
 }

@@ -41,7 +41,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 
     /// The writes on their way to Valkey keep nothing in L1 when they land.
     fn overtake_writes(&mut self) {
-        self.overtaken_writes.extend(self.flights.writing());
+        self.flights.overtake_writes();
     }
 
     /// Reads the table's marks from Valkey off the owner (`full`: all of them, else those above

@@ -6,7 +6,8 @@
 //! is superseded, or is lost with a crashed owner never leaves L1 holding what Valkey does not.
 //! (Without a Valkey, L1 is the only copy and changes at once.) A push (`Invalidated`) that may
 //! be this process's own write is checked by reading the value back; any other drops the id from
-//! L1 and detaches a running flight; `Flush` (pushes missed) drops all of L1.
+//! L1 and detaches a running flight; `Flush` (pushes missed) drops all of L1. A restarted owner
+//! queues behind the writes its predecessor left running (`crate::board`'s `RunningWrite`).
 
 use super::*;
 
@@ -54,11 +55,27 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         if let Some(fingerprint) = pending.fingerprint() {
             self.own.expect(&id, fingerprint);
         }
+        let running = self.core.board.running_write(id.clone());
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
             let entry = pending.apply(&core, &id).await;
+            drop(running);
             let _ = myself.cast(OwnerMsg::Written { id, entry });
         });
+    }
+
+    /// The writes a crashed owner left running land with nobody to take them: each stays at the
+    /// head of its id's queue here, and its landing is this owner's `Written` with no entry (what
+    /// it wrote is read back from Valkey, never assumed).
+    pub(super) fn inherit_writes(&mut self, myself: &ActorRef<OwnerMsg<K, V>>) {
+        for id in self.core.board.running_writes() {
+            self.flights.inherit_write(&id);
+            let (board, myself) = (Arc::clone(&self.core.board), myself.clone());
+            tokio::spawn(async move {
+                board.landed(&id).await;
+                let _ = myself.cast(OwnerMsg::Written { id, entry: None });
+            });
+        }
     }
 
     /// The write at the head of `id`'s queue landed: keep its entry unless a later write of the id
@@ -71,13 +88,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     ) {
         // L1 takes the entry while the id is still marked as written on the board: a read that
         // finds the mark gone finds the entry (the caller may already have its answer and read).
-        // An overtaking change covers every write queued when it came: its mark stays until the
-        // last of them lands.
-        if !self.flights.has_waiting_write(&id) {
-            let overtaken = self.overtaken_writes.remove(&id);
-            if let Some(entry) = entry.filter(|_| !overtaken) {
-                self.core.l1.insert(id.clone(), self.core.keepable(entry));
-            }
+        if self.flights.landing_keeps(&id)
+            && let Some(entry) = entry
+        {
+            self.core.l1.insert(id.clone(), self.core.keepable(entry));
         }
         match self.flights.written(&id) {
             Next::Write(next) => self.spawn_write(myself, id, next),
@@ -105,9 +119,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         self.flights.overtake(&id); // before L1 changes: a read of the id can no longer settle
         self.core.l1.remove(&id);
-        if self.flights.is_writing(&id) {
-            self.overtaken_writes.insert(id);
-        }
+        self.flights.overtake_write(&id);
         // Counted once done: whoever sees the count finds the id already gone from L1.
         bump(&self.core.stats.counters.invalidations);
     }

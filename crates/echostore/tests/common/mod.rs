@@ -7,6 +7,7 @@
 //! - `herd` — callers on tasks of their own, and their answers;
 //! - `info` — figures read from Valkey's `INFO`; `monitor` — round trips, as `MONITOR` shows them;
 //! - `nodes` — example binaries run as OS processes, and their JSON lines;
+//! - `touchy` — [`Touchy`], an id whose `Eq` panics: the way to crash an owner;
 //! - `wait` — waits on a condition with a deadline, never on a fixed time; [`settled`].
 // Every test binary compiles all of this and uses a part of it.
 #![allow(dead_code, unused_imports, unreachable_pub)]
@@ -20,6 +21,7 @@ mod proxy;
 mod source;
 mod tables;
 mod target;
+mod touchy;
 mod wait;
 
 pub use envelopes::{
@@ -30,11 +32,12 @@ pub use info::{command_calls, info_count};
 pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
 pub use proxy::Proxy;
-pub use source::Source;
+pub use source::{Source, SourceLoader};
 pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, local_table, set_table,
     stale_on_valkey, store_on, table_on, valkey_table,
 };
 pub(crate) use target::{RawConn, raw};
 pub use target::{TARGET_ENV, Valkey, cluster_seeds, valkey};
+pub use touchy::{POISON, Touchy, touchy};
 pub use wait::{settled, until, until_async, until_stats};

@@ -1,0 +1,73 @@
+//! The marks of running writes: held by each write's own task, from when the owner hands it the
+//! write until it lands or fails, so that they outlive an owner that crashes meanwhile.
+
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use super::Board;
+
+/// A write task's mark on its id, from when the write is handed to its task until it lands (or
+/// fails); dropped with the task, whatever became of the owner that started it.
+pub(crate) struct RunningWrite<K: Eq + Hash, V> {
+    board: Arc<Board<K, V>>,
+    id: Option<K>,
+}
+
+impl<K: Eq + Hash, V> Board<K, V> {
+    /// Marks a write of `id` as running until the returned mark is dropped (by the write's task).
+    pub(crate) fn running_write(self: &Arc<Self>, id: K) -> RunningWrite<K, V>
+    where
+        K: Clone,
+    {
+        *self.lists().running.entry(id.clone()).or_insert(0) += 1;
+        RunningWrite {
+            board: Arc::clone(self),
+            id: Some(id),
+        }
+    }
+
+    /// The ids with a write task running (a new owner's view of the writes it did not start).
+    pub(crate) fn running_writes(&self) -> Vec<K>
+    where
+        K: Clone,
+    {
+        self.lists().running.keys().cloned().collect()
+    }
+
+    /// Returns once no write task of `id` is running.
+    pub(crate) async fn landed(&self, id: &K) {
+        loop {
+            let woken = self.landings.notified();
+            let mut woken = std::pin::pin!(woken);
+            // Registered before the check: a landing after it wakes this waiter.
+            woken.as_mut().enable();
+            if !self.lists().running.contains_key(id) {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Drop for RunningWrite<K, V> {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        // A key whose `Hash` or `Eq` panics would panic here too, maybe while the task unwinds;
+        // its mark then stays, and its id is read through the owner only.
+        let unmark = AssertUnwindSafe(|| {
+            let mut lists = self.board.lists();
+            if let Some(count) = lists.running.get_mut(&id) {
+                *count -= 1;
+                if *count == 0 {
+                    lists.running.remove(&id);
+                }
+            }
+        });
+        if std::panic::catch_unwind(unmark).is_ok() {
+            self.board.landings.notify_waiters();
+        }
+    }
+}
