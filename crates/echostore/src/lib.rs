@@ -46,8 +46,8 @@
 //!   wins ([`protocol`] shows them); `natives` — which of Valkey's native lock commands
 //!   (`DELIFEQ`, `SET … IFEQ`) the server has.
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency), bounded by entries or, with a
-//!   weigher, by bytes (`l1::weigher`); `clock` tells its entries' freshness without a
-//!   serialising clock read.
+//!   weigher, by bytes (`l1::weigher`); `l1::entry` — a value with its freshness, stale window
+//!   and early refresh; `clock` tells its entries' freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `tracking` — coherence's tracking connections (one per server or cluster primary).
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`);
