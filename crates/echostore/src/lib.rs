@@ -22,8 +22,9 @@
 //!   the wire); `board` — the current flights and reads, where a miss finds them without a message.
 //! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one `MGET` per
 //!   slot group, the rest to the owner in one message; `batch::fill` — the flights a batch
-//!   started, run together (one acquire-many, one batch loader call, one write-many);
-//!   `batch::on_valkey` — those round trips.
+//!   started, run together (one acquire-many, one batch loader call, one write-many), with the
+//!   source call and its lease in `batch::fill::source` and each loaded id's write and landing in
+//!   `batch::fill::landing`; `batch::on_valkey` — those round trips.
 //! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
 //!   `owner_ref` — where the handles find it across restarts.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an

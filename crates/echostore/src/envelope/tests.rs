@@ -72,8 +72,8 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
         generation: 0,
         tags: vec!["t".into()],
     };
-    let bytes = super::encode(&"v", 2, 1, Duration::ZERO, None, &tagged_only, 1 << 10)
-        .expect("encodes");
+    let bytes =
+        super::encode(&"v", 2, 1, Duration::ZERO, None, &tagged_only, 1 << 10).expect("encodes");
     assert_eq!(
         decode::<String>(&bytes).expect("decodes").marking,
         tagged_only
@@ -134,8 +134,7 @@ fn format_1_decodes_and_delta_saturates() {
         ),
         ("old", 2000, 1000, Duration::ZERO)
     );
-    let long =
-        encode(&1u8, 2, 1, Duration::from_secs(1 << 40), None, 1 << 20).expect("encodes");
+    let long = encode(&1u8, 2, 1, Duration::from_secs(1 << 40), None, 1 << 20).expect("encodes");
     let env: Envelope<u8> = decode(&long).expect("decodes");
     assert_eq!(env.delta, Duration::from_micros(u64::from(u32::MAX)));
 }
@@ -186,14 +185,12 @@ fn nesting_past_the_limit_is_too_deep() {
     }
     let nest =
         |levels: usize| (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)));
-    let at_limit =
-        encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
+    let at_limit = encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert_eq!(
         decode::<Nest>(&at_limit).expect("at the limit").value,
         nest(MAX_DEPTH)
     );
-    let over =
-        encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
+    let over = encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert!(matches!(
         decode::<Nest>(&over),
         Err(DecodeError::TooDeep(MAX_DEPTH))
