@@ -20,32 +20,32 @@
 //! flights are the owner's, one per id, so a `get` of an id a batch is loading joins it, and a
 //! batch joins the flights already running for its ids. What a batch does not do per id: serve a
 //! stale copy at the soft timeout (a batch loads as one call; fail-safe still applies per id).
+//!
+//! This module owns the steps' order and each member's state through them; the source call and
+//! the lease over it are [`source`]'s, and what a loaded member is written with and lands with
+//! is [`landing`]'s.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::time::Duration;
 
 use futures::FutureExt;
-use futures::StreamExt;
 use futures::future::join_all;
 
 use super::on_valkey::{self, ToWrite, Wrote};
 use crate::core::{TableCore, millis};
-use crate::envelope::{self, Envelope};
+use crate::envelope::Envelope;
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::fill::Fill;
 use crate::flights::FlightId;
 use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
-use crate::load::Load;
 use crate::lock;
 use crate::stale::{Filled, Landing, Signal, Stale};
 use crate::stats::bump;
 
-/// How many per-id loader calls a batch runs at once when the table has no batch loader.
-pub(crate) const LOADS_AT_ONCE: usize = 16;
+mod landing;
+mod source;
 
 /// Where a batch sends each id's landing, and each id's signals (as the owner's flights do).
 pub(crate) trait Report<K, V>: Send + Sync {
@@ -245,188 +245,6 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         for (m, landing) in members.iter().zip(landings) {
             if let Some(landing) = landing {
                 self.report.landed(m.id.clone(), m.flight, landing);
-            }
-        }
-    }
-
-    /// What a loaded member lands with before its write (`None`: it landed already), the
-    /// envelope to write for it, and its value with its life.
-    #[allow(clippy::type_complexity)]
-    fn prepare(
-        &self,
-        l2: &L2,
-        m: &mut Member<K, V>,
-        loaded: Option<Result<(V, Duration)>>,
-    ) -> (
-        Option<Result<Landing<V>>>,
-        Option<Vec<u8>>,
-        Option<(crate::core::Life, Arc<V>)>,
-    ) {
-        if !m.load {
-            return (None, None, None); // an L2 hit (its won lock is released with the writes)
-        }
-        let load = Load::new(self.core, &m.id, &|_| {});
-        match loaded.unwrap_or(Err(Error::Absent)) {
-            Ok((value, delta)) => {
-                let life = self
-                    .core
-                    .config
-                    .life(&value, self.core.now_ms())
-                    .loaded_in(delta);
-                let value = Arc::new(value);
-                if m.degraded {
-                    self.core.unsettled.mark(m.id.clone(), m.names.clone(), l2);
-                    let entry = life.entry(Arc::clone(&value));
-                    let landing = Landing::Filled(Filled::fresh(entry, Origin::Loaded))
-                        .capped(self.core.unconfirmed_l1_life);
-                    return (Some(Ok(landing)), None, None);
-                }
-                let encoded = self
-                    .core
-                    .marking(&m.id, &value, m.stamp)
-                    .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
-                match encoded {
-                    Ok(bytes) => {
-                        self.report.signal(
-                            &m.id,
-                            m.flight,
-                            Signal::Writing(envelope::fingerprint(&bytes)),
-                        );
-                        (None, Some(bytes), Some((life, value)))
-                    }
-                    Err(e) => (Some(Err(e)), None, None),
-                }
-            }
-            Err(e) if e.is_absent() => (Some(Err(e)), None, None),
-            Err(e) => {
-                let served = load.fail_safe(e, m.stale.take(), true).map(Landing::Filled);
-                (Some(served), None, None)
-            }
-        }
-    }
-
-    /// A member's landing once its write-many entry ended (`None`: it landed before).
-    fn written(
-        &self,
-        wrote: Result<Wrote, &Error>,
-        life: &mut Option<(crate::core::Life, Arc<V>)>,
-    ) -> Option<Result<Landing<V>>> {
-        let counters = &self.core.stats.counters;
-        let (life, value) = match life.take() {
-            Some(loaded) => loaded,
-            None => {
-                match wrote {
-                    Ok(Wrote::Released | Wrote::Superseded) => bump(&counters.released),
-                    Ok(Wrote::NotOurs) => bump(&counters.release_skipped),
-                    _ => bump(&counters.l2_errors),
-                }
-                return None;
-            }
-        };
-        let filled = match wrote {
-            Ok(Wrote::Written) => Filled::fresh(life.entry(value), Origin::Loaded),
-            Ok(Wrote::NotOurs) => {
-                bump(&counters.fenced_write_skipped);
-                Filled::answer_only(value, Origin::Loaded)
-            }
-            Ok(Wrote::Superseded) => {
-                bump(&counters.writes_superseded);
-                Filled::answer_only(value, Origin::Loaded)
-            }
-            // A write that failed may or may not have landed: as the single fill, keep it.
-            Ok(Wrote::Released) | Err(_) => {
-                bump(&counters.l2_errors);
-                Filled::fresh(life.entry(value), Origin::Loaded)
-            }
-        };
-        Some(Ok(Landing::Filled(filled)))
-    }
-
-    /// The batch without Valkey: one source call, every value kept in L1.
-    async fn here(&self, ids: Vec<(K, FlightId)>) {
-        let mut loaded = self
-            .load(ids.iter().map(|(id, _)| id.clone()).collect())
-            .await;
-        for (id, flight) in ids {
-            let load = Load::new(self.core, &id, &|_| {});
-            let outcome = match loaded.remove(&id).unwrap_or(Err(Error::Absent)) {
-                Ok((value, delta)) => {
-                    let life = self
-                        .core
-                        .config
-                        .life(&value, self.core.now_ms())
-                        .loaded_in(delta);
-                    Ok(Landing::Filled(Filled::fresh(
-                        life.entry(Arc::new(value)),
-                        Origin::Loaded,
-                    )))
-                }
-                Err(e) if e.is_absent() => Err(e),
-                Err(e) => load.fail_safe(e, None, true).map(Landing::Filled),
-            };
-            self.report.landed(id, flight, outcome);
-        }
-    }
-
-    /// The source read of `ids`: one batch loader call, or the per-id loader for each (at most
-    /// [`LOADS_AT_ONCE`] at a time). Ids left out are absent.
-    async fn load(&self, ids: Vec<K>) -> HashMap<K, Result<(V, Duration)>> {
-        let Some(batch) = &self.core.batch_loader else {
-            let each = futures::stream::iter(ids)
-                .map(|id| async move {
-                    let loaded = Load::new(self.core, &id, &|_| {}).load().await;
-                    (id, loaded)
-                })
-                .buffer_unordered(LOADS_AT_ONCE);
-            return each.collect().await;
-        };
-        let counters = &self.core.stats.counters;
-        bump(&counters.batch_loads);
-        let n = ids.len() as u64;
-        counters
-            .batch_loaded_ids
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        counters
-            .source_reads
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        let asked = ids.clone();
-        let outcome = crate::load::guarded(self.core, || {
-            let call = batch(ids);
-            Box::pin(async move { call.await.map_err(Error::Source) })
-        })
-        .await;
-        match outcome {
-            Ok((mut found, delta)) => asked
-                .into_iter()
-                .filter_map(|id| {
-                    let value = found.remove(&id)?;
-                    Some((id, Ok((value, delta))))
-                })
-                .collect(),
-            Err(e) => asked.into_iter().map(|id| (id, Err(e.clone()))).collect(),
-        }
-    }
-
-    /// The lease of every won lock among `loading`: each extended every `lock_ttl / 3` while
-    /// the batch loads. Never returns; the load ending drops it.
-    async fn lease(&self, l2: &L2, loading: &[&Member<K, V>]) -> std::convert::Infallible {
-        let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
-        let ttl = millis(self.core.config.lock_ttl);
-        loop {
-            tokio::time::sleep(every).await;
-            let extended = join_all(
-                loading
-                    .iter()
-                    .filter(|m| m.won)
-                    .map(|m| lock::extend(l2, &m.names, &m.token, ttl)),
-            )
-            .await;
-            for e in extended {
-                bump(match e {
-                    Ok(true) => &self.core.stats.counters.lease_extended,
-                    Ok(false) => &self.core.stats.counters.lease_lost,
-                    Err(_) => &self.core.stats.counters.l2_errors,
-                });
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Unit tests of `l1`.
+//! Unit tests of `l1::entry`.
 use super::*;
 
 /// XFetch's rule at its edges: a draw of 1 never refreshes a value with time left; the

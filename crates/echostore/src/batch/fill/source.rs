@@ -1,0 +1,120 @@
+//! The batch's source read: one batch loader call for every id it has to load (or, without a
+//! batch loader, the per-id loader a few at a time), the lease that keeps the won locks while it
+//! runs, and the whole batch when the table has no Valkey.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::join_all;
+
+use super::{BatchFill, Member};
+use crate::core::millis;
+use crate::error::{Error, Result};
+use crate::fetched::Origin;
+use crate::flights::FlightId;
+use crate::key::{Key, Value};
+use crate::l2::L2;
+use crate::load::Load;
+use crate::lock;
+use crate::stale::{Filled, Landing};
+use crate::stats::bump;
+
+/// How many per-id loader calls a batch runs at once when the table has no batch loader.
+pub(crate) const LOADS_AT_ONCE: usize = 16;
+
+impl<K: Key, V: Value> BatchFill<'_, K, V> {
+    /// The batch without Valkey: one source call, every value kept in L1.
+    pub(super) async fn here(&self, ids: Vec<(K, FlightId)>) {
+        let mut loaded = self
+            .load(ids.iter().map(|(id, _)| id.clone()).collect())
+            .await;
+        for (id, flight) in ids {
+            let load = Load::new(self.core, &id, &|_| {});
+            let outcome = match loaded.remove(&id).unwrap_or(Err(Error::Absent)) {
+                Ok((value, delta)) => {
+                    let life = self
+                        .core
+                        .config
+                        .life(&value, self.core.now_ms())
+                        .loaded_in(delta);
+                    Ok(Landing::Filled(Filled::fresh(
+                        life.entry(Arc::new(value)),
+                        Origin::Loaded,
+                    )))
+                }
+                Err(e) if e.is_absent() => Err(e),
+                Err(e) => load.fail_safe(e, None, true).map(Landing::Filled),
+            };
+            self.report.landed(id, flight, outcome);
+        }
+    }
+
+    /// The source read of `ids`: one batch loader call, or the per-id loader for each (at most
+    /// [`LOADS_AT_ONCE`] at a time). Ids left out are absent.
+    pub(super) async fn load(&self, ids: Vec<K>) -> HashMap<K, Result<(V, Duration)>> {
+        let Some(batch) = &self.core.batch_loader else {
+            let each = futures::stream::iter(ids)
+                .map(|id| async move {
+                    let loaded = Load::new(self.core, &id, &|_| {}).load().await;
+                    (id, loaded)
+                })
+                .buffer_unordered(LOADS_AT_ONCE);
+            return each.collect().await;
+        };
+        let counters = &self.core.stats.counters;
+        bump(&counters.batch_loads);
+        let n = ids.len() as u64;
+        counters
+            .batch_loaded_ids
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        counters
+            .source_reads
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let asked = ids.clone();
+        let outcome = crate::load::guarded(self.core, || {
+            let call = batch(ids);
+            Box::pin(async move { call.await.map_err(Error::Source) })
+        })
+        .await;
+        match outcome {
+            Ok((mut found, delta)) => asked
+                .into_iter()
+                .filter_map(|id| {
+                    let value = found.remove(&id)?;
+                    Some((id, Ok((value, delta))))
+                })
+                .collect(),
+            Err(e) => asked.into_iter().map(|id| (id, Err(e.clone()))).collect(),
+        }
+    }
+
+    /// The lease of every won lock among `loading`: each extended every `lock_ttl / 3` while
+    /// the batch loads. Never returns; the load ending drops it.
+    pub(super) async fn lease(
+        &self,
+        l2: &L2,
+        loading: &[&Member<K, V>],
+    ) -> std::convert::Infallible {
+        let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
+        let ttl = millis(self.core.config.lock_ttl);
+        loop {
+            tokio::time::sleep(every).await;
+            let extended = join_all(
+                loading
+                    .iter()
+                    .filter(|m| m.won)
+                    .map(|m| lock::extend(l2, &m.names, &m.token, ttl)),
+            )
+            .await;
+            for e in extended {
+                bump(match e {
+                    Ok(true) => &self.core.stats.counters.lease_extended,
+                    Ok(false) => &self.core.stats.counters.lease_lost,
+                    Err(_) => &self.core.stats.counters.l2_errors,
+                });
+            }
+        }
+    }
+}
