@@ -82,7 +82,12 @@ struct Args {
     seconds: f64,
 
     /// Modes to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "bcast,default")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "bcast,default"
+    )]
     modes: Vec<Mode>,
 
     /// The CSV to write.
@@ -313,7 +318,10 @@ async fn tracking_connection(
     mode: Mode,
     held: &HashSet<u32>,
     arrived: Arc<AtomicU64>,
-) -> redis::RedisResult<(MultiplexedConnection, mpsc::UnboundedReceiver<(Instant, PushInfo)>)> {
+) -> redis::RedisResult<(
+    MultiplexedConnection,
+    mpsc::UnboundedReceiver<(Instant, PushInfo)>,
+)> {
     let info = client.get_connection_info().clone();
     let resp3 = info
         .redis_settings()
@@ -321,11 +329,10 @@ async fn tracking_connection(
         .set_protocol(ProtocolVersion::RESP3);
     let client = redis::Client::open(info.set_redis_settings(resp3))?;
     let (tx, rx) = mpsc::unbounded_channel();
-    let config = AsyncConnectionConfig::new()
-        .set_push_sender(move |push: PushInfo| {
-            arrived.fetch_add(1, Ordering::Relaxed);
-            tx.send((Instant::now(), push))
-        });
+    let config = AsyncConnectionConfig::new().set_push_sender(move |push: PushInfo| {
+        arrived.fetch_add(1, Ordering::Relaxed);
+        tx.send((Instant::now(), push))
+    });
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
@@ -354,7 +361,10 @@ async fn tracking_connection(
 /// A tracking connection's life in a cell: record each invalidated key's arrival, and refill
 /// the held ones, until told to stop.
 async fn receive(
-    (mut conn, mut pushes): (MultiplexedConnection, mpsc::UnboundedReceiver<(Instant, PushInfo)>),
+    (mut conn, mut pushes): (
+        MultiplexedConnection,
+        mpsc::UnboundedReceiver<(Instant, PushInfo)>,
+    ),
     held: HashSet<u32>,
     mut stop: watch::Receiver<bool>,
 ) -> Seen {

@@ -5,6 +5,12 @@
 
 use crate::fleet::{Costs, Mode};
 
+/// An invalidation push's bytes besides its keys: `>2`, `$10 invalidate`, the array's header.
+const MESSAGE_BYTES: f64 = 25.0;
+
+/// The most tracking connections a cell may have to calibrate the lag.
+const LAG_FIT_CONNS: usize = 64;
+
 /// One row of `docs/scale/measured.csv`.
 #[derive(Debug, Clone)]
 pub(crate) struct Measured {
@@ -16,6 +22,7 @@ pub(crate) struct Measured {
     pub(crate) seconds: f64,
     pub(crate) writes: f64,
     pub(crate) achieved_rate: f64,
+    pub(crate) pushes: f64,
     pub(crate) push_keys: f64,
     pub(crate) push_bytes: f64,
     pub(crate) refills: f64,
@@ -44,7 +51,8 @@ impl Measured {
 
 /// Reads the bench's CSV.
 pub(crate) fn read(path: &str) -> Result<Vec<Measured>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e} (run `just scale-bench` first)"))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{path}: {e} (run `just scale-bench` first)"))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().ok_or("empty CSV")?.split(',').collect();
     let col = |name: &str| {
@@ -54,11 +62,23 @@ pub(crate) fn read(path: &str) -> Result<Vec<Measured>, String> {
             .ok_or_else(|| format!("{path}: no column {name}"))
     };
     let idx = [
-        "mode", "conns", "rate", "keys", "held", "seconds", "writes", "achieved_rate", "push_keys",
-        "push_bytes", "refills", "cpu_us", "lag_p99_us",
+        "mode",
+        "conns",
+        "rate",
+        "keys",
+        "held",
+        "seconds",
+        "writes",
+        "achieved_rate",
+        "pushes",
+        "push_keys",
+        "push_bytes",
+        "refills",
+        "cpu_us",
+        "lag_p99_us",
     ]
     .map(col);
-    let mut idx_ok = [0; 13];
+    let mut idx_ok = [0; 14];
     for (slot, i) in idx_ok.iter_mut().zip(idx) {
         *slot = i?;
     }
@@ -84,11 +104,12 @@ pub(crate) fn read(path: &str) -> Result<Vec<Measured>, String> {
             seconds: num(5)?,
             writes: num(6)?,
             achieved_rate: num(7)?,
-            push_keys: num(8)?,
-            push_bytes: num(9)?,
-            refills: num(10)?,
-            cpu_us: num(11)?,
-            lag_p99_us: num(12)?,
+            pushes: num(8)?,
+            push_keys: num(9)?,
+            push_bytes: num(10)?,
+            refills: num(11)?,
+            cpu_us: num(12)?,
+            lag_p99_us: num(13)?,
         });
     }
     Ok(rows)
@@ -96,8 +117,9 @@ pub(crate) fn read(path: &str) -> Result<Vec<Measured>, String> {
 
 /// Fits the model's costs to `rows` (the calibration set).
 pub(crate) fn fit(rows: &[Measured]) -> Result<Costs, String> {
-    // CPU per write = write + idle / rate + push[mode] × pushes per write + read × refills per
-    // write: the idle term is what the server spends per second whatever it serves (its event
+    // CPU per write = write + idle / rate + push[mode] × keys pushed per write (+ for BCAST a
+    // cost per push message, which carries every key of one event-loop turn) + read × refills
+    // per write: the idle term is what the server spends per second whatever it serves (its event
     // loop waking, its cron), spread over the writes of that second.
     let mut xs = Vec::new();
     let mut ys = Vec::new();
@@ -105,38 +127,44 @@ pub(crate) fn fit(rows: &[Measured]) -> Result<Costs, String> {
     let one_rate = rows.iter().all(|r| r.rate == rows[0].rate);
     for r in rows.iter().filter(|r| r.writes > 0.0) {
         let pushes = r.recipients_per_write();
-        let (b, d) = match r.mode {
-            Mode::Bcast => (pushes, 0.0),
-            Mode::Default => (0.0, pushes),
+        let (b, msg, d) = match r.mode {
+            Mode::Bcast => (pushes, r.pushes / r.writes, 0.0),
+            Mode::Default => (0.0, 0.0, pushes),
         };
         let idle = if one_rate { 0.0 } else { 1.0 / r.rate };
-        xs.push(vec![1.0, idle, b, d, r.refills / r.writes]);
+        xs.push(vec![1.0, idle, b, msg, d, r.refills / r.writes]);
         ys.push(r.cpu_per_write());
     }
     let cpu = least_squares(&xs, &ys).ok_or("the CPU fit is singular (too few cells?)")?;
     let mut costs = Costs {
         write_us: cpu[0].max(0.1),
         idle_us_per_s: cpu[1].max(0.0),
-        push_us: [cpu[2].max(0.01), cpu[3].max(0.01)],
-        read_us: cpu[4].max(0.1),
-        push_bytes: 0.0,
+        push_us: [cpu[2].max(0.0), cpu[4].max(0.01)],
+        message_us: cpu[3].max(0.0),
+        read_us: cpu[5].max(0.1),
+        message_bytes: MESSAGE_BYTES,
+        key_bytes: 0.0,
         lag0_us: [0.0; 2],
         lag_per_recipient_us: [0.0; 2],
     };
     let bytes: f64 = rows.iter().map(|r| r.push_bytes).sum();
+    let messages: f64 = rows.iter().map(|r| r.pushes).sum();
     let keys: f64 = rows.iter().map(|r| r.push_keys).sum();
-    costs.push_bytes = bytes / keys.max(1.0);
+    costs.key_bytes = (bytes - messages * MESSAGE_BYTES) / keys.max(1.0);
     for (m, mode) in Mode::ALL.into_iter().enumerate() {
         let kept: Vec<&Measured> = rows
             .iter()
             .filter(|r| r.mode == mode && r.kept_rate() && r.lag_p99_us > 0.0)
+            // Beyond that this process, sharing the machine, receives behind the server.
+            .filter(|r| r.conns <= LAG_FIT_CONNS)
             .collect();
         let xs: Vec<Vec<f64>> = kept
             .iter()
             .map(|r| vec![1.0, r.recipients_per_write()])
             .collect();
         let ys: Vec<f64> = kept.iter().map(|r| r.lag_p99_us).collect();
-        let lag = least_squares(&xs, &ys).unwrap_or_else(|| vec![ys.first().copied().unwrap_or(0.0), 0.0]);
+        let lag = least_squares(&xs, &ys)
+            .unwrap_or_else(|| vec![ys.first().copied().unwrap_or(0.0), 0.0]);
         costs.lag0_us[m] = lag[0].max(1.0);
         // The fit is of the p99, which is the 99th recipient in a hundred.
         costs.lag_per_recipient_us[m] = (lag[1] / 0.99).max(0.0);
@@ -148,9 +176,7 @@ pub(crate) fn fit(rows: &[Measured]) -> Result<Costs, String> {
 /// that are all zero get a zero coefficient.
 fn least_squares(xs: &[Vec<f64>], ys: &[f64]) -> Option<Vec<f64>> {
     let n = xs.first()?.len();
-    let used: Vec<usize> = (0..n)
-        .filter(|&j| xs.iter().any(|x| x[j] != 0.0))
-        .collect();
+    let used: Vec<usize> = (0..n).filter(|&j| xs.iter().any(|x| x[j] != 0.0)).collect();
     let k = used.len();
     if xs.len() < k {
         return None;

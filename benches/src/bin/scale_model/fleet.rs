@@ -42,12 +42,16 @@ pub(crate) struct Costs {
     pub(crate) write_us: f64,
     /// What a shard spends per second whatever it serves.
     pub(crate) idle_us_per_s: f64,
-    /// Each push a write sends, per mode.
+    /// Each push a write sends, per mode (for BCAST: each key a push carries).
     pub(crate) push_us: [f64; 2],
+    /// BCAST: each push message, to one client at the end of an event-loop turn, whatever
+    /// number of keys it carries.
+    pub(crate) message_us: f64,
     /// A read (`GET`, a lock `SET NX`, a `DEL`).
     pub(crate) read_us: f64,
-    /// A push's bytes on the wire.
-    pub(crate) push_bytes: f64,
+    /// A push message's bytes on the wire besides its keys, and each key's.
+    pub(crate) message_bytes: f64,
+    pub(crate) key_bytes: f64,
     /// Lag from the write's reply to the first recipient's push, and per recipient after it (µs).
     pub(crate) lag0_us: [f64; 2],
     pub(crate) lag_per_recipient_us: [f64; 2],
@@ -71,6 +75,8 @@ pub(crate) struct Fleet {
     /// Keys each node holds at the start (read and tracked), and refills at once after a push:
     /// the bench's workload. 0 for a fleet that reads by Zipf only.
     pub(crate) held: u32,
+    /// Writes arrive on ticks of this many ns (the bench's pacing), or 0 for a Poisson stream.
+    pub(crate) tick_ns: u64,
     pub(crate) seed: u64,
 }
 
@@ -90,7 +96,10 @@ pub(crate) struct Outcome {
     /// Expiries that a source read ended.
     pub(crate) expiries_loaded: u64,
     pub(crate) ops_per_shard: Vec<u64>,
+    /// Keys pushed (one per recipient per write).
     pub(crate) pushes_per_shard: Vec<u64>,
+    /// Push messages: BCAST sends one per client per event-loop turn with every key of the turn.
+    pub(crate) messages_per_shard: Vec<u64>,
     pub(crate) busy_us_per_shard: Vec<f64>,
     pub(crate) lag_p50_us: f64,
     pub(crate) lag_p99_us: f64,
@@ -102,6 +111,15 @@ pub(crate) struct Outcome {
 impl Outcome {
     pub(crate) fn pushes(&self) -> u64 {
         self.pushes_per_shard.iter().sum()
+    }
+
+    pub(crate) fn messages(&self) -> u64 {
+        self.messages_per_shard.iter().sum()
+    }
+
+    /// Bytes pushed, over all shards.
+    pub(crate) fn push_bytes(&self, c: &Costs) -> f64 {
+        self.messages() as f64 * c.message_bytes + self.pushes() as f64 * c.key_bytes
     }
 
     pub(crate) fn busy_us(&self) -> f64 {
@@ -173,6 +191,9 @@ struct Sim<'a> {
     l1: Vec<HashMap<u32, (u64, u64)>>,
     held: Vec<Vec<u32>>,
     busy_until: Vec<u64>,
+    /// Per shard: the end of the event-loop turn whose BCAST pushes are still being gathered
+    /// (a write that arrives while the shard is busy joins them).
+    turn_until: Vec<u64>,
     lag: Histogram<u64>,
     heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
     seq: u64,
@@ -268,9 +289,23 @@ impl Sim<'_> {
             Mode::Default => self.holders.remove(&key).unwrap_or_default(),
         };
         let fanout = recipients.len();
-        let service = self.c.write_us + fanout as f64 * self.c.push_us[self.m];
+        // BCAST: a write that finds its shard busy is served in the turn gathering pushes, which
+        // sends each client one message for all its keys; one that finds it idle opens a turn.
+        let new_turn = self.f.mode == Mode::Default || self.now >= self.turn_until[shard];
+        let messages = if new_turn { fanout } else { 0 };
+        let message_us = if self.f.mode == Mode::Bcast {
+            self.c.message_us
+        } else {
+            0.0
+        };
+        let service =
+            self.c.write_us + fanout as f64 * self.c.push_us[self.m] + messages as f64 * message_us;
         let start = self.serve(shard, service);
+        if new_turn {
+            self.turn_until[shard] = self.busy_until[shard];
+        }
         self.out.pushes_per_shard[shard] += fanout as u64;
+        self.out.messages_per_shard[shard] += messages as u64;
         // The recipients' lags: the wait behind the shard's queue, then each in turn. Eight
         // points stand for them, each weighted by the recipients it represents.
         if fanout > 0 {
@@ -278,9 +313,8 @@ impl Sim<'_> {
             let points = fanout.min(8);
             for i in 0..points {
                 let rank = (i as f64 + 0.5) / points as f64 * fanout as f64;
-                let lag = wait_us
-                    + self.c.lag0_us[self.m]
-                    + rank * self.c.lag_per_recipient_us[self.m];
+                let lag =
+                    wait_us + self.c.lag0_us[self.m] + rank * self.c.lag_per_recipient_us[self.m];
                 let weight = (fanout / points + usize::from(i < fanout % points)) as u64;
                 let _ = self.lag.record_n(lag.max(1.0) as u64, weight);
             }
@@ -331,12 +365,14 @@ pub(crate) fn run(fleet: &Fleet, costs: &Costs) -> Outcome {
         l1: vec![HashMap::new(); fleet.nodes],
         held: vec![Vec::new(); fleet.nodes],
         busy_until: vec![0; fleet.shards],
+        turn_until: vec![0; fleet.shards],
         lag: Histogram::new(3).expect("a histogram"),
         heap: BinaryHeap::new(),
         seq: 0,
         out: Outcome {
             ops_per_shard: vec![0; fleet.shards],
             pushes_per_shard: vec![0; fleet.shards],
+            messages_per_shard: vec![0; fleet.shards],
             busy_us_per_shard: vec![0.0; fleet.shards],
             seconds: fleet.seconds,
             ..Outcome::default()
@@ -360,11 +396,13 @@ pub(crate) fn run(fleet: &Fleet, costs: &Costs) -> Outcome {
         sim.out = Outcome {
             ops_per_shard: vec![0; fleet.shards],
             pushes_per_shard: vec![0; fleet.shards],
+            messages_per_shard: vec![0; fleet.shards],
             busy_us_per_shard: vec![0.0; fleet.shards],
             seconds: fleet.seconds,
             ..Outcome::default()
         };
         sim.busy_until.fill(0);
+        sim.turn_until.fill(0);
     }
     if fleet.reads_per_node > 0.0 {
         for node in 0..fleet.nodes as u32 {
@@ -372,9 +410,14 @@ pub(crate) fn run(fleet: &Fleet, costs: &Costs) -> Outcome {
             sim.push_event(at, Event::Read { node });
         }
     }
+    let on_tick = |at: u64| match fleet.tick_ns {
+        0 => at,
+        tick => at.div_ceil(tick) * tick,
+    };
+    let mut next_write = 0;
     if fleet.writes_per_s > 0.0 {
-        let at = gap(&mut sim.rng, fleet.writes_per_s);
-        sim.push_event(at, Event::Write);
+        next_write = gap(&mut sim.rng, fleet.writes_per_s);
+        sim.push_event(on_tick(next_write), Event::Write);
     }
     let end = (fleet.seconds * 1e9) as u64;
     while let Some(Reverse((at, _, event))) = sim.heap.pop() {
@@ -393,8 +436,8 @@ pub(crate) fn run(fleet: &Fleet, costs: &Costs) -> Outcome {
                 let key = zipf.draw(&mut sim.rng);
                 sim.out.app_writes += 1;
                 sim.write(key);
-                let next = at + gap(&mut sim.rng, fleet.writes_per_s);
-                sim.push_event(next, Event::Write);
+                next_write += gap(&mut sim.rng, fleet.writes_per_s);
+                sim.push_event(on_tick(next_write), Event::Write);
             }
             Event::Loaded { key } => sim.loaded(key),
         }
@@ -419,8 +462,10 @@ mod tests {
             write_us: 2.0,
             idle_us_per_s: 100.0,
             push_us: [0.5, 0.7],
+            message_us: 1.0,
             read_us: 1.5,
-            push_bytes: 30.0,
+            message_bytes: 25.0,
+            key_bytes: 12.0,
             lag0_us: [50.0, 50.0],
             lag_per_recipient_us: [1.0, 1.0],
         }
@@ -439,6 +484,7 @@ mod tests {
             shards: 6,
             seconds: 2.0,
             held: 0,
+            tick_ns: 0,
             seed: 7,
         }
     }
@@ -450,7 +496,10 @@ mod tests {
         for mode in Mode::ALL {
             let out = run(&fleet(mode), &costs());
             assert_eq!(out.max_reads_per_expiry, 1, "{mode:?}");
-            assert!(out.source_reads > 0 && out.expired_misses > out.source_reads, "{out:?}");
+            assert!(
+                out.source_reads > 0 && out.expired_misses > out.source_reads,
+                "{out:?}"
+            );
         }
     }
 
@@ -466,7 +515,13 @@ mod tests {
     /// The same fleet and seed give the same prediction.
     #[test]
     fn a_run_is_a_function_of_its_fleet() {
-        let (a, b) = (run(&fleet(Mode::Default), &costs()), run(&fleet(Mode::Default), &costs()));
-        assert_eq!((a.reads, a.pushes(), a.source_reads), (b.reads, b.pushes(), b.source_reads));
+        let (a, b) = (
+            run(&fleet(Mode::Default), &costs()),
+            run(&fleet(Mode::Default), &costs()),
+        );
+        assert_eq!(
+            (a.reads, a.pushes(), a.source_reads),
+            (b.reads, b.pushes(), b.source_reads)
+        );
     }
 }
