@@ -27,9 +27,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write as _};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
 use embedded_valkey::EmbeddedValkey;
@@ -97,6 +99,15 @@ struct Args {
     /// Seeds the key choice and each connection's held keys.
     #[arg(long, default_value_t = 22)]
     seed: u64,
+
+    /// Fleets of OS processes (one tracking connection each) to measure as well, comma-separated:
+    /// the small fleets the model is checked against. Empty for none.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    procs: Vec<usize>,
+
+    /// Run as one process of such a fleet, tracking the Valkey at this URL (for the parent).
+    #[arg(long, hide = true)]
+    child_of: Option<String>,
 }
 
 /// A tracking mode.
@@ -122,6 +133,8 @@ impl Mode {
 struct Cell {
     mode: Mode,
     conns: usize,
+    /// 1: the connections are this process's; more: each is a process of its own.
+    procs: usize,
     rate: u32,
     keys: u32,
     held: u32,
@@ -156,7 +169,8 @@ struct Row {
 /// What a tracking connection saw: each invalidated key with the moment its push arrived.
 #[derive(Debug, Default)]
 struct Seen {
-    arrivals: Vec<(u32, Instant)>,
+    /// Key id and arrival, ns since the epoch (the wall clock, which every process here shares).
+    arrivals: Vec<(u32, u64)>,
     pushes: u64,
     push_bytes: u64,
     refills: u64,
@@ -168,7 +182,11 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match runtime.block_on(run(args)) {
+    let outcome = match args.child_of.clone() {
+        Some(url) => runtime.block_on(child(url, args)),
+        None => runtime.block_on(run(args)),
+    };
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("scale_bench: {e}");
@@ -182,9 +200,12 @@ async fn run(args: Args) -> Result<(), String> {
     let url = valkey.url();
     let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
     let mut control = client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&patient())
         .await
         .map_err(|e| e.to_string())?;
+    if let Some(dir) = std::path::Path::new(&args.out).parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let mut csv = String::from(CSV_HEADER);
     csv.push('\n');
     println!(
@@ -207,24 +228,64 @@ async fn run(args: Args) -> Result<(), String> {
                     let cell = Cell {
                         mode,
                         conns,
+                        procs: 1,
                         rate,
                         keys,
                         held: args.held.min(keys),
                     };
-                    let row = measure(&client, &mut control, cell, &args).await?;
-                    print_row(cell, &row);
-                    csv_row(&mut csv, cell, args.seconds, &row);
+                    measure_into(&client, &mut control, cell, &args, &mut csv).await?;
+                }
+                for &procs in args.procs.iter().filter(|&&p| p > 1) {
+                    let cell = Cell {
+                        mode,
+                        conns: procs,
+                        procs,
+                        rate,
+                        keys,
+                        held: args.held.min(keys),
+                    };
+                    measure_into(&client, &mut control, cell, &args, &mut csv).await?;
                 }
             }
         }
-    }
-    if let Some(dir) = std::path::Path::new(&args.out).parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::write(&args.out, csv).map_err(|e| format!("{}: {e}", args.out))?;
     println!("\nwritten: {}", args.out);
     drop(valkey);
     Ok(())
+}
+
+/// A connection config that waits for replies as long as a loaded machine may need: redis-rs's
+/// default response timeout is shorter than a busy cell's `INFO` or `FLUSHALL` can take.
+fn patient() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)))
+}
+
+/// Measures one cell and adds its row to `csv`, written out at once so that a long run keeps
+/// what it has measured; a cell that fails is reported and skipped.
+async fn measure_into(
+    client: &redis::Client,
+    control: &mut MultiplexedConnection,
+    cell: Cell,
+    args: &Args,
+    csv: &mut String,
+) -> Result<(), String> {
+    match measure(client, control, cell, args).await {
+        Ok(row) => {
+            print_row(cell, &row);
+            csv_row(csv, cell, args.seconds, &row);
+            std::fs::write(&args.out, &*csv).map_err(|e| format!("{}: {e}", args.out))
+        }
+        Err(e) => {
+            eprintln!(
+                "{} {} conns, {} procs: skipped: {e}",
+                cell.mode.name(),
+                cell.conns,
+                cell.procs
+            );
+            Ok(())
+        }
+    }
 }
 
 async fn measure(
@@ -245,7 +306,17 @@ async fn measure(
     let (stop_tx, stop) = watch::channel(false);
     let arrived = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::with_capacity(cell.conns);
-    for _ in 0..cell.conns {
+    let mut children = Vec::new();
+    if cell.procs > 1 {
+        for i in 0..cell.procs {
+            children.push(spawn_child(
+                client,
+                cell,
+                args.seed ^ ((i as u64 + 1) << 20),
+            )?);
+        }
+    }
+    for _ in 0..cell.conns * usize::from(cell.procs <= 1) {
         let held: HashSet<u32> = sample(&mut rng, cell.keys as usize, cell.held as usize)
             .into_iter()
             .map(|i| i as u32)
@@ -263,13 +334,19 @@ async fn measure(
         .map_err(err)?;
     let cpu_before = server_cpu(control).await.map_err(err)?;
     let writer = client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&patient())
         .await
         .map_err(err)?;
     let started = Instant::now();
     let writes = write_paced(writer, cell, args.seconds, &mut rng).await;
     let achieved_rate = writes.len() as f64 / started.elapsed().as_secs_f64();
-    drain(&arrived).await;
+    if children.is_empty() {
+        drain(&arrived).await;
+    } else {
+        // The processes' arrivals are not counted here: a fixed quiet period, long beside the
+        // lags of a small fleet.
+        tokio::time::sleep(CHILD_DRAIN).await;
+    }
     let cpu_after = server_cpu(control).await.map_err(err)?;
     let info: String = redis::cmd("INFO")
         .arg("everything")
@@ -280,6 +357,9 @@ async fn measure(
     let mut seen = Vec::with_capacity(tasks.len());
     for task in tasks {
         seen.push(task.await.map_err(|e| e.to_string())?);
+    }
+    for child in children {
+        seen.push(tokio::task::block_in_place(|| stop_child(child))?);
     }
 
     let mut row = Row {
@@ -320,7 +400,7 @@ async fn tracking_connection(
     arrived: Arc<AtomicU64>,
 ) -> redis::RedisResult<(
     MultiplexedConnection,
-    mpsc::UnboundedReceiver<(Instant, PushInfo)>,
+    mpsc::UnboundedReceiver<(u64, PushInfo)>,
 )> {
     let info = client.get_connection_info().clone();
     let resp3 = info
@@ -329,9 +409,9 @@ async fn tracking_connection(
         .set_protocol(ProtocolVersion::RESP3);
     let client = redis::Client::open(info.set_redis_settings(resp3))?;
     let (tx, rx) = mpsc::unbounded_channel();
-    let config = AsyncConnectionConfig::new().set_push_sender(move |push: PushInfo| {
+    let config = patient().set_push_sender(move |push: PushInfo| {
         arrived.fetch_add(1, Ordering::Relaxed);
-        tx.send((Instant::now(), push))
+        tx.send((now_ns(), push))
     });
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
@@ -363,7 +443,7 @@ async fn tracking_connection(
 async fn receive(
     (mut conn, mut pushes): (
         MultiplexedConnection,
-        mpsc::UnboundedReceiver<(Instant, PushInfo)>,
+        mpsc::UnboundedReceiver<(u64, PushInfo)>,
     ),
     held: HashSet<u32>,
     mut stop: watch::Receiver<bool>,
@@ -427,8 +507,15 @@ fn push_bytes(keys: &[Value]) -> u64 {
     bytes
 }
 
-/// One write: its key, when it was sent and when its reply came.
-type Write = (u32, Instant, Instant);
+/// One write: its key, when it was sent and when its reply came (ns since the epoch).
+type Write = (u32, u64, u64);
+
+/// The wall clock in ns: the one clock this process and its fleet's processes share.
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
 
 /// Sets uniformly chosen keys at `cell.rate` for `seconds`, pipelined on one connection; returns
 /// each write in the order sent.
@@ -453,13 +540,13 @@ async fn write_paced(
                     writes.push(None);
                     let mut conn = conn.clone();
                     in_flight.push(async move {
-                        let sent = Instant::now();
+                        let sent = now_ns();
                         let _ = redis::cmd("SET")
                             .arg(key(id))
                             .arg(seq)
                             .query_async::<()>(&mut conn)
                             .await;
-                        (seq, (id, sent, Instant::now()))
+                        (seq, (id, sent, now_ns()))
                     });
                 }
             }
@@ -539,7 +626,7 @@ fn lags(writes: &[Write], seen: &[Seen], row: &mut Row) {
                 row.unmatched += 1;
                 continue;
             };
-            let micros = at.saturating_duration_since(writes[i].2).as_micros() as u64;
+            let micros = at.saturating_sub(writes[i].2) / 1_000;
             let _ = lag.record(micros.max(1));
         }
     }
@@ -550,14 +637,15 @@ fn lags(writes: &[Write], seen: &[Seen], row: &mut Row) {
     }
 }
 
-const CSV_HEADER: &str = "mode,conns,rate,keys,held,seconds,writes,achieved_rate,pushes,push_keys,push_bytes,refills,cpu_us,net_out_bytes,set_calls,set_usec,get_calls,get_usec,lag_p50_us,lag_p99_us,lag_max_us,unmatched";
+const CSV_HEADER: &str = "mode,conns,procs,rate,keys,held,seconds,writes,achieved_rate,pushes,push_keys,push_bytes,refills,cpu_us,net_out_bytes,set_calls,set_usec,get_calls,get_usec,lag_p50_us,lag_p99_us,lag_max_us,unmatched";
 
 fn csv_row(csv: &mut String, cell: Cell, seconds: f64, r: &Row) {
     let _ = writeln!(
         csv,
-        "{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.0},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.0},{},{},{},{},{},{},{},{},{}",
         cell.mode.name(),
         cell.conns,
+        cell.procs,
         cell.rate,
         cell.keys,
         cell.held,
@@ -583,10 +671,15 @@ fn csv_row(csv: &mut String, cell: Cell, seconds: f64, r: &Row) {
 
 fn print_row(cell: Cell, r: &Row) {
     let per = |x: f64| x / (r.writes.max(1) as f64);
+    let conns = if cell.procs > 1 {
+        format!("{}p", cell.procs)
+    } else {
+        cell.conns.to_string()
+    };
     println!(
         "{:<8} {:>5} {:>6} {:>7} {:>8.0} {:>9.1} {:>10.1} {:>10.1} {:>7}µs {:>7}µs",
         cell.mode.name(),
-        cell.conns,
+        conns,
         cell.rate,
         cell.keys,
         r.achieved_rate,
@@ -596,4 +689,108 @@ fn print_row(cell: Cell, r: &Row) {
         r.lag_p50_us,
         r.lag_p99_us
     );
+}
+
+/// How long the parent waits after the last write before reading a fleet of processes' cell.
+const CHILD_DRAIN: Duration = Duration::from_secs(1);
+
+/// Starts one process of a fleet: it tracks in the cell's mode, holds its keys, and says `ready`.
+fn spawn_child(client: &redis::Client, cell: Cell, seed: u64) -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let url = connection_url(client);
+    let mut child = Command::new(exe)
+        .args(["--child-of", &url, "--modes", cell.mode.name()])
+        .args(["--keys", &cell.keys.to_string()])
+        .args(["--held", &cell.held.to_string()])
+        .args(["--seed", &seed.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start a fleet process: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    tokio::task::block_in_place(|| reader.read_line(&mut line)).map_err(|e| e.to_string())?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("a fleet process said {line:?} instead of ready"));
+    }
+    child.stdout = Some(reader.into_inner());
+    Ok(child)
+}
+
+fn connection_url(client: &redis::Client) -> String {
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{host}:{port}/"),
+        other => format!("redis://{other}/"),
+    }
+}
+
+/// Tells a fleet process to stop, and reads what it saw.
+fn stop_child(mut child: Child) -> Result<Seen, String> {
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let _ = writeln!(stdin, "stop");
+    drop(stdin);
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut seen = Seen::default();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let mut words = line.split_whitespace();
+        let tag = words.next();
+        let f: Vec<u64> = words.filter_map(|v| v.parse().ok()).collect();
+        match (tag, f.as_slice()) {
+            (Some("a"), &[id, at]) => seen.arrivals.push((id as u32, at)),
+            (Some("seen"), &[pushes, bytes, refills]) => {
+                (seen.pushes, seen.push_bytes, seen.refills) = (pushes, bytes, refills);
+            }
+            _ => {}
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("a fleet process ended with {status}"));
+    }
+    Ok(seen)
+}
+
+/// One process of a fleet: one tracking connection holding its keys, until the parent says
+/// `stop` on stdin; then what it saw, on stdout.
+async fn child(url: String, args: Args) -> Result<(), String> {
+    let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+    let mode = args.modes.first().copied().unwrap_or(Mode::Bcast);
+    let keys = args.keys.first().copied().unwrap_or(1000);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let held: HashSet<u32> = sample(&mut rng, keys as usize, args.held.min(keys) as usize)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    let arrived = Arc::new(AtomicU64::new(0));
+    let conn = tracking_connection(&client, mode, &held, arrived)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (stop_tx, stop) = watch::channel(false);
+    let task = tokio::spawn(receive(conn, held, stop));
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    stop_tx.send_replace(true);
+    let seen = task.await.map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    for (id, at) in &seen.arrivals {
+        let _ = writeln!(out, "a {id} {at}");
+    }
+    let _ = writeln!(
+        out,
+        "seen {} {} {}",
+        seen.pushes, seen.push_bytes, seen.refills
+    );
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|e| e.to_string())
 }

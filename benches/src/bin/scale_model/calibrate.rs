@@ -8,14 +8,19 @@ use crate::fleet::{Costs, Mode};
 /// An invalidation push's bytes besides its keys: `>2`, `$10 invalidate`, the array's header.
 const MESSAGE_BYTES: f64 = 25.0;
 
+/// The most tracking connections a cell may have to calibrate the model.
+pub(crate) const FIT_CONNS: usize = 64;
+
 /// The most tracking connections a cell may have to calibrate the lag.
-const LAG_FIT_CONNS: usize = 64;
+const LAG_FIT_CONNS: usize = 16;
 
 /// One row of `docs/scale/measured.csv`.
 #[derive(Debug, Clone)]
 pub(crate) struct Measured {
     pub(crate) mode: Mode,
     pub(crate) conns: usize,
+    /// 1: the connections were one process's; more: a process each.
+    pub(crate) procs: usize,
     pub(crate) rate: f64,
     pub(crate) keys: u32,
     pub(crate) held: u32,
@@ -82,6 +87,8 @@ pub(crate) fn read(path: &str) -> Result<Vec<Measured>, String> {
     for (slot, i) in idx_ok.iter_mut().zip(idx) {
         *slot = i?;
     }
+    // Older files have no `procs`: their connections were all one process's.
+    let procs = header.iter().position(|h| *h == "procs");
     let mut rows = Vec::new();
     for line in lines.filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split(',').collect();
@@ -98,6 +105,10 @@ pub(crate) fn read(path: &str) -> Result<Vec<Measured>, String> {
         rows.push(Measured {
             mode,
             conns: num(1)? as usize,
+            procs: procs
+                .and_then(|i| f.get(i))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
             rate: num(2)?,
             keys: num(3)? as u32,
             held: num(4)? as u32,
@@ -125,7 +136,12 @@ pub(crate) fn fit(rows: &[Measured]) -> Result<Costs, String> {
     let mut ys = Vec::new();
     // With one rate the idle term cannot be told from the write's own cost: it is left out.
     let one_rate = rows.iter().all(|r| r.rate == rows[0].rate);
-    for r in rows.iter().filter(|r| r.writes > 0.0) {
+    // Above FIT_CONNS this process, sharing the machine, receives and refills behind the server,
+    // and a cell's refills and pushes no longer follow from its settings.
+    for r in rows
+        .iter()
+        .filter(|r| r.writes > 0.0 && r.conns <= FIT_CONNS)
+    {
         let pushes = r.recipients_per_write();
         let (b, msg, d) = match r.mode {
             Mode::Bcast => (pushes, r.pushes / r.writes, 0.0),
@@ -155,7 +171,7 @@ pub(crate) fn fit(rows: &[Measured]) -> Result<Costs, String> {
         let kept: Vec<&Measured> = rows
             .iter()
             .filter(|r| r.mode == mode && r.kept_rate() && r.lag_p99_us > 0.0)
-            // Beyond that this process, sharing the machine, receives behind the server.
+            // The lag shows the receiving side's backlog sooner than the CPU does.
             .filter(|r| r.conns <= LAG_FIT_CONNS)
             .collect();
         let xs: Vec<Vec<f64>> = kept
@@ -198,11 +214,12 @@ fn least_squares(xs: &[Vec<f64>], ys: &[f64]) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(col, pivot);
-        for row in 0..k {
-            if row != col {
-                let factor = a[row][col] / a[col][col];
-                for c in col..=k {
-                    a[row][c] -= factor * a[col][c];
+        let pivot_row = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            if r != col {
+                let factor = row[col] / pivot_row[col];
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= factor * p;
                 }
             }
         }

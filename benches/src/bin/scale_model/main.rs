@@ -1,7 +1,7 @@
 //! The fleet model: a deterministic discrete-event simulation of 10 to 1,000 nodes over a
 //! sharded Valkey (`fleet`), its per-operation costs fitted to the bench's measurements
 //! (`calibrate`, from `docs/scale/measured.csv`), checked against the small fleets the bench ran
-//! (the cells with 2, 4 and 8 connections, left out of the fit), and drawn (`plot`).
+//! (the cells with 2, 4 and 8 connections or processes, left out of the fit), and drawn (`plot`).
 //!
 //! ```text
 //! cargo run --release -p echostore-benches --bin scale_model -- [--nodes 10,30,100,300,1000]
@@ -101,8 +101,12 @@ fn run(args: Args) -> Result<(), String> {
         .partition(|r| args.validate.contains(&r.conns));
     let costs = calibrate::fit(&fit_set)?;
     println!(
-        "costs fitted to {} cells (µs of server CPU):",
-        fit_set.len()
+        "costs fitted to {} cells, those of up to {} connections (µs of server CPU):",
+        fit_set
+            .iter()
+            .filter(|r| r.conns <= calibrate::FIT_CONNS)
+            .count(),
+        calibrate::FIT_CONNS
     );
     println!(
         "  write {:.2}, idle {:.0} per s, bcast {:.3} per message + {:.3} per key, default {:.3} per push, read {:.2}; {:.1} B per pushed key + 25 per message",
@@ -139,7 +143,7 @@ fn run(args: Args) -> Result<(), String> {
 /// The bench's held-out cells, simulated as the bench ran them, beside what it measured.
 fn validate(rows: &[Measured], costs: &Costs, args: &Args, out: &str) -> Result<(), String> {
     let mut csv = String::from(
-        "mode,conns,rate,keys,measured_cpu_us_per_write,model_cpu_us_per_write,measured_push_bytes_per_write,model_push_bytes_per_write,measured_lag_p99_us,model_lag_p99_us\n",
+        "mode,conns,procs,rate,keys,measured_cpu_us_per_write,model_cpu_us_per_write,measured_push_bytes_per_write,model_push_bytes_per_write,measured_lag_p99_us,model_lag_p99_us\n",
     );
     println!("\nmodel vs measured, the cells left out of the fit (error = model / measured − 1):");
     println!(
@@ -158,8 +162,10 @@ fn validate(rows: &[Measured], costs: &Costs, args: &Args, out: &str) -> Result<
         "model",
         "err"
     );
-    let (mut errs_cpu, mut errs_bytes, mut errs_lag) = (Vec::new(), Vec::new(), Vec::new());
+    // Per kind of fleet: connections of one process, or processes of their own.
+    let mut errs: [[Vec<f64>; 3]; 2] = Default::default();
     for r in rows {
+        let kind = usize::from(r.procs > 1);
         let fleet = Fleet {
             mode: r.mode,
             nodes: r.conns,
@@ -184,15 +190,20 @@ fn validate(rows: &[Measured], costs: &Costs, args: &Args, out: &str) -> Result<
             err(bytes, r.push_bytes_per_write()),
             err(o.lag_p99_us, r.lag_p99_us),
         );
-        errs_cpu.push(ec.abs());
-        errs_bytes.push(eb.abs());
+        errs[kind][0].push(ec.abs());
+        errs[kind][1].push(eb.abs());
         if r.kept_rate() {
-            errs_lag.push(el.abs());
+            errs[kind][2].push(el.abs());
         }
+        let conns = if r.procs > 1 {
+            format!("{}p", r.procs)
+        } else {
+            r.conns.to_string()
+        };
         println!(
             "{:<8} {:>5} {:>5} {:>7} | {:>8.2} {:>8.2} {:>+5.0}% | {:>8.1} {:>8.1} {:>+5.0}% | {:>6}µs {:>6.0}µs {:>+5.0}%",
             r.mode.name(),
-            r.conns,
+            conns,
             r.rate,
             r.keys,
             r.cpu_per_write(),
@@ -207,9 +218,10 @@ fn validate(rows: &[Measured], costs: &Costs, args: &Args, out: &str) -> Result<
         );
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.3},{:.3},{:.2},{:.2},{},{:.0}",
+            "{},{},{},{},{},{:.3},{:.3},{:.2},{:.2},{},{:.0}",
             r.mode.name(),
             r.conns,
+            r.procs,
             r.rate,
             r.keys,
             r.cpu_per_write(),
@@ -222,15 +234,21 @@ fn validate(rows: &[Measured], costs: &Costs, args: &Args, out: &str) -> Result<
     }
     let worst = |e: &[f64]| e.iter().copied().fold(0.0, f64::max) * 100.0;
     let mean = |e: &[f64]| e.iter().sum::<f64>() / e.len().max(1) as f64 * 100.0;
-    println!(
-        "|error|: cpu mean {:.0}% worst {:.0}%; push bytes mean {:.0}% worst {:.0}%; lag p99 mean {:.0}% worst {:.0}%",
-        mean(&errs_cpu),
-        worst(&errs_cpu),
-        mean(&errs_bytes),
-        worst(&errs_bytes),
-        mean(&errs_lag),
-        worst(&errs_lag)
-    );
+    for (kind, e) in ["connections of one process", "separate processes"]
+        .iter()
+        .zip(&errs)
+        .filter(|(_, e)| !e[0].is_empty())
+    {
+        println!(
+            "|error|, {kind}: cpu mean {:.0}% worst {:.0}%; push bytes mean {:.0}% worst {:.0}%; lag p99 mean {:.0}% worst {:.0}%",
+            mean(&e[0]),
+            worst(&e[0]),
+            mean(&e[1]),
+            worst(&e[1]),
+            mean(&e[2]),
+            worst(&e[2])
+        );
+    }
     std::fs::write(out, csv).map_err(|e| format!("{out}: {e}"))
 }
 
@@ -401,6 +419,7 @@ fn draw_measured(rows: &[Measured], path: &dyn Fn(&str) -> String) -> Result<(),
                 points: rows
                     .iter()
                     .filter(|r| r.mode == mode && r.rate == rate && r.keys == keys)
+                    .filter(|r| r.procs <= 1)
                     .map(|r| (r.conns as f64, value(r)))
                     .collect(),
                 predicted: false,
