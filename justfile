@@ -49,3 +49,13 @@ soak *ARGS:
 # A million distinct ids through one table: L1 stays bounded; prints peak RSS per backend.
 storm *ARGS:
     cargo run --release -p echostore-benches --bin storm -- {{ARGS}}
+
+# Valkey's cost per write against tracking connections, BCAST vs default tracking (docs/scale.md);
+# writes docs/scale/measured.csv. Pass flags, e.g. `just scale-bench --conns 1,64,512 --seconds 5`.
+scale-bench *ARGS:
+    cargo run --release -p echostore-benches --bin scale_bench -- {{ARGS}}
+
+# The fleet model calibrated with docs/scale/measured.csv: predictions, the check against the
+# small fleets measured, and the plots of docs/scale.md.
+scale-model *ARGS:
+    cargo run --release -p echostore-benches --bin scale_model -- {{ARGS}}
