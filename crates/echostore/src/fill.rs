@@ -47,37 +47,10 @@ use crate::losers::{self, LoserPolicy, Lost, PollEnd};
 use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
 
+mod copies;
 mod lease;
 
-/// Decodes bytes read from a value key into an envelope held to the value's longest life;
-/// oversized or undecodable bytes are `None`, counted in `decode_errors` and logged, and so is a
-/// copy a clear or a tag invalidation made a miss (`crate::marks`), uncounted.
-pub(crate) fn decode_counted<K: Key, V: Value>(
-    core: &TableCore<K, V>,
-    bytes: &[u8],
-) -> Option<Envelope<V>> {
-    let max = core.config.max_value_bytes;
-    let decoded = if bytes.len() > max {
-        Err(format!("over the table's max_value_bytes ({max})"))
-    } else {
-        envelope::decode(bytes).map_err(|e| e.to_string())
-    };
-    match decoded {
-        Ok(env) if !core.is_current(&env) => {
-            bump(&core.stats.counters.marked_misses);
-            None
-        }
-        Ok(env) => {
-            let longest = core.config.longest_life(&env.value);
-            Some(env.capped(longest))
-        }
-        Err(e) => {
-            bump(&core.stats.counters.decode_errors);
-            tracing::warn!(table = %core.name, error = %e, "unreadable value on valkey: treated as a miss");
-            None
-        }
-    }
-}
+pub(crate) use copies::decode_counted;
 
 /// One flight of one id: the table, the id, and how it signals its owner.
 pub(crate) struct Fill<'a, K, V> {
@@ -95,11 +68,6 @@ pub(crate) struct Fill<'a, K, V> {
     /// The caller that started the flight has just read the value key and found no fresh copy.
     after_read: bool,
 }
-
-/// How much later than the refreshed value's a value's `fresh_until` must be to count as newer:
-/// more than the error of comparing a wall-clock deadline with a monotonic one (a millisecond of
-/// rounding each way, and a thread descheduled between the two clock reads).
-const NEWER_BY: Duration = Duration::from_millis(5);
 
 /// The id's keys on the store's Valkey.
 struct OnValkey<'a> {
@@ -184,20 +152,6 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             None => self.load.here().await,
         };
         filled.map(Landing::Filled)
-    }
-
-    /// `true` if a value read from Valkey answers this flight: fresh, and for a refresh newer
-    /// than the value being refreshed.
-    fn takes(&self, env: &Envelope<V>) -> bool {
-        let now_ms = self.core.now_ms();
-        if !env.is_fresh(now_ms) {
-            return false;
-        }
-        let Some(until) = self.refreshing else {
-            return true;
-        };
-        let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(now_ms));
-        Moment::now().after(left) > until.after(NEWER_BY)
     }
 
     /// Contends for the lock until this flight wins it, a fresh value appears, the loser policy
@@ -374,38 +328,5 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 .mark(self.id.clone(), at.names.clone(), at.l2);
         }
         Ok(landing.capped(life))
-    }
-
-    /// Decodes what Valkey held; oversized or undecodable bytes are a counted, logged miss (once
-    /// per flight for the same bytes).
-    fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
-        let bytes = bytes?;
-        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        // Hashing costs a pass over the bytes: only once some bytes were refused.
-        if refused.is_some() && *refused == Some(envelope::fingerprint(&bytes)) {
-            return None;
-        }
-        let decoded = decode_counted(self.core, &bytes);
-        if decoded.is_none() {
-            *refused = Some(envelope::fingerprint(&bytes));
-        }
-        decoded
-    }
-
-    /// A stale copy from Valkey, if it is still within this table's `stale_for` (never for a
-    /// refresh: its callers' value is fresh).
-    fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {
-        if self.refreshing.is_some() {
-            return None;
-        }
-        let now_ms = self.core.now_ms();
-        tracing::trace!(table = %self.core.name, written_ms_ago = now_ms.saturating_sub(env.written_at_ms), "a stale copy on valkey");
-        Stale::from_envelope(env, self.core.config.stale_for, now_ms)
-    }
-
-    /// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.
-    fn l2_hit(&self, env: Envelope<V>) -> Filled<V> {
-        bump(&self.core.stats.counters.l2_hits);
-        Filled::fresh(self.core.l2_entry(env), Origin::L2)
     }
 }

@@ -198,31 +198,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         Some(fid)
     }
 
-    /// A `put` (`replaces`) or `invalidate` of `id`: it overtakes a running flight, and goes to
-    /// Valkey now (returned) or after the writes ahead of it (queued).
-    pub(crate) fn write(&mut self, id: &K, write: W, replaces: bool) -> Option<W> {
-        self.detach(id, Overtaker::Write { replaces });
-        self.board.writing(id, true);
-        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
-        if state.writing {
-            state.waiting.push_back(write);
-            None
-        } else {
-            state.writing = true;
-            Some(write)
-        }
-    }
-
-    /// A write of `id` that an owner before this one started is still running: the id's flights
-    /// and writes queue behind it as behind one of this owner's, until [`written`](Self::written).
-    pub(crate) fn inherit_write(&mut self, id: &K) {
-        self.board.writing(id, true);
-        self.ids
-            .entry(id.clone())
-            .or_insert_with(IdState::new)
-            .writing = true;
-    }
-
     /// The value of `id` changed elsewhere (a push): a running flight may have read the old
     /// bytes, so it is detached and keeps nothing unless it reads again (a polling loser does). A
     /// queued flight has read nothing: it stays.
@@ -272,56 +247,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
-    /// Another process's change of `id` came (a push): the writes of it on their way keep
-    /// nothing in L1 when they land.
-    pub(crate) fn overtake_write(&mut self, id: &K) {
-        if let Some(state) = self.ids.get_mut(id).filter(|s| s.writing) {
-            state.overtaken = true;
-        }
-    }
-
-    /// Every id's writes on their way are overtaken (a flush, a clear or a tag invalidation).
-    pub(crate) fn overtake_writes(&mut self) {
-        for state in self.ids.values_mut().filter(|s| s.writing) {
-            state.overtaken = true;
-        }
-    }
-
-    /// The running write of `id` has landed: whether its entry may enter L1 — no later write of
-    /// the id waits, and no other process's change overtook the writes since the id was last
-    /// idle. (An overtaking change covers every write queued when it came: its mark stays until
-    /// the last of them lands.) Asked before [`written`](Self::written), which lifts the board's
-    /// mark.
-    pub(crate) fn landing_keeps(&mut self, id: &K) -> bool {
-        let Some(state) = self.ids.get_mut(id) else {
-            return true;
-        };
-        if !state.waiting.is_empty() {
-            return false;
-        }
-        !std::mem::take(&mut state.overtaken)
-    }
-
-    /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.
-    pub(crate) fn written(&mut self, id: &K) -> Next<W> {
-        let Some(state) = self.ids.get_mut(id) else {
-            return Next::Idle;
-        };
-        if let Some(write) = state.waiting.pop_front() {
-            return Next::Write(write);
-        }
-        state.writing = false;
-        self.board.writing(id, false);
-        let next = match state.try_launch() {
-            Some(fid) => Next::Launch(fid),
-            None => Next::Idle,
-        };
-        if state.is_idle() {
-            self.ids.remove(id);
-        }
-        next
-    }
-
     /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more.
     pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<Landed<V>> {
         let state = self.ids.get_mut(id)?;
@@ -363,3 +288,4 @@ mod flight;
 mod id_state;
 #[cfg(test)]
 mod tests;
+mod writes;

@@ -26,8 +26,10 @@
 //!   started, run together (one acquire-many, one batch loader call, one write-many), with the
 //!   source call and its lease in `batch::fill::source` and each loaded id's write and landing in
 //!   `batch::fill::landing`; `batch::on_valkey` — those round trips.
-//! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations;
-//!   `owner_ref` — where the handles find it across restarts.
+//! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations
+//!   (`owner::launches` starts flights, `owner::landings` takes them back, `owner::writes` runs
+//!   the Valkey writes and takes pushes, `owner::marked` clears and tag marks, `owner::batches`
+//!   batch misses); `owner_ref` — where the handles find it across restarts.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
 //! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere
@@ -39,8 +41,9 @@
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
 //!   and wake losers (`BCAST` client-side caching).
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
-//!   waits for; the per-id ordering rule lives here.
-//! - `fill` — one flight's protocol: L2, the lock, the lease, the fenced write.
+//!   waits for (`flights::writes`); the per-id ordering rule lives here.
+//! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
+//!   `fill::copies` — what it makes of the bytes it reads.
 //! - `load` — the source read: loader, timeouts, soft timeout, fail-safe.
 //! - `stale` — what a flight answers with, and stale copies within their window.
 //! - `losers` — [`LoserPolicy`], its decision and the poll loop.

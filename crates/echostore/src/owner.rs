@@ -104,30 +104,12 @@ pub(crate) enum OwnerMsg<K, V> {
 
 mod batches;
 mod landings;
+mod launches;
 mod marked;
 mod writes;
 
+use launches::Start;
 pub(crate) use marked::poll_marks;
-
-/// How a flight starts, beyond its id.
-struct Start<V> {
-    /// An early refresh of the L1 value fresh until then.
-    refreshing: Option<Moment>,
-    /// The loser policy of the call that started it, if not the table's.
-    losers: Option<LoserPolicy<Arc<V>>>,
-    /// The caller that started it has just read Valkey and found no fresh copy.
-    read: bool,
-}
-
-impl<V> Default for Start<V> {
-    fn default() -> Self {
-        Start {
-            refreshing: None,
-            losers: None,
-            read: false,
-        }
-    }
-}
 
 /// The owner's behaviour; its state is [`OwnerState`].
 pub(crate) struct Owner<K, V>(PhantomData<fn() -> (K, V)>);
@@ -306,51 +288,5 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         }
         self.launch(myself, id, flight, Start::default());
-    }
-
-    /// Starts a flight as a task of its own; the owner goes on serving.
-    fn launch(&self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, flight: FlightId, start: Start<V>) {
-        let Start {
-            refreshing,
-            losers,
-            read,
-        } = start;
-        let core = Arc::clone(&self.core);
-        let myself = myself.clone();
-        let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
-        tokio::spawn(
-            async move {
-                let signals = {
-                    let (myself, id) = (myself.clone(), id.clone());
-                    move |signal| {
-                        let id = id.clone();
-                        let _ = myself.cast(match signal {
-                            Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
-                            Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
-                            Signal::Reading => OwnerMsg::Reading { flight },
-                        });
-                    }
-                };
-                let fill = Fill::new(&core, &id, &signals)
-                    .losing_by(losers)
-                    .after_read(read);
-                let fill = match refreshing {
-                    Some(until) => fill.refreshing(until),
-                    None => fill,
-                };
-                let outcome = AssertUnwindSafe(fill.run())
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
-                // If the owner is gone, its waiters were already answered `Stopped`.
-                let _ = myself.cast(OwnerMsg::Landed {
-                    id,
-                    flight,
-                    refresh: refreshing.is_some(),
-                    outcome,
-                });
-            }
-            .instrument(span),
-        );
     }
 }

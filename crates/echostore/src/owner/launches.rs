@@ -1,0 +1,78 @@
+//! How the owner starts a flight: as a task of its own that runs the fill (`crate::fill`),
+//! signals the owner on the way, and reports its landing; the owner goes on serving meanwhile.
+
+use super::*;
+
+/// How a flight starts, beyond its id.
+pub(super) struct Start<V> {
+    /// An early refresh of the L1 value fresh until then.
+    pub(super) refreshing: Option<Moment>,
+    /// The loser policy of the call that started it, if not the table's.
+    pub(super) losers: Option<LoserPolicy<Arc<V>>>,
+    /// The caller that started it has just read Valkey and found no fresh copy.
+    pub(super) read: bool,
+}
+
+impl<V> Default for Start<V> {
+    fn default() -> Self {
+        Start {
+            refreshing: None,
+            losers: None,
+            read: false,
+        }
+    }
+}
+
+impl<K: Key, V: Value> OwnerState<K, V> {
+    /// Starts a flight as a task of its own; the owner goes on serving.
+    pub(super) fn launch(
+        &self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        flight: FlightId,
+        start: Start<V>,
+    ) {
+        let Start {
+            refreshing,
+            losers,
+            read,
+        } = start;
+        let core = Arc::clone(&self.core);
+        let myself = myself.clone();
+        let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
+        tokio::spawn(
+            async move {
+                let signals = {
+                    let (myself, id) = (myself.clone(), id.clone());
+                    move |signal| {
+                        let id = id.clone();
+                        let _ = myself.cast(match signal {
+                            Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
+                            Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+                            Signal::Reading => OwnerMsg::Reading { flight },
+                        });
+                    }
+                };
+                let fill = Fill::new(&core, &id, &signals)
+                    .losing_by(losers)
+                    .after_read(read);
+                let fill = match refreshing {
+                    Some(until) => fill.refreshing(until),
+                    None => fill,
+                };
+                let outcome = AssertUnwindSafe(fill.run())
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
+                // If the owner is gone, its waiters were already answered `Stopped`.
+                let _ = myself.cast(OwnerMsg::Landed {
+                    id,
+                    flight,
+                    refresh: refreshing.is_some(),
+                    outcome,
+                });
+            }
+            .instrument(span),
+        );
+    }
+}
