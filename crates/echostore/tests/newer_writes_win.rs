@@ -142,10 +142,10 @@ async fn a_put_respects_newer_values_and_replaces_garbage_from_the_future() {
     settled(&t).await;
 }
 
-/// The scripts themselves, as docs/lock-protocol.md quotes them: the fenced write returns -1 and
-/// writes nothing when the stored envelope is stamped ahead of the server's clock, even while the
-/// lock is its own; both scripts replace a stored `written_at` more than `MAX_CLOCK_SKEW_MS`
-/// ahead, stamping what they store with the server's clock.
+/// The scripts themselves, as docs/lock-protocol.md quotes them: the fenced write returns -1,
+/// writes nothing and releases its lock when the stored envelope is stamped ahead of the server's
+/// clock, even while the lock is its own; both scripts replace a stored `written_at` more than
+/// `MAX_CLOCK_SKEW_MS` ahead, stamping what they store with the server's clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_versioned_scripts_compare_written_at() {
     let valkey = valkey();
@@ -173,6 +173,11 @@ async fn the_versioned_scripts_compare_written_at() {
     assert_eq!(written, -1, "a newer value is stored");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored_at(now + 60_000));
+    assert!(
+        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        "a superseded fenced write releases its lock"
+    );
+    let _: () = conn.set(LOCK, "my-token").await.expect("SET lock");
     let (put_written, _now): (i64, u64) = put
         .key(VALUE)
         .key(LOCK)
