@@ -14,7 +14,8 @@
 //! contender of a row once, in a rotated order, and the ratio is taken per round (so a noisy
 //! neighbour slows both sides of it) and reported as the median over the rounds. Criterion then
 //! measures each contender on its own for its usual report. Every herd asserts one source read,
-//! every L2 fetch asserts its origin, so a build that broke either cannot produce a figure.
+//! every L2 fetch asserts its origin, so a build that broke either cannot produce a figure. The
+//! run's per-round ratios are drawn in `docs/benchmarks/peers.svg` (docs/benchmarks.md shows it).
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use std::hint::black_box;
@@ -47,7 +48,7 @@ struct Row<'a> {
 
 /// Runs `rounds` interleaved rounds of `row` and prints each contender's median per operation and
 /// EchoStore's ratio to each other contender (the median of the per-round ratios).
-fn interleaved(row: &mut Row<'_>, rounds: usize) -> Vec<(String, f64)> {
+fn interleaved(row: &mut Row<'_>, rounds: usize) -> Vec<Ratio> {
     let n = row.contenders.len();
     let mut per_op: Vec<Vec<f64>> = vec![Vec::new(); n];
     // A warm-up round, not recorded.
@@ -81,9 +82,89 @@ fn interleaved(row: &mut Row<'_>, rounds: usize) -> Vec<(String, f64)> {
             "  {} / {}: {ratio:.2}× (rounds {lo:.2}–{hi:.2}×)",
             row.contenders[0].0, row.contenders[k].0
         );
-        ratios.push((row.contenders[k].0.to_owned(), ratio));
+        ratios.push(Ratio {
+            label: format!("{} / {}", short(&row.title), row.contenders[k].0),
+            peer: row.contenders[k].0,
+            median: ratio,
+            rounds: each,
+        });
     }
     ratios
+}
+
+/// A row's title up to its first comma (`an L2 hit`, `a herd of 10000 misses on one key`).
+fn short(title: &str) -> &str {
+    title.split(',').next().unwrap_or(title)
+}
+
+/// EchoStore's ratio to one peer in one row: per round, and their median.
+struct Ratio {
+    label: String,
+    peer: &'static str,
+    median: f64,
+    rounds: Vec<f64>,
+}
+
+/// Where the plot of this run's ratios goes: `docs/benchmarks/peers.svg` in the workspace.
+fn plot_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks/peers.svg")
+}
+
+/// Draws every ratio of the run as a row of dots (one per round) and its median, on a log axis
+/// with 1× marked: under the line EchoStore is the faster.
+fn plot(ratios: &[&Ratio], path: &std::path::Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    let all = ratios.iter().flat_map(|r| r.rounds.iter().copied());
+    let (lo, hi) = all.fold((1.0_f64, 1.0_f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (lo, hi) = (lo / 1.3, hi * 1.3);
+    let rows = ratios.len() as f64;
+    let root = SVGBackend::new(path, (1000, 80 + 50 * ratios.len() as u32)).into_drawing_area();
+    let e = |e: DrawingAreaErrorKind<_>| format!("{}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "EchoStore against its peers, same run (per-round ratios)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(380)
+        .build_cartesian_2d((lo..hi).log_scale(), -0.5..rows - 0.5)
+        .map_err(e)?;
+    let names: Vec<&str> = ratios.iter().map(|r| r.label.as_str()).collect();
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(ratios.len())
+        .y_label_formatter(&|y| {
+            let at = y.round();
+            match names.get(at as usize) {
+                Some(name) if (y - at).abs() < 0.01 => (*name).to_owned(),
+                _ => String::new(),
+            }
+        })
+        .x_labels(12)
+        .x_desc("EchoStore's time / the peer's (log scale; < 1: EchoStore faster)")
+        .x_label_formatter(&|x| format!("{x:.2}×"))
+        .draw()
+        .map_err(e)?;
+    chart
+        .draw_series(LineSeries::new(
+            [(1.0, -0.5), (1.0, rows - 0.5)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(e)?;
+    for (at, ratio) in ratios.iter().enumerate() {
+        let y = at as f64;
+        let dots = ratio
+            .rounds
+            .iter()
+            .map(|&x| Circle::new((x, y), 3, BLUE.mix(0.5).filled()));
+        chart.draw_series(dots).map_err(e)?;
+        let median = Circle::new((ratio.median, y), 7, RED.stroke_width(2));
+        chart.draw_series(std::iter::once(median)).map_err(e)?;
+    }
+    root.present().map_err(e)
 }
 
 /// Each contender of `row` measured by criterion on its own.
@@ -277,9 +358,15 @@ fn peers(c: &mut Criterion) {
     for (title, ratios) in &summary {
         let ratios: Vec<String> = ratios
             .iter()
-            .map(|(peer, r)| format!("{r:.2}× {peer}"))
+            .map(|r| format!("{:.2}× {}", r.median, r.peer))
             .collect();
         println!("  {title}: {}", ratios.join(", "));
+    }
+    let all: Vec<&Ratio> = summary.iter().flat_map(|(_, ratios)| ratios).collect();
+    let path = plot_path();
+    match plot(&all, &path) {
+        Ok(()) => println!("  plotted in {}", path.display()),
+        Err(e) => println!("  no plot: {e}"),
     }
     drop(rows);
     drop(valkey);
