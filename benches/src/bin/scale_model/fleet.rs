@@ -109,6 +109,20 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    /// Nothing counted yet, with a counter per shard of `fleet`.
+    fn empty(fleet: &Fleet) -> Self {
+        Outcome {
+            ops_per_shard: vec![0; fleet.shards],
+            pushes_per_shard: vec![0; fleet.shards],
+            messages_per_shard: vec![0; fleet.shards],
+            busy_us_per_shard: vec![0.0; fleet.shards],
+            seconds: fleet.seconds,
+            ..Outcome::default()
+        }
+    }
+}
+
+impl Outcome {
     pub(crate) fn pushes(&self) -> u64 {
         self.pushes_per_shard.iter().sum()
     }
@@ -369,14 +383,7 @@ pub(crate) fn run(fleet: &Fleet, costs: &Costs) -> Outcome {
         lag: Histogram::new(3).expect("a histogram"),
         heap: BinaryHeap::new(),
         seq: 0,
-        out: Outcome {
-            ops_per_shard: vec![0; fleet.shards],
-            pushes_per_shard: vec![0; fleet.shards],
-            messages_per_shard: vec![0; fleet.shards],
-            busy_us_per_shard: vec![0.0; fleet.shards],
-            seconds: fleet.seconds,
-            ..Outcome::default()
-        },
+        out: Outcome::empty(fleet),
     };
     // The bench's workload: every key has a value, each node holds its keys from the start.
     if fleet.held > 0 {
@@ -393,14 +400,7 @@ pub(crate) fn run(fleet: &Fleet, costs: &Costs) -> Outcome {
             }
             sim.held[node] = held;
         }
-        sim.out = Outcome {
-            ops_per_shard: vec![0; fleet.shards],
-            pushes_per_shard: vec![0; fleet.shards],
-            messages_per_shard: vec![0; fleet.shards],
-            busy_us_per_shard: vec![0.0; fleet.shards],
-            seconds: fleet.seconds,
-            ..Outcome::default()
-        };
+        sim.out = Outcome::empty(fleet);
         sim.busy_until.fill(0);
         sim.turn_until.fill(0);
     }
