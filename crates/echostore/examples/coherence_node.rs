@@ -3,13 +3,16 @@
 //! it reach every other process's L1.
 //!
 //! ```text
-//! coherence_node <valkey-url> <run-id>
+//! coherence_node <valkey-url> <run-id> [broadcast|keys]
 //! ```
+//!
+//! The third argument is the store's [`Tracking`] mode (default broadcast).
 //!
 //! The table `coh` (`String -> String`, ttl 60 s, no jitter) loads an id from the Valkey key
 //! `src:<run-id>:<id>` and counts each load with `INCR src:<run-id>:reads`; both keys lie outside
 //! the table's prefixes. Once Valkey's pushes reach the table (it writes a probe key under the
-//! table's prefix until the table counts the invalidation), the node prints `ready`. Then each
+//! table's prefix until the table counts the invalidation; under key tracking it puts the probe
+//! through the table first, so that Valkey tracks it), the node prints `ready`. Then each
 //! command gets one JSON line in answer:
 //!
 //! ```text
@@ -27,7 +30,7 @@
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
-use echostore::{Fetched, Origin, Store, Table};
+use echostore::{Fetched, Origin, Store, Table, Tracking};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -37,8 +40,11 @@ const GIVE_UP: Duration = Duration::from_secs(30);
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, url, run] = &args[..] else {
-        return Err("usage: coherence_node <valkey-url> <run-id>".into());
+    let (url, run, tracking) = match &args[..] {
+        [_, url, run] => (url, run, Tracking::Broadcast),
+        [_, url, run, mode] if mode == "broadcast" => (url, run, Tracking::Broadcast),
+        [_, url, run, mode] if mode == "keys" => (url, run, Tracking::Keys),
+        _ => return Err("usage: coherence_node <valkey-url> <run-id> [broadcast|keys]".into()),
     };
     let mut conn = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
@@ -47,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .valkey(url.as_str())
         .require_valkey(true)
         .coherence(true)
+        .tracking(tracking)
         .build()
         .await?;
     let (source, run_id) = (conn.clone(), run.clone());
@@ -142,10 +149,12 @@ async fn tracked(
     table: &Table<String, String>,
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let probe = format!("coh:{{probe-{}}}", std::process::id());
+    let id = format!("probe-{}", std::process::id());
+    let probe = format!("coh:{{{id}}}");
     let give_up = Instant::now() + GIVE_UP;
     loop {
         let before = table.stats().invalidations;
+        table.put(&id, String::new()).await?;
         let _: () = conn.set(&probe, "probe").await?;
         let retry = Instant::now() + Duration::from_millis(100);
         while Instant::now() < retry {

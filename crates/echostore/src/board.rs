@@ -164,6 +164,12 @@ impl<K: Eq + Hash, V> Board<K, V> {
         true
     }
 
+    /// Runs `f` under the board's lock: no read settles (stores into L1) meanwhile.
+    pub(crate) fn exclusive(&self, f: impl FnOnce()) {
+        let _lists = self.lists();
+        f();
+    }
+
     /// Withdraws the read `read` of `id`, if it is the one listed (its caller is done with it).
     pub(crate) fn withdraw_read(&self, id: &K, read: ReadId) {
         let mut lists = self.lists();

@@ -2,8 +2,11 @@
 //! invalidation whenever a key under the store's tables' prefixes changes — whoever changed it
 //! (another process, a script, an operator, an expiry).
 //!
-//! The connection runs `CLIENT TRACKING ON BCAST PREFIX <table>: PREFIX lock:<table>:` for every
-//! table of the store, registered as tables start. An invalidation of a **value key** reaches the
+//! By default ([`Tracking::Broadcast`]) the connection runs `CLIENT TRACKING ON BCAST PREFIX
+//! <table>: PREFIX lock:<table>:` for every table of the store, registered as tables start. With
+//! [`Tracking::Keys`] it runs `CLIENT TRACKING ON`, and Valkey pushes only the keys it read
+//! (`crate::tracking::keys`): each value L1 takes is read there once more before it lives its
+//! full life. An invalidation of a **value key** reaches the
 //! table's owner, which drops the id from L1 and detaches a running flight for it (a fill that read
 //! the old bytes cannot store them): ordered with fills and writes, like a local `invalidate`. An
 //! invalidation of a value key **or a lock key** also wakes a loser waiting on that id, which then
@@ -29,6 +32,37 @@ use tokio::sync::{Notify, watch};
 
 use crate::envelope::Fingerprint;
 use crate::key::{KeyKind, parse_key};
+use crate::tracking::keys::{Found, Read, Registry};
+
+/// How Valkey tells a store which keys changed ([`StoreBuilder::tracking`](crate::StoreBuilder::tracking)).
+/// Both keep the guarantees of `docs/consistency.md`; they differ in what they cost Valkey and
+/// the store (`docs/scale.md` has the measurements and the rule of thumb).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tracking {
+    /// `CLIENT TRACKING ON BCAST PREFIX …`: every change under the store's tables is pushed to
+    /// every store, whether it holds the key or not. The default: the cheaper mode while each
+    /// process holds much of what is written.
+    #[default]
+    Broadcast,
+    /// `CLIENT TRACKING ON`, Valkey's default mode: Valkey remembers the keys each store's
+    /// tracking connection read and pushes only their changes, so a push costs nothing on the
+    /// processes that do not hold the key. Each value L1 takes is read once more on that
+    /// connection (the bytes compared with L1's), and lives at most `unconfirmed_l1_life` until
+    /// then; Valkey keeps a record per key and store. For fleets where each process holds a small
+    /// share of the keys.
+    Keys,
+}
+
+impl Tracking {
+    /// The mode's name: `"broadcast"` or `"keys"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tracking::Broadcast => "broadcast",
+            Tracking::Keys => "keys",
+        }
+    }
+}
 
 /// The default of [`StoreBuilder::unconfirmed_l1_life`](crate::StoreBuilder::unconfirmed_l1_life):
 /// how long a value Valkey could not confirm stays in L1 (tracking down, or the data connection
@@ -82,6 +116,9 @@ pub(crate) trait Sink: Send + Sync {
     fn flush(&self);
     /// The table's marks changed (a clear or a tag invalidation somewhere).
     fn marks_changed(&self);
+    /// Key tracking read the value key of this rendered id for an entry made from
+    /// `fingerprint`'s bytes, and found them (or not).
+    fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found);
 }
 
 /// The store's coherence: the tables to tell, the losers to wake, and whether tracking is up.
@@ -97,6 +134,8 @@ pub(crate) struct Tracker {
     nodes: Mutex<Nodes>,
     /// Wakes `add_table` when a connection subscribed something.
     subscribed: Notify,
+    /// What the tracking connections read, under key tracking.
+    keys: Option<Registry>,
 }
 
 /// The tracking connections of a store, by server address.
@@ -110,7 +149,7 @@ struct Nodes {
 
 impl Tracker {
     /// A tracker for a store's tables; `tracking::start` runs its connections.
-    pub(crate) fn new(namespace: &str) -> Arc<Tracker> {
+    pub(crate) fn new(namespace: &str, mode: Tracking) -> Arc<Tracker> {
         let (tables_tx, _) = watch::channel(Vec::new());
         Arc::new(Tracker {
             tables: Mutex::new(HashMap::new()),
@@ -119,7 +158,13 @@ impl Tracker {
             tables_tx,
             nodes: Mutex::new(Nodes::default()),
             subscribed: Notify::new(),
+            keys: (mode == Tracking::Keys).then(Registry::default),
         })
+    }
+
+    /// What the tracking connections read, under key tracking; `None` for broadcast.
+    pub(crate) fn keys(&self) -> Option<&Registry> {
+        self.keys.as_ref()
     }
 
     /// Tells `sink` about the pushes for `table`'s keys from now on; returns once every tracking
@@ -199,6 +244,9 @@ impl Tracker {
     /// The connection to `node` is gone.
     pub(crate) fn node_lost(&self, node: &str) {
         lock(&self.nodes).tracking.remove(node);
+        if let Some(registry) = &self.keys {
+            registry.node_down(node);
+        }
     }
 
     /// `true` while every tracking connection is up and subscribed.
@@ -215,6 +263,17 @@ impl Tracker {
         waiters.retain(|_, w| w.strong_count() > 0);
         for key in keys {
             waiters.insert(key.to_vec(), Arc::downgrade(&notify));
+        }
+        drop(waiters);
+        // Under key tracking Valkey pushes these keys' changes only once its connection has read
+        // them; a change before that is found by the loser's next safety poll.
+        if let Some(registry) = &self.keys {
+            for key in keys {
+                registry.read(Read {
+                    key: key.to_vec(),
+                    expect: None,
+                });
+            }
         }
         notify
     }
@@ -236,6 +295,9 @@ impl Tracker {
 
     /// One pushed key changed.
     pub(crate) fn changed(&self, key: &[u8]) {
+        if let Some(registry) = &self.keys {
+            registry.changed(key);
+        }
         // The owner hears of the change before the loser wakes: a woken loser's next message to
         // its owner (it stops waiting) then comes after the invalidation, which leaves it attached.
         match parse_key(&self.namespace, key) {
@@ -259,9 +321,21 @@ impl Tracker {
         }
     }
 
+    /// Key tracking read `key` for an entry made from `fingerprint`'s bytes.
+    pub(crate) fn confirmed(&self, key: &[u8], fingerprint: Fingerprint, found: Found) {
+        if let Some((KeyKind::Value, table, id)) = parse_key(&self.namespace, key) {
+            for sink in self.sinks(table) {
+                sink.confirmed(id, fingerprint, found);
+            }
+        }
+    }
+
     /// Tracking went down or came back: flush every table, wake every loser.
     pub(crate) fn flush_all(&self, why: &str) {
         tracing::info!(why, "coherence: flushing every L1 of the store");
+        if let Some(registry) = &self.keys {
+            registry.forget();
+        }
         for sink in self.all_sinks() {
             sink.flush();
         }

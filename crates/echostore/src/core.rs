@@ -13,14 +13,15 @@ use futures::future::BoxFuture;
 
 use crate::board::Board;
 use crate::coherence::Tracker;
-use crate::envelope::{self, Envelope, Marking};
+use crate::envelope::{self, Envelope, Fingerprint, Marking};
 use crate::error::{Result, SharedError};
-use crate::l1::{Entry, L1};
+use crate::l1::{Entry, L1, L1Cache, Unconfirmed};
 use crate::l2::L2;
 use crate::losers::LoserPolicy;
 use crate::marks::Marks;
 use crate::server_clock::wall_ms;
 use crate::stats::Stats;
+use crate::tracking::keys::Read;
 use crate::unsettled::Unsettled;
 
 /// The source of truth for one table: called once per id per expiry.
@@ -194,6 +195,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) namespace: Arc<str>,
     pub(crate) config: TableConfig<V>,
     pub(crate) l1: L1<K, V>,
+    /// Under key tracking, L1's entries that wait for Valkey to confirm them.
+    pub(crate) unconfirmed: Unconfirmed<K, V>,
     pub(crate) l2: Option<L2>,
     /// The per-id loader; when only a batch loader is set, a one-id batch stands in for it.
     pub(crate) loader: Option<Loader<K, V>>,
@@ -260,6 +263,13 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         self.l2_entry_at(env, self.now_ms())
     }
 
+    /// A flight's answer with a fresh value read from Valkey, kept in L1 as [`Self::l2_entry`].
+    pub(crate) fn l2_filled(&self, env: Envelope<V>) -> crate::stale::Filled<V> {
+        let read_as = env.read_as;
+        crate::stale::Filled::fresh(self.l2_entry(env), crate::fetched::Origin::L2)
+            .made_from(read_as)
+    }
+
     /// [`Self::l2_entry`] with "now" already read.
     pub(crate) fn l2_entry_at(&self, env: Envelope<V>, now_ms: u64) -> Entry<V> {
         let left = Duration::from_millis(env.fresh_until_ms.saturating_sub(now_ms));
@@ -279,5 +289,43 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         } else {
             entry
         }
+    }
+}
+
+impl<K: crate::key::Key, V: crate::key::Value> TableCore<K, V> {
+    /// Puts `entry` into L1 as `id`'s, for as long as L1 may keep it ([`Self::keepable`]).
+    /// `fingerprint`: the bytes it was read from or written as, when known.
+    ///
+    /// Under key tracking the entry lives at most the unconfirmed life until the tracking
+    /// connection has read the key and found those bytes (`crate::tracking::keys`): before that
+    /// read, Valkey would push no change of the key to this store. An entry with no fingerprint
+    /// never lives longer.
+    pub(crate) fn keep(&self, id: K, entry: Entry<V>, fingerprint: Option<Fingerprint>) {
+        let entry = self.keepable(entry);
+        let Some(registry) = self.tracker.as_ref().and_then(|t| t.keys()) else {
+            return self.l1.insert(id, entry);
+        };
+        let capped = entry.clone().capped(self.unconfirmed_l1_life);
+        let (Some(fingerprint), Ok(names)) = (fingerprint, self.names(&id)) else {
+            return self.l1.insert(id, capped);
+        };
+        if registry.holds(&names.value, fingerprint) {
+            return self.l1.insert(id, entry);
+        }
+        // Waiting before the read is asked: its answer may reach the owner at once.
+        self.unconfirmed.wait(id.clone(), fingerprint, entry);
+        self.l1.insert(id.clone(), capped);
+        let read = Read {
+            key: names.value,
+            expect: Some(fingerprint),
+        };
+        if !registry.read(read) {
+            self.unconfirmed.take(&id, fingerprint); // no tracking connection up to read it
+        }
+    }
+
+    /// `true` under key tracking: what L1 keeps needs its bytes' fingerprint.
+    pub(crate) fn tracks_keys(&self) -> bool {
+        self.tracker.as_ref().is_some_and(|t| t.keys().is_some())
     }
 }

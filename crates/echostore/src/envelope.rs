@@ -66,6 +66,9 @@ pub(crate) struct Envelope<V> {
     pub(crate) marking: Marking,
     /// The decoded value.
     pub(crate) value: V,
+    /// The fingerprint of the bytes it was decoded from, when the reader asked for it (key
+    /// tracking confirms what L1 keeps by it).
+    pub(crate) read_as: Option<Fingerprint>,
 }
 
 impl<V> Envelope<V> {
@@ -210,6 +213,7 @@ pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, D
         delta: header.delta.unwrap_or(Duration::ZERO),
         marking,
         value,
+        read_as: None,
     })
 }
 

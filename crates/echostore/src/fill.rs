@@ -273,7 +273,8 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             }
         };
         let counters = &self.core.stats.counters;
-        (self.signals)(Signal::Writing(envelope::fingerprint(&bytes)));
+        let fingerprint = envelope::fingerprint(&bytes);
+        (self.signals)(Signal::Writing(fingerprint));
         // The script releases the lock when it holds our token: counted as a release would be.
         let keep = match lock::fenced_write(at.l2, &at.names, token, bytes, life.physical_ms())
             .await
@@ -304,7 +305,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             }
         };
         Ok(if keep {
-            Filled::fresh(life.entry(value), Origin::Loaded)
+            Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
         } else {
             Filled::answer_only(value, Origin::Loaded)
         })

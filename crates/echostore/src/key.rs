@@ -251,22 +251,27 @@ pub(crate) fn marks_key_under(namespace: &str, table: &str) -> Vec<u8> {
 }
 
 impl KeyNames {
-    /// The Valkey Cluster hash slot of both names: CRC16 of the hash tag (the bytes between the
-    /// first `{` and the first `}` after it) modulo 16384, as the cluster computes it.
+    /// The Valkey Cluster hash slot of both names (they share the `{id}` hash tag).
     #[cfg(feature = "cluster")]
     pub(crate) fn slot(&self) -> u16 {
-        let key = &self.value[..];
-        let tag = key
-            .iter()
-            .position(|&b| b == b'{')
-            .and_then(|open| {
-                let rest = &key[open + 1..];
-                let close = rest.iter().position(|&b| b == b'}')?;
-                (close > 0).then(|| &rest[..close])
-            })
-            .unwrap_or(key);
-        crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
+        slot(&self.value)
     }
+}
+
+/// The Valkey Cluster hash slot of `key`: CRC16 of the hash tag (the bytes between the first `{`
+/// and the first `}` after it, when there are any) modulo 16384, as the cluster computes it.
+#[cfg(feature = "cluster")]
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
 }
 
 /// Which of an id's two keys a Valkey key is.

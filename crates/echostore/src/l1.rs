@@ -14,9 +14,11 @@ use std::hash::Hash;
 use crate::key::Key;
 
 mod entry;
+mod unconfirmed;
 mod weigher;
 
 pub(crate) use entry::{Entry, Freshness};
+pub(crate) use unconfirmed::Unconfirmed;
 use weigher::ByWeigher;
 pub(crate) use weigher::{Bound, Weigher};
 

@@ -39,7 +39,7 @@
 //!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
 //!   (a failed write, a load answered in-process), until it is repaired.
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
-//!   and wake losers (`BCAST` client-side caching).
+//!   and wake losers (client-side caching, by prefix with `BCAST` or by key: [`Tracking`]).
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
 //!   waits for (`flights::writes`); the per-id ordering rule lives here.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
@@ -52,9 +52,11 @@
 //!   (`DELIFEQ`, `SET … IFEQ`) the server has.
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency), bounded by entries or, with a
 //!   weigher, by bytes (`l1::weigher`); `l1::entry` — a value with its freshness, stale window
-//!   and early refresh; `clock` tells its entries' freshness without a serialising clock read.
+//!   and early refresh; `l1::unconfirmed` — under key tracking, the entries waiting for Valkey
+//!   to confirm them; `clock` tells its entries' freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
-//! - `tracking` — coherence's tracking connections (one per server or cluster primary).
+//! - `tracking` — coherence's tracking connections (one per server or cluster primary);
+//!   `tracking::keys` — under key tracking, the keys they read and what they found there.
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`);
 //!   `server_clock` — Valkey's clock as estimated here: the "now" every envelope's life is read
 //!   against, and a put's deadline.
@@ -146,7 +148,7 @@ mod writes;
 pub mod recipes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
-pub use coherence::DOWN_L1_LIFE;
+pub use coherence::{DOWN_L1_LIFE, Tracking};
 pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};
 pub use fetched::{Fetched, Origin};

@@ -42,7 +42,6 @@ use crate::envelope;
 use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
-use crate::l1::L1Cache;
 use crate::losers::LoserPolicy;
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
@@ -186,6 +185,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         if !env.is_fresh(now_ms) {
             return Err(Unsettled::NotFresh);
         }
+        let read_as = core.tracks_keys().then(|| envelope::fingerprint(&bytes));
         let entry = core.l2_entry_at(env, now_ms);
         let fetched = Fetched::new(Arc::clone(&entry.value), Origin::L2);
         // A read a change overtook does not answer: this process's L1 may keep an older value
@@ -193,7 +193,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // pushed yet), and a process never answers newer than what it then serves. The owner's
         // flight answers instead, ordered after that change.
         let settled = core.board.settle(&self.id, self.read, || {
-            core.l1.insert(self.id.clone(), core.keepable(entry));
+            core.keep(self.id.clone(), entry, read_as);
         });
         if !settled {
             return Err(Unsettled::Overtaken);

@@ -34,6 +34,7 @@ use crate::losers::LoserPolicy;
 use crate::marks::Scope;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
+use crate::tracking::keys::Found;
 use crate::writes::{L2Write, PendingWrite};
 
 /// What the owner is asked to do.
@@ -83,11 +84,22 @@ pub(crate) enum OwnerMsg<K, V> {
         write: Option<L2Write>,
         reply: RpcReplyPort<Result<()>>,
     },
-    /// The Valkey write at the head of `id`'s queue finished; `entry` is what it leaves in L1.
-    Written { id: K, entry: Option<Entry<V>> },
+    /// The Valkey write at the head of `id`'s queue finished; `entry` is what it leaves in L1,
+    /// `written_as` the fingerprint of the envelope it wrote.
+    Written {
+        id: K,
+        entry: Option<Entry<V>>,
+        written_as: Option<Fingerprint>,
+    },
     /// Valkey pushed an invalidation of `id`'s value key (coherence); `checked`: it was read
     /// back and is not this process's own write.
     Invalidated { id: K, checked: bool },
+    /// Key tracking read `id`'s value key for the L1 entry made from `fingerprint`'s bytes.
+    Confirmed {
+        id: K,
+        fingerprint: Fingerprint,
+        found: Found,
+    },
     /// Invalidations may have been missed (coherence lost or regained): drop all of L1.
     Flush,
     /// A clear or a tag invalidation is known here now (`crate::marks`): drop what it makes
@@ -183,7 +195,16 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Invalidate { id, write, reply } => {
                 state.write(&myself, id, None, write, reply)
             }
-            OwnerMsg::Written { id, entry } => state.written(&myself, id, entry),
+            OwnerMsg::Written {
+                id,
+                entry,
+                written_as,
+            } => state.written(&myself, id, entry, written_as),
+            OwnerMsg::Confirmed {
+                id,
+                fingerprint,
+                found,
+            } => state.confirmed(&myself, id, fingerprint, found),
             OwnerMsg::Reading { flight } => state.flights.reading(flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),

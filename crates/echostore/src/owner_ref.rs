@@ -9,11 +9,13 @@ use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 
 use crate::coherence::Sink;
 use crate::core::TableCore;
+use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::key::{Key, Value};
 use crate::owner::{Owner, OwnerMsg};
 use crate::stats::bump;
 use crate::supervisor::Restart;
+use crate::tracking::keys::Found;
 
 /// Where the handles find the current owner; the supervisor swaps it after a restart.
 pub(crate) struct OwnerRef<K, V> {
@@ -71,6 +73,17 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
 
     fn marks_changed(&self) {
         let _ = self.current().cast(OwnerMsg::MarksChanged { full: false });
+    }
+
+    fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found) {
+        // An id this key type cannot parse back was never kept capped-and-waiting: nothing to do.
+        if let Some(id) = K::from_rendered(id) {
+            let _ = self.current().cast(OwnerMsg::Confirmed {
+                id,
+                fingerprint,
+                found,
+            });
+        }
     }
 }
 

@@ -19,6 +19,9 @@ pub(crate) struct Filled<V> {
     pub(crate) fetched: Fetched<V>,
     /// `Some` when the value is fresh and may be stored in L1.
     pub(crate) keep: Option<Entry<V>>,
+    /// The fingerprint of the bytes `keep` was read or written as, when known: under key
+    /// tracking L1 keeps it past the unconfirmed life only once Valkey confirms those bytes.
+    pub(crate) fingerprint: Option<Fingerprint>,
 }
 
 impl<V> Filled<V> {
@@ -27,7 +30,14 @@ impl<V> Filled<V> {
         Filled {
             fetched: Fetched::new(Arc::clone(&entry.value), origin),
             keep: Some(entry),
+            fingerprint: None,
         }
+    }
+
+    /// The value as Valkey holds it: `fingerprint`, the bytes it was read or written as.
+    pub(crate) fn made_from(mut self, fingerprint: Option<Fingerprint>) -> Self {
+        self.fingerprint = fingerprint;
+        self
     }
 
     /// A value answered to the waiters and stored nowhere.
@@ -35,6 +45,7 @@ impl<V> Filled<V> {
         Filled {
             fetched: Fetched::new(value, origin),
             keep: None,
+            fingerprint: None,
         }
     }
 }
@@ -52,9 +63,9 @@ impl<V> Landing<V> {
     /// The landing with what L1 keeps of it living at most `limit`.
     pub(crate) fn capped(self, limit: Duration) -> Self {
         match self {
-            Landing::Filled(Filled { fetched, keep }) => Landing::Filled(Filled {
-                fetched,
-                keep: keep.map(|entry| entry.capped(limit)),
+            Landing::Filled(filled) => Landing::Filled(Filled {
+                keep: filled.keep.map(|entry| entry.capped(limit)),
+                ..filled
             }),
             Landing::Skipped => Landing::Skipped,
         }
@@ -124,6 +135,7 @@ impl<V> Stale<V> {
         Some(Filled {
             fetched,
             keep: None,
+            fingerprint: None,
         })
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 
-use crate::coherence::{DOWN_L1_LIFE, Tracker};
+use crate::coherence::{DOWN_L1_LIFE, Tracker, Tracking};
 use crate::config::{MAX_DURATION, TableBuilder};
 use crate::connect::{Endpoint, Kind};
 use crate::error::{Error, Result};
@@ -61,6 +61,7 @@ impl Store {
             unconfirmed_l1_life: DOWN_L1_LIFE,
             require: false,
             coherence: true,
+            tracking: Tracking::Broadcast,
             namespace: None,
             native_lock_commands: true,
         }
@@ -124,6 +125,7 @@ pub struct StoreBuilder {
     unconfirmed_l1_life: Duration,
     require: bool,
     coherence: bool,
+    tracking: Tracking,
     namespace: Option<String>,
     native_lock_commands: bool,
 }
@@ -201,6 +203,15 @@ impl StoreBuilder {
     /// `docs/coherence.md`.
     pub fn coherence(mut self, on: bool) -> Self {
         self.coherence = on;
+        self
+    }
+
+    /// How coherence learns of changes (default [`Tracking::Broadcast`]): every change under the
+    /// store's tables pushed to every store, or with [`Tracking::Keys`] only the changes of keys
+    /// this store read. Choose by fleet size and by the share of the keys each process holds, as
+    /// `docs/scale.md` measures it; the guarantees are the same.
+    pub fn tracking(mut self, mode: Tracking) -> Self {
+        self.tracking = mode;
         self
     }
 
@@ -286,7 +297,7 @@ impl StoreBuilder {
         };
         let tracker = match &endpoint {
             Some(endpoint) if self.coherence => {
-                let tracker = Tracker::new(&namespace);
+                let tracker = Tracker::new(&namespace, self.tracking);
                 tracking::start(Arc::downgrade(&tracker), endpoint.clone());
                 Some(tracker)
             }

@@ -1,6 +1,7 @@
 //! The tracking connections behind coherence: one RESP3 connection per server (per primary of a
 //! cluster), each running `CLIENT TRACKING ON BCAST PREFIX <table>: PREFIX lock:<table>:` for the
-//! store's tables and handing the pushes to the [`Tracker`].
+//! store's tables (or `CLIENT TRACKING ON` under key tracking, [`keys`], reading the keys it is
+//! asked to) and handing the pushes to the [`Tracker`].
 //!
 //! A connection that fails (a read error, a disconnection push, a health `PING` that fails or
 //! goes unanswered, so a silent link is noticed within [`SILENT_LINK_BOUND`]) tells the tracker, which flushes every L1 of the store; it reconnects with backoff, resubscribes, and the
@@ -18,6 +19,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::coherence::Tracker;
 use crate::connect::{Endpoint, Kind};
+use crate::key::{KeyKind, marks_key_under, parse_key};
+use keys::Read;
 
 /// How often each tracking connection is checked with a PING.
 const HEALTH_EVERY: Duration = Duration::from_millis(250);
@@ -45,7 +48,7 @@ pub(crate) fn start(tracker: Weak<Tracker>, endpoint: Endpoint) {
             if let Some(t) = tracker.upgrade() {
                 t.expect_nodes(1);
             }
-            tokio::spawn(node(tracker, endpoint, url));
+            tokio::spawn(node(tracker, endpoint, url, Vec::new()));
         }
         Kind::Cluster(seeds) => {
             tokio::spawn(cluster::track(tracker, endpoint, seeds));
@@ -53,9 +56,10 @@ pub(crate) fn start(tracker: Weak<Tracker>, endpoint: Endpoint) {
     }
 }
 
-/// One tracking connection: connect, subscribe, route pushes; on any loss flush, and reconnect.
-/// Ends when the store (and so the tracker) is gone.
-async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String) {
+/// One tracking connection, to the server at `url` (a cluster primary serving `slots`): connect,
+/// subscribe, route pushes; on any loss flush, and reconnect. Ends when the store (and so the
+/// tracker) is gone.
+async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String, slots: Vec<(u16, u16)>) {
     let Some(mut tables) = tracker.upgrade().map(|t| t.tables()) else {
         return;
     };
@@ -63,8 +67,12 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String) {
     let mut pause = first;
     loop {
         let mut established = false;
-        let Some(lost) = track(&tracker, &endpoint, &url, &mut tables, &mut established).await
-        else {
+        let life = Life {
+            url: &url,
+            slots: &slots,
+            established: &mut established,
+        };
+        let Some(lost) = track(&tracker, &endpoint, &mut tables, life).await else {
             return; // the tracker is gone
         };
         let Some(this) = tracker.upgrade() else {
@@ -87,14 +95,23 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String) {
     }
 }
 
+/// Which connection a [`track`] is, and what it tells its caller.
+struct Life<'a> {
+    url: &'a str,
+    /// A cluster primary's slots (empty for a single server).
+    slots: &'a [(u16, u16)],
+    /// Set once the connection tracked the store's tables.
+    established: &'a mut bool,
+}
+
 /// One life of a tracking connection; returns why it ended (`None`: the tracker is gone).
 async fn track(
     tracker: &Weak<Tracker>,
     endpoint: &Endpoint,
-    url: &str,
     tables: &mut watch::Receiver<Vec<String>>,
-    established: &mut bool,
+    life: Life<'_>,
 ) -> Option<&'static str> {
+    let url = life.url;
     let client = match resp3_client(endpoint, url) {
         Ok(client) => client,
         Err(e) => {
@@ -103,6 +120,7 @@ async fn track(
         }
     };
     let (pushes_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+    let mut reads: Option<mpsc::UnboundedReceiver<Read>> = None;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(endpoint.timeout))
         .set_response_timeout(Some(endpoint.timeout))
@@ -122,10 +140,17 @@ async fn track(
         .arg("echostore-tracking")
         .query_async(&mut conn)
         .await;
-    let namespace = tracker.upgrade()?.namespace().to_owned();
+    let (namespace, by_keys) = {
+        let this = tracker.upgrade()?;
+        (this.namespace().to_owned(), this.keys().is_some())
+    };
+    let mode = Mode {
+        namespace: &namespace,
+        by_keys,
+    };
     let mut subscribed: HashSet<String> = HashSet::new();
     let wanted = tables.borrow_and_update().clone();
-    if let Err(e) = subscribe(&mut conn, &namespace, &wanted, &mut subscribed).await {
+    if let Err(e) = subscribe(&mut conn, mode, &wanted, &mut subscribed).await {
         tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
         return Some("CLIENT TRACKING refused");
     }
@@ -134,8 +159,13 @@ async fn track(
         // Flush before announcing: a table waiting in `add_table` starts only after this, so the
         // flush reaches its owner before any value the table loads next.
         this.flush_all("tracking established");
+        if let Some(registry) = this.keys() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            registry.node_up(url, life.slots.to_vec(), tx);
+            reads = Some(rx);
+        }
         this.node_tracks(url, &subscribed);
-        *established = true;
+        *life.established = true;
     }
     let mut health = tokio::time::interval(HEALTH_EVERY);
     health.tick().await;
@@ -143,8 +173,19 @@ async fn track(
         tokio::select! {
             push = pushes.recv() => match push {
                 Some(push) if push.kind == PushKind::Disconnection => return Some("disconnected"),
-                Some(push) => route(&*tracker.upgrade()?, push),
+                Some(push) => {
+                    let this = tracker.upgrade()?;
+                    if by_keys {
+                        reread_marks(&mut conn, &this, &push).await;
+                    }
+                    route(&this, push);
+                }
                 None => return Some("push channel closed"),
+            },
+            Some(read) = next_read(&mut reads) => {
+                if let Some(queued) = reads.as_mut() {
+                    keys::serve(&mut conn, &*tracker.upgrade()?, read, queued).await;
+                }
             },
             changed = tables.changed() => {
                 // The tracker is gone (its store was dropped, and its tables with it): nothing
@@ -153,7 +194,7 @@ async fn track(
                     return None;
                 }
                 let wanted = tables.borrow_and_update().clone();
-                if let Err(e) = subscribe(&mut conn, &namespace, &wanted, &mut subscribed).await {
+                if let Err(e) = subscribe(&mut conn, mode, &wanted, &mut subscribed).await {
                     if tracker.strong_count() == 0 {
                         return None; // the store went away meanwhile, its connection with it
                     }
@@ -197,16 +238,44 @@ fn resp3_client(endpoint: &Endpoint, url: &str) -> crate::error::Result<redis::C
     .map_err(|e| crate::error::Error::valkey("configuring RESP3", e))
 }
 
-/// Makes the connection track exactly the `wanted` tables' value and lock prefixes: `CLIENT
-/// TRACKING ON BCAST` adds the new ones. BCAST prefixes cannot be removed one by one, so when a
-/// table is gone tracking is turned off and on again with the rest, in one `MULTI`: no other
-/// client's write runs in between, so no push for a table still wanted is missed.
+/// How a connection tracks: the store's namespace, and whether by keys or by prefixes.
+#[derive(Clone, Copy)]
+struct Mode<'a> {
+    namespace: &'a str,
+    by_keys: bool,
+}
+
+/// Makes the connection track exactly the `wanted` tables.
+///
+/// By prefixes, `CLIENT TRACKING ON BCAST` adds the new tables' value and lock prefixes. BCAST
+/// prefixes cannot be removed one by one, so when a table is gone tracking is turned off and on
+/// again with the rest, in one `MULTI`: no other client's write runs in between, so no push for a
+/// table still wanted is missed.
+///
+/// By keys, tracking is on from the first call, and each new table's marks key (a sorted set)
+/// is read with `EXISTS` so that Valkey pushes its changes (a gone table's key stays tracked until it changes, harmlessly). On
+/// a cluster only the primary that holds the key answers that read; the others refuse it.
 async fn subscribe(
     conn: &mut redis::aio::MultiplexedConnection,
-    namespace: &str,
+    mode: Mode<'_>,
     wanted: &[String],
     subscribed: &mut HashSet<String>,
 ) -> redis::RedisResult<()> {
+    if mode.by_keys {
+        if subscribed.is_empty() {
+            let mut on = redis::cmd("CLIENT");
+            on.arg("TRACKING").arg("ON");
+            on.query_async::<()>(conn).await?;
+        }
+        for table in wanted.iter().filter(|t| !subscribed.contains(*t)) {
+            let key = marks_key_under(mode.namespace, table);
+            let _: redis::RedisResult<redis::Value> =
+                redis::cmd("EXISTS").arg(key).query_async(conn).await;
+        }
+        *subscribed = wanted.iter().cloned().collect();
+        return Ok(());
+    }
+    let namespace = mode.namespace;
     if subscribed.iter().any(|t| !wanted.contains(t)) {
         let mut pipe = redis::pipe();
         pipe.atomic()
@@ -245,6 +314,38 @@ fn tracking_on<'a>(namespace: &str, tables: impl IntoIterator<Item = &'a String>
     cmd
 }
 
+/// Under key tracking, a pushed marks key is no longer tracked: read it again before the table
+/// hears of the change, so that the table's own read of its marks comes after Valkey tracks the
+/// key once more, and no later mark goes unpushed.
+async fn reread_marks(
+    conn: &mut redis::aio::MultiplexedConnection,
+    tracker: &Tracker,
+    push: &PushInfo,
+) {
+    let Some(redis::Value::Array(keys)) = push.data.first() else {
+        return;
+    };
+    for key in keys {
+        if let redis::Value::BulkString(key) = key
+            && matches!(
+                parse_key(tracker.namespace(), key),
+                Some((KeyKind::Marks, ..))
+            )
+        {
+            let _: redis::RedisResult<redis::Value> =
+                redis::cmd("EXISTS").arg(key).query_async(conn).await;
+        }
+    }
+}
+
+/// The next read asked of this connection; never, when it takes none (broadcast).
+async fn next_read(reads: &mut Option<mpsc::UnboundedReceiver<Read>>) -> Option<Read> {
+    match reads {
+        Some(reads) => reads.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// An `invalidate` push: its keys changed; a nil payload means the whole database was flushed.
 fn route(tracker: &Tracker, push: PushInfo) {
     if push.kind != PushKind::Invalidate {
@@ -263,5 +364,6 @@ fn route(tracker: &Tracker, push: PushInfo) {
 }
 
 mod cluster;
+pub(crate) mod keys;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,10 @@
 //! Coherence across OS processes: three `coherence_node` processes hold one id in L1 with a
 //! minute's ttl; a `put` in one of them, an `invalidate` in another, and a foreign `SET` and `DEL`
 //! from a plain client each reach every node's L1 — each node answers the new value, long before
-//! its copy would have expired. Source reads are counted by the source itself, in Valkey.
+//! its copy would have expired. Source reads are counted by the source itself, in Valkey. Once
+//! with each tracking mode: by prefix (broadcast), and by key (Valkey pushes only the keys each
+//! node's tracking connection read, so a node whose entry was never read there would hear of
+//! nothing and keep its old copy until it expired).
 
 mod common;
 
@@ -40,9 +43,9 @@ struct Node {
 }
 
 impl Node {
-    fn start(name: usize, url: &str, run: &str) -> Node {
+    fn start(name: usize, url: &str, run: &str, tracking: &str) -> Node {
         let mut child = Command::new(coherence_node())
-            .args([url, run])
+            .args([url, run, tracking])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -130,6 +133,16 @@ fn all_hold(nodes: &mut [Node], id: &str, want: &str) -> Vec<u64> {
 /// whose copy had a minute left; the source is read once per change that needs a reload.
 #[test]
 fn writes_in_one_process_reach_every_other_l1() {
+    writes_reach_every_l1("broadcast");
+}
+
+/// The same under key tracking: every process hears of each change of the id it holds.
+#[test]
+fn writes_reach_every_other_l1_under_key_tracking() {
+    writes_reach_every_l1("keys");
+}
+
+fn writes_reach_every_l1(tracking: &str) {
     let valkey = valkey();
     let url = valkey.url();
     let run = std::process::id().to_string();
@@ -151,7 +164,9 @@ fn writes_in_one_process_reach_every_other_l1() {
     };
     set(&mut raw, &source("item"), b"v0");
 
-    let mut nodes: Vec<Node> = (0..3).map(|i| Node::start(i, &url, &run)).collect();
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|i| Node::start(i, &url, &run, tracking))
+        .collect();
     for node in &mut nodes {
         node.ready();
     }

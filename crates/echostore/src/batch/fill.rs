@@ -33,15 +33,14 @@ use futures::future::join_all;
 
 use super::on_valkey::{self, ToWrite, Wrote};
 use crate::core::{TableCore, millis};
-use crate::envelope::Envelope;
+use crate::envelope::{self, Envelope};
 use crate::error::{Error, Result};
-use crate::fetched::Origin;
 use crate::fill::Fill;
 use crate::flights::FlightId;
 use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
 use crate::lock;
-use crate::stale::{Filled, Landing, Signal, Stale};
+use crate::stale::{Landing, Signal, Stale};
 use crate::stats::bump;
 
 mod landing;
@@ -122,7 +121,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                         match self.decode(a.value) {
                             Some(env) if env.is_fresh(self.core.now_ms()) => {
                                 bump(&self.core.stats.counters.l2_hits);
-                                let hit = Filled::fresh(self.core.l2_entry(env), Origin::L2);
+                                let hit = self.core.l2_filled(env);
                                 self.report.landed(
                                     m.id.clone(),
                                     m.flight,
@@ -237,7 +236,11 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 let wrote = wrote
                     .as_ref()
                     .map(|w| w.get(n).copied().unwrap_or(Wrote::NotOurs));
-                if let Some(landing) = self.written(wrote, &mut lives[i]) {
+                let written_as = envelopes[i]
+                    .as_deref()
+                    .filter(|_| self.core.tracks_keys())
+                    .map(envelope::fingerprint);
+                if let Some(landing) = self.written(wrote, &mut lives[i], written_as) {
                     landings[i] = Some(landing);
                 }
             }

@@ -124,6 +124,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 ttl_for: self.ttl_for,
             },
             l1: L1::new(self.l1_backend, l1_bound),
+            unconfirmed: crate::l1::Unconfirmed::new(),
             l2: self.store.l2().cloned(),
             loader: self.loader,
             batch_loader: self.batch_loader,

@@ -22,8 +22,11 @@ pub(crate) fn decode_counted<K: Key, V: Value>(
             bump(&core.stats.counters.marked_misses);
             None
         }
-        Ok(env) => {
+        Ok(mut env) => {
             let longest = core.config.longest_life(&env.value);
+            if core.tracks_keys() {
+                env.read_as = Some(envelope::fingerprint(bytes));
+            }
             Some(env.capped(longest))
         }
         Err(e) => {
@@ -84,6 +87,6 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
     /// A fresh copy from Valkey; L1 keeps it until the envelope's own `fresh_until`.
     pub(super) fn l2_hit(&self, env: Envelope<V>) -> Filled<V> {
         bump(&self.core.stats.counters.l2_hits);
-        Filled::fresh(self.core.l2_entry(env), Origin::L2)
+        self.core.l2_filled(env)
     }
 }

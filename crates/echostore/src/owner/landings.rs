@@ -32,7 +32,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             }
             Ok(Landing::Filled(filled)) if landed.store => {
                 if let Some(entry) = filled.keep {
-                    self.core.l1.insert(id.clone(), self.core.keepable(entry));
+                    self.core.keep(id.clone(), entry, filled.fingerprint);
                 }
                 Ok(filled.fetched)
             }

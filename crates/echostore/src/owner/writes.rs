@@ -52,7 +52,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         id: K,
         pending: PendingWrite<V>,
     ) {
-        if let Some(fingerprint) = pending.fingerprint() {
+        let written_as = pending.fingerprint();
+        if let Some(fingerprint) = written_as {
             self.own.expect(&id, fingerprint);
         }
         let running = self.core.board.running_write(id.clone());
@@ -60,7 +61,11 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         tokio::spawn(async move {
             let entry = pending.apply(&core, &id).await;
             drop(running);
-            let _ = myself.cast(OwnerMsg::Written { id, entry });
+            let _ = myself.cast(OwnerMsg::Written {
+                id,
+                entry,
+                written_as,
+            });
         });
     }
 
@@ -73,7 +78,11 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             let (board, myself) = (Arc::clone(&self.core.board), myself.clone());
             tokio::spawn(async move {
                 board.landed(&id).await;
-                let _ = myself.cast(OwnerMsg::Written { id, entry: None });
+                let _ = myself.cast(OwnerMsg::Written {
+                    id,
+                    entry: None,
+                    written_as: None,
+                });
             });
         }
     }
@@ -85,13 +94,14 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         myself: &ActorRef<OwnerMsg<K, V>>,
         id: K,
         entry: Option<Entry<V>>,
+        written_as: Option<Fingerprint>,
     ) {
         // L1 takes the entry while the id is still marked as written on the board: a read that
         // finds the mark gone finds the entry (the caller may already have its answer and read).
         if self.flights.landing_keeps(&id)
             && let Some(entry) = entry
         {
-            self.core.l1.insert(id.clone(), self.core.keepable(entry));
+            self.core.keep(id.clone(), entry, written_as);
         }
         match self.flights.written(&id) {
             Next::Write(next) => self.spawn_write(myself, id, next),
@@ -122,5 +132,38 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.flights.overtake_write(&id);
         // Counted once done: whoever sees the count finds the id already gone from L1.
         bump(&self.core.stats.counters.invalidations);
+    }
+
+    /// Key tracking read `id`'s value key for the L1 entry made from `fingerprint`'s bytes. Found
+    /// there, the entry lives its full life: Valkey pushes every later change of the key. Changed,
+    /// it is out of date, as if pushed. Either way only while that entry is still the latest of
+    /// the id (a later one waits for its own read).
+    pub(super) fn confirmed(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        fingerprint: Fingerprint,
+        found: Found,
+    ) {
+        let Some(full) = self.core.unconfirmed.take(&id, fingerprint) else {
+            return;
+        };
+        match found {
+            Found::Held => {
+                let l1 = &self.core.l1;
+                // Under the board's lock, so that no read settles between the look and the
+                // insert: L1 never goes back from what a read just stored.
+                self.core.board.exclusive(|| {
+                    if l1
+                        .get(&id)
+                        .is_some_and(|e| Arc::ptr_eq(&e.value, &full.value))
+                    {
+                        l1.insert(id, full);
+                    }
+                });
+            }
+            Found::Changed => self.invalidated(myself, id, true),
+            Found::Unknown => {}
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! A cluster's tracking: one [`node`](super::node) task per primary, restarted (with a flush)
 //! when the set of primaries changes, which a watcher re-reads from `CLUSTER SLOTS` every
-//! [`TOPOLOGY_EVERY`](super::TOPOLOGY_EVERY).
+//! [`TOPOLOGY_EVERY`](super::TOPOLOGY_EVERY). Under key tracking a slot that moves restarts them
+//! too: the keys its old primary tracked for the store are not tracked by the new one.
 
 use std::sync::Weak;
 
@@ -10,12 +11,19 @@ use crate::connect::Endpoint;
 
 /// Tracks a cluster: one [`node`] task per primary, restarted when the primaries change.
 pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec<String>) {
-    let mut running: Vec<(String, tokio::task::JoinHandle<()>)> = Vec::new();
+    let by_keys = tracker.upgrade().is_some_and(|t| t.keys().is_some());
+    let mut running: Vec<(Primary, tokio::task::JoinHandle<()>)> = Vec::new();
     loop {
         let primaries = primaries(&endpoint, &seeds).await;
-        let current: Vec<&String> = running.iter().map(|(url, _)| url).collect();
+        let same = |now: &[Primary]| {
+            now.len() == running.len()
+                && now
+                    .iter()
+                    .zip(&running)
+                    .all(|(a, (b, _))| a.url == b.url && (!by_keys || a.slots == b.slots))
+        };
         if let Some(primaries) = primaries
-            && primaries.iter().collect::<Vec<_>>() != current
+            && !same(&primaries)
         {
             let Some(this) = tracker.upgrade() else {
                 return;
@@ -26,9 +34,10 @@ pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec
             this.expect_nodes(primaries.len());
             this.flush_all("the cluster's primaries changed");
             drop(this);
-            for url in primaries {
-                let task = tokio::spawn(node(tracker.clone(), endpoint.clone(), url.clone()));
-                running.push((url, task));
+            for primary in primaries {
+                let (url, slots) = (primary.url.clone(), primary.slots.clone());
+                let task = tokio::spawn(node(tracker.clone(), endpoint.clone(), url, slots));
+                running.push((primary, task));
             }
         }
         tokio::time::sleep(TOPOLOGY_EVERY).await;
@@ -41,8 +50,15 @@ pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec
     }
 }
 
-/// The URLs of the cluster's primaries (sorted), from the first seed that answers `CLUSTER SLOTS`.
-async fn primaries(endpoint: &Endpoint, seeds: &[String]) -> Option<Vec<String>> {
+/// A cluster primary: its URL and the slot ranges it serves (sorted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Primary {
+    url: String,
+    slots: Vec<(u16, u16)>,
+}
+
+/// The cluster's primaries (sorted by URL), from the first seed that answers `CLUSTER SLOTS`.
+async fn primaries(endpoint: &Endpoint, seeds: &[String]) -> Option<Vec<Primary>> {
     for seed in seeds {
         let Ok(client) = endpoint.client(seed) else {
             continue;
@@ -57,19 +73,42 @@ async fn primaries(endpoint: &Endpoint, seeds: &[String]) -> Option<Vec<String>>
             .query_async(&mut conn)
             .await;
         let Ok(slots) = slots else { continue };
-        let mut urls: Vec<String> = slots
-            .iter()
-            .filter_map(|range| match range {
-                redis::Value::Array(fields) => fields.get(2).and_then(node_address),
-                _ => None,
-            })
-            .map(|(host, port)| with_host(seed, &host, port))
-            .collect();
-        urls.sort();
-        urls.dedup();
-        return Some(urls);
+        let mut primaries: Vec<Primary> = Vec::new();
+        for range in &slots {
+            let redis::Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(from), Some(to), Some((host, port))) = (
+                fields.first().and_then(slot_number),
+                fields.get(1).and_then(slot_number),
+                fields.get(2).and_then(node_address),
+            ) else {
+                continue;
+            };
+            let url = with_host(seed, &host, port);
+            match primaries.iter_mut().find(|p| p.url == url) {
+                Some(primary) => primary.slots.push((from, to)),
+                None => primaries.push(Primary {
+                    url,
+                    slots: vec![(from, to)],
+                }),
+            }
+        }
+        for primary in &mut primaries {
+            primary.slots.sort_unstable();
+        }
+        primaries.sort_by(|a, b| a.url.cmp(&b.url));
+        return Some(primaries);
     }
     None
+}
+
+/// A slot number in a `CLUSTER SLOTS` range.
+fn slot_number(value: &redis::Value) -> Option<u16> {
+    match value {
+        redis::Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    }
 }
 
 /// `host` and `port` of a `CLUSTER SLOTS` node entry.

@@ -73,11 +73,13 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }
     }
 
-    /// A member's landing once its write-many entry ended (`None`: it landed before).
+    /// A member's landing once its write-many entry ended (`None`: it landed before);
+    /// `written_as`, the fingerprint of its envelope.
     pub(super) fn written(
         &self,
         wrote: Result<Wrote, &Error>,
         life: &mut Option<(crate::core::Life, Arc<V>)>,
+        written_as: Option<envelope::Fingerprint>,
     ) -> Option<Result<Landing<V>>> {
         let counters = &self.core.stats.counters;
         let (life, value) = match life.take() {
@@ -92,7 +94,9 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             }
         };
         let filled = match wrote {
-            Ok(Wrote::Written) => Filled::fresh(life.entry(value), Origin::Loaded),
+            Ok(Wrote::Written) => {
+                Filled::fresh(life.entry(value), Origin::Loaded).made_from(written_as)
+            }
             Ok(Wrote::NotOurs) => {
                 bump(&counters.fenced_write_skipped);
                 Filled::answer_only(value, Origin::Loaded)

@@ -1,0 +1,199 @@
+//! Key tracking ([`Tracking::Keys`](crate::Tracking::Keys)): Valkey pushes a change only to the
+//! connections that read the key since its last change, so a store's tracking connection must
+//! read every key it wants to hear about. This module owns what those connections have read
+//! ([`Registry`]) and the reads themselves ([`serve`]).
+//!
+//! A value enters L1 from the data connection, which Valkey does not track. Until the tracking
+//! connection has read the same key and found the same bytes (the envelope's fingerprint), a
+//! change made between the two reads would never be pushed: so L1 keeps the value for at most
+//! `unconfirmed_l1_life` until then. Once found, Valkey tracks the key from that read on, and
+//! every later change is pushed on the same connection, after the read's reply. A key whose
+//! bytes were found and not pushed since is *held*: a value with those bytes is confirmed
+//! without another read.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::mpsc;
+
+use crate::coherence::Tracker;
+use crate::envelope::{self, Fingerprint};
+use crate::key::{KeyKind, parse_key};
+
+/// How many held keys the registry remembers before it forgets them all: it only saves reads,
+/// so forgetting costs one read per key held, never a missed push.
+const MAX_HELD: usize = 1 << 20;
+
+/// How many reads one round trip of a tracking connection carries at most.
+const READS_PER_TRIP: usize = 256;
+
+/// A read for a tracking connection: Valkey tracks `key` for it from then on. `expect`: the
+/// fingerprint an L1 entry was read or written as, to be confirmed or found changed.
+#[derive(Debug)]
+pub(crate) struct Read {
+    pub(crate) key: Vec<u8>,
+    pub(crate) expect: Option<Fingerprint>,
+}
+
+/// What a tracking connection found for an L1 entry waiting to be confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// The bytes the entry was made from: Valkey tracks the key since, the entry lives its life.
+    Held,
+    /// Other bytes (or none): the entry is out of date.
+    Changed,
+    /// The read failed: the entry keeps its short life.
+    Unknown,
+}
+
+/// What the store's tracking connections have read, and where each takes its reads.
+#[derive(Default)]
+pub(crate) struct Registry {
+    /// Value keys read on a tracking connection and not pushed since, with the bytes found.
+    held: Mutex<HashMap<Vec<u8>, Fingerprint>>,
+    /// The connections up now.
+    nodes: Mutex<Vec<Node>>,
+}
+
+/// A tracking connection that takes reads: a single server's, or a cluster primary's with the
+/// slots it serves.
+struct Node {
+    url: String,
+    /// Empty for a single server: every key.
+    slots: Vec<(u16, u16)>,
+    reads: mpsc::UnboundedSender<Read>,
+}
+
+impl Registry {
+    /// `true` if the tracking connection found `key` holding `fingerprint`'s bytes and Valkey
+    /// has pushed no change of it since.
+    pub(crate) fn holds(&self, key: &[u8], fingerprint: Fingerprint) -> bool {
+        lock(&self.held).get(key) == Some(&fingerprint)
+    }
+
+    /// Sends `read` to the connection that serves its key; `false` when none is up.
+    pub(crate) fn read(&self, read: Read) -> bool {
+        let nodes = lock(&self.nodes);
+        let node = match nodes.as_slice() {
+            [only] if only.slots.is_empty() => Some(only),
+            nodes => serving(nodes, &read.key),
+        };
+        node.is_some_and(|node| node.reads.send(read).is_ok())
+    }
+
+    /// Valkey pushed a change of `key`: it no longer tracks the key for this store.
+    pub(crate) fn changed(&self, key: &[u8]) {
+        lock(&self.held).remove(key);
+    }
+
+    /// Pushes may have been lost: nothing is known to be held.
+    pub(crate) fn forget(&self) {
+        lock(&self.held).clear();
+    }
+
+    /// The connection to `url`, serving `slots`, takes reads on `reads` from now on.
+    pub(crate) fn node_up(
+        &self,
+        url: &str,
+        slots: Vec<(u16, u16)>,
+        reads: mpsc::UnboundedSender<Read>,
+    ) {
+        let mut nodes = lock(&self.nodes);
+        nodes.retain(|n| n.url != url);
+        nodes.push(Node {
+            url: url.to_owned(),
+            slots,
+            reads,
+        });
+    }
+
+    /// The connection to `url` is gone.
+    pub(crate) fn node_down(&self, url: &str) {
+        lock(&self.nodes).retain(|n| n.url != url);
+    }
+
+    /// The connection found `bytes` at `key`.
+    fn found(&self, key: &[u8], fingerprint: Option<Fingerprint>) {
+        let mut held = lock(&self.held);
+        match fingerprint {
+            Some(fingerprint) => {
+                if held.len() >= MAX_HELD {
+                    held.clear();
+                }
+                held.insert(key.to_vec(), fingerprint);
+            }
+            None => {
+                held.remove(key);
+            }
+        }
+    }
+}
+
+/// The cluster node whose slots hold `key`.
+#[cfg(feature = "cluster")]
+fn serving<'n>(nodes: &'n [Node], key: &[u8]) -> Option<&'n Node> {
+    let slot = crate::key::slot(key);
+    nodes.iter().find(|n| {
+        n.slots
+            .iter()
+            .any(|&(from, to)| (from..=to).contains(&slot))
+    })
+}
+
+#[cfg(not(feature = "cluster"))]
+fn serving<'n>(_: &'n [Node], _: &[u8]) -> Option<&'n Node> {
+    None
+}
+
+/// Reads `first` and whatever else is queued (up to [`READS_PER_TRIP`]) in one round trip on
+/// the tracking connection `conn`, and tells the tracker what each found. Runs inside the
+/// connection's loop, so a change pushed after these reads is taken after their answers.
+pub(super) async fn serve(
+    conn: &mut redis::aio::MultiplexedConnection,
+    tracker: &Tracker,
+    first: Read,
+    queued: &mut mpsc::UnboundedReceiver<Read>,
+) {
+    let mut reads = vec![first];
+    while reads.len() < READS_PER_TRIP {
+        match queued.try_recv() {
+            Ok(read) => reads.push(read),
+            Err(_) => break,
+        }
+    }
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for read in &reads {
+        pipe.cmd("GET").arg(&read.key);
+    }
+    let replies: Vec<redis::RedisResult<Option<Vec<u8>>>> =
+        pipe.query_async(conn).await.unwrap_or_default();
+    for (i, read) in reads.into_iter().enumerate() {
+        // `None`: the round trip failed, or this key's read did (a cluster's MOVED).
+        let found = match replies.get(i) {
+            Some(Ok(bytes)) => Some(bytes.as_deref().map(envelope::fingerprint)),
+            _ => None,
+        };
+        let is_value = matches!(
+            parse_key(tracker.namespace(), &read.key),
+            Some((KeyKind::Value, ..))
+        );
+        if is_value && let (Some(found), Some(registry)) = (found, tracker.keys()) {
+            registry.found(&read.key, found);
+        }
+        if let Some(expect) = read.expect {
+            let outcome = match found {
+                Some(found) if found == Some(expect) => Found::Held,
+                Some(_) => Found::Changed,
+                None => Found::Unknown,
+            };
+            tracker.confirmed(&read.key, expect, outcome);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
