@@ -73,19 +73,30 @@ pub const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
 /// taken for one is not trusted blindly — the owner reads the value back and drops L1 only
 /// if Valkey holds something else (another write may have landed in the same event-loop turn,
 /// and Valkey sends one push for both).
+///
+/// Under key tracking none is expected: Valkey pushes a write only to a store that read the key
+/// since its last change, which the writer cannot tell when it writes, so an expectation could
+/// wait for a push that never comes, and put the read back in front of another process's push.
+/// There every push drops the id, the store's own included.
 pub(crate) struct OwnWrites<K> {
     pending: HashMap<K, VecDeque<Fingerprint>>,
+    expects: bool,
 }
 
 impl<K: Eq + Hash + Clone> OwnWrites<K> {
-    pub(crate) fn new() -> Self {
+    /// `mode`: the store's tracking.
+    pub(crate) fn new(mode: Tracking) -> Self {
         OwnWrites {
             pending: HashMap::new(),
+            expects: mode == Tracking::Broadcast,
         }
     }
 
     /// This process is about to write an envelope with `fingerprint` under `id`.
     pub(crate) fn expect(&mut self, id: &K, fingerprint: Fingerprint) {
+        if !self.expects {
+            return;
+        }
         self.pending
             .entry(id.clone())
             .or_default()
@@ -160,6 +171,14 @@ impl Tracker {
             subscribed: Notify::new(),
             keys: (mode == Tracking::Keys).then(Registry::default),
         })
+    }
+
+    /// How the store tracks.
+    pub(crate) fn mode(&self) -> Tracking {
+        match self.keys {
+            Some(_) => Tracking::Keys,
+            None => Tracking::Broadcast,
+        }
     }
 
     /// What the tracking connections read, under key tracking; `None` for broadcast.
@@ -295,6 +314,7 @@ impl Tracker {
 
     /// One pushed key changed.
     pub(crate) fn changed(&self, key: &[u8]) {
+        tracing::trace!(key = %String::from_utf8_lossy(key), "pushed");
         if let Some(registry) = &self.keys {
             registry.changed(key);
         }

@@ -152,10 +152,14 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
     ) -> Result<Self::State, ActorProcessingErr> {
         // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`.
         core.stats.in_flight.store(0, Relaxed);
+        let tracking = core
+            .tracker
+            .as_ref()
+            .map_or_else(Default::default, |t| t.mode());
         let mut state = OwnerState {
             flights: Flights::new(Arc::clone(&core.board)),
+            own: OwnWrites::new(tracking),
             core,
-            own: OwnWrites::new(),
         };
         state.inherit_writes(&myself);
         Ok(state)

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::sync::Weak;
 use std::time::Duration;
 
+use futures::StreamExt;
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{mpsc, watch};
 
@@ -121,6 +122,8 @@ async fn track(
     };
     let (pushes_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
     let mut reads: Option<mpsc::UnboundedReceiver<Read>> = None;
+    // Key tracking's reads on their way, answered in the order they were sent.
+    let mut reading = futures::stream::FuturesOrdered::new();
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(endpoint.timeout))
         .set_response_timeout(Some(endpoint.timeout))
@@ -183,9 +186,14 @@ async fn track(
                 None => return Some("push channel closed"),
             },
             Some(read) = next_read(&mut reads) => {
-                if let Some(queued) = reads.as_mut() {
-                    keys::serve(&mut conn, &*tracker.upgrade()?, read, queued).await;
+                if let (Some(queued), Some(registry)) = (reads.as_mut(), tracker.upgrade()?.keys()) {
+                    let batch = keys::batch(read, queued);
+                    registry.sent(&batch);
+                    reading.push_back(keys::query(conn.clone(), batch));
                 }
+            },
+            Some((batch, answers)) = reading.next(), if !reading.is_empty() => {
+                keys::answered(&*tracker.upgrade()?, batch, answers);
             },
             changed = tables.changed() => {
                 // The tracker is gone (its store was dropped, and its tables with it): nothing

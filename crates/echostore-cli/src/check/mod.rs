@@ -16,7 +16,7 @@ use echostore_testkit::duration;
 use embedded_valkey::EmbeddedValkey;
 use rand::Rng;
 
-pub(crate) use crate::coherence::Switch;
+pub(crate) use crate::coherence::{Mode, Switch};
 use crate::{CliResult, Outcome};
 use faults::{Fault, Reach};
 use history::{FaultSpan, Op};
@@ -70,6 +70,11 @@ pub(crate) struct CheckArgs {
     /// Whether the workers' stores keep their L1 coherent (off: the check must fail).
     #[arg(long, value_enum, default_value_t = Switch::On)]
     coherence: Switch,
+
+    /// How the workers' coherence learns of changes: every change under a table's prefix
+    /// (broadcast), or only those of the keys each store read (keys).
+    #[arg(long, value_enum, default_value_t = Mode::Broadcast)]
+    tracking: Mode,
 
     /// Ids per table.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -176,6 +181,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             source_latency: args.source_latency,
             unconfirmed_l1_life: args.unconfirmed_l1_life,
             coherence: args.coherence,
+            tracking: args.tracking,
             seed,
         })
         .collect();

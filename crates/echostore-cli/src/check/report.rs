@@ -40,6 +40,7 @@ pub(crate) struct Report {
     processes: u32,
     seconds: f64,
     coherence: &'static str,
+    tracking: &'static str,
     faults: Vec<FaultRow>,
     skipped: Vec<Skipped>,
     bound_ms: f64,
@@ -78,6 +79,7 @@ impl Report {
             processes: args.processes,
             seconds: args.seconds.as_secs_f64(),
             coherence: args.coherence.name(),
+            tracking: args.tracking.name(),
             faults: spans
                 .iter()
                 .map(|s| FaultRow {
@@ -111,8 +113,8 @@ impl Report {
     /// The readout, for a person.
     pub(crate) fn print(&self) {
         println!(
-            "echostore check: {} processes, {:.0} s, coherence {}",
-            self.processes, self.seconds, self.coherence
+            "echostore check: {} processes, {:.0} s, coherence {} ({} tracking)",
+            self.processes, self.seconds, self.coherence, self.tracking
         );
         println!(
             "  events        {} ({} reads, {} puts, {} invalidates, {} source reads; {} calls failed)",

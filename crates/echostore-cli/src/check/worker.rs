@@ -25,9 +25,9 @@ use echostore_testkit::duration;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 
-use super::Switch;
 use super::history::{Action, Op, now_ns};
 use super::source::Source;
+use super::{Mode, Switch};
 use crate::{CliResult, Outcome};
 
 /// The tables of a run, by index: a `u64` key, a `String` key, and a struct key that keeps the
@@ -79,6 +79,8 @@ pub(crate) struct WorkerArgs {
     pub(crate) unconfirmed_l1_life: Duration,
     #[arg(long, value_enum)]
     pub(crate) coherence: Switch,
+    #[arg(long, value_enum)]
+    pub(crate) tracking: Mode,
     #[arg(long)]
     pub(crate) seed: u64,
 }
@@ -211,6 +213,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         .valkey(url)
         .require_valkey(true)
         .coherence(args.coherence == Switch::On)
+        .tracking(args.tracking.tracking())
         .unconfirmed_l1_life(args.unconfirmed_l1_life)
         .namespace(args.namespace.as_str())
         .build()
@@ -226,8 +229,14 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         .await?,
         items: open(&store, args, 2, &source, &recorder, |id: &Item| id.n).await?,
     };
-    if args.coherence == Switch::On {
-        tracked(url, args, &tables).await?;
+    match (args.coherence, args.tracking) {
+        (Switch::On, Mode::Broadcast) => tracked(url, args, &tables).await?,
+        // Valkey pushes only what a store read: a probe would never arrive. The tables started
+        // once the tracking connection was up.
+        (Switch::On, Mode::Keys) if !store.is_coherent() => {
+            return Err("key tracking is not up".into());
+        }
+        _ => {}
     }
     println!("ready");
 

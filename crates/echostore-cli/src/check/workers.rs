@@ -49,6 +49,7 @@ impl Workers {
                     &echostore_testkit::duration::render(a.unconfirmed_l1_life),
                 ])
                 .args(["--coherence", a.coherence.name()])
+                .args(["--tracking", a.tracking.name()])
                 .args(["--seed", &a.seed.to_string()])
                 .stderr(stderr);
             commands.push(command);

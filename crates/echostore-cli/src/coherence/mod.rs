@@ -114,6 +114,28 @@ impl Switch {
     }
 }
 
+/// How the stores' coherence learns of changes (`echostore::Tracking`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// Every change under a table's prefix pushed to every store (`BCAST`).
+    Broadcast,
+    /// Only the changes of the keys a store read (Valkey's default tracking mode).
+    Keys,
+}
+
+impl Mode {
+    pub(crate) fn tracking(self) -> echostore::Tracking {
+        match self {
+            Mode::Broadcast => echostore::Tracking::Broadcast,
+            Mode::Keys => echostore::Tracking::Keys,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        self.tracking().name()
+    }
+}
+
 /// What the table caches: the number of the write that produced it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Stamp {

@@ -10,6 +10,11 @@
 //! every later change is pushed on the same connection, after the read's reply. A key whose
 //! bytes were found and not pushed since is *held*: a value with those bytes is confirmed
 //! without another read.
+//!
+//! The reads run beside the connection's pushes, not before them, so that a push is never late
+//! behind a round trip. A push may then be taken before the answer of a read that Valkey ran
+//! before it: the registry then does not count that key as held (it may no longer be tracked),
+//! and the owner keeps an entry only while L1 still holds it, which such a push has dropped.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -49,10 +54,18 @@ pub(crate) enum Found {
 /// What the store's tracking connections have read, and where each takes its reads.
 #[derive(Default)]
 pub(crate) struct Registry {
-    /// Value keys read on a tracking connection and not pushed since, with the bytes found.
-    held: Mutex<HashMap<Vec<u8>, Fingerprint>>,
+    keys: Mutex<Keys>,
     /// The connections up now.
     nodes: Mutex<Vec<Node>>,
+}
+
+/// The keys the tracking connections read, and those being read.
+#[derive(Default)]
+struct Keys {
+    /// Value keys read on a tracking connection and not pushed since, with the bytes found.
+    held: HashMap<Vec<u8>, Fingerprint>,
+    /// Keys with reads on the way: how many, and whether a push of the key came meanwhile.
+    reading: HashMap<Vec<u8>, (usize, bool)>,
 }
 
 /// A tracking connection that takes reads: a single server's, or a cluster primary's with the
@@ -68,7 +81,7 @@ impl Registry {
     /// `true` if the tracking connection found `key` holding `fingerprint`'s bytes and Valkey
     /// has pushed no change of it since.
     pub(crate) fn holds(&self, key: &[u8], fingerprint: Fingerprint) -> bool {
-        lock(&self.held).get(key) == Some(&fingerprint)
+        lock(&self.keys).held.get(key) == Some(&fingerprint)
     }
 
     /// Sends `read` to the connection that serves its key; `false` when none is up.
@@ -83,12 +96,18 @@ impl Registry {
 
     /// Valkey pushed a change of `key`: it no longer tracks the key for this store.
     pub(crate) fn changed(&self, key: &[u8]) {
-        lock(&self.held).remove(key);
+        let mut keys = lock(&self.keys);
+        keys.held.remove(key);
+        if let Some((_, pushed)) = keys.reading.get_mut(key) {
+            *pushed = true;
+        }
     }
 
-    /// Pushes may have been lost: nothing is known to be held.
+    /// Pushes may have been lost: nothing is known to be held, and no read on the way counts.
     pub(crate) fn forget(&self) {
-        lock(&self.held).clear();
+        let mut keys = lock(&self.keys);
+        keys.held.clear();
+        keys.reading.clear();
     }
 
     /// The connection to `url`, serving `slots`, takes reads on `reads` from now on.
@@ -112,18 +131,39 @@ impl Registry {
         lock(&self.nodes).retain(|n| n.url != url);
     }
 
-    /// The connection found `bytes` at `key`.
-    fn found(&self, key: &[u8], fingerprint: Option<Fingerprint>) {
-        let mut held = lock(&self.held);
-        match fingerprint {
-            Some(fingerprint) => {
-                if held.len() >= MAX_HELD {
-                    held.clear();
+    /// `reads` are on their way.
+    pub(super) fn sent(&self, reads: &[Read]) {
+        let mut keys = lock(&self.keys);
+        for read in reads {
+            keys.reading.entry(read.key.clone()).or_default().0 += 1;
+        }
+    }
+
+    /// A read of `key` found the bytes of `fingerprint` (`None`: nothing). The key counts as
+    /// held only if no push of it came since the read was sent: that push may be of a change
+    /// after the read, which Valkey no longer tracks for this store.
+    fn found(&self, key: &[u8], fingerprint: Option<Fingerprint>, is_value: bool) {
+        let mut keys = lock(&self.keys);
+        let pushed = match keys.reading.get_mut(key) {
+            Some((reading, pushed)) => {
+                let was = *pushed;
+                *reading -= 1;
+                if *reading == 0 {
+                    keys.reading.remove(key);
                 }
-                held.insert(key.to_vec(), fingerprint);
+                was
             }
-            None => {
-                held.remove(key);
+            None => true, // forgotten meanwhile
+        };
+        match fingerprint {
+            Some(fingerprint) if is_value && !pushed => {
+                if keys.held.len() >= MAX_HELD {
+                    keys.held.clear();
+                }
+                keys.held.insert(key.to_vec(), fingerprint);
+            }
+            _ => {
+                keys.held.remove(key);
             }
         }
     }
@@ -145,15 +185,8 @@ fn serving<'n>(_: &'n [Node], _: &[u8]) -> Option<&'n Node> {
     None
 }
 
-/// Reads `first` and whatever else is queued (up to [`READS_PER_TRIP`]) in one round trip on
-/// the tracking connection `conn`, and tells the tracker what each found. Runs inside the
-/// connection's loop, so a change pushed after these reads is taken after their answers.
-pub(super) async fn serve(
-    conn: &mut redis::aio::MultiplexedConnection,
-    tracker: &Tracker,
-    first: Read,
-    queued: &mut mpsc::UnboundedReceiver<Read>,
-) {
+/// `first` and whatever else is queued, up to [`READS_PER_TRIP`]: one round trip's reads.
+pub(super) fn batch(first: Read, queued: &mut mpsc::UnboundedReceiver<Read>) -> Vec<Read> {
     let mut reads = vec![first];
     while reads.len() < READS_PER_TRIP {
         match queued.try_recv() {
@@ -161,16 +194,34 @@ pub(super) async fn serve(
             Err(_) => break,
         }
     }
+    reads
+}
+
+/// What one read found: the key's bytes (`None`: nothing there), or `Err` when it failed.
+pub(super) type Answer = redis::RedisResult<Option<Vec<u8>>>;
+
+/// Sends `reads` on the tracking connection `conn` in one round trip; the answers, in order.
+pub(super) async fn query(
+    mut conn: redis::aio::MultiplexedConnection,
+    reads: Vec<Read>,
+) -> (Vec<Read>, Vec<Answer>) {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for read in &reads {
         pipe.cmd("GET").arg(&read.key);
     }
-    let replies: Vec<redis::RedisResult<Option<Vec<u8>>>> =
-        pipe.query_async(conn).await.unwrap_or_default();
+    let answers = pipe.query_async(&mut conn).await.unwrap_or_default();
+    (reads, answers)
+}
+
+/// Tells the tracker what each of `reads` found.
+pub(super) fn answered(tracker: &Tracker, reads: Vec<Read>, answers: Vec<Answer>) {
+    let Some(registry) = tracker.keys() else {
+        return;
+    };
     for (i, read) in reads.into_iter().enumerate() {
         // `None`: the round trip failed, or this key's read did (a cluster's MOVED).
-        let found = match replies.get(i) {
+        let found = match answers.get(i) {
             Some(Ok(bytes)) => Some(bytes.as_deref().map(envelope::fingerprint)),
             _ => None,
         };
@@ -178,9 +229,7 @@ pub(super) async fn serve(
             parse_key(tracker.namespace(), &read.key),
             Some((KeyKind::Value, ..))
         );
-        if is_value && let (Some(found), Some(registry)) = (found, tracker.keys()) {
-            registry.found(&read.key, found);
-        }
+        registry.found(&read.key, found.flatten(), is_value && found.is_some());
         if let Some(expect) = read.expect {
             let outcome = match found {
                 Some(found) if found == Some(expect) => Found::Held,
