@@ -1,6 +1,7 @@
 //! On a Valkey Cluster (three primaries on loopback): one source read per id across stores with
-//! ids on every shard, coherence from every primary, and a killed primary that degrades only its
-//! own slots' keys. Needs the `cluster` feature:
+//! ids on every shard, coherence from every primary (by prefix, and by key, where each key is read
+//! on the tracking connection of the primary that holds it), and a killed primary that degrades
+//! only its own slots' keys. Needs the `cluster` feature:
 //! `cargo test -p echostore --features cluster --test valkey_cluster_keeps_the_guarantees`.
 #![cfg(feature = "cluster")]
 
@@ -9,14 +10,22 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{Source, answers, herd_across, settled, table_on, until, until_stats};
-use echostore::{Origin, Store, Table};
+use common::{Source, answers, herd_across, settled, table_on, until, until_async, until_stats};
+use echostore::{Origin, Store, Table, Tracking};
 use embedded_valkey::EmbeddedCluster;
 
 async fn cluster_store(cluster: &EmbeddedCluster) -> Store {
+    tracking_store(cluster, Tracking::Broadcast, echostore::DOWN_L1_LIFE).await
+}
+
+/// A store on the cluster tracking by `mode`, keeping what Valkey has not confirmed for
+/// `unconfirmed`.
+async fn tracking_store(cluster: &EmbeddedCluster, mode: Tracking, unconfirmed: Duration) -> Store {
     let store = Store::builder()
         .valkey_cluster(cluster.urls())
         .require_valkey(true)
+        .tracking(mode)
+        .unconfirmed_l1_life(unconfirmed)
         .build()
         .await
         .expect("a store on the cluster");
@@ -109,6 +118,42 @@ async fn puts_reach_other_stores_from_every_primary() {
             (Origin::L2, format!("new-{id}"))
         );
     }
+    settled(&reader).await;
+}
+
+/// Under key tracking, each value the reader takes is confirmed by the primary that holds its key
+/// (with no unconfirmed life at all, only a confirmed value is an L1 hit), and from then on that
+/// primary pushes the writer's puts to the reader, whose copies had a minute left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_key_tracking_puts_reach_other_stores_from_every_primary() {
+    let cluster = EmbeddedCluster::start(3).expect("a local cluster");
+    let source = Source::open();
+    let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let keyed = || tracking_store(&cluster, Tracking::Keys, Duration::ZERO);
+    let writer = table_on(&keyed().await, "ck", &source, long).await;
+    let reader = table_on(&keyed().await, "ck", &source, long).await;
+    let ids: Vec<u64> = (1..=9).collect();
+    let on: BTreeSet<usize> = shards(&cluster, "ck", &ids).await.into_values().collect();
+    assert_eq!(on.len(), 3, "the ids span every shard");
+    for &id in &ids {
+        writer.put(&id, format!("old-{id}")).await.expect("put");
+        until_async("the reader's copy is confirmed", async || {
+            let f = reader.fetch(&id).await.expect("read");
+            assert_eq!(*f.value, format!("old-{id}"));
+            f.origin == Origin::L1
+        })
+        .await;
+    }
+    for &id in &ids {
+        let before = reader.stats().invalidations;
+        writer.put(&id, format!("new-{id}")).await.expect("put");
+        until_async("the put reached the reader", async || {
+            *reader.fetch(&id).await.expect("read").value == format!("new-{id}")
+        })
+        .await;
+        assert!(reader.stats().invalidations > before, "id {id}: by a push");
+    }
+    assert_eq!(source.calls(), 0, "every value came from a put");
     settled(&reader).await;
 }
 
