@@ -65,6 +65,11 @@ pub(crate) struct CoherenceArgs {
     #[arg(long, value_enum, default_value_t = Switch::On)]
     coherence: Switch,
 
+    /// How the stores' coherence learns of changes: every change under the table's prefix
+    /// (broadcast), or only those of the keys each store read (keys).
+    #[arg(long, value_enum, default_value_t = Mode::Broadcast)]
+    tracking: Mode,
+
     /// The table's ttl [default: 60s with coherence on, 1s with it off].
     #[arg(long, value_parser = echostore_testkit::duration::parse)]
     ttl: Option<Duration>,
@@ -175,11 +180,13 @@ pub(crate) async fn coherence_table(
     run: &str,
     ttl: Duration,
     coherence: Switch,
+    tracking: Mode,
 ) -> CliResult<(Store, Table<String, Stamp>)> {
     let store = Store::builder()
         .valkey(url)
         .require_valkey(true)
         .coherence(coherence == Switch::On)
+        .tracking(tracking.tracking())
         .build()
         .await?;
     let source = redis::Client::open(url)?
@@ -208,9 +215,12 @@ pub(crate) async fn coherence_table(
     Ok((store, table))
 }
 
-/// Waits until Valkey's pushes reach `table` (its prefix is subscribed).
+/// Waits until Valkey's pushes reach `table`. The probe is put through the table first: under key
+/// tracking Valkey pushes only the keys the store read, which the put's confirmation does.
 pub(crate) async fn tracked(table: &Table<String, Stamp>, url: &str) -> CliResult<()> {
-    let probe = format!("{TABLE}:{{probe-{}}}", std::process::id());
+    let id = format!("probe-{}", std::process::id());
+    table.put(&id, Stamp { seq: 0 }).await?;
+    let probe = format!("{TABLE}:{{{id}}}");
     crate::valkey::until_pushed(url, &probe, || table.stats().invalidations).await
 }
 
@@ -235,14 +245,21 @@ async fn measure(
     let (ttl, url, id) = (args.ttl(), target.url(), hot_id(&run));
     let mut source = target.connect().await?;
     let _: () = source.set(source_key(&run), 0).await?;
-    let (store, table) = coherence_table(url, &run, ttl, args.coherence).await?;
+    let (store, table) = coherence_table(url, &run, ttl, args.coherence, args.tracking).await?;
     if args.coherence == Switch::On {
         tracked(&table, url).await?;
     }
     table.get(&id).await?;
 
     let n = args.readers as usize;
-    let mut readers = Readers::spawn(n, url, &run, ttl, args.coherence, args.read_every)?;
+    let mut readers = Readers::spawn(
+        n,
+        url,
+        &run,
+        ttl,
+        (args.coherence, args.tracking),
+        args.read_every,
+    )?;
     let ready_by = Instant::now() + START_WITHIN;
     let mut ready = 0;
     while ready < n {

@@ -25,7 +25,7 @@ use clap::Args;
 use echostore::{Origin, TableStats};
 use serde::Serialize;
 
-use super::{Switch, Tallies, coherence_table, tracked, unix_ns};
+use super::{Mode, Switch, Tallies, coherence_table, tracked, unix_ns};
 use crate::{CliResult, Outcome};
 
 /// Flags of the hidden `echostore --valkey URL coherence-reader`.
@@ -42,6 +42,10 @@ pub(crate) struct ReaderArgs {
     /// Whether this reader's store keeps its L1 coherent.
     #[arg(long, value_enum)]
     coherence: Switch,
+
+    /// How this reader's store tracks.
+    #[arg(long, value_enum)]
+    tracking: Mode,
 
     /// Pause between reads (0: spin).
     #[arg(long, value_parser = echostore_testkit::duration::parse)]
@@ -71,7 +75,8 @@ pub(crate) struct ReaderStats {
 
 /// Runs one reader until its stdin closes.
 pub(crate) async fn run(url: &str, args: &ReaderArgs) -> CliResult<Outcome> {
-    let (store, table) = coherence_table(url, &args.run, args.ttl, args.coherence).await?;
+    let (store, table) =
+        coherence_table(url, &args.run, args.ttl, args.coherence, args.tracking).await?;
     if args.coherence == Switch::On {
         tracked(&table, url).await?;
     }

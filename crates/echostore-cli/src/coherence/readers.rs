@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Switch;
 use super::reader::ReaderStats;
+use super::{Mode, Switch};
 use crate::CliResult;
 use crate::children::{self, Children};
 
@@ -38,7 +38,7 @@ impl Readers {
         url: &str,
         run: &str,
         ttl: Duration,
-        coherence: Switch,
+        (coherence, tracking): (Switch, Mode),
         read_every: Duration,
     ) -> CliResult<Readers> {
         let mut commands = Vec::with_capacity(n);
@@ -48,6 +48,7 @@ impl Readers {
                 .args(["--run", run])
                 .args(["--ttl", &echostore_testkit::duration::render(ttl)])
                 .args(["--coherence", coherence.name()])
+                .args(["--tracking", tracking.name()])
                 .args([
                     "--read-every",
                     &echostore_testkit::duration::render(read_every),

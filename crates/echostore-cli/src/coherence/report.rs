@@ -104,6 +104,8 @@ pub(super) struct SelfPush {
 pub(super) struct CoherenceReport {
     pub(super) readout: &'static str,
     pub(super) coherence: &'static str,
+    /// How the stores tracked: `broadcast` or `keys`.
+    pub(super) tracking: &'static str,
     pub(super) valkey: String,
     pub(super) key: String,
     pub(super) readers: usize,
@@ -193,6 +195,7 @@ pub(super) fn summarise(
     let mut report = CoherenceReport {
         readout: "coherence",
         coherence: args.coherence.name(),
+        tracking: args.tracking.name(),
         valkey: target.shown_url(),
         key: format!("{TABLE}:{{{}}}", super::hot_id(&run)),
         readers: readers.len(),
@@ -290,9 +293,10 @@ fn verdict(r: &CoherenceReport, coherence: Switch) -> String {
 
 pub(super) fn print_human(r: &CoherenceReport, target: &Target) {
     println!(
-        "coherence {} · {} writes (puts and invalidates, alternating) in one store, read in a loop by \
-         {} reader processes · ttl {} ms",
+        "coherence {} ({} tracking) · {} writes (puts and invalidates, alternating) in one store, \
+         read in a loop by {} reader processes · ttl {} ms",
         r.coherence,
+        r.tracking,
         r.writes,
         r.readers,
         output::ms(r.ttl_ms)
