@@ -220,14 +220,21 @@ async fn ask_many<K: Key, V: Value>(
     if indices.is_empty() {
         return Vec::new();
     }
-    let mut misses: Vec<(K, Reply<V>)> = Vec::with_capacity(indices.len());
+    // One message per shard, with that shard's ids.
+    let mut by_shard: HashMap<usize, Vec<(K, Reply<V>)>> = HashMap::new();
     let mut waits = Vec::with_capacity(indices.len());
     for &i in indices {
         let (tx, rx) = ractor::concurrency::oneshot();
-        misses.push((ids[i].clone(), tx.into()));
+        let shard = owner.shard(&ids[i]);
+        by_shard
+            .entry(shard)
+            .or_default()
+            .push((ids[i].clone(), tx.into()));
         waits.push(async move { (i, rx.await.unwrap_or(Err(Error::Stopped))) });
     }
     // A stopped owner drops the message, and with it every reply: each wait answers `Stopped`.
-    let _ = owner.current().cast(OwnerMsg::FillMany { misses });
+    for (shard, misses) in by_shard {
+        let _ = owner.current(shard).cast(OwnerMsg::FillMany { misses });
+    }
     join_all(waits).await
 }

@@ -238,12 +238,13 @@ impl<K: Eq + Hash, V> Board<K, V> {
         }
     }
 
-    /// Withdraws every cell and the owner's write marks (a new owner starts with no flights and
-    /// no writes of its own); the running writes' marks stay until they land.
-    pub(crate) fn clear(&self) {
+    /// Withdraws the cells and the owner's write marks of the ids `mine` picks (a new owner of
+    /// them starts with no flights and no writes of its own; another shard's ids stay); the
+    /// running writes' marks stay until they land.
+    pub(crate) fn clear(&self, mine: impl Fn(&K) -> bool) {
         let mut lists = self.lists();
-        lists.listed.clear();
-        lists.writing.clear();
+        lists.listed.retain(|id, _| !mine(id));
+        lists.writing.retain(|id| !mine(id));
     }
 
     /// Ids listed now.

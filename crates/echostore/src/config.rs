@@ -17,6 +17,7 @@
 //! | `fail_safe` | off | serve a stale copy instead of a loader error |
 //! | `early_refresh` | 1.0 | XFetch beta, `0.0..=10.0`: a read in a value's last stretch rebuilds it in the background before it expires; `0.0` off (`docs/early-refresh.md`) |
 //! | `max_value_bytes` | 16 MiB | larger encodings are refused with `TooLarge` and nothing is written; larger values read from Valkey are a counted miss |
+//! | `shards` | the available cores | owner actors sharing the table's ids by hash, each ordering its ids' misses and writes |
 //!
 //! Every duration is at most [`MAX_DURATION`] and every count has a range, so no setting can make
 //! later arithmetic overflow: `start()` answers [`Error::InvalidConfig`] naming the setting.
@@ -38,6 +39,7 @@ use crate::table::Table;
 mod batching;
 mod life;
 mod loading;
+mod sharding;
 mod start;
 mod tagging;
 
@@ -112,6 +114,7 @@ pub struct TableBuilder<K, V> {
     l1_weigher: Option<crate::l1::Weigher<K, V>>,
     loader: Option<Loader<K, V>>,
     batch_loader: Option<BatchLoader<K, V>>,
+    shards: Option<usize>,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -139,6 +142,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_weigher: None,
             loader: None,
             batch_loader: None,
+            shards: None,
             _key: PhantomData,
         }
     }

@@ -214,9 +214,18 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) tags: Option<TagsOf<K, V>>,
     /// The table's clears and tag invalidations, as this process knows them.
     pub(crate) marks: Marks,
+    /// How many owners share the table's ids (`.shards`).
+    pub(crate) shards: usize,
+    /// The owners, once started: where a mark one shard read reaches every shard.
+    pub(crate) owners: std::sync::OnceLock<std::sync::Weak<crate::owner_ref::OwnerRef<K, V>>>,
 }
 
 impl<K: crate::key::Key, V> TableCore<K, V> {
+    /// The shard whose owner orders `id`'s misses and writes.
+    pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> usize {
+        crate::owner_ref::shard_of(id, self.shards)
+    }
+
     /// The Valkey names of `id`'s value and lock in this table.
     pub(crate) fn names(&self, id: &K) -> Result<crate::key::KeyNames> {
         crate::key::KeyNames::new(&self.namespace, &self.name, id)

@@ -146,10 +146,9 @@ pub(crate) struct Flights<K, V, W> {
 }
 
 impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
-    /// An empty map that lists its current flights on `board` (cleared: a new owner's flights
-    /// start from none).
+    /// An empty map that lists its current flights on `board` (which a new owner clears of its
+    /// ids first: its flights start from none).
     pub(crate) fn new(board: Arc<Board<K, V>>) -> Self {
-        board.clear();
         Flights {
             ids: HashMap::new(),
             detached: HashMap::new(),

@@ -164,5 +164,5 @@ where
 {
     let (id, value) = (id.to_owned(), Arc::clone(value));
     // A stopped owner refreshes nothing; the value stays until its freshness ends.
-    let _ = owner.current().cast(OwnerMsg::Refresh { id, value });
+    let _ = owner.of(&id).cast(OwnerMsg::Refresh { id, value });
 }

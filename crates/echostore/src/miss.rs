@@ -84,7 +84,7 @@ async fn ask<K: Key, V: Value>(
     read: bool,
 ) -> Result<Fetched<V>> {
     owner
-        .call(move |reply| OwnerMsg::Fill {
+        .call(&id.clone(), move |reply| OwnerMsg::Fill {
             id,
             reply,
             losers,
@@ -104,7 +104,7 @@ pub(crate) async fn joined<K: Key, V: Value>(
         Some(answer) => answer,
         None => {
             owner
-                .call(move |reply| OwnerMsg::Rejoin { id, reply })
+                .call(&id.clone(), move |reply| OwnerMsg::Rejoin { id, reply })
                 .await
         }
     }

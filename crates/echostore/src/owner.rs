@@ -132,9 +132,17 @@ impl<K, V> Owner<K, V> {
     }
 }
 
+/// What an owner starts with: the table's shared state, and which of its shards it owns.
+pub(crate) struct OwnerArgs<K, V> {
+    pub(crate) core: Arc<TableCore<K, V>>,
+    pub(crate) shard: usize,
+}
+
 /// Everything the owner keeps between messages.
 pub(crate) struct OwnerState<K, V> {
     core: Arc<TableCore<K, V>>,
+    /// The shard this owner owns: the ids whose hash falls in it (`owner_ref::shard_of`).
+    shard: usize,
     flights: Flights<K, V, PendingWrite<V>>,
     /// Writes of this process whose pushes are its own.
     own: OwnWrites<K>,
@@ -143,15 +151,17 @@ pub(crate) struct OwnerState<K, V> {
 impl<K: Key, V: Value> Actor for Owner<K, V> {
     type Msg = OwnerMsg<K, V>;
     type State = OwnerState<K, V>;
-    type Arguments = Arc<TableCore<K, V>>;
+    type Arguments = OwnerArgs<K, V>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        core: Self::Arguments,
+        OwnerArgs { core, shard }: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`.
-        core.stats.in_flight.store(0, Relaxed);
+        // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`,
+        // and the board lists none of its ids (the other shards' stay).
+        core.stats.in_flight[shard].store(0, Relaxed);
+        core.board.clear(|id| core.shard_of(id) == shard);
         let tracking = core
             .tracker
             .as_ref()
@@ -160,6 +170,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             flights: Flights::new(Arc::clone(&core.board)),
             own: OwnWrites::new(tracking),
             core,
+            shard,
         };
         state.inherit_writes(&myself);
         Ok(state)
@@ -242,7 +253,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// never sees its own flight still counted.
     fn publish_in_flight(&self) {
         let in_flight = self.flights.len() as u64;
-        self.core.stats.in_flight.store(in_flight, Relaxed);
+        self.core.stats.in_flight[self.shard].store(in_flight, Relaxed);
     }
 
     /// A fresh L1 entry for `id`, counted as a hit.

@@ -1,9 +1,12 @@
-//! Where a table's handles find its owner: [`OwnerRef`], a slot that the supervisor points at a
-//! restarted owner after a crash, and through which calls and coherence pushes reach the owner
-//! that is current.
+//! Where a table's handles find its owners: [`OwnerRef`], one slot per shard (`.shards(n)`), each
+//! of which the supervisor points at a restarted owner after a crash. An id belongs to one shard,
+//! by its hash ([`shard_of`]): calls and pushes about it reach the owner of its shard that is
+//! current, and what concerns every id (a flush, a mark, a stop) reaches every shard.
 
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash};
 use std::sync::{Arc, RwLock, Weak};
 
+use futures::future::join_all;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 
@@ -12,73 +15,143 @@ use crate::core::TableCore;
 use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::key::{Key, Value};
-use crate::owner::{Owner, OwnerMsg};
+use crate::owner::{Owner, OwnerArgs, OwnerMsg};
 use crate::stats::bump;
 use crate::supervisor::Restart;
 use crate::tracking::keys::Found;
 
-/// Where the handles find the current owner; the supervisor swaps it after a restart.
+/// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and
+/// `str` hash alike), and the same in every run, so it can be reasoned about in tests.
+pub(crate) fn shard_of<Q: Hash + ?Sized>(id: &Q, shards: usize) -> usize {
+    if shards <= 1 {
+        return 0;
+    }
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(id);
+    (hash % shards as u64) as usize
+}
+
+/// Where the handles find the current owner of one shard.
+type Slot<K, V> = RwLock<ActorRef<OwnerMsg<K, V>>>;
+
+/// Where the handles find the current owner of each shard; the supervisor swaps a slot after a
+/// restart.
 pub(crate) struct OwnerRef<K, V> {
-    slot: RwLock<ActorRef<OwnerMsg<K, V>>>,
+    slots: Box<[Slot<K, V>]>,
 }
 
 impl<K: Key, V: Value> OwnerRef<K, V> {
-    /// Starts the owner of `core` under `supervisor`, with a way to restart it after a crash.
+    /// Starts the owners of `core`'s shards under `supervisor`, each with a way to restart it
+    /// after a crash.
     pub(crate) async fn start(
         core: &Arc<TableCore<K, V>>,
         supervisor: ActorCell,
-    ) -> Result<(Arc<Self>, Restart)> {
-        let (owner, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(core), supervisor)
-            .await
-            .map_err(|_| Error::Stopped)?;
+    ) -> Result<(Arc<Self>, Vec<Restart>)> {
+        let mut slots = Vec::with_capacity(core.shards);
+        for shard in 0..core.shards {
+            let args = OwnerArgs {
+                core: Arc::clone(core),
+                shard,
+            };
+            let (owner, _) = Actor::spawn_linked(None, Owner::new(), args, supervisor.clone())
+                .await
+                .map_err(|_| Error::Stopped)?;
+            slots.push(RwLock::new(owner));
+        }
         let this = Arc::new(OwnerRef {
-            slot: RwLock::new(owner),
+            slots: slots.into_boxed_slice(),
         });
-        let restart = restarter(Arc::clone(core), Arc::downgrade(&this));
-        Ok((this, restart))
+        let restarts = (0..core.shards)
+            .map(|shard| restarter(Arc::clone(core), Arc::downgrade(&this), shard))
+            .collect();
+        Ok((this, restarts))
     }
 
-    /// The owner now.
-    pub(crate) fn current(&self) -> ActorRef<OwnerMsg<K, V>> {
-        self.slot
+    /// The owner of `shard` now.
+    pub(crate) fn current(&self, shard: usize) -> ActorRef<OwnerMsg<K, V>> {
+        self.slots[shard % self.slots.len()]
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
 
-    /// Calls the owner; a dead owner (or one that dies mid-call) answers [`Error::Stopped`].
-    pub(crate) async fn call<T: Send + 'static>(
+    /// The shard of `id`.
+    pub(crate) fn shard<Q: Hash + ?Sized>(&self, id: &Q) -> usize {
+        shard_of(id, self.slots.len())
+    }
+
+    /// The owner of `id`'s shard now.
+    pub(crate) fn of<Q: Hash + ?Sized>(&self, id: &Q) -> ActorRef<OwnerMsg<K, V>> {
+        self.current(self.shard(id))
+    }
+
+    /// Every shard's owner now.
+    pub(crate) fn all(&self) -> impl Iterator<Item = ActorRef<OwnerMsg<K, V>>> + '_ {
+        (0..self.slots.len()).map(|shard| self.current(shard))
+    }
+
+    /// Calls the owner of `id`'s shard; a dead owner (or one that dies mid-call) answers
+    /// [`Error::Stopped`].
+    pub(crate) async fn call<Q: Hash + ?Sized, T: Send + 'static>(
         &self,
+        id: &Q,
         message: impl FnOnce(RpcReplyPort<Result<T>>) -> OwnerMsg<K, V>,
     ) -> Result<T> {
-        match self.current().call(message, None).await {
-            Ok(CallResult::Success(answer)) => answer,
-            _ => Err(Error::Stopped),
+        answer(self.of(id).call(message, None).await)
+    }
+
+    /// Calls every shard's owner with the message `message` makes, and waits for all of them.
+    pub(crate) async fn call_all(
+        &self,
+        message: impl Fn(RpcReplyPort<Result<()>>) -> OwnerMsg<K, V>,
+    ) -> Result<()> {
+        let calls = self.all().map(|owner| {
+            let message = &message;
+            async move { answer(owner.call(message, None).await) }
+        });
+        join_all(calls).await.into_iter().collect()
+    }
+
+    /// Casts the message `message` makes to every shard's owner.
+    pub(crate) fn cast_all(&self, message: impl Fn() -> OwnerMsg<K, V>) {
+        for owner in self.all() {
+            let _ = owner.cast(message());
         }
+    }
+}
+
+fn answer<T>(outcome: std::result::Result<CallResult<Result<T>>, impl Sized>) -> Result<T> {
+    match outcome {
+        Ok(CallResult::Success(answer)) => answer,
+        _ => Err(Error::Stopped),
     }
 }
 
 impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     fn invalidated(&self, id: &[u8]) {
-        let message = match K::from_rendered(id) {
-            Some(id) => OwnerMsg::Invalidated { id, checked: false },
-            None => OwnerMsg::Flush, // an id this key type cannot parse back: drop all of L1
-        };
-        let _ = self.current().cast(message);
+        match K::from_rendered(id) {
+            Some(id) => {
+                let _ = self
+                    .of(&id)
+                    .cast(OwnerMsg::Invalidated { id, checked: false });
+            }
+            // An id this key type cannot parse back: every shard drops all of L1.
+            None => self.cast_all(|| OwnerMsg::Flush),
+        }
     }
 
     fn flush(&self) {
-        let _ = self.current().cast(OwnerMsg::Flush);
+        self.cast_all(|| OwnerMsg::Flush);
     }
 
     fn marks_changed(&self) {
-        let _ = self.current().cast(OwnerMsg::MarksChanged { full: false });
+        // One shard reads the marks; what a new one covers reaches every shard (`read_marks`).
+        let _ = self.current(0).cast(OwnerMsg::MarksChanged { full: false });
     }
 
     fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found) {
         // An id this key type cannot parse back was never kept capped-and-waiting: nothing to do.
         if let Some(id) = K::from_rendered(id) {
-            let _ = self.current().cast(OwnerMsg::Confirmed {
+            let _ = self.of(&id).cast(OwnerMsg::Confirmed {
                 id,
                 fingerprint,
                 found,
@@ -87,19 +160,26 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     }
 }
 
-/// How the supervisor replaces this table's owner after a crash.
-fn restarter<K: Key, V: Value>(core: Arc<TableCore<K, V>>, owner: Weak<OwnerRef<K, V>>) -> Restart {
+/// How the supervisor replaces the owner of `shard` after a crash.
+fn restarter<K: Key, V: Value>(
+    core: Arc<TableCore<K, V>>,
+    owner: Weak<OwnerRef<K, V>>,
+    shard: usize,
+) -> Restart {
     Box::new(move |supervisor: ActorCell| {
         let core = Arc::clone(&core);
         let owner = owner.clone();
         Box::pin(async move {
             let owner = owner.upgrade()?; // every handle is gone: nothing to restart for
-            let (fresh, _) = Actor::spawn_linked(None, Owner::new(), Arc::clone(&core), supervisor)
+            let args = OwnerArgs {
+                core: Arc::clone(&core),
+                shard,
+            };
+            let (fresh, _) = Actor::spawn_linked(None, Owner::new(), args, supervisor)
                 .await
                 .ok()?;
             // Handles point at the new owner before the restart is counted.
-            *owner
-                .slot
+            *owner.slots[shard]
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
             // Until the handles pointed here, pushes went to the dead owner and were lost, and

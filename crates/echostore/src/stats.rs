@@ -171,7 +171,7 @@ macro_rules! counters {
                 TableStats {
                     $hot: self.$hot.sum(),
                     $( $name: c.$name.load(Relaxed), )*
-                    in_flight: self.in_flight.load(Relaxed),
+                    in_flight: self.in_flight.iter().map(|s| s.load(Relaxed)).sum(),
                     l1_len,
                 }
             }
@@ -272,16 +272,17 @@ pub(crate) struct Stats {
     pub(crate) l1_hits: StripedCounter,
     /// Kept off the stripes' cache lines.
     pub(crate) counters: CachePadded<Counters>,
-    /// Gauge maintained by the owner.
-    pub(crate) in_flight: AtomicU64,
+    /// Gauges maintained by the owners, one per shard.
+    pub(crate) in_flight: Box<[AtomicU64]>,
 }
 
 impl Stats {
-    pub(crate) fn new() -> Self {
+    /// The counters of a table whose ids `shards` owners share.
+    pub(crate) fn new(shards: usize) -> Self {
         Stats {
             l1_hits: StripedCounter::new(),
             counters: CachePadded::new(Counters::default()),
-            in_flight: AtomicU64::new(0),
+            in_flight: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -299,7 +300,7 @@ mod tests {
     /// Hits from many threads all land in the sum.
     #[test]
     fn striped_hits_sum_across_threads() {
-        let stats = Stats::new();
+        let stats = Stats::new(1);
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| (0..1000).for_each(|_| stats.l1_hits.incr()));
@@ -311,7 +312,7 @@ mod tests {
     /// The named list covers every field once, and the sum adds field by field.
     #[test]
     fn counters_are_named_once_and_summed() {
-        let stats = Stats::new();
+        let stats = Stats::new(1);
         bump(&stats.counters.source_reads);
         stats.l1_hits.incr();
         let one = stats.snapshot(3);

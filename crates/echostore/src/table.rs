@@ -35,7 +35,9 @@ impl<K: Key, V: Value> Drop for TableInner<K, V> {
     fn drop(&mut self) {
         // The last handle is gone: stop the owner (the supervisor does not restart a stop), and
         // stop tracking the table's keys.
-        self.owner.current().stop(None);
+        for owner in self.owner.all() {
+            owner.stop(None);
+        }
         if let (Some(tracker), Some(sink)) = (self.store.tracker(), &self.sink) {
             tracker.remove_table(&self.core.name, sink);
         }
@@ -79,7 +81,8 @@ impl<K: Key, V: Value> Table<K, V> {
         }
         let core = Arc::new(core);
         let supervisor = store.supervisor();
-        let (owner, restart) = OwnerRef::start(&core, supervisor.get_cell()).await?;
+        let (owner, restarts) = OwnerRef::start(&core, supervisor.get_cell()).await?;
+        let _ = core.owners.set(Arc::downgrade(&owner));
         let mut sink = None;
         if let Some(tracker) = store.tracker() {
             let owner: Arc<dyn Sink> = owner.clone();
@@ -96,10 +99,12 @@ impl<K: Key, V: Value> Table<K, V> {
             tracing::warn!(table = %core.name, error = %e, "reading the table's marks failed");
         }
         crate::owner::poll_marks(&core, Arc::downgrade(&owner));
-        let id = owner.current().get_id();
-        supervisor
-            .cast(SupervisorMsg::Watch { owner: id, restart })
-            .map_err(|_| Error::Stopped)?;
+        for (shard, restart) in restarts.into_iter().enumerate() {
+            let id = owner.current(shard).get_id();
+            supervisor
+                .cast(SupervisorMsg::Watch { owner: id, restart })
+                .map_err(|_| Error::Stopped)?;
+        }
         crate::metrics::spawn_exporter(&core);
         Ok(Table {
             inner: Arc::new(TableInner {
@@ -262,7 +267,7 @@ impl<K: Key, V: Value> Table<K, V> {
         let entry = life.entry(Arc::clone(&value));
         self.inner
             .owner
-            .call(move |reply| OwnerMsg::Put {
+            .call(&id.clone(), move |reply| OwnerMsg::Put {
                 id,
                 entry,
                 write,
@@ -309,7 +314,11 @@ impl<K: Key, V: Value> Table<K, V> {
         };
         self.inner
             .owner
-            .call(move |reply| OwnerMsg::Invalidate { id, write, reply })
+            .call(&id.clone(), move |reply| OwnerMsg::Invalidate {
+                id,
+                write,
+                reply,
+            })
             .await
     }
 

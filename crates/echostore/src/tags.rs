@@ -94,8 +94,8 @@ impl<K: Key, V: Value> Table<K, V> {
             (Err(_), Some(tags)) => Scope::Tags(tags.iter().cloned().collect()),
         };
         owner
-            .call(|reply| OwnerMsg::Marked {
-                scope,
+            .call_all(|reply| OwnerMsg::Marked {
+                scope: scope.clone(),
                 reply: Some(reply),
             })
             .await?;

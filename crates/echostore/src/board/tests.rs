@@ -103,13 +103,28 @@ async fn a_dropped_answerer_answers_stopped() {
     assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
 }
 
+/// A new owner clears only its own shard's ids: another shard's flight stays listed.
+#[test]
+fn a_clear_leaves_other_shards_ids() {
+    let board = Board::<u64, u64>::new();
+    let (mine, theirs) = (Answerer::new(), Answerer::new());
+    board.publish(1, &mine);
+    board.publish(2, &theirs);
+    board.clear(|id| *id == 1);
+    assert!(board.join(&1).is_none(), "this shard's flight withdrawn");
+    assert!(
+        board.join(&2).is_some(),
+        "the other shard's flight still listed"
+    );
+}
+
 /// A running write's mark outlives the owner's marks: `clear` (a new owner) leaves it, no read of
 /// its id starts until it is dropped, and `landed` returns once every mark of the id is gone.
 #[tokio::test]
 async fn running_writes_outlive_a_clear() {
     let board = Arc::new(Board::<u64, u64>::new());
     let (first, second) = (board.running_write(1), board.running_write(1));
-    board.clear();
+    board.clear(|_| true);
     assert_eq!(board.running_writes(), vec![1]);
     assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
     let landed = tokio::spawn({

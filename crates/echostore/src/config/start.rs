@@ -53,7 +53,12 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 )));
             }
         }
+        let shards = self.shards.unwrap_or_else(sharding::default_shards);
         let checks = [
+            (
+                (1..=sharding::MAX_SHARDS).contains(&shards),
+                format!("shards must be within 1..={}", sharding::MAX_SHARDS),
+            ),
             (
                 (0.0..=0.5).contains(&self.jitter),
                 format!("jitter {} is outside 0.0..=0.5", self.jitter),
@@ -128,13 +133,15 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l2: self.store.l2().cloned(),
             loader: self.loader,
             batch_loader: self.batch_loader,
-            stats: Stats::new(),
+            stats: Stats::new(shards),
             tracker: self.store.tracker().cloned(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
             board: Arc::new(crate::board::Board::new()),
             unsettled: crate::unsettled::Unsettled::new(),
             tags: self.tags,
             marks,
+            shards,
+            owners: std::sync::OnceLock::new(),
         };
         Table::start(self.store, core).await
     }

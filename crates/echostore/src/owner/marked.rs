@@ -54,9 +54,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
             match core.marks.refresh(&l2, full).await {
-                Ok(Some(scope)) => {
-                    let _ = myself.cast(OwnerMsg::Marked { scope, reply: None });
-                }
+                // Every shard drops what the mark covers; one shard's read found it.
+                Ok(Some(scope)) => match core.owners.get().and_then(Weak::upgrade) {
+                    Some(owners) => owners.cast_all(|| OwnerMsg::Marked {
+                        scope: scope.clone(),
+                        reply: None,
+                    }),
+                    None => {
+                        let _ = myself.cast(OwnerMsg::Marked { scope, reply: None });
+                    }
+                },
                 Ok(None) => {}
                 // Tracking is lost with Valkey: the flush when it is back reads them all.
                 Err(e) => {
@@ -88,7 +95,9 @@ pub(crate) fn poll_marks<K: Key, V: Value>(
                 return;
             };
             if tracker.as_ref().is_none_or(|t| !t.is_up()) {
-                let _ = owner.current().cast(OwnerMsg::MarksChanged { full: false });
+                let _ = owner
+                    .current(0)
+                    .cast(OwnerMsg::MarksChanged { full: false });
             }
         }
     });

@@ -73,7 +73,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// head of its id's queue here, and its landing is this owner's `Written` with no entry (what
     /// it wrote is read back from Valkey, never assumed).
     pub(super) fn inherit_writes(&mut self, myself: &ActorRef<OwnerMsg<K, V>>) {
-        for id in self.core.board.running_writes() {
+        let mine = self.core.board.running_writes().into_iter();
+        for id in mine.filter(|id| self.core.shard_of(id) == self.shard) {
             self.flights.inherit_write(&id);
             let (board, myself) = (Arc::clone(&self.core.board), myself.clone());
             tokio::spawn(async move {

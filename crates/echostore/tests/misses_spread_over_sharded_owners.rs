@@ -1,0 +1,121 @@
+//! `.shards(n)`: a table's ids spread over `n` owner actors by hash. Every per-id rule holds as
+//! with one owner (one source read per id across stores), what concerns every id (a mark) reaches
+//! every shard, and a crash restarts only the shard it happened in.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    POISON, Source, Touchy, answers, coherent_store, herd_across, settled, table_on, until,
+    until_async, until_stats, valkey,
+};
+use echostore::{Error, Origin, Store, Table};
+
+/// Two stores, four shards each, a herd per id over many ids: one source read per id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_id_is_read_once_across_sharded_owners() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Source::open();
+    let mut tables: Vec<Table<u64, String>> = Vec::new();
+    for _ in 0..2 {
+        let store = coherent_store(&url, None).await;
+        tables.push(table_on(&store, "sh", &source, |t| t.shards(4)).await);
+    }
+    for id in 1..=16 {
+        for answer in answers(herd_across(&tables, 20, id)).await {
+            assert_eq!(*answer.expect("a value").value, format!("value-{id}-{id}"));
+        }
+        assert_eq!(source.calls(), id as usize, "id {id}: one source read");
+    }
+    for table in &tables {
+        settled(table).await; // the shards' in_flight gauges add up to none
+    }
+}
+
+/// Another process's `invalidate_tag` reaches this process's every shard: each drops the
+/// entries it holds with the tag, not only the shard that read the new mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_reaches_every_shard() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Source::open();
+    let tagged = |t: echostore::TableBuilder<u64, String>| {
+        t.shards(4)
+            .ttl(Duration::from_secs(60))
+            .tags(|_: &u64, _: &String| ["all"])
+    };
+    let here = table_on(&coherent_store(&url, None).await, "mk", &source, tagged).await;
+    let there = table_on(&coherent_store(&url, None).await, "mk", &source, tagged).await;
+    let ids: Vec<u64> = (1..=12).collect();
+    for id in &ids {
+        here.get(id).await.expect("load");
+        assert_eq!(here.fetch(id).await.expect("hit").origin, Origin::L1);
+    }
+    there.invalidate_tag("all").await.expect("invalidate_tag");
+    until_async("every shard dropped its entries", async || {
+        let mut hits = 0;
+        for id in &ids {
+            if here.fetch(id).await.expect("read").origin == Origin::L1 {
+                hits += 1;
+            }
+        }
+        hits == 0
+    })
+    .await;
+    until_stats(&here, "the mark was taken", |s| s.marks_taken >= 1).await;
+}
+
+/// A crash in one shard answers that shard's waiters `Stopped`; the other shard's flights run
+/// on and answer their values, and only one owner is restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_restarts_only_its_shard() {
+    let source = Source::gated();
+    let store = Store::builder().build().await.expect("store");
+    let loader = source.loader();
+    let table = store
+        .table::<Touchy, String>("touchy")
+        .shards(2)
+        .loader(move |id: Touchy| loader(id.0))
+        .start()
+        .await
+        .expect("table");
+    let others: Vec<_> = (1..=8)
+        .map(|n| {
+            let table = table.clone();
+            tokio::spawn(async move { table.get(&Touchy(n, 0)).await })
+        })
+        .collect();
+    let first = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&Touchy(POISON, 1)).await }
+    });
+    until_stats(&table, "nine flights run", |s| s.in_flight == 9).await;
+    let second = table.get(&Touchy(POISON, 2)).await;
+    assert!(matches!(second, Err(Error::Stopped)), "{second:?}");
+    until("the supervisor restarted the shard", || {
+        table.stats().owner_restarts == 1
+    })
+    .await;
+    source.release();
+    assert!(matches!(first.await.expect("task"), Err(Error::Stopped)));
+    let (mut answered, mut stopped) = (0, 0);
+    for (n, other) in (1..=8u64).zip(others) {
+        match other.await.expect("task") {
+            Ok(value) => {
+                assert!(value.starts_with(&format!("value-{n}-")), "{value}");
+                answered += 1;
+            }
+            Err(Error::Stopped) => stopped += 1,
+            Err(e) => panic!("id {n}: {e}"),
+        }
+    }
+    assert!(
+        answered > 0 && stopped > 0,
+        "the crashed shard's ids answered Stopped ({stopped}), the other's their values \
+         ({answered})"
+    );
+    assert_eq!(table.stats().owner_restarts, 1, "one shard restarted");
+    settled(&table).await;
+}
