@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{
-    example, herd_across, node_lines, raw, read_envelope, settled, spawn_node, store_on, valkey,
+    Source, example, herd_across, node_lines, raw, read_envelope, settled, spawn_node, store_on,
+    valkey,
 };
 use echostore::{LoserPolicy, Origin, Table, TableStats};
 use redis::AsyncCommands;
@@ -23,10 +22,10 @@ const LOCK_TTL: Duration = Duration::from_millis(100);
 async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let reads = Arc::new(AtomicUsize::new(0));
+    // The slowness is the behaviour under test: four lock_ttls.
+    let source = Source::taking(LOCK_TTL * 4);
     let mut tables: Vec<Table<u64, String>> = Vec::new();
     for _ in 0..4 {
-        let reads = Arc::clone(&reads);
         let table = store_on(&valkey.url())
             .await
             .table::<u64, String>("slow")
@@ -35,15 +34,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
                 every: Duration::from_millis(10),
                 up_to: Duration::from_secs(30),
             })
-            .loader(move |id: u64| {
-                let reads = Arc::clone(&reads);
-                async move {
-                    let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
-                    // The slowness is the behaviour under test: four lock_ttls.
-                    tokio::time::sleep(LOCK_TTL * 4).await;
-                    Ok::<_, std::io::Error>(format!("value-{id}-read-{n}"))
-                }
-            })
+            .loader(source.answering(|id, n| Ok(format!("value-{id}-read-{n}"))))
             .start()
             .await
             .expect("table");
@@ -55,7 +46,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
         let answer = caller.await.expect("task").expect("a value");
         assert_eq!(*answer.value, "value-7-read-1", "one answer for all");
     }
-    assert_eq!(reads.load(Ordering::SeqCst), 1, "one source read in all");
+    assert_eq!(source.calls(), 1, "one source read in all");
 
     let stored = read_envelope::<String>(&mut conn, "slow:{7}")
         .await
@@ -81,7 +72,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
             again.origin
         );
     }
-    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    assert_eq!(source.calls(), 1);
     let total: TableStats = tables.iter().map(Table::stats).sum();
     assert_eq!((total.source_reads, total.lock_won), (1, 1));
     assert_eq!((total.fenced_write_skipped, total.l2_errors), (0, 0));

@@ -6,11 +6,10 @@
 #![cfg(feature = "metrics")]
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use echostore::{Store, Table, TableStats};
+use echostore_testkit::Source;
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -55,16 +54,16 @@ fn expected(stats: &TableStats, table: &str) -> Seen {
         .collect()
 }
 
-/// A `u64 -> u64` table on `store` whose loader sleeps 20 ms and counts its calls.
-async fn squares(store: &Store, name: &str, calls: &Arc<AtomicUsize>) -> Table<u64, u64> {
-    let calls = Arc::clone(calls);
+/// A `u64 -> u64` table on `store` whose loader reads `source` (20 ms a read) and answers the
+/// id's square.
+async fn squares(store: &Store, name: &str, source: &Source) -> Table<u64, u64> {
+    let source = source.clone();
     store
         .table::<u64, u64>(name)
         .loader(move |id: u64| {
-            let calls = Arc::clone(&calls);
+            let source = source.clone();
             async move {
-                calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                source.read().await;
                 Ok::<_, std::io::Error>(id * id)
             }
         })
@@ -80,9 +79,9 @@ async fn exported_counters_equal_the_stats_snapshot() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let store = Store::builder().build().await.expect("store");
-    let table = squares(&store, "metrics_local", &calls).await;
+    let table = squares(&store, "metrics_local", &source).await;
 
     let herd: Vec<_> = (0..10)
         .map(|_| {
@@ -102,7 +101,7 @@ async fn exported_counters_equal_the_stats_snapshot() {
     stats.export(table.name());
     let seen = read(&snapshotter);
 
-    assert_eq!(stats.source_reads, calls.load(Ordering::SeqCst) as u64);
+    assert_eq!(stats.source_reads, source.calls() as u64);
     assert!(stats.source_reads > 0 && stats.coalesced > 0 && stats.l1_hits > 0);
     let source_reads = (
         MetricKind::Counter,
@@ -120,7 +119,7 @@ async fn exported_counters_equal_the_stats_snapshot() {
 #[tokio::test]
 async fn an_l2_hit_is_exported_as_counted() {
     let valkey = embedded_valkey::EmbeddedValkey::start().expect("a real valkey-server");
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let (first, second) = (DebuggingRecorder::new(), DebuggingRecorder::new());
     let (of_first, of_second) = (first.snapshotter(), second.snapshotter());
     let mut tables = Vec::new();
@@ -131,7 +130,7 @@ async fn an_l2_hit_is_exported_as_counted() {
             .build()
             .await
             .expect("store on valkey");
-        tables.push(squares(&store, "metrics_l2", &calls).await);
+        tables.push(squares(&store, "metrics_l2", &source).await);
     }
     assert_eq!(*tables[0].get(&4).await.expect("load"), 16);
     assert_eq!(*tables[1].get(&4).await.expect("l2 hit"), 16);
@@ -157,9 +156,9 @@ async fn a_started_table_publishes_without_being_asked() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let store = Store::builder().build().await.expect("store");
-    let table = squares(&store, "metrics_periodic", &calls).await;
+    let table = squares(&store, "metrics_periodic", &source).await;
     table.get(&5).await.expect("miss");
 
     let source_reads = (
@@ -202,14 +201,14 @@ async fn a_fill_times_its_valkey_read() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let store = Store::builder()
         .valkey(valkey.url())
         .require_valkey(true)
         .build()
         .await
         .expect("store on valkey");
-    let table = squares(&store, "metrics_l2_timing", &calls).await;
+    let table = squares(&store, "metrics_l2_timing", &source).await;
     table.get(&6).await.expect("miss, then a load");
 
     let l2_seconds = (
