@@ -80,14 +80,14 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
     assert_eq!(total.lease_lost, 0);
 }
 
-/// The headline, across OS processes: four `slow_node` processes on one Valkey, 50 misses each,
+/// The headline, across OS processes: four `race_node` processes (given a `lock_ttl`) on one Valkey, 50 misses each,
 /// a loader four times slower than `lock_ttl`. The source — counted by itself, on Valkey — is
 /// read once; the value is on Valkey and in every process's L1 (each process's next get is an
 /// L1 hit, and the count stays 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     let valkey = valkey();
-    let node = example("slow_node");
+    let node = example("race_node");
     let run = std::process::id().to_string();
     let url = valkey.url();
     let lock_ttl_ms = LOCK_TTL.as_millis().to_string();
@@ -98,12 +98,12 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
 
     let mut conn = raw(&url).await;
     let reads: u64 = conn
-        .get(format!("slow:{run}:source_reads"))
+        .get(format!("race:{run}:source_reads"))
         .await
         .expect("GET counter");
     assert_eq!(reads, 1, "exactly one source read across four processes");
     let value = format!("hot-{run} read #1");
-    let key = format!("slow:{{hot-{run}}}");
+    let key = format!("race:{{hot-{run}}}");
     let stored = read_envelope::<String>(&mut conn, &key)
         .await
         .expect("the value is cached on Valkey");
@@ -112,7 +112,7 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     assert!(pttl > 0, "stored with a physical life: {pttl}");
     assert!(
         !conn
-            .exists::<_, bool>(format!("lock:slow:{{hot-{run}}}"))
+            .exists::<_, bool>(format!("lock:race:{{hot-{run}}}"))
             .await
             .expect("EXISTS"),
         "the lock was released"
@@ -145,7 +145,7 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     );
     assert_eq!(sum("lease_lost"), 0);
     let reads_after: u64 = conn
-        .get(format!("slow:{run}:source_reads"))
+        .get(format!("race:{run}:source_reads"))
         .await
         .expect("GET counter");
     assert_eq!(reads_after, 1, "the second gets read nothing");

@@ -1,4 +1,4 @@
-//! What the node examples (`race_node`, `slow_node`, `batch_node`, `tags_node`) share: a store and a plain connection for a
+//! What the node examples (`race_node`, `batch_node`, `tags_node`) share: a store and a plain connection for a
 //! Valkey URL, or for a cluster given as `cluster:<seed>,<seed>,…` (with the `cluster` feature),
 //! the check-in that makes every node's herd start together, and the herd itself.
 // Each node uses a part of this.
