@@ -1,6 +1,6 @@
 //! Herds: many callers of one id at once. For the tests, [`herd`] and [`herd_across`] spawn
 //! `fetch`es released together by one barrier ([`together`], which the `race` readout and the
-//! node examples use too) and [`answers`] collects them. For the benches, one [`Herd`] times
+//! node examples use too), [`answers`] collects them, and [`on_task`] runs one call on a task. For the benches, one [`Herd`] times
 //! `callers` tasks spawned at once on one fresh id whose source takes a few milliseconds, from
 //! the first spawn until every caller has the value, answered through tables (one store's owner,
 //! or several stores dealt round-robin), through the bare [`SingleFlight`] baseline, or through
@@ -41,10 +41,18 @@ where
         .collect()
 }
 
+/// `call` given a clone of `handle` (a table, a store), on a task of its own.
+pub fn on_task<H: Clone, T, F>(handle: &H, call: impl FnOnce(H) -> F) -> JoinHandle<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    tokio::spawn(call(handle.clone()))
+}
+
 /// `table.fetch(&id)` on a task of its own.
 pub fn spawn_fetch<K: Key, V: Value>(table: &Table<K, V>, id: K) -> Caller<V> {
-    let table = table.clone();
-    tokio::spawn(async move { table.fetch(&id).await })
+    on_task(table, |table| async move { table.fetch(&id).await })
 }
 
 /// `n` fetches of `id` on `table`, each on a task of its own, let go together by a barrier.

@@ -24,7 +24,7 @@ pub mod single_flight;
 pub mod source;
 
 pub use fixtures::{filled_table, measurement_time, random_ids, runtime, size, under_ci};
-pub use herd::{Caller, answers, herd, herd_across, spawn_fetch, together};
+pub use herd::{Caller, answers, herd, herd_across, on_task, spawn_fetch, together};
 pub use measure::{Samples, Summary, human, print_ratio, print_summary};
 pub use proxy::Proxy;
 pub use source::{Source, SourceLoader};

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    POISON, Source, Touchy, raw, read_envelope, settled, store_on, touchy, until, until_async,
-    valkey,
+    POISON, Source, Touchy, on_task, raw, read_envelope, settled, store_on, touchy, until,
+    until_async, valkey,
 };
 use echostore::{Error, Origin};
 
@@ -107,10 +107,7 @@ async fn a_restarted_owner_keeps_nothing_of_the_dead_ones_l1() {
         Origin::L1
     );
     source.hold();
-    let first = tokio::spawn({
-        let t = t.clone();
-        async move { t.get(&Touchy(POISON, 1)).await }
-    });
+    let first = on_task(&t, |t| async move { t.get(&Touchy(POISON, 1)).await });
     common::until_stats(&t, "the poisoned flight runs", |s| s.in_flight == 1).await;
     let crashed = t.get(&Touchy(POISON, 2)).await;
     assert!(matches!(crashed, Err(Error::Stopped)), "{crashed:?}");

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Source, round_trips_of, settled, store_on, table_on, until_stats, valkey};
+use common::{Source, on_task, round_trips_of, settled, store_on, table_on, until_stats, valkey};
 use echostore::{Origin, Store, Table};
 use tokio::sync::watch;
 
@@ -133,10 +133,7 @@ async fn overlapping_batches_in_several_stores_read_each_id_once() {
     let tasks: Vec<_> = tables
         .iter()
         .zip(batches.clone())
-        .map(|(t, ids)| {
-            let t = t.clone();
-            tokio::spawn(async move { t.get_many(&ids).await })
-        })
+        .map(|(t, ids)| on_task(t, |t| async move { t.get_many(&ids).await }))
         .collect();
     // Every store has either called the source or is waiting on another's lock.
     common::until("the first batch reached the source", || {
@@ -167,15 +164,9 @@ async fn a_get_joins_a_batch_and_a_batch_joins_a_get() {
     let valkey = valkey();
     let rows = Rows::new(false);
     let table = rows.table(&store_on(&valkey.url()).await).await;
-    let batch = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get_many([1, 2, 3]).await })
-    };
+    let batch = on_task(&table, |t| async move { t.get_many([1, 2, 3]).await });
     common::until("the batch reached the source", || rows.calls().len() == 1).await;
-    let single = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get(&2).await })
-    };
+    let single = on_task(&table, |t| async move { t.get(&2).await });
     until_stats(&table, "the get joined the batch", |s| s.coalesced >= 1).await;
     rows.gate.send_replace(true);
     assert_eq!(batch.await.expect("task").expect("batch").len(), 3);
@@ -188,16 +179,10 @@ async fn a_get_joins_a_batch_and_a_batch_joins_a_get() {
 
     // Now a get first (a batch of one, held), then a batch over its id.
     rows.gate.send_replace(false);
-    let single = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get(&5).await })
-    };
+    let single = on_task(&table, |t| async move { t.get(&5).await });
     common::until("the get reached the source", || rows.calls().len() == 2).await;
     let coalesced = table.stats().coalesced;
-    let batch = {
-        let t = table.clone();
-        tokio::spawn(async move { t.fetch_many([4, 5, 6]).await })
-    };
+    let batch = on_task(&table, |t| async move { t.fetch_many([4, 5, 6]).await });
     common::until("the batch reached the source", || rows.calls().len() == 3).await;
     assert_eq!(
         table.stats().coalesced,
@@ -318,10 +303,7 @@ async fn a_put_during_a_batch_load_fences_that_ids_write() {
     let rows = Rows::new(false);
     let table = rows.table(&store_on(&valkey.url()).await).await;
     let writer = rows.table(&store_on(&valkey.url()).await).await;
-    let batch = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get_many([1, 2]).await })
-    };
+    let batch = on_task(&table, |t| async move { t.get_many([1, 2]).await });
     common::until("the batch reached the source", || rows.calls().len() == 1).await;
     writer
         .put(&2, "put while loading".into())
@@ -379,18 +361,12 @@ async fn a_slow_batch_keeps_its_locks() {
     };
     let slow = short_lock(&rows, store_on(&valkey.url()).await).await;
     let other = short_lock(&rows, store_on(&valkey.url()).await).await;
-    let batch = {
-        let t = slow.clone();
-        tokio::spawn(async move { t.get_many([1, 2, 3]).await })
-    };
+    let batch = on_task(&slow, |t| async move { t.get_many([1, 2, 3]).await });
     until_stats(&slow, "the lease extended the locks", |s| {
         s.lease_extended >= 12
     })
     .await;
-    let read = {
-        let t = other.clone();
-        tokio::spawn(async move { t.get(&2).await })
-    };
+    let read = on_task(&other, |t| async move { t.get(&2).await });
     until_stats(&other, "the other store met the lock", |s| s.lock_lost >= 1).await;
     rows.gate.send_replace(true);
     assert_eq!(batch.await.expect("task").expect("batch").len(), 3);

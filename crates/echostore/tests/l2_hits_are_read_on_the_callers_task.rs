@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, answers, coherent_store, herd, settled, table_on, until, until_stats, valkey,
-    valkey_table,
+    Proxy, Source, answers, coherent_store, herd, on_task, settled, table_on, until, until_stats,
+    valkey, valkey_table,
 };
 use echostore::{Origin, Store, Table};
 
@@ -90,9 +90,8 @@ async fn a_caller_that_stops_polling_holds_up_nobody() {
         futures::poll!(first.as_mut()).is_pending(),
         "its GET is held"
     );
-    let other = tokio::spawn({
-        let reader = reader.clone();
-        async move { tokio::time::timeout(Duration::from_secs(30), reader.fetch(&7)).await }
+    let other = on_task(&reader, |reader| async move {
+        tokio::time::timeout(Duration::from_secs(30), reader.fetch(&7)).await
     });
     until_stats(&reader, "the other caller's flight is out", |s| {
         s.in_flight == 1
@@ -124,15 +123,11 @@ async fn a_read_never_starts_while_its_id_is_written() {
     table.invalidate(&1).await.expect("warms the connection");
 
     proxy.hold();
-    let put = tokio::spawn({
-        let table = table.clone();
-        async move { table.put(&3, "after".into()).await }
+    let put = on_task(&table, |table| async move {
+        table.put(&3, "after".into()).await
     });
     until("the put reached the owner", || table.stats().l1_len == 0).await;
-    let get = tokio::spawn({
-        let table = table.clone();
-        async move { table.fetch(&3).await }
-    });
+    let get = on_task(&table, |table| async move { table.fetch(&3).await });
     until_stats(&table, "the get waits in the owner", |s| s.in_flight == 1).await;
     proxy.release();
     put.await.expect("task").expect("the put landed");
@@ -159,10 +154,7 @@ async fn a_read_overtaken_by_a_push_is_not_kept() {
     a.fetch(&1).await.expect("a first read, through the proxy");
 
     proxy.hold();
-    let reader = tokio::spawn({
-        let a = a.clone();
-        async move { a.fetch(&9).await }
-    });
+    let reader = on_task(&a, |a| async move { a.fetch(&9).await });
     until("A's read of id 9 is held at the proxy", || {
         proxy.waiting() == 1
     })

@@ -6,26 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, settled, spawn_fetch, until_stats, valkey, valkey_table};
-use echostore::{LoserPolicy, Origin, Table};
+use common::{
+    Caller, Source, hold_lock, raw, settled, spawn_fetch, until_stats, valkey, valkey_table,
+};
+use echostore::{LoserPolicy, Origin, Table, TableStats};
 use redis::AsyncCommands;
 
 const VALUE: &str = "los:{1}";
 const LOCK: &str = "lock:los:{1}";
-
-/// Takes the lock as another process would.
-async fn hold_lock(conn: &mut common::RawConn) {
-    let held: Option<String> = redis::cmd("SET")
-        .arg(LOCK)
-        .arg("another-process")
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(conn)
-        .await
-        .expect("SET NX PX");
-    assert_eq!(held.as_deref(), Some("OK"), "the test holds the lock");
-}
 
 async fn poller(url: &str, source: &Source) -> Table<u64, String> {
     valkey_table(url, "los", source, |t| {
@@ -37,6 +25,28 @@ async fn poller(url: &str, source: &Source) -> Table<u64, String> {
     .await
 }
 
+/// The winner (another store) puts its value, which drops its lock: the loser `waiting` on `t`
+/// answers it from Valkey, having lost the lock and never read `source`; `t`'s stats then.
+async fn the_winner_lands(
+    url: &str,
+    t: &Table<u64, String>,
+    waiting: Caller<String>,
+    source: &Source,
+) -> TableStats {
+    let winner = valkey_table(url, "los", &Source::open(), |t| t).await;
+    winner.put(&1, "from-the-winner".into()).await.expect("put");
+    let answer = waiting.await.expect("task").expect("the winner's value");
+    assert_eq!(
+        (answer.origin, answer.value.as_str()),
+        (Origin::L2, "from-the-winner")
+    );
+    let s = t.stats();
+    assert_eq!((s.source_reads, s.lock_lost, s.lock_won), (0, 1, 0));
+    assert_eq!(source.calls(), 0, "the loser never read the source");
+    settled(t).await;
+    s
+}
+
 /// While another process holds the lock, a hash sits under the value key: the loser keeps
 /// polling (issue #9: `WRONGTYPE` sent it to the degraded path, a second source read), and takes
 /// the winner's value when it lands.
@@ -44,7 +54,7 @@ async fn poller(url: &str, source: &Source) -> Table<u64, String> {
 async fn another_type_under_the_key_while_polling_is_no_value_yet() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn).await;
+    hold_lock(&mut conn, LOCK, "another-process").await;
     let source = Source::open();
     let t = poller(&valkey.url(), &source).await;
 
@@ -57,18 +67,7 @@ async fn another_type_under_the_key_while_polling_is_no_value_yet() {
     })
     .await;
     // The winner lands: its put replaces the hash and drops its lock.
-    let winner = valkey_table(&valkey.url(), "los", &Source::open(), |t| t).await;
-    winner.put(&1, "from-the-winner".into()).await.expect("put");
-
-    let answer = waiting.await.expect("task").expect("the winner's value");
-    assert_eq!(
-        (answer.origin, answer.value.as_str()),
-        (Origin::L2, "from-the-winner")
-    );
-    let s = t.stats();
-    assert_eq!((s.source_reads, s.lock_lost, s.lock_won), (0, 1, 0));
-    assert_eq!(source.calls(), 0, "the loser never read the source");
-    settled(&t).await;
+    the_winner_lands(&valkey.url(), &t, waiting, &source).await;
 }
 
 /// While the loser polls, Valkey refuses its poll script (here an ACL denies `EVALSHA`: an error
@@ -79,7 +78,7 @@ async fn another_type_under_the_key_while_polling_is_no_value_yet() {
 async fn failed_polls_are_retried_not_loaded() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn).await;
+    hold_lock(&mut conn, LOCK, "another-process").await;
     let source = Source::open();
     let t = poller(&valkey.url(), &source).await;
 
@@ -102,17 +101,6 @@ async fn failed_polls_are_retried_not_loaded() {
         .await
         .expect("ACL SETUSER");
     assert!(!waiting.is_finished(), "still waiting for the winner");
-    let winner = valkey_table(&valkey.url(), "los", &Source::open(), |t| t).await;
-    winner.put(&1, "from-the-winner".into()).await.expect("put");
-
-    let answer = waiting.await.expect("task").expect("the winner's value");
-    assert_eq!(
-        (answer.origin, answer.value.as_str()),
-        (Origin::L2, "from-the-winner")
-    );
-    let s = t.stats();
-    assert_eq!((s.source_reads, s.lock_lost, s.lock_won), (0, 1, 0));
-    assert_eq!(source.calls(), 0, "the loser never read the source");
+    let s = the_winner_lands(&valkey.url(), &t, waiting, &source).await;
     assert_eq!(s.l1_len, 1, "the winner's value is in L1");
-    settled(&t).await;
 }

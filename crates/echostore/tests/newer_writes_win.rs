@@ -21,13 +21,39 @@ const LOCK: &str = "lock:nw:{1}";
 const HOUR_MS: u64 = 3_600_000;
 
 async fn table_on(store: &Store, source: &Source) -> Table<u64, String> {
-    store
-        .table::<u64, String>("nw")
-        .ttl(Duration::from_secs(60))
-        .loader(source.loader())
-        .start()
+    common::table_on(store, "nw", source, |t| t.ttl(Duration::from_secs(60))).await
+}
+
+/// The fenced write script, as a fill holding `my-token` runs it: `envelope` for a minute.
+async fn fenced_write(conn: &mut common::RawConn, envelope: &[u8]) -> i64 {
+    redis::Script::new(FENCED_WRITE_SCRIPT)
+        .key(VALUE)
+        .key(LOCK)
+        .arg("my-token")
+        .arg(envelope)
+        .arg(60_000)
+        .invoke_async(conn)
         .await
-        .expect("table")
+        .expect("fenced write")
+}
+
+/// The put script: `envelope` for a minute, refused after `deadline_ms` on the server's clock
+/// (0: no deadline); what it wrote, and the server's time.
+async fn put_script(conn: &mut common::RawConn, envelope: &[u8], deadline_ms: u64) -> (i64, u64) {
+    redis::Script::new(PUT_SCRIPT)
+        .key(VALUE)
+        .key(LOCK)
+        .arg(envelope)
+        .arg(60_000)
+        .arg(deadline_ms)
+        .invoke_async(conn)
+        .await
+        .expect("put")
+}
+
+/// Valkey's clock: `TIME` as (seconds, microseconds).
+async fn server_time(conn: &mut common::RawConn) -> (u64, u64) {
+    redis::cmd("TIME").query_async(conn).await.expect("TIME")
 }
 
 /// Store A, reaching Valkey through `proxy`, waiting `timeout` for each reply.
@@ -150,8 +176,6 @@ async fn a_put_respects_newer_values_and_replaces_garbage_from_the_future() {
 async fn the_versioned_scripts_compare_written_at() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let fenced = redis::Script::new(FENCED_WRITE_SCRIPT);
-    let put = redis::Script::new(PUT_SCRIPT);
     let now = unix_ms();
     let mine = envelope(now + HOUR_MS, now, &"mine");
     let stored_at = |written_at: u64| envelope(now + HOUR_MS, written_at, &"stored");
@@ -161,15 +185,7 @@ async fn the_versioned_scripts_compare_written_at() {
         .set(VALUE, stored_at(now + 60_000))
         .await
         .expect("plant");
-    let written: i64 = fenced
-        .key(VALUE)
-        .key(LOCK)
-        .arg("my-token")
-        .arg(&mine)
-        .arg(60_000)
-        .invoke_async(&mut conn)
-        .await
-        .expect("fenced write");
+    let written = fenced_write(&mut conn, &mine).await;
     assert_eq!(written, -1, "a newer value is stored");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored_at(now + 60_000));
@@ -178,15 +194,7 @@ async fn the_versioned_scripts_compare_written_at() {
         "a superseded fenced write releases its lock"
     );
     let _: () = conn.set(LOCK, "my-token").await.expect("SET lock");
-    let (put_written, _now): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&mine)
-        .arg(60_000)
-        .arg(0) // no deadline
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (put_written, _now) = put_script(&mut conn, &mine, 0).await; // no deadline
     assert_eq!(put_written, 0, "superseded");
     assert!(
         conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
@@ -195,26 +203,10 @@ async fn the_versioned_scripts_compare_written_at() {
 
     let far = stored_at(now + MAX_CLOCK_SKEW_MS + HOUR_MS);
     let _: () = conn.set(VALUE, &far).await.expect("plant");
-    let written: i64 = fenced
-        .key(VALUE)
-        .key(LOCK)
-        .arg("my-token")
-        .arg(&mine)
-        .arg(60_000)
-        .invoke_async(&mut conn)
-        .await
-        .expect("fenced write");
+    let written = fenced_write(&mut conn, &mine).await;
     assert_eq!(written, 1, "garbage from the future is replaced");
     let _: () = conn.set(VALUE, &far).await.expect("plant");
-    let (put_written, _now): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&mine)
-        .arg(60_000)
-        .arg(0) // no deadline
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (put_written, _now) = put_script(&mut conn, &mine, 0).await; // no deadline
     assert_eq!(put_written, 1);
     let kept = read_envelope::<String>(&mut conn, VALUE)
         .await
@@ -237,11 +229,7 @@ async fn the_versioned_scripts_compare_written_at() {
 async fn a_put_past_its_deadline_writes_nothing() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let put = redis::Script::new(PUT_SCRIPT);
-    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .expect("TIME");
+    let (secs, micros) = server_time(&mut conn).await;
     let server_now = secs * 1000 + micros / 1000;
     let now = unix_ms();
     let stored = envelope(now + HOUR_MS, now, &"stored");
@@ -249,15 +237,7 @@ async fn a_put_past_its_deadline_writes_nothing() {
     let _: () = conn.set(VALUE, &stored).await.expect("plant");
     let _: () = conn.set(LOCK, "a fill's token").await.expect("SET lock");
 
-    let (written, at): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&late)
-        .arg(60_000)
-        .arg(server_now - 1)
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (written, at) = put_script(&mut conn, &late, server_now - 1).await;
     assert_eq!(written, -2, "too late");
     assert!(at >= server_now, "the reply carries the server's time");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
@@ -267,15 +247,7 @@ async fn a_put_past_its_deadline_writes_nothing() {
         "the lock left alone"
     );
 
-    let (written, _): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&late)
-        .arg(60_000)
-        .arg(server_now + HOUR_MS)
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (written, _) = put_script(&mut conn, &late, server_now + HOUR_MS).await;
     assert_eq!(written, 1, "in time");
     let value = read_envelope::<String>(&mut conn, VALUE)
         .await
@@ -299,17 +271,11 @@ async fn a_put_held_past_its_timeout_never_lands() {
     proxy.hold();
     let late = a.put(&1, "late".into()).await;
     assert!(late.is_err(), "the held put timed out: {late:?}");
-    let (secs, _): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .expect("TIME");
+    let (secs, _) = server_time(&mut conn).await;
     until_async(
         "the held put's deadline has passed on the server",
         async || {
-            let (now, _): (u64, u64) = redis::cmd("TIME")
-                .query_async(&mut conn)
-                .await
-                .expect("TIME");
+            let (now, _) = server_time(&mut conn).await;
             now > secs + 1
         },
     )

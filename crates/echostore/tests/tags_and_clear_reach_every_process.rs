@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, round_trips_of, store_on, table_on, until_stats, valkey};
+use common::{
+    Source, coherent_store, on_task, round_trips_of, store_on, table_on, until_stats, valkey,
+};
 use echostore::{Origin, Store, Table, TableBuilder};
 
 /// Ids are tagged by parity: `odd` or `even`.
@@ -158,9 +160,8 @@ async fn a_fill_that_read_before_a_clear_does_not_store_after_it() {
         plain,
     )
     .await;
-    let early = tokio::spawn({
-        let here = here.clone();
-        async move { here.get(&1).await.expect("read").to_string() }
+    let early = on_task(&here, |here| async move {
+        here.get(&1).await.expect("read").to_string()
     });
     common::until("the fill reads the source", || source.calls() == 1).await;
     there.clear().await.expect("clear");

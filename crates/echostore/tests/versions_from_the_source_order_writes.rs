@@ -8,7 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Proxy, Source, raw, read_envelope, unix_ms, until, valkey, versioned_envelope};
+use common::{
+    Proxy, Source, on_task, raw, read_envelope, unix_ms, until, valkey, versioned_envelope,
+};
 use echostore::{Error, Store, Table};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
@@ -102,10 +104,7 @@ async fn a_slow_fill_of_an_older_row_does_not_overwrite_a_newer_one() {
     let mut conn = raw(&valkey.url()).await;
     let source = Source::gated();
     let t = rows(&store_on(&valkey.url()).await, &source, 1).await;
-    let fill = tokio::spawn({
-        let t = t.clone();
-        async move { t.get(&1).await }
-    });
+    let fill = on_task(&t, |t| async move { t.get(&1).await });
     until("the fill reads the source", || source.calls() == 1).await;
     let now = unix_ms();
     let newer = versioned_envelope(now + 60_000, now, 5, &row(5));

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    BACKENDS, Source, coherent_store, local_table, raw, settled, spawn_fetch, until_stats, valkey,
-    valkey_table,
+    BACKENDS, Source, coherent_store, local_table, on_task, raw, settled, spawn_fetch, until_stats,
+    valkey, valkey_table,
 };
 use echostore::Origin;
 
@@ -107,10 +107,7 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
         .query_async(&mut conn)
         .await
         .expect("CLIENT PAUSE WRITE");
-    let invalidate = tokio::spawn({
-        let table = table.clone();
-        async move { table.invalidate(&1).await }
-    });
+    let invalidate = on_task(&table, |table| async move { table.invalidate(&1).await });
     // Two spawned tasks reach the owner in no fixed order: the miss goes only once the owner has
     // taken the invalidation (L1 emptied, its Valkey write pending), so that it is queued.
     until_stats(&table, "the owner took the invalidation", |s| s.l1_len == 0).await;

@@ -2,9 +2,10 @@
 //! The mechanisms the benches and tools share too come from `echostore-testkit` and are
 //! re-exported here under the names the tests know: [`Proxy`] (a forwarder in front of Valkey
 //! that can hold one store's requests), [`Source`] (the counting, gated test double on the source
-//! side) and the herds ([`herd`], [`herd_across`], [`spawn_fetch`], [`answers`]). Here:
+//! side) and the herds ([`herd`], [`herd_across`], [`spawn_fetch`], [`answers`], [`on_task`]).
+//! Here:
 //!
-//! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey;
+//! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey; [`hold_lock`];
 //! - `envelopes` — envelopes read from and planted on Valkey;
 //! - `info` — figures read from Valkey's `INFO`; `monitor` — round trips, as `MONITOR` shows them;
 //! - `nodes` — example binaries run as OS processes, and their JSON lines;
@@ -22,7 +23,9 @@ mod target;
 mod touchy;
 mod wait;
 
-pub use echostore_testkit::{Proxy, Source, SourceLoader, answers, herd, herd_across, spawn_fetch};
+pub use echostore_testkit::{
+    Caller, Proxy, Source, SourceLoader, answers, herd, herd_across, on_task, spawn_fetch,
+};
 pub use envelopes::{
     OnValkey, envelope, envelope_header, read_envelope, unix_ms, versioned_envelope,
 };
@@ -30,8 +33,8 @@ pub use info::{command_calls, info_count};
 pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
 pub use tables::{
-    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, local_table, set_table,
-    stale_on_valkey, store_on, table_on, valkey_table,
+    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, hold_lock, local_table,
+    set_table, stale_on_valkey, store_on, table_on, valkey_table,
 };
 pub(crate) use target::{RawConn, raw};
 pub use target::{TARGET_ENV, Valkey, cluster_seeds, valkey};

@@ -1,4 +1,5 @@
-//! Stores and tables for the tests: in-process, or on a private real Valkey.
+//! Stores and tables for the tests, in-process or on a private real Valkey, and a lock held as
+//! another process would hold it.
 
 use std::time::Duration;
 
@@ -115,4 +116,19 @@ pub async fn stale_on_valkey(conn: &mut super::RawConn, key: &str) -> bool {
     let fresh_until_ms = u64::from_le_bytes(header.try_into().expect("8 bytes"));
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
     secs * 1000 + micros / 1000 >= fresh_until_ms + PAST_BY_MS
+}
+
+/// Takes `lock` with `token` as another process would (`SET … NX PX 30000`, longer than any
+/// test waits); panics unless it was free.
+pub async fn hold_lock(conn: &mut super::RawConn, lock: &str, token: &str) {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(lock)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .expect("SET NX PX");
+    assert_eq!(set.as_deref(), Some("OK"), "the test holds {lock}");
 }
