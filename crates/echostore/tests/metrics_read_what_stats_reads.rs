@@ -33,6 +33,11 @@ fn read(snapshotter: &Snapshotter) -> Seen {
         .collect()
 }
 
+/// The key of one series in [`Seen`].
+fn series(kind: MetricKind, name: &str, table: &str) -> (MetricKind, String, String) {
+    (kind, name.to_owned(), table.to_owned())
+}
+
 /// Every figure of `stats` as the recorder should hold it for `table`.
 fn expected(stats: &TableStats, table: &str) -> Seen {
     stats
@@ -40,13 +45,13 @@ fn expected(stats: &TableStats, table: &str) -> Seen {
         .into_iter()
         .map(|(name, value)| {
             if matches!(name, "in_flight" | "l1_len") {
-                let key = (MetricKind::Gauge, format!("echostore_{name}"), table.into());
+                let key = series(MetricKind::Gauge, &format!("echostore_{name}"), table);
                 (key, DebugValue::Gauge((value as f64).into()))
             } else {
-                let key = (
+                let key = series(
                     MetricKind::Counter,
-                    format!("echostore_{name}_total"),
-                    table.into(),
+                    &format!("echostore_{name}_total"),
+                    table,
                 );
                 (key, DebugValue::Counter(value))
             }
@@ -103,10 +108,10 @@ async fn exported_counters_equal_the_stats_snapshot() {
 
     assert_eq!(stats.source_reads, source.calls() as u64);
     assert!(stats.source_reads > 0 && stats.coalesced > 0 && stats.l1_hits > 0);
-    let source_reads = (
+    let source_reads = series(
         MetricKind::Counter,
-        "echostore_source_reads_total".to_owned(),
-        "metrics_local".to_owned(),
+        "echostore_source_reads_total",
+        "metrics_local",
     );
     assert_eq!(seen[&source_reads], DebugValue::Counter(stats.source_reads));
     for (key, value) in expected(&stats, "metrics_local") {
@@ -161,16 +166,16 @@ async fn a_started_table_publishes_without_being_asked() {
     let table = squares(&store, "metrics_periodic", &source).await;
     table.get(&5).await.expect("miss");
 
-    let source_reads = (
+    let source_reads = series(
         MetricKind::Counter,
-        "echostore_source_reads_total".to_owned(),
-        "metrics_periodic".to_owned(),
+        "echostore_source_reads_total",
+        "metrics_periodic",
     );
     let mut seen = read(&snapshotter);
-    let load_seconds = (
+    let load_seconds = series(
         MetricKind::Histogram,
-        "echostore_load_seconds".to_owned(),
-        "metrics_periodic".to_owned(),
+        "echostore_load_seconds",
+        "metrics_periodic",
     );
     let Some(DebugValue::Histogram(loads)) = seen.get(&load_seconds) else {
         panic!("the load was timed: {seen:?}");
@@ -211,10 +216,10 @@ async fn a_fill_times_its_valkey_read() {
     let table = squares(&store, "metrics_l2_timing", &source).await;
     table.get(&6).await.expect("miss, then a load");
 
-    let l2_seconds = (
+    let l2_seconds = series(
         MetricKind::Histogram,
-        "echostore_l2_seconds".to_owned(),
-        "metrics_l2_timing".to_owned(),
+        "echostore_l2_seconds",
+        "metrics_l2_timing",
     );
     let seen = read(&snapshotter);
     let Some(DebugValue::Histogram(reads)) = seen.get(&l2_seconds) else {
