@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, table_on, until_stats, valkey};
+use common::{Source, coherent_store, coherent_table, until_stats, valkey};
 use echostore::{Origin, Store, Table};
 
 async fn optional(store: &Store, source: &Source) -> Table<u64, Option<String>> {
@@ -64,20 +64,8 @@ async fn any_other_row_is_invalidated_everywhere() {
     let valkey = valkey();
     let source = Source::open();
     let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
-    let here = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "plain",
-        &source,
-        long,
-    )
-    .await;
-    let there = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "plain",
-        &source,
-        long,
-    )
-    .await;
+    let here = coherent_table(&valkey.url(), "plain", &source, long).await;
+    let there = coherent_table(&valkey.url(), "plain", &source, long).await;
     loaded_then_deleted(&here, &there).await;
     assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::Loaded);
     assert_eq!(source.calls(), 2, "the next read loaded the row");

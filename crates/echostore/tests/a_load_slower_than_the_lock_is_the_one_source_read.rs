@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, example, herd_across, node_lines, raw, read_envelope, settled, spawn_node, store_on,
-    valkey,
+    Source, example, exists, herd_across, node_lines, raw, read_envelope, settled, spawn_node,
+    store_on, valkey,
 };
 use echostore::{LoserPolicy, Origin, Table, TableStats};
 use redis::AsyncCommands;
@@ -53,10 +53,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
         .expect("the value is cached on Valkey");
     assert_eq!(stored.value, "value-7-read-1");
     assert!(
-        !conn
-            .exists::<_, bool>("lock:slow:{7}")
-            .await
-            .expect("EXISTS"),
+        !exists(&mut conn, "lock:slow:{7}").await,
         "the winner released its lock"
     );
     for table in &tables {
@@ -111,10 +108,7 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     let pttl: i64 = conn.pttl(&key).await.expect("PTTL");
     assert!(pttl > 0, "stored with a physical life: {pttl}");
     assert!(
-        !conn
-            .exists::<_, bool>(format!("lock:race:{{hot-{run}}}"))
-            .await
-            .expect("EXISTS"),
+        !exists(&mut conn, format!("lock:race:{{hot-{run}}}")).await,
         "the lock was released"
     );
 

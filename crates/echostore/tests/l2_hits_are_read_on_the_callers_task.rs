@@ -8,28 +8,17 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, answers, coherent_store, herd, on_task, settled, table_on, until, until_stats,
-    valkey, valkey_table,
+    Proxy, Source, answers, coherent_table, herd, on_task, patient_store, settled, table_on, until,
+    until_stats, valkey, valkey_table,
 };
-use echostore::{Origin, Store, Table};
+use echostore::{Origin, Table};
 
 /// Table `reads` on a store that reaches Valkey through `proxy` (which holds only the data
 /// connection, never the tracking one), reading `source`; its coherence is up.
 async fn through(proxy: &Proxy, source: &Source) -> Table<u64, String> {
-    let store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay, not an outage
-        .build()
-        .await
-        .expect("store through the proxy");
+    let store = patient_store(&proxy.url(), Duration::from_secs(30)).await; // a hold is a delay
     until("its tracking is up", || store.is_coherent()).await;
-    store
-        .table::<u64, String>("reads")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table")
+    table_on(&store, "reads", source, |t| t).await
 }
 
 /// Another store wrote id 5; a herd of 50 on this store misses it together. All 50 get the
@@ -43,13 +32,7 @@ async fn a_herd_on_a_value_on_valkey_reads_it_once() {
     let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     writer.put(&5, "written".into()).await.expect("put");
     // Coherent before it reads: the flush that comes with tracking going up withdraws reads.
-    let reader = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "reads",
-        &source,
-        |t| t,
-    )
-    .await;
+    let reader = coherent_table(&valkey.url(), "reads", &source, |t| t).await;
 
     for answer in answers(herd(&reader, 50, 5)).await {
         assert_eq!(*answer.expect("a value").value, "written");

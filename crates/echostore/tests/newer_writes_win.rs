@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, envelope, raw, read_envelope, settled, unix_ms, until, until_async, valkey,
-    valkey_table,
+    Proxy, Source, envelope, exists, patient_store, raw, read_envelope, settled, unix_ms, until,
+    until_async, valkey, valkey_table,
 };
 use echostore::protocol::{FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, PUT_SCRIPT};
 use echostore::{Origin, Store, Table};
@@ -56,17 +56,6 @@ async fn server_time(conn: &mut common::RawConn) -> (u64, u64) {
     redis::cmd("TIME").query_async(conn).await.expect("TIME")
 }
 
-/// Store A, reaching Valkey through `proxy`, waiting `timeout` for each reply.
-async fn store_through(proxy: &Proxy, timeout: Duration) -> Store {
-    Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(timeout)
-        .build()
-        .await
-        .expect("store A")
-}
-
 /// Store A's put of `"first-stamped"` takes its client-side stamp, then is held on its way to
 /// Valkey (a slow network); store B's put of `"second-stamped"`, stamped later on B's clock,
 /// lands first. A's put lands last, so it wins: Valkey holds it with a `written_at` from the
@@ -81,7 +70,7 @@ async fn the_write_that_lands_last_wins_whatever_its_writers_clock_said() {
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
     // The hold is a delay here, not an outage.
-    let a_store = store_through(&proxy, Duration::from_secs(30)).await;
+    let a_store = patient_store(&proxy.url(), Duration::from_secs(30)).await;
     let a = table_on(&a_store, &source).await;
     let b = valkey_table(&valkey.url(), "nw", &source, |t| {
         t.ttl(Duration::from_secs(60))
@@ -190,14 +179,14 @@ async fn the_versioned_scripts_compare_written_at() {
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored_at(now + 60_000));
     assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        !exists(&mut conn, LOCK).await,
         "a superseded fenced write releases its lock"
     );
     let _: () = conn.set(LOCK, "my-token").await.expect("SET lock");
     let (put_written, _now) = put_script(&mut conn, &mine, 0).await; // no deadline
     assert_eq!(put_written, 0, "superseded");
     assert!(
-        conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        exists(&mut conn, LOCK).await,
         "a superseded put leaves the lock"
     );
 
@@ -242,10 +231,7 @@ async fn a_put_past_its_deadline_writes_nothing() {
     assert!(at >= server_now, "the reply carries the server's time");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored, "nothing written");
-    assert!(
-        conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-        "the lock left alone"
-    );
+    assert!(exists(&mut conn, LOCK).await, "the lock left alone");
 
     let (written, _) = put_script(&mut conn, &late, server_now + HOUR_MS).await;
     assert_eq!(written, 1, "in time");
@@ -264,7 +250,7 @@ async fn a_put_held_past_its_timeout_never_lands() {
     let mut conn = raw(&valkey.url()).await;
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
-    let a_store = store_through(&proxy, Duration::from_millis(200)).await;
+    let a_store = patient_store(&proxy.url(), Duration::from_millis(200)).await;
     let a = table_on(&a_store, &source).await;
     a.put(&1, "first".into()).await.expect("A's first put"); // loads the script, reads the clock
 

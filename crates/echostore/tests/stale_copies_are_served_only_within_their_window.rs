@@ -7,11 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, hold_lock, raw, read_envelope, settled, spawn_fetch, stale_on_valkey, unix_ms, until,
-    until_async, until_stats, valkey, valkey_table,
+    Source, exists, hold_lock, raw, read_envelope, settled, spawn_fetch, stale_on_valkey, unix_ms,
+    until, until_async, until_stats, valkey, valkey_table,
 };
 use echostore::{Error, LoserPolicy, Origin, Table, TableBuilder};
-use redis::AsyncCommands;
 
 const TTL: Duration = Duration::from_millis(50);
 const VALUE: &str = "win:{1}";
@@ -53,7 +52,7 @@ async fn a_stale_copy(url: &str, stale_for: Duration) -> (u64, Table<u64, String
 /// later at most).
 async fn until_the_window_closed(conn: &mut common::RawConn, window_end: u64) {
     until_async("the stale copy expired on Valkey", async || {
-        !conn.exists::<_, bool>(VALUE).await.expect("EXISTS")
+        !exists(conn, VALUE).await
     })
     .await;
     until("the stale window is over", || unix_ms() > window_end + 1).await;

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{
-    Source, answers, herd, on_task, raw, settled, table_on, until, until_async, until_stats, valkey,
+    Source, answers, exists, herd, on_task, raw, settled, table_on, until, until_async,
+    until_stats, valkey,
 };
 use echostore::{Error, Origin, Store, Table};
-use redis::AsyncCommands;
 
 async fn degraded_store(url: &str, cooldown: Duration) -> Store {
     Store::builder()
@@ -132,9 +132,7 @@ async fn valkey_restarted_empty_mid_run_is_picked_up_again() {
     until_async("a miss refilled the restarted Valkey", async || {
         id += 1;
         t.get(&id).await.expect("served");
-        conn.exists::<_, bool>(format!("out:{{{id}}}"))
-            .await
-            .expect("EXISTS")
+        exists(&mut conn, format!("out:{{{id}}}")).await
     })
     .await;
     assert!(!store.is_degraded());

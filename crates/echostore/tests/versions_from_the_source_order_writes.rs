@@ -9,7 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, on_task, raw, read_envelope, unix_ms, until, valkey, versioned_envelope,
+    Proxy, Source, on_task, patient_store, raw, read_envelope, unix_ms, until, valkey,
+    versioned_envelope,
 };
 use echostore::{Error, Store, Table};
 use redis::AsyncCommands;
@@ -51,14 +52,9 @@ async fn rows(store: &Store, source: &Source, version: u64) -> Table<u64, Row> {
         .expect("table")
 }
 
+/// A store on `url` for which a hold is a delay here, not an outage.
 async fn store_on(url: &str) -> Store {
-    Store::builder()
-        .valkey(url)
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay here, not an outage
-        .build()
-        .await
-        .expect("store")
+    patient_store(url, Duration::from_secs(30)).await
 }
 
 /// Store A's put of version 1 is held on its way; store B's put of version 2 lands first. When

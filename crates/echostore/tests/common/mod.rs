@@ -33,10 +33,10 @@ pub use info::{command_calls, info_count};
 pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
 pub use tables::{
-    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, hold_lock, local_table,
-    set_table, stale_on_valkey, store_on, table_on, valkey_table,
+    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, coherent_table, hold_lock,
+    local_table, patient_store, set_table, stale_on_valkey, store_on, table_on, valkey_table,
 };
 pub(crate) use target::{RawConn, raw};
-pub use target::{TARGET_ENV, Valkey, cluster_seeds, valkey};
+pub use target::{TARGET_ENV, Valkey, cluster_seeds, exists, valkey};
 pub use touchy::{POISON, Touchy, touchy};
 pub use wait::{settled, until, until_async, until_stats};

@@ -50,6 +50,17 @@ pub async fn store_on(url: &str) -> Store {
         .expect("store on valkey")
 }
 
+/// A store on `url` that waits `timeout` for each reply: a long one makes a hold at a proxy a
+/// delay, not an outage.
+pub async fn patient_store(url: &str, timeout: Duration) -> Store {
+    builder_on(url)
+        .require_valkey(true)
+        .valkey_timeout(timeout)
+        .build()
+        .await
+        .expect("store")
+}
+
 /// A `u64 -> String` table named `name` on `store`, reading `source`, with `tune`'s settings
 /// (`|t| t` for the defaults; `tune` may also replace the loader).
 pub async fn table_on(
@@ -72,6 +83,16 @@ pub async fn local_table(
 ) -> Table<u64, String> {
     let store = Store::builder().build().await.expect("store");
     table_on(&store, name, source, tune).await
+}
+
+/// [`table_on`] a [`coherent_store`] of its own on the Valkey at `url`.
+pub async fn coherent_table(
+    url: &str,
+    name: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    table_on(&coherent_store(url, None).await, name, source, tune).await
 }
 
 /// [`table_on`] a store of its own on the Valkey at `url`.

@@ -1,7 +1,8 @@
 //! The Valkey a test runs against: one private server, or — with `ECHOSTORE_TEST_TARGET=cluster`
 //! and the `cluster` feature — a private three-primary cluster, so that the same lock and
 //! coherence tests run on both (`.ci/run` runs them twice). A cluster's URL for the helpers is
-//! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms.
+//! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms. [`exists`]
+//! asks through a [`raw`] connection whether a key is there.
 
 use std::ops::{Deref, DerefMut};
 
@@ -78,4 +79,13 @@ pub(crate) use support::Conn as RawConn;
 /// Connects a [`RawConn`] to `url`.
 pub(crate) async fn raw(url: &str) -> RawConn {
     support::connect(url).await.expect("connect")
+}
+
+/// Whether `key` exists, as `EXISTS` answers it.
+pub async fn exists(conn: &mut RawConn, key: impl redis::ToRedisArgs) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("EXISTS")
 }
