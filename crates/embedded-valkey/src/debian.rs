@@ -23,7 +23,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::error::Error;
 use crate::last_lines;
-use crate::once::{Names, provision_once};
+use crate::once::{Names, make_executable, provision_once};
 use crate::provision::Provisioned;
 
 /// Directory, inside the provision directory, that holds the unpacked packages.
@@ -339,18 +339,6 @@ fn symlink(target: &str, link: &Path) -> Result<(), Error> {
             "symbolic links need Unix",
         ))
     }
-}
-
-fn make_executable(path: &Path) -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
-            .map_err(|err| Error::io(format!("making {} executable", path.display()), err))?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 fn output_of(step: &str, cmd: &mut Command) -> Result<Output, Error> {

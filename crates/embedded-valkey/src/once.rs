@@ -4,7 +4,8 @@
 //! one download; the result is checked again under the lock (someone may have finished while
 //! this caller waited); the download is built in a private work directory and moved into place
 //! by the provisioner with a rename, so nobody sees half of it; and work directories that killed
-//! runs left behind are removed.
+//! runs left behind are removed. Both make their unpacked binary executable with
+//! [`make_executable`].
 
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -79,6 +80,19 @@ pub(crate) fn provision_once(
     // The lock is released when `lock` is dropped (the file is closed).
     drop(lock);
     Ok(ready(true))
+}
+
+/// Makes `path` executable (by everyone: the binaries are shared by every test process).
+pub(crate) fn make_executable(path: &Path) -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+            .map_err(|err| Error::io(format!("making {} executable", path.display()), err))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Removes work directories left by killed runs. Only called under the lock, so none of them is

