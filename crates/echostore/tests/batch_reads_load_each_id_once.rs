@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Source, on_task, round_trips_of, settled, store_on, table_on, until_stats, valkey};
-use echostore::{Origin, Store, Table};
+use echostore::{Origin, Store, Table, TableBuilder};
 use tokio::sync::watch;
 
 /// A batch source: it records every call's ids, can hold calls at a gate, leaves out the ids
@@ -51,8 +51,17 @@ impl Rows {
 
     /// The table `rows` on `store` with this source as its batch loader.
     async fn table(&self, store: &Store) -> Table<u64, String> {
+        self.tuned(store, |t| t).await
+    }
+
+    /// [`Rows::table`], then `tune`.
+    async fn tuned(
+        &self,
+        store: &Store,
+        tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+    ) -> Table<u64, String> {
         let rows = self.clone();
-        store
+        let builder = store
             .table::<u64, String>("rows")
             .ttl(Duration::from_secs(60))
             .batch_loader(move |ids: Vec<u64>| {
@@ -72,10 +81,8 @@ impl Rows {
                         .map(|id| (id, format!("row {id}")))
                         .collect::<HashMap<_, _>>())
                 }
-            })
-            .start()
-            .await
-            .expect("table")
+            });
+        tune(builder).start().await.expect("table")
     }
 }
 
@@ -331,36 +338,9 @@ async fn a_put_during_a_batch_load_fences_that_ids_write() {
 async fn a_slow_batch_keeps_its_locks() {
     let valkey = valkey();
     let rows = Rows::new(false);
-    let short_lock = |rows: &Rows, store: Store| {
-        let rows = rows.clone();
-        async move {
-            let source = rows.clone();
-            store
-                .table::<u64, String>("rows")
-                .ttl(Duration::from_secs(60))
-                .lock_ttl(Duration::from_millis(30))
-                .batch_loader(move |ids: Vec<u64>| {
-                    let rows = source.clone();
-                    async move {
-                        let mut sorted = ids.clone();
-                        sorted.sort_unstable();
-                        rows.calls.lock().expect("calls").push(sorted);
-                        let mut open = rows.gate.subscribe();
-                        let _ = open.wait_for(|open| *open).await;
-                        Ok::<_, std::io::Error>(
-                            ids.into_iter()
-                                .map(|id| (id, format!("row {id}")))
-                                .collect::<HashMap<_, _>>(),
-                        )
-                    }
-                })
-                .start()
-                .await
-                .expect("table")
-        }
-    };
-    let slow = short_lock(&rows, store_on(&valkey.url()).await).await;
-    let other = short_lock(&rows, store_on(&valkey.url()).await).await;
+    let short_lock = |t: TableBuilder<u64, String>| t.lock_ttl(Duration::from_millis(30));
+    let slow = rows.tuned(&store_on(&valkey.url()).await, short_lock).await;
+    let other = rows.tuned(&store_on(&valkey.url()).await, short_lock).await;
     let batch = on_task(&slow, |t| async move { t.get_many([1, 2, 3]).await });
     until_stats(&slow, "the lease extended the locks", |s| {
         s.lease_extended >= 12

@@ -15,14 +15,24 @@ use redis::AsyncCommands;
 const VALUE: &str = "los:{1}";
 const LOCK: &str = "lock:los:{1}";
 
-async fn poller(url: &str, source: &Source) -> Table<u64, String> {
-    valkey_table(url, "los", source, |t| {
+/// Another process holds the lock (through the connection returned), and a loser that polls
+/// for its value is waiting on `t`: the loser's source, its table and its caller.
+async fn a_polling_loser(
+    url: &str,
+) -> (common::RawConn, Source, Table<u64, String>, Caller<String>) {
+    let mut conn = raw(url).await;
+    hold_lock(&mut conn, LOCK, "another-process").await;
+    let source = Source::open();
+    let t = valkey_table(url, "los", &source, |t| {
         t.losers(LoserPolicy::Poll {
             every: Duration::from_millis(10),
             up_to: Duration::from_secs(30),
         })
     })
-    .await
+    .await;
+    let waiting = spawn_fetch(&t, 1);
+    until_stats(&t, "the loser polls", |s| s.poll_waits > 0).await;
+    (conn, source, t, waiting)
 }
 
 /// The winner (another store) puts its value, which drops its lock: the loser `waiting` on `t`
@@ -53,13 +63,7 @@ async fn the_winner_lands(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_type_under_the_key_while_polling_is_no_value_yet() {
     let valkey = valkey();
-    let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, LOCK, "another-process").await;
-    let source = Source::open();
-    let t = poller(&valkey.url(), &source).await;
-
-    let waiting = spawn_fetch(&t, 1);
-    until_stats(&t, "the loser polls", |s| s.poll_waits > 0).await;
+    let (mut conn, source, t, waiting) = a_polling_loser(&valkey.url()).await;
     let _: () = conn.hset(VALUE, "field", "x").await.expect("HSET");
     let polls = t.stats().poll_waits;
     until_stats(&t, "the loser polled the hash", |s| {
@@ -77,13 +81,7 @@ async fn another_type_under_the_key_while_polling_is_no_value_yet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_polls_are_retried_not_loaded() {
     let valkey = valkey();
-    let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, LOCK, "another-process").await;
-    let source = Source::open();
-    let t = poller(&valkey.url(), &source).await;
-
-    let waiting = spawn_fetch(&t, 1);
-    until_stats(&t, "the loser polls", |s| s.poll_waits > 0).await;
+    let (mut conn, source, t, waiting) = a_polling_loser(&valkey.url()).await;
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("default")

@@ -37,6 +37,6 @@ pub use tables::{
     local_table, patient_store, set_table, stale_on_valkey, store_on, table_on, valkey_table,
 };
 pub(crate) use target::{RawConn, raw};
-pub use target::{TARGET_ENV, Valkey, cluster_seeds, exists, valkey};
+pub use target::{TARGET_ENV, Valkey, cluster_seeds, exists, pause_writes, unpause, valkey};
 pub use touchy::{POISON, Touchy, touchy};
 pub use wait::{settled, until, until_async, until_stats};
