@@ -213,35 +213,26 @@ fn wakeup(c: &mut Criterion) {
     for source in [Duration::from_millis(5), Duration::from_millis(50)] {
         let modes: Vec<Mode> = rt.block_on(async {
             let ms = source.as_millis();
-            vec![
-                Mode::start(
-                    &url,
-                    &format!("wake-push-{ms}"),
-                    format!("push, safety poll 1 s, {ms} ms src"),
+            let mut modes = Vec::new();
+            for (slug, how, coherence, every) in [
+                (
+                    "push",
+                    "push, safety poll 1 s",
                     true,
                     Duration::from_secs(1),
-                    source,
-                )
-                .await,
-                Mode::start(
-                    &url,
-                    &format!("wake-poll1-{ms}"),
-                    format!("poll every 1 ms, {ms} ms src"),
-                    false,
-                    Duration::from_millis(1),
-                    source,
-                )
-                .await,
-                Mode::start(
-                    &url,
-                    &format!("wake-poll10-{ms}"),
-                    format!("poll every 10 ms, {ms} ms src"),
+                ),
+                ("poll1", "poll every 1 ms", false, Duration::from_millis(1)),
+                (
+                    "poll10",
+                    "poll every 10 ms",
                     false,
                     Duration::from_millis(10),
-                    source,
-                )
-                .await,
-            ]
+                ),
+            ] {
+                let (table, name) = (format!("wake-{slug}-{ms}"), format!("{how}, {ms} ms src"));
+                modes.push(Mode::start(&url, &table, name, coherence, every, source).await);
+            }
+            modes
         });
         let mut group = c.benchmark_group(format!(
             "a herd of {callers} misses over four stores, {} ms source",
