@@ -10,39 +10,20 @@
 //! a build that broke single-flight cannot produce a pretty number.
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::Store;
-use echostore_testkit::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_testkit::Source;
+use echostore_testkit::herd::{Herd, SOURCE_LATENCY, herd_table};
 use echostore_testkit::{
     Samples, measurement_time, print_ratio, print_summary, runtime, size, under_ci,
 };
 use embedded_valkey::EmbeddedValkey;
-use tokio::runtime::Runtime;
 
 /// Criterion's minimum; each sample holds many herds.
 const SAMPLE_SIZE: usize = 10;
-
-/// `iters` herds, each on a fresh id; asserts one source read per herd, outside the timing.
-fn herds(rt: &Runtime, herd: &Herd, ids: &AtomicU64, callers: usize, iters: u64) -> Duration {
-    let mut total = Duration::ZERO;
-    for _ in 0..iters {
-        let id = ids.fetch_add(1, Ordering::Relaxed);
-        let before = herd.reads();
-        total += rt
-            .block_on(herd.run(id, callers))
-            .unwrap_or_else(|e| panic!("a herd of {callers} on id {id}: {e}"));
-        let reads = herd.reads() - before;
-        assert_eq!(
-            reads, 1,
-            "a herd of {callers} on id {id} read the source {reads} times"
-        );
-    }
-    total
-}
 
 fn herd(c: &mut Criterion) {
     let rt = runtime();
@@ -59,35 +40,35 @@ fn herd(c: &mut Criterion) {
     };
 
     let answerers: Vec<(&str, Herd)> = rt.block_on(async {
-        let table = |store: Store, name: &'static str, source: Arc<Source>| async move {
+        let table = |store: Store, name: &'static str, source: Source| async move {
             herd_table(&store, name, &source).await.expect("herd table")
         };
         let (local, one, four) = (
-            Source::new(SOURCE_LATENCY),
-            Source::new(SOURCE_LATENCY),
-            Source::new(SOURCE_LATENCY),
+            Source::taking(SOURCE_LATENCY),
+            Source::taking(SOURCE_LATENCY),
+            Source::taking(SOURCE_LATENCY),
         );
         let mut four_tables = Vec::new();
         for _ in 0..4 {
-            four_tables.push(table(with_valkey().await, "herd-four", Arc::clone(&four)).await);
+            four_tables.push(table(with_valkey().await, "herd-four", four.clone()).await);
         }
         let local_store = Store::builder().build().await.expect("store");
         vec![
             (
                 "one store without Valkey: the owner's flights",
                 Herd::tables(
-                    vec![table(local_store, "herd-local", Arc::clone(&local)).await],
+                    vec![table(local_store, "herd-local", local.clone()).await],
                     local,
                 ),
             ),
             (
                 "a bare oneshot single-flight: the baseline",
-                Herd::baseline(Source::new(SOURCE_LATENCY)),
+                Herd::baseline(Source::taking(SOURCE_LATENCY)),
             ),
             (
                 "one store with Valkey",
                 Herd::tables(
-                    vec![table(with_valkey().await, "herd-one", Arc::clone(&one)).await],
+                    vec![table(with_valkey().await, "herd-one", one.clone()).await],
                     one,
                 ),
             ),
@@ -114,7 +95,7 @@ fn herd(c: &mut Criterion) {
     for ((name, answerer), recorded) in answerers.iter().zip(&samples) {
         group.bench_function(*name, |b| {
             b.iter_custom(|iters| {
-                recorded.record(herds(&rt, answerer, &ids, callers, iters), iters)
+                recorded.record(answerer.rounds(&rt, &ids, callers, iters), iters)
             })
         });
     }

@@ -98,38 +98,26 @@ fn l1_hit(c: &mut Criterion) {
                 id.wrapping_mul(31)
             }))
             .expect("a filled table");
-        for threads in [1, 2] {
-            let id = BenchmarkId::new(
-                format!("{backend:?} over {keys} random keys"),
-                format!("{threads} thread(s)"),
-            );
-            let samples = Samples::default();
-            group.bench_function(id, |b| {
-                b.iter_custom(|iters| {
-                    samples.record(timed(&|id| hit(&table, id), &ids, threads, iters), iters)
-                })
-            });
-            recorded.push((
-                format!("{backend:?}, random keys, {threads} thread(s)"),
-                samples,
-            ));
-        }
         let hot = [7u64];
-        for threads in [1, 2] {
-            let id = BenchmarkId::new(
-                format!("{backend:?} on one hot key"),
-                format!("{threads} thread(s)"),
-            );
-            let samples = Samples::default();
-            group.bench_function(id, |b| {
-                b.iter_custom(|iters| {
-                    samples.record(timed(&|id| hit(&table, id), &hot, threads, iters), iters)
-                })
-            });
-            recorded.push((
-                format!("{backend:?}, one hot key, {threads} thread(s)"),
-                samples,
-            ));
+        let over = format!("over {keys} random keys");
+        for (read, over, label) in [
+            (&ids[..], over.as_str(), "random keys"),
+            (&hot[..], "on one hot key", "one hot key"),
+        ] {
+            for threads in [1, 2] {
+                let id = BenchmarkId::new(
+                    format!("{backend:?} {over}"),
+                    format!("{threads} thread(s)"),
+                );
+                let samples = Samples::default();
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        samples.record(timed(&|id| hit(&table, id), read, threads, iters), iters)
+                    })
+                });
+                let name = format!("{backend:?}, {label}, {threads} thread(s)");
+                recorded.push((name, samples));
+            }
         }
     }
     group.finish();

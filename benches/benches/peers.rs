@@ -25,15 +25,15 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::{L1Backend, Origin, Store};
+use echostore_testkit::Source;
 use echostore_testkit::fixtures::{VALUE_BYTES, l2_only_table, value_of};
-use echostore_testkit::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_testkit::herd::{Herd, SOURCE_LATENCY, herd_table};
 use echostore_testkit::measure::median;
 use echostore_testkit::{
     filled_table, human, measurement_time, random_ids, runtime, size, under_ci,
 };
 use embedded_valkey::EmbeddedValkey;
 use redis::AsyncCommands;
-use tokio::runtime::Runtime;
 
 /// One contender: runs `iters` operations and returns the time they took.
 type Run<'a> = Box<dyn FnMut(u64) -> Duration + 'a>;
@@ -182,24 +182,6 @@ fn criterion_row(c: &mut Criterion, row: &mut Row<'_>, herd: bool) {
     group.finish();
 }
 
-/// `iters` herds on fresh ids; asserts one source read per herd, outside the timing.
-fn herds(rt: &Runtime, herd: &Herd, ids: &AtomicU64, callers: usize, iters: u64) -> Duration {
-    let mut total = Duration::ZERO;
-    for _ in 0..iters {
-        let id = ids.fetch_add(1, Ordering::Relaxed);
-        let before = herd.reads();
-        total += rt
-            .block_on(herd.run(id, callers))
-            .unwrap_or_else(|e| panic!("a herd of {callers} on id {id}: {e}"));
-        assert_eq!(
-            herd.reads() - before,
-            1,
-            "a herd read the source more than once"
-        );
-    }
-    total
-}
-
 /// A contender that awaits `$hit` for each id of `$ids` (from an offset that moves each call), in
 /// one task on a runtime worker, with `$state` cloned into the task as `$s`.
 macro_rules! async_loop {
@@ -269,20 +251,20 @@ fn peers(c: &mut Criterion) {
     let herd_ids = Arc::new(AtomicU64::new(0));
     let (table_herd, bare_herd, moka_herd) = rt.block_on(async {
         let store = Store::builder().build().await.expect("store");
-        let source = Source::new(SOURCE_LATENCY);
+        let source = Source::taking(SOURCE_LATENCY);
         let table = herd_table(&store, "peers-herd", &source)
             .await
             .expect("herd table");
         (
             Herd::tables(vec![table], source),
-            Herd::baseline(Source::new(SOURCE_LATENCY)),
-            Herd::moka(Source::new(SOURCE_LATENCY)),
+            Herd::baseline(Source::taking(SOURCE_LATENCY)),
+            Herd::moka(Source::taking(SOURCE_LATENCY)),
         )
     });
     {
         let herd_run = |herd: &'static Herd| -> Run<'_> {
             let (rt, ids) = (&rt, Arc::clone(&herd_ids));
-            Box::new(move |iters| herds(rt, herd, &ids, callers, iters))
+            Box::new(move |iters| herd.rounds(rt, &ids, callers, iters))
         };
         let leak = |herd: Herd| -> &'static Herd { Box::leak(Box::new(herd)) };
         rows.push(Row {

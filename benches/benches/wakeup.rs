@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::{LoserPolicy, Store, Table, TableStats};
-use echostore_testkit::herd::Source;
+use echostore_testkit::Source;
 use echostore_testkit::measure::Latencies;
 use echostore_testkit::{measurement_time, runtime, size, under_ci};
 use embedded_valkey::EmbeddedValkey;
@@ -34,7 +34,7 @@ const STORES: usize = 4;
 struct Mode {
     name: String,
     tables: Vec<Table<u64, String>>,
-    source: Arc<Source>,
+    source: Source,
     /// When the winner's loader returned, for the herd running now.
     loaded_at: Arc<Mutex<Option<Instant>>>,
     first_answer: Mutex<Latencies>,
@@ -57,7 +57,7 @@ impl Mode {
         every: Duration,
         source: Duration,
     ) -> Mode {
-        let source = Source::new(source);
+        let source = Source::taking(source);
         let loaded_at = Arc::new(Mutex::new(None));
         let mut tables = Vec::new();
         for _ in 0..STORES {
@@ -68,7 +68,7 @@ impl Mode {
                 .build()
                 .await
                 .expect("store with valkey");
-            let (source, loaded_at) = (Arc::clone(&source), Arc::clone(&loaded_at));
+            let (source, loaded_at) = (source.clone(), Arc::clone(&loaded_at));
             let table = store
                 .table::<u64, String>(table)
                 .ttl(Duration::from_secs(60))
@@ -77,9 +77,9 @@ impl Mode {
                     up_to: Duration::from_secs(30),
                 })
                 .loader(move |id: u64| {
-                    let (source, loaded_at) = (Arc::clone(&source), Arc::clone(&loaded_at));
+                    let (source, loaded_at) = (source.clone(), Arc::clone(&loaded_at));
                     async move {
-                        let value = source.read(id).await;
+                        let value = source.value(id).await;
                         *locked(&loaded_at) = Some(Instant::now());
                         Ok::<_, std::io::Error>(value)
                     }
@@ -105,7 +105,7 @@ impl Mode {
     /// One herd of `callers` on `id`: its time; its commands, polls and wake-ups recorded.
     async fn herd(&self, conn: &mut MultiplexedConnection, id: u64, callers: usize) -> Duration {
         let before: Vec<TableStats> = self.tables.iter().map(Table::stats).collect();
-        let (reads, commands) = (self.source.reads(), processed(conn).await);
+        let (reads, commands) = (self.source.calls(), processed(conn).await);
         let started = Instant::now();
         let tasks: Vec<_> = (0..callers)
             .map(|i| {
@@ -125,7 +125,7 @@ impl Mode {
 
         let commands = processed(conn).await - commands - 1;
         assert_eq!(
-            self.source.reads() - reads,
+            self.source.calls() - reads,
             1,
             "{}: one source read per herd",
             self.name
@@ -213,35 +213,26 @@ fn wakeup(c: &mut Criterion) {
     for source in [Duration::from_millis(5), Duration::from_millis(50)] {
         let modes: Vec<Mode> = rt.block_on(async {
             let ms = source.as_millis();
-            vec![
-                Mode::start(
-                    &url,
-                    &format!("wake-push-{ms}"),
-                    format!("push, safety poll 1 s, {ms} ms src"),
+            let mut modes = Vec::new();
+            for (slug, how, coherence, every) in [
+                (
+                    "push",
+                    "push, safety poll 1 s",
                     true,
                     Duration::from_secs(1),
-                    source,
-                )
-                .await,
-                Mode::start(
-                    &url,
-                    &format!("wake-poll1-{ms}"),
-                    format!("poll every 1 ms, {ms} ms src"),
-                    false,
-                    Duration::from_millis(1),
-                    source,
-                )
-                .await,
-                Mode::start(
-                    &url,
-                    &format!("wake-poll10-{ms}"),
-                    format!("poll every 10 ms, {ms} ms src"),
+                ),
+                ("poll1", "poll every 1 ms", false, Duration::from_millis(1)),
+                (
+                    "poll10",
+                    "poll every 10 ms",
                     false,
                     Duration::from_millis(10),
-                    source,
-                )
-                .await,
-            ]
+                ),
+            ] {
+                let (table, name) = (format!("wake-{slug}-{ms}"), format!("{how}, {ms} ms src"));
+                modes.push(Mode::start(&url, &table, name, coherence, every, source).await);
+            }
+            modes
         });
         let mut group = c.benchmark_group(format!(
             "a herd of {callers} misses over four stores, {} ms source",

@@ -1,38 +1,27 @@
 //! `echostore early-refresh` end to end: the built binary, small sizes, `--json`, a real Valkey.
 //! The structure of the readout and its invariant only; no timing thresholds.
 
-use std::process::Command;
+mod common;
 
-use serde_json::Value;
+use common::readout;
 
 /// A small run: two stores, one reader each, a short ttl and run.
 #[test]
 fn early_refresh_reports_both_modes_side_by_side() {
-    let out = Command::new(env!("CARGO_BIN_EXE_echostore"))
-        .args([
-            "early-refresh",
-            "--ttl",
-            "200ms",
-            "--load",
-            "10ms",
-            "--stores",
-            "2",
-            "--readers",
-            "1",
-            "--run",
-            "500ms",
-            "--json",
-        ])
-        .output()
-        .expect("the echostore binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let v = readout(&[
+        "early-refresh",
+        "--ttl",
+        "200ms",
+        "--load",
+        "10ms",
+        "--stores",
+        "2",
+        "--readers",
+        "1",
+        "--run",
+        "500ms",
+        "--json",
+    ]);
 
     assert_eq!(v["readout"], "early-refresh", "{v}");
     assert_eq!(v["invariant_held"], true, "{v}");

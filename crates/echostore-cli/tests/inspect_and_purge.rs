@@ -2,6 +2,8 @@
 //! on keys the library wrote, locks planted the way a fill takes them, and bytes that are no
 //! envelope at all.
 
+mod common;
+
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -30,18 +32,12 @@ fn echostore(url: &str, args: &[&str]) -> Output {
 
 /// Runs a command with `--json`; it must succeed and print one JSON object.
 fn json(url: &str, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let out = echostore(url, &all);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "echostore {all:?} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("echostore {all:?} printed no JSON object ({e}):\n{stdout}"))
+    let all: Vec<&str> = ["--valkey", url]
+        .into_iter()
+        .chain(args.iter().copied())
+        .chain(["--json"])
+        .collect();
+    common::readout(&all)
 }
 
 fn server() -> EmbeddedValkey {

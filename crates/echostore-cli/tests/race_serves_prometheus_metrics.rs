@@ -6,18 +6,10 @@
 //! server behind.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 
 use embedded_valkey::EmbeddedValkey;
-
-/// A loopback port free a moment ago (the child binds it right away).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
 
 /// `GET /metrics` over plain HTTP/1.0; the body.
 fn scrape(port: u16) -> String {
@@ -39,7 +31,7 @@ fn scrape(port: u16) -> String {
 #[test]
 fn race_serves_its_counters_for_prometheus() {
     let server = EmbeddedValkey::start().expect("an embedded Valkey starts");
-    let port = free_port();
+    let port = embedded_valkey::free_loopback_port().expect("a free loopback port");
     let mut child = Command::new(env!("CARGO_BIN_EXE_echostore"))
         .args(["--valkey", &server.url(), "race", "--nodes", "2"])
         .args(["--requests", "20", "--source-latency", "5ms", "--json"])

@@ -1,28 +1,11 @@
 //! The readouts end to end: the built `echostore` binary, small sizes, `--json`, a real Valkey.
 
+mod common;
+
 use std::process::Command;
 
+use common::readout;
 use serde_json::Value;
-
-/// Runs `echostore <args>` and parses its one JSON object; the exit code must be success.
-fn readout(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_echostore"))
-        .args(args)
-        .output()
-        .expect("the echostore binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "echostore {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
-        out.status
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "echostore {args:?} printed no single JSON object ({e}):\n{stdout}\nstderr: {stderr}"
-        )
-    })
-}
 
 /// A small race with the given loser policy.
 fn race(losers: &str) -> Value {

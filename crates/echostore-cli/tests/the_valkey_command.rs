@@ -2,20 +2,11 @@
 //! command that exits (with an error) when its server dies, so a supervisor sees the Valkey gone.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
-
-/// A loopback port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 #[test]
 fn serves_on_the_port_asked_for_and_exits_when_its_server_dies() {
-    let port = free_port();
+    let port = embedded_valkey::free_loopback_port().expect("a free port");
     let mut command = Command::new(env!("CARGO_BIN_EXE_echostore"))
         .args(["valkey", "--port", &port.to_string()])
         .stdout(Stdio::piped())

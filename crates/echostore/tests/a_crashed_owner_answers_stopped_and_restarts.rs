@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{POISON, Source, Touchy, settled, touchy, until, until_stats};
+use common::{POISON, Source, Touchy, on_task, settled, touchy, until, until_stats};
 use echostore::{Error, Store};
 
 /// Waiters of the dead owner get `Stopped` (no hang); the restarted owner serves the next call.
@@ -15,9 +15,8 @@ async fn a_crashed_owner_answers_stopped_and_is_restarted() {
     let store = Store::builder().build().await.expect("store");
     let table = touchy(&store, &source).await;
 
-    let first = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&Touchy(POISON, 1)).await }
+    let first = on_task(&table, |table| async move {
+        table.get(&Touchy(POISON, 1)).await
     });
     until_stats(&table, "the first flight runs", |s| s.in_flight == 1).await;
     // The second miss makes the owner compare two poisoned ids: it panics.

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    POISON, Source, Touchy, raw, read_envelope, settled, store_on, touchy, until, until_async,
-    valkey,
+    POISON, Source, Touchy, on_task, pause_writes, raw, read_envelope, settled, store_on, touchy,
+    unpause, until, until_async, valkey,
 };
 use echostore::{Error, Origin};
 
@@ -29,13 +29,7 @@ async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
     let id = Touchy(POISON, 0);
     t.put(&id, "v0".into()).await.expect("put v0"); // also loads the put script
 
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(60_000)
-        .arg("WRITE")
-        .query_async(&mut conn)
-        .await
-        .expect("CLIENT PAUSE WRITE");
+    pause_writes(&mut conn, 60_000).await;
     let v1 = tokio::spawn({
         let (t, id) = (t.clone(), id.clone());
         async move { t.put(&id, "v1".into()).await }
@@ -60,11 +54,7 @@ async fn writes_lost_in_a_crash_are_lost_from_l1_too() {
     })
     .await;
 
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query_async(&mut conn)
-        .await
-        .expect("CLIENT UNPAUSE");
+    unpause(&mut conn).await;
     v1.await.expect("task").expect("v1 landed on Valkey");
     let stored = read_envelope::<String>(&mut conn, "touchy:{666}")
         .await
@@ -107,10 +97,7 @@ async fn a_restarted_owner_keeps_nothing_of_the_dead_ones_l1() {
         Origin::L1
     );
     source.hold();
-    let first = tokio::spawn({
-        let t = t.clone();
-        async move { t.get(&Touchy(POISON, 1)).await }
-    });
+    let first = on_task(&t, |t| async move { t.get(&Touchy(POISON, 1)).await });
     common::until_stats(&t, "the poisoned flight runs", |s| s.in_flight == 1).await;
     let crashed = t.get(&Touchy(POISON, 2)).await;
     assert!(matches!(crashed, Err(Error::Stopped)), "{crashed:?}");

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, raw, table_on, until_async, valkey};
+use common::{Source, coherent_table, raw, until_async, valkey};
 
 /// The clients Valkey has besides `conn` itself (`CLIENT LIST`).
 async fn other_clients(conn: &mut common::RawConn) -> usize {
@@ -30,8 +30,8 @@ async fn a_dropped_store_closes_every_connection() {
     let source = Source::open();
     let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
     for _ in 0..3 {
-        let a = table_on(&coherent_store(&url, None).await, "bye", &source, long).await;
-        let b = table_on(&coherent_store(&url, None).await, "bye", &source, long).await;
+        let a = coherent_table(&url, "bye", &source, long).await;
+        let b = coherent_table(&url, "bye", &source, long).await;
         a.get(&1).await.expect("load");
         b.get(&1).await.expect("read");
         a.put(&1, "new".into()).await.expect("put");

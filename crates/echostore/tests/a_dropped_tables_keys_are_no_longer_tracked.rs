@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, raw, table_on, until, until_async, valkey};
+use common::{Source, coherent_store, coherent_table, raw, table_on, until, until_async, valkey};
 use echostore::{Origin, Table};
 use redis::AsyncCommands;
 
@@ -47,7 +47,7 @@ async fn a_dropped_tables_prefixes_are_removed() {
     let flushes = kept.stats().coherence_flushes;
     kept.get(&1).await.expect("loaded");
     assert_eq!(kept.fetch(&1).await.expect("hit").origin, Origin::L1);
-    let elsewhere = table_on(&coherent_store(&url, None).await, "kept", &source, long).await;
+    let elsewhere = coherent_table(&url, "kept", &source, long).await;
     elsewhere.put(&1, "new".to_owned()).await.expect("put");
     until("the other store's put reached the kept table", || {
         kept.stats().invalidations >= 1

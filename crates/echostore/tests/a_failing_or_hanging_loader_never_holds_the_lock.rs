@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Source, answers, herd, raw, settled, stale_on_valkey, until_async, until_stats, valkey,
+    Source, answers, exists, herd, raw, settled, stale_on_valkey, until_async, until_stats, valkey,
     valkey_table,
 };
 use echostore::{Error, LoserPolicy, Origin};
@@ -37,14 +37,8 @@ async fn a_failing_loader_releases_the_lock_and_is_retried() {
         matches!(&err, Error::Source(e) if e.to_string() == "db down"),
         "{err}"
     );
-    assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-        "the lock was released"
-    );
-    assert!(
-        !conn.exists::<_, bool>(VALUE).await.expect("EXISTS"),
-        "nothing was written"
-    );
+    assert!(!exists(&mut conn, LOCK).await, "the lock was released");
+    assert!(!exists(&mut conn, VALUE).await, "nothing was written");
     let s = t.stats();
     assert_eq!((s.lock_won, s.released, s.errors, s.l1_len), (1, 1, 1, 0));
 
@@ -72,10 +66,7 @@ async fn a_panicking_loader_releases_the_lock() {
         matches!(&err, Error::LoaderPanicked(m) if m.contains("exploded")),
         "{err}"
     );
-    assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-        "the lock was released"
-    );
+    assert!(!exists(&mut conn, LOCK).await, "the lock was released");
     assert_eq!(*t.get(&1).await.expect("serving"), "fine");
     settled(&t).await;
 }
@@ -175,10 +166,7 @@ async fn a_hanging_loader_times_out_and_releases_the_lock() {
         let err = answer.expect_err("timed out");
         assert!(matches!(err, Error::LoadTimeout(l) if l == limit), "{err}");
     }
-    assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-        "the lock was released"
-    );
+    assert!(!exists(&mut conn, LOCK).await, "the lock was released");
     let s = t.stats();
     assert_eq!((s.load_timeouts, s.source_reads, s.in_flight), (1, 1, 0));
     assert_eq!(hanging.calls(), 1);

@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{
-    example, herd_across, node_lines, raw, read_envelope, settled, spawn_node, store_on, valkey,
+    Source, example, exists, herd_across, node_lines, raw, read_envelope, settled, spawn_node,
+    store_on, valkey,
 };
 use echostore::{LoserPolicy, Origin, Table, TableStats};
 use redis::AsyncCommands;
@@ -23,10 +22,10 @@ const LOCK_TTL: Duration = Duration::from_millis(100);
 async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let reads = Arc::new(AtomicUsize::new(0));
+    // The slowness is the behaviour under test: four lock_ttls.
+    let source = Source::taking(LOCK_TTL * 4);
     let mut tables: Vec<Table<u64, String>> = Vec::new();
     for _ in 0..4 {
-        let reads = Arc::clone(&reads);
         let table = store_on(&valkey.url())
             .await
             .table::<u64, String>("slow")
@@ -35,15 +34,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
                 every: Duration::from_millis(10),
                 up_to: Duration::from_secs(30),
             })
-            .loader(move |id: u64| {
-                let reads = Arc::clone(&reads);
-                async move {
-                    let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
-                    // The slowness is the behaviour under test: four lock_ttls.
-                    tokio::time::sleep(LOCK_TTL * 4).await;
-                    Ok::<_, std::io::Error>(format!("value-{id}-read-{n}"))
-                }
-            })
+            .loader(source.answering(|id, n| Ok(format!("value-{id}-read-{n}"))))
             .start()
             .await
             .expect("table");
@@ -55,17 +46,14 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
         let answer = caller.await.expect("task").expect("a value");
         assert_eq!(*answer.value, "value-7-read-1", "one answer for all");
     }
-    assert_eq!(reads.load(Ordering::SeqCst), 1, "one source read in all");
+    assert_eq!(source.calls(), 1, "one source read in all");
 
     let stored = read_envelope::<String>(&mut conn, "slow:{7}")
         .await
         .expect("the value is cached on Valkey");
     assert_eq!(stored.value, "value-7-read-1");
     assert!(
-        !conn
-            .exists::<_, bool>("lock:slow:{7}")
-            .await
-            .expect("EXISTS"),
+        !exists(&mut conn, "lock:slow:{7}").await,
         "the winner released its lock"
     );
     for table in &tables {
@@ -81,7 +69,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
             again.origin
         );
     }
-    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    assert_eq!(source.calls(), 1);
     let total: TableStats = tables.iter().map(Table::stats).sum();
     assert_eq!((total.source_reads, total.lock_won), (1, 1));
     assert_eq!((total.fenced_write_skipped, total.l2_errors), (0, 0));
@@ -89,14 +77,14 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
     assert_eq!(total.lease_lost, 0);
 }
 
-/// The headline, across OS processes: four `slow_node` processes on one Valkey, 50 misses each,
+/// The headline, across OS processes: four `race_node` processes (given a `lock_ttl`) on one Valkey, 50 misses each,
 /// a loader four times slower than `lock_ttl`. The source — counted by itself, on Valkey — is
 /// read once; the value is on Valkey and in every process's L1 (each process's next get is an
 /// L1 hit, and the count stays 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     let valkey = valkey();
-    let node = example("slow_node");
+    let node = example("race_node");
     let run = std::process::id().to_string();
     let url = valkey.url();
     let lock_ttl_ms = LOCK_TTL.as_millis().to_string();
@@ -107,12 +95,12 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
 
     let mut conn = raw(&url).await;
     let reads: u64 = conn
-        .get(format!("slow:{run}:source_reads"))
+        .get(format!("race:{run}:source_reads"))
         .await
         .expect("GET counter");
     assert_eq!(reads, 1, "exactly one source read across four processes");
     let value = format!("hot-{run} read #1");
-    let key = format!("slow:{{hot-{run}}}");
+    let key = format!("race:{{hot-{run}}}");
     let stored = read_envelope::<String>(&mut conn, &key)
         .await
         .expect("the value is cached on Valkey");
@@ -120,10 +108,7 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     let pttl: i64 = conn.pttl(&key).await.expect("PTTL");
     assert!(pttl > 0, "stored with a physical life: {pttl}");
     assert!(
-        !conn
-            .exists::<_, bool>(format!("lock:slow:{{hot-{run}}}"))
-            .await
-            .expect("EXISTS"),
+        !exists(&mut conn, format!("lock:race:{{hot-{run}}}")).await,
         "the lock was released"
     );
 
@@ -154,7 +139,7 @@ async fn four_processes_share_one_load_four_times_slower_than_the_lock() {
     );
     assert_eq!(sum("lease_lost"), 0);
     let reads_after: u64 = conn
-        .get(format!("slow:{run}:source_reads"))
+        .get(format!("race:{run}:source_reads"))
         .await
         .expect("GET counter");
     assert_eq!(reads_after, 1, "the second gets read nothing");

@@ -6,11 +6,23 @@ mod common;
 use std::time::Duration;
 
 use common::{Source, coherent_store, raw, settled, table_on, until_stats, valkey};
-use echostore::{Error, Origin, Store};
+use echostore::{Error, Origin, Store, Table, TableBuilder};
 use redis::AsyncCommands;
 
-async fn store_in(url: &str, namespace: &str) -> Store {
-    coherent_store(url, Some(namespace)).await
+/// Table `users` on a coherent store of its own in `namespace`, reading `source`, then `tune`.
+async fn users_in(
+    url: &str,
+    namespace: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    table_on(
+        &coherent_store(url, Some(namespace)).await,
+        "users",
+        source,
+        tune,
+    )
+    .await
 }
 
 /// Two namespaces, one table name: two values, two source reads, keys under each prefix.
@@ -19,20 +31,8 @@ async fn two_namespaces_share_nothing() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let (billing_source, shop_source) = (Source::open(), Source::open());
-    let billing = table_on(
-        &store_in(&valkey.url(), "billing").await,
-        "users",
-        &billing_source,
-        |t| t,
-    )
-    .await;
-    let shop = table_on(
-        &store_in(&valkey.url(), "shop").await,
-        "users",
-        &shop_source,
-        |t| t,
-    )
-    .await;
+    let billing = users_in(&valkey.url(), "billing", &billing_source, |t| t).await;
+    let shop = users_in(&valkey.url(), "shop", &shop_source, |t| t).await;
     billing.get(&1).await.expect("billing's value");
     shop.get(&1).await.expect("shop's value");
     assert_eq!((billing_source.calls(), shop_source.calls()), (1, 1));
@@ -49,28 +49,10 @@ async fn two_namespaces_share_nothing() {
 async fn pushes_stay_inside_the_namespace() {
     let valkey = valkey();
     let source = Source::open();
-    let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
-    let writer = table_on(
-        &store_in(&valkey.url(), "billing").await,
-        "users",
-        &source,
-        long,
-    )
-    .await;
-    let same = table_on(
-        &store_in(&valkey.url(), "billing").await,
-        "users",
-        &source,
-        long,
-    )
-    .await;
-    let other = table_on(
-        &store_in(&valkey.url(), "shop").await,
-        "users",
-        &source,
-        long,
-    )
-    .await;
+    let long = |t: TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let writer = users_in(&valkey.url(), "billing", &source, long).await;
+    let same = users_in(&valkey.url(), "billing", &source, long).await;
+    let other = users_in(&valkey.url(), "shop", &source, long).await;
     same.get(&1).await.expect("load");
     other.get(&1).await.expect("load");
     writer.put(&1, "new".into()).await.expect("put");

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use common::{Proxy, coherent_store, until, valkey};
+use common::{Proxy, coherent_store, on_task, until, valkey};
 use echostore::{Key, Store, Table};
 
 /// Holds a read inside the key's `render`: the `from`-th render of a gated key and every later
@@ -204,9 +204,8 @@ async fn an_overtaken_flight_that_read_a_newer_row_answers_l1() {
         .await
         .expect("table");
 
-    let overtaken = tokio::spawn({
-        let here = here.clone();
-        async move { here.get(&1).await.expect("read").to_string() }
+    let overtaken = on_task(&here, |here| async move {
+        here.get(&1).await.expect("read").to_string()
     });
     until("the first flight is loading", || {
         calls.load(Ordering::SeqCst) == 1

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use std::borrow::Cow;
 
-use common::{Proxy, coherent_store, raw, store_on, until, until_async, valkey};
+use common::{Proxy, coherent_store, exists, on_task, raw, store_on, until, until_async, valkey};
 use echostore::{Key, Origin, Table};
 use redis::AsyncCommands;
 
@@ -129,12 +129,11 @@ async fn a_flush_overtakes_a_put_on_the_wire() {
     let flushes = here.stats().coherence_flushes;
 
     proxy.hold_replies();
-    let put = tokio::spawn({
-        let here = here.clone();
-        async move { here.put(&Sku(1), "here".to_owned()).await }
+    let put = on_task(&here, |here| async move {
+        here.put(&Sku(1), "here".to_owned()).await
     });
     until_async("the put landed on Valkey", async || {
-        conn.exists::<_, bool>("sku:{1}").await.expect("EXISTS")
+        exists(&mut conn, "sku:{1}").await
     })
     .await;
     there.put(&Sku(1), "there".to_owned()).await.expect("put");

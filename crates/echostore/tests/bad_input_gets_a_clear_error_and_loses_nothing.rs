@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{raw, settled, store_on, valkey};
+use common::{exists, raw, settled, store_on, valkey};
 use echostore::{Error, MAX_ID_BYTES, Origin, Table};
 use redis::AsyncCommands;
 
@@ -39,10 +39,7 @@ async fn odd_ids_are_stored_under_their_exact_names() {
     ] {
         let id = id.to_string();
         assert_eq!(*t.get(&id).await.expect("loaded"), format!("v:{id}"));
-        assert!(
-            conn.exists::<_, bool>(&key).await.expect("EXISTS"),
-            "{key:?} on the wire"
-        );
+        assert!(exists(&mut conn, &key).await, "{key:?} on the wire");
         let other = text_table(&valkey.url(), "odd").await;
         assert_eq!(
             other.fetch(&id).await.expect("L2").origin,
@@ -91,10 +88,7 @@ async fn values_over_the_limit_are_refused_and_nothing_is_written() {
         matches!(err, Error::TooLarge { max: 4096, size } if size > 5000),
         "{err}"
     );
-    assert!(
-        !conn.exists::<_, bool>("big:{k}").await.expect("EXISTS"),
-        "nothing on Valkey"
-    );
+    assert!(!exists(&mut conn, "big:{k}").await, "nothing on Valkey");
     assert_eq!(t.stats().l1_len, 0, "nothing in L1");
 
     let huge = store_on(&valkey.url())
@@ -107,14 +101,8 @@ async fn values_over_the_limit_are_refused_and_nothing_is_written() {
         .expect("table");
     let err = huge.get(&id).await.expect_err("too large");
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
-    assert!(!conn.exists::<_, bool>("big:{k}").await.expect("EXISTS"));
-    assert!(
-        !conn
-            .exists::<_, bool>("lock:big:{k}")
-            .await
-            .expect("EXISTS"),
-        "lock released"
-    );
+    assert!(!exists(&mut conn, "big:{k}").await);
+    assert!(!exists(&mut conn, "lock:big:{k}").await, "lock released");
     assert_eq!(huge.stats().released, 1);
     settled(&huge).await;
 }

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Source, round_trips_of, settled, store_on, table_on, until_stats, valkey};
-use echostore::{Origin, Store, Table};
+use common::{Source, on_task, round_trips_of, settled, store_on, table_on, until_stats, valkey};
+use echostore::{Origin, Store, Table, TableBuilder};
 use tokio::sync::watch;
 
 /// A batch source: it records every call's ids, can hold calls at a gate, leaves out the ids
@@ -51,8 +51,17 @@ impl Rows {
 
     /// The table `rows` on `store` with this source as its batch loader.
     async fn table(&self, store: &Store) -> Table<u64, String> {
+        self.tuned(store, |t| t).await
+    }
+
+    /// [`Rows::table`], then `tune`.
+    async fn tuned(
+        &self,
+        store: &Store,
+        tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+    ) -> Table<u64, String> {
         let rows = self.clone();
-        store
+        let builder = store
             .table::<u64, String>("rows")
             .ttl(Duration::from_secs(60))
             .batch_loader(move |ids: Vec<u64>| {
@@ -72,10 +81,8 @@ impl Rows {
                         .map(|id| (id, format!("row {id}")))
                         .collect::<HashMap<_, _>>())
                 }
-            })
-            .start()
-            .await
-            .expect("table")
+            });
+        tune(builder).start().await.expect("table")
     }
 }
 
@@ -133,10 +140,7 @@ async fn overlapping_batches_in_several_stores_read_each_id_once() {
     let tasks: Vec<_> = tables
         .iter()
         .zip(batches.clone())
-        .map(|(t, ids)| {
-            let t = t.clone();
-            tokio::spawn(async move { t.get_many(&ids).await })
-        })
+        .map(|(t, ids)| on_task(t, |t| async move { t.get_many(&ids).await }))
         .collect();
     // Every store has either called the source or is waiting on another's lock.
     common::until("the first batch reached the source", || {
@@ -167,15 +171,9 @@ async fn a_get_joins_a_batch_and_a_batch_joins_a_get() {
     let valkey = valkey();
     let rows = Rows::new(false);
     let table = rows.table(&store_on(&valkey.url()).await).await;
-    let batch = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get_many([1, 2, 3]).await })
-    };
+    let batch = on_task(&table, |t| async move { t.get_many([1, 2, 3]).await });
     common::until("the batch reached the source", || rows.calls().len() == 1).await;
-    let single = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get(&2).await })
-    };
+    let single = on_task(&table, |t| async move { t.get(&2).await });
     until_stats(&table, "the get joined the batch", |s| s.coalesced >= 1).await;
     rows.gate.send_replace(true);
     assert_eq!(batch.await.expect("task").expect("batch").len(), 3);
@@ -188,16 +186,10 @@ async fn a_get_joins_a_batch_and_a_batch_joins_a_get() {
 
     // Now a get first (a batch of one, held), then a batch over its id.
     rows.gate.send_replace(false);
-    let single = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get(&5).await })
-    };
+    let single = on_task(&table, |t| async move { t.get(&5).await });
     common::until("the get reached the source", || rows.calls().len() == 2).await;
     let coalesced = table.stats().coalesced;
-    let batch = {
-        let t = table.clone();
-        tokio::spawn(async move { t.fetch_many([4, 5, 6]).await })
-    };
+    let batch = on_task(&table, |t| async move { t.fetch_many([4, 5, 6]).await });
     common::until("the batch reached the source", || rows.calls().len() == 3).await;
     assert_eq!(
         table.stats().coalesced,
@@ -318,10 +310,7 @@ async fn a_put_during_a_batch_load_fences_that_ids_write() {
     let rows = Rows::new(false);
     let table = rows.table(&store_on(&valkey.url()).await).await;
     let writer = rows.table(&store_on(&valkey.url()).await).await;
-    let batch = {
-        let t = table.clone();
-        tokio::spawn(async move { t.get_many([1, 2]).await })
-    };
+    let batch = on_task(&table, |t| async move { t.get_many([1, 2]).await });
     common::until("the batch reached the source", || rows.calls().len() == 1).await;
     writer
         .put(&2, "put while loading".into())
@@ -349,48 +338,15 @@ async fn a_put_during_a_batch_load_fences_that_ids_write() {
 async fn a_slow_batch_keeps_its_locks() {
     let valkey = valkey();
     let rows = Rows::new(false);
-    let short_lock = |rows: &Rows, store: Store| {
-        let rows = rows.clone();
-        async move {
-            let source = rows.clone();
-            store
-                .table::<u64, String>("rows")
-                .ttl(Duration::from_secs(60))
-                .lock_ttl(Duration::from_millis(30))
-                .batch_loader(move |ids: Vec<u64>| {
-                    let rows = source.clone();
-                    async move {
-                        let mut sorted = ids.clone();
-                        sorted.sort_unstable();
-                        rows.calls.lock().expect("calls").push(sorted);
-                        let mut open = rows.gate.subscribe();
-                        let _ = open.wait_for(|open| *open).await;
-                        Ok::<_, std::io::Error>(
-                            ids.into_iter()
-                                .map(|id| (id, format!("row {id}")))
-                                .collect::<HashMap<_, _>>(),
-                        )
-                    }
-                })
-                .start()
-                .await
-                .expect("table")
-        }
-    };
-    let slow = short_lock(&rows, store_on(&valkey.url()).await).await;
-    let other = short_lock(&rows, store_on(&valkey.url()).await).await;
-    let batch = {
-        let t = slow.clone();
-        tokio::spawn(async move { t.get_many([1, 2, 3]).await })
-    };
+    let short_lock = |t: TableBuilder<u64, String>| t.lock_ttl(Duration::from_millis(30));
+    let slow = rows.tuned(&store_on(&valkey.url()).await, short_lock).await;
+    let other = rows.tuned(&store_on(&valkey.url()).await, short_lock).await;
+    let batch = on_task(&slow, |t| async move { t.get_many([1, 2, 3]).await });
     until_stats(&slow, "the lease extended the locks", |s| {
         s.lease_extended >= 12
     })
     .await;
-    let read = {
-        let t = other.clone();
-        tokio::spawn(async move { t.get(&2).await })
-    };
+    let read = on_task(&other, |t| async move { t.get(&2).await });
     until_stats(&other, "the other store met the lock", |s| s.lock_lost >= 1).await;
     rows.gate.send_replace(true);
     assert_eq!(batch.await.expect("task").expect("batch").len(), 3);

@@ -4,24 +4,26 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{BACKENDS, store_on, valkey};
+use common::{BACKENDS, Source, store_on, valkey};
 use echostore::{Origin, Store, Table};
 
-/// A `String -> String` table on `store` whose loader counts its reads in `reads`.
+/// A `String -> String` table on `store` whose loader reads `source`.
 async fn names(
     store: &Store,
-    reads: &Arc<AtomicUsize>,
+    source: &Source,
     tune: echostore::L1Backend,
 ) -> Table<String, String> {
-    let reads = Arc::clone(reads);
+    let source = source.clone();
     store
         .table::<String, String>("names")
         .l1_backend(tune)
         .loader(move |id: String| {
-            reads.fetch_add(1, Ordering::SeqCst);
-            async move { Ok::<_, std::io::Error>(format!("loaded {id}")) }
+            let source = source.clone();
+            async move {
+                source.read().await;
+                Ok::<_, std::io::Error>(format!("loaded {id}"))
+            }
         })
         .start()
         .await
@@ -32,9 +34,9 @@ async fn names(
 #[tokio::test]
 async fn a_str_reads_a_string_keyed_table() {
     for backend in BACKENDS {
-        let reads = Arc::new(AtomicUsize::new(0));
+        let source = Source::open();
         let store = Store::builder().build().await.expect("store");
-        let table = names(&store, &reads, backend).await;
+        let table = names(&store, &source, backend).await;
 
         assert_eq!(*table.get("alice").await.expect("get"), "loaded alice");
         let owned = String::from("alice");
@@ -44,7 +46,7 @@ async fn a_str_reads_a_string_keyed_table() {
             table.fetch("alice").await.expect("fetch").origin,
             Origin::L1
         );
-        assert_eq!(reads.load(Ordering::SeqCst), 1, "{backend:?}");
+        assert_eq!(source.calls(), 1, "{backend:?}");
 
         let stored = table.put("bob", "Bob".to_owned()).await.expect("put");
         let read = table.fetch("bob").await.expect("fetch");
@@ -60,7 +62,7 @@ async fn a_str_reads_a_string_keyed_table() {
             (reloaded.value.as_str(), reloaded.origin),
             ("loaded bob", Origin::Loaded)
         );
-        assert_eq!(reads.load(Ordering::SeqCst), 2, "{backend:?}");
+        assert_eq!(source.calls(), 2, "{backend:?}");
     }
 }
 
@@ -69,14 +71,14 @@ async fn a_str_reads_a_string_keyed_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_borrowed_key_names_the_same_valkey_keys() {
     let valkey = valkey();
-    let reads = Arc::new(AtomicUsize::new(0));
-    let writer = names(&store_on(&valkey.url()).await, &reads, Default::default()).await;
-    let reader = names(&store_on(&valkey.url()).await, &reads, Default::default()).await;
+    let source = Source::open();
+    let writer = names(&store_on(&valkey.url()).await, &source, Default::default()).await;
+    let reader = names(&store_on(&valkey.url()).await, &source, Default::default()).await;
 
     writer.put("carol", "Carol".to_owned()).await.expect("put");
     let read = reader.fetch(&String::from("carol")).await.expect("fetch");
     assert_eq!((read.value.as_str(), read.origin), ("Carol", Origin::L2));
-    assert_eq!(reads.load(Ordering::SeqCst), 0);
+    assert_eq!(source.calls(), 0);
 }
 
 /// Every origin prints as one lowercase word, ready for a log field or a metrics label.

@@ -11,11 +11,9 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use common::{envelope, raw, store_on, unix_ms, until, valkey};
+use common::{Source, SourceLoader, envelope, raw, store_on, unix_ms, until, valkey};
 use echostore::{Origin, Store, Table, TableBuilder, TableStats};
 use redis::AsyncCommands;
 
@@ -25,63 +23,21 @@ const GIVE_UP: Duration = Duration::from_secs(30);
 /// The hot id, in table `hot` (value key `hot:{7}`).
 const ID: u64 = 7;
 
-/// A source that takes `load` per read, counts its reads and how many ran at once, and answers
-/// its n-th read (1-based) with `script(n)`.
-#[derive(Clone)]
-struct Counting {
-    calls: Arc<AtomicUsize>,
-    running: Arc<AtomicUsize>,
-    most_at_once: Arc<AtomicUsize>,
-    load: Duration,
-    script: Arc<dyn Fn(usize) -> Result<String, std::io::Error> + Send + Sync>,
+/// The `u64 -> String` table `hot` on `store`, loading with `loader`, then `tune`.
+async fn hot(
+    store: &Store,
+    loader: SourceLoader,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    tune(store.table::<u64, String>("hot").loader(loader))
+        .start()
+        .await
+        .expect("table")
 }
 
-impl Counting {
-    fn new(load: Duration) -> Self {
-        Self::answering(load, |n| Ok(format!("value-{n}")))
-    }
-
-    fn answering(
-        load: Duration,
-        script: impl Fn(usize) -> Result<String, std::io::Error> + Send + Sync + 'static,
-    ) -> Self {
-        Counting {
-            calls: Arc::default(),
-            running: Arc::default(),
-            most_at_once: Arc::default(),
-            load,
-            script: Arc::new(script),
-        }
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(SeqCst)
-    }
-
-    fn most_at_once(&self) -> usize {
-        self.most_at_once.load(SeqCst)
-    }
-
-    /// A `u64 -> String` table named `hot` on `store` reading this source, then `tune`.
-    async fn table(
-        &self,
-        store: &Store,
-        tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
-    ) -> Table<u64, String> {
-        let source = self.clone();
-        let builder = store.table::<u64, String>("hot").loader(move |_id: u64| {
-            let source = source.clone();
-            async move {
-                let n = source.calls.fetch_add(1, SeqCst) + 1;
-                let now = source.running.fetch_add(1, SeqCst) + 1;
-                source.most_at_once.fetch_max(now, SeqCst);
-                tokio::time::sleep(source.load).await; // the source read's cost: the behaviour
-                source.running.fetch_sub(1, SeqCst);
-                (source.script)(n)
-            }
-        });
-        tune(builder).start().await.expect("table")
-    }
+/// A loader answering the source's n-th read (1-based) with `value-<n>`.
+fn nth(source: &Source) -> SourceLoader {
+    source.answering(|_id, n| Ok(format!("value-{n}")))
 }
 
 /// A reader: fetches `ID` every millisecond until `stop` says so; every answer (origin and
@@ -114,12 +70,12 @@ fn total(tables: &[Table<u64, String>]) -> TableStats {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hot_key_read_steadily_never_waits_on_a_load() {
     let valkey = valkey();
-    let source = Counting::new(Duration::from_millis(30));
+    let source = Source::taking(Duration::from_millis(30));
     // beta 2: the window opens 4·30·2 = 240 ms before expiry, far more than a load takes.
     let tune = |t: TableBuilder<u64, String>| t.ttl(Duration::from_millis(600)).early_refresh(2.0);
     let tables = [
-        source.table(&store_on(&valkey.url()).await, tune).await,
-        source.table(&store_on(&valkey.url()).await, tune).await,
+        hot(&store_on(&valkey.url()).await, nth(&source), tune).await,
+        hot(&store_on(&valkey.url()).await, nth(&source), tune).await,
     ];
     // Warm-up: the first store loads, the second reads it from Valkey.
     assert_eq!(
@@ -159,14 +115,14 @@ async fn one_refresh_per_id_at_a_time_in_a_process_and_across_stores() {
     let valkey = valkey();
     let tune = |t: TableBuilder<u64, String>| t.ttl(Duration::from_millis(300)).early_refresh(1.0);
 
-    let across = Counting::new(Duration::from_millis(20));
+    let across = Source::taking(Duration::from_millis(20));
     let mut tables = Vec::new();
     for _ in 0..3 {
-        tables.push(across.table(&store_on(&valkey.url()).await, tune).await);
+        tables.push(hot(&store_on(&valkey.url()).await, nth(&across), tune).await);
     }
-    let alone = Counting::new(Duration::from_millis(20));
+    let alone = Source::taking(Duration::from_millis(20));
     let local = Store::builder().build().await.expect("store");
-    let in_process = alone.table(&local, tune).await;
+    let in_process = hot(&local, nth(&alone), tune).await;
 
     let mut readers = Vec::new();
     for table in tables.iter().chain([&in_process]) {
@@ -217,12 +173,11 @@ async fn read_until_a_miss(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beta_zero_turns_it_off() {
     let valkey = valkey();
-    let source = Counting::new(Duration::from_millis(20));
-    let table = source
-        .table(&store_on(&valkey.url()).await, |t| {
-            t.ttl(Duration::from_millis(300)).early_refresh(0.0)
-        })
-        .await;
+    let source = Source::taking(Duration::from_millis(20));
+    let table = hot(&store_on(&valkey.url()).await, nth(&source), |t| {
+        t.ttl(Duration::from_millis(300)).early_refresh(0.0)
+    })
+    .await;
     table.get(&ID).await.expect("warm-up");
     let (origin, value) = read_until_a_miss(&table).await.expect("the reload");
     assert_eq!((origin, value.as_str()), (Origin::Loaded, "value-2"));
@@ -234,11 +189,12 @@ async fn beta_zero_turns_it_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_key_is_not_refreshed() {
     let valkey = valkey();
-    let source = Counting::new(Duration::from_millis(20));
+    let source = Source::taking(Duration::from_millis(20));
     let ttl = Duration::from_millis(200);
-    let table = source
-        .table(&store_on(&valkey.url()).await, |t| t.ttl(ttl).jitter(0.0))
-        .await;
+    let table = hot(&store_on(&valkey.url()).await, nth(&source), |t| {
+        t.ttl(ttl).jitter(0.0)
+    })
+    .await;
     table.get(&ID).await.expect("warm-up");
     // The behaviour under test: nobody reads the key while it ages past its whole life.
     tokio::time::sleep(ttl * 2).await;
@@ -256,15 +212,15 @@ async fn a_cold_key_is_not_refreshed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_early_refresh_serves_the_current_value_until_it_expires() {
     let valkey = valkey();
-    let source = Counting::answering(Duration::from_millis(20), |n| match n {
+    let source = Source::taking(Duration::from_millis(20));
+    let first_then_down = source.answering(|_id, n| match n {
         1 => Ok("first".to_owned()),
         _ => Err(std::io::Error::other("the source is down")),
     });
-    let table = source
-        .table(&store_on(&valkey.url()).await, |t| {
-            t.ttl(Duration::from_millis(400)).early_refresh(2.0)
-        })
-        .await;
+    let table = hot(&store_on(&valkey.url()).await, first_then_down, |t| {
+        t.ttl(Duration::from_millis(400)).early_refresh(2.0)
+    })
+    .await;
     table.get(&ID).await.expect("warm-up");
     let mut conn = raw(&valkey.url()).await;
     let bytes: Vec<u8> = conn.get("hot:{7}").await.expect("GET");
@@ -313,13 +269,12 @@ async fn a_failed_early_refresh_serves_the_current_value_until_it_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_record_the_load_and_format_1_still_decodes() {
     let valkey = valkey();
-    let source = Counting::new(Duration::from_millis(20));
+    let source = Source::taking(Duration::from_millis(20));
     let store = store_on(&valkey.url()).await;
-    let table = source
-        .table(&store, |t| {
-            t.ttl(Duration::from_millis(300)).early_refresh(1.0)
-        })
-        .await;
+    let table = hot(&store, nth(&source), |t| {
+        t.ttl(Duration::from_millis(300)).early_refresh(1.0)
+    })
+    .await;
     let mut conn = raw(&valkey.url()).await;
 
     table.get(&ID).await.expect("load");

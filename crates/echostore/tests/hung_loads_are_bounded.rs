@@ -7,10 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, answers, raw, settled, spawn_fetch, until, until_stats, valkey, valkey_table,
+    Source, answers, exists, raw, settled, spawn_fetch, until, until_stats, valkey, valkey_table,
 };
 use echostore::Error;
-use redis::AsyncCommands;
 
 /// With the default settings, a hung load ends in `LoadTimeout(30 s)` for its waiter, its lock is
 /// released, and the next get of the id starts a new load (issue #9: the id was wedged in that
@@ -35,10 +34,7 @@ async fn the_default_load_timeout_frees_a_hung_id() {
     let s = t.stats();
     assert_eq!((s.load_timeouts, s.released, s.source_reads), (1, 1, 1));
     assert!(
-        !conn
-            .exists::<_, bool>("lock:hung:{1}")
-            .await
-            .expect("EXISTS"),
+        !exists(&mut conn, "lock:hung:{1}").await,
         "the lock was released"
     );
     settled(&t).await;

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    SET_ID, SET_LOCK as LOCK, SET_VALUE as VALUE, Source, raw, set_table, settled, unix_ms, until,
-    valkey,
+    SET_ID, SET_LOCK as LOCK, SET_VALUE as VALUE, Source, exists, raw, set_table, settled, unix_ms,
+    until, valkey,
 };
 use echostore::Origin;
 use redis::AsyncCommands;
@@ -41,10 +41,7 @@ async fn names_tokens_and_lifetimes_follow_the_design() {
     source.release();
     fill.await.expect("task").expect("value");
 
-    assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-        "released"
-    );
+    assert!(!exists(&mut conn, LOCK).await, "released");
     let pttl: i64 = conn.pttl(VALUE).await.expect("PTTL");
     let physical = 360_000;
     assert!(
@@ -88,9 +85,9 @@ async fn put_writes_through_and_invalidate_removes_both_keys() {
 
     let _: () = conn.set_ex(LOCK, "someone", 30).await.expect("SET lock");
     t.invalidate(&id).await.expect("invalidate");
-    assert!(!conn.exists::<_, bool>(VALUE).await.expect("EXISTS"));
+    assert!(!exists(&mut conn, VALUE).await);
     assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        !exists(&mut conn, LOCK).await,
         "an in-flight fill cannot write back"
     );
     assert_eq!(t.fetch(&id).await.expect("reload").origin, Origin::Loaded);
@@ -177,7 +174,7 @@ async fn ids_that_would_leave_the_hash_tag_empty_work() {
         let loaded = t.fetch(&id).await.expect("filled through the lock");
         assert_eq!(loaded.origin, Origin::Loaded, "{id:?}");
         assert_eq!(source.calls(), calls + 1, "{id:?}");
-        assert!(conn.exists::<_, bool>(key).await.expect("EXISTS"), "{key}");
+        assert!(exists(&mut conn, key).await, "{key}");
         t.put(&id, format!("put {id}")).await.expect("put");
         let seen = other.fetch(&id).await.expect("read elsewhere");
         assert_eq!(
@@ -185,7 +182,7 @@ async fn ids_that_would_leave_the_hash_tag_empty_work() {
             (Origin::L2, &*format!("put {id}"))
         );
         t.invalidate(&id).await.expect("invalidate");
-        assert!(!conn.exists::<_, bool>(key).await.expect("EXISTS"), "{key}");
+        assert!(!exists(&mut conn, key).await, "{key}");
     }
     settled(&t).await;
     settled(&other).await;

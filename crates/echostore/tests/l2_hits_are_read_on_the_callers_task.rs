@@ -8,28 +8,17 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, answers, coherent_store, herd, settled, table_on, until, until_stats, valkey,
-    valkey_table,
+    Proxy, Source, answers, coherent_table, herd, on_task, patient_store, settled, table_on, until,
+    until_stats, valkey, valkey_table,
 };
-use echostore::{Origin, Store, Table};
+use echostore::{Origin, Table};
 
 /// Table `reads` on a store that reaches Valkey through `proxy` (which holds only the data
 /// connection, never the tracking one), reading `source`; its coherence is up.
 async fn through(proxy: &Proxy, source: &Source) -> Table<u64, String> {
-    let store = Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay, not an outage
-        .build()
-        .await
-        .expect("store through the proxy");
+    let store = patient_store(&proxy.url(), Duration::from_secs(30)).await; // a hold is a delay
     until("its tracking is up", || store.is_coherent()).await;
-    store
-        .table::<u64, String>("reads")
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table")
+    table_on(&store, "reads", source, |t| t).await
 }
 
 /// Another store wrote id 5; a herd of 50 on this store misses it together. All 50 get the
@@ -43,13 +32,7 @@ async fn a_herd_on_a_value_on_valkey_reads_it_once() {
     let writer = valkey_table(&valkey.url(), "reads", &source, |t| t).await;
     writer.put(&5, "written".into()).await.expect("put");
     // Coherent before it reads: the flush that comes with tracking going up withdraws reads.
-    let reader = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "reads",
-        &source,
-        |t| t,
-    )
-    .await;
+    let reader = coherent_table(&valkey.url(), "reads", &source, |t| t).await;
 
     for answer in answers(herd(&reader, 50, 5)).await {
         assert_eq!(*answer.expect("a value").value, "written");
@@ -90,9 +73,8 @@ async fn a_caller_that_stops_polling_holds_up_nobody() {
         futures::poll!(first.as_mut()).is_pending(),
         "its GET is held"
     );
-    let other = tokio::spawn({
-        let reader = reader.clone();
-        async move { tokio::time::timeout(Duration::from_secs(30), reader.fetch(&7)).await }
+    let other = on_task(&reader, |reader| async move {
+        tokio::time::timeout(Duration::from_secs(30), reader.fetch(&7)).await
     });
     until_stats(&reader, "the other caller's flight is out", |s| {
         s.in_flight == 1
@@ -124,15 +106,11 @@ async fn a_read_never_starts_while_its_id_is_written() {
     table.invalidate(&1).await.expect("warms the connection");
 
     proxy.hold();
-    let put = tokio::spawn({
-        let table = table.clone();
-        async move { table.put(&3, "after".into()).await }
+    let put = on_task(&table, |table| async move {
+        table.put(&3, "after".into()).await
     });
     until("the put reached the owner", || table.stats().l1_len == 0).await;
-    let get = tokio::spawn({
-        let table = table.clone();
-        async move { table.fetch(&3).await }
-    });
+    let get = on_task(&table, |table| async move { table.fetch(&3).await });
     until_stats(&table, "the get waits in the owner", |s| s.in_flight == 1).await;
     proxy.release();
     put.await.expect("task").expect("the put landed");
@@ -159,10 +137,7 @@ async fn a_read_overtaken_by_a_push_is_not_kept() {
     a.fetch(&1).await.expect("a first read, through the proxy");
 
     proxy.hold();
-    let reader = tokio::spawn({
-        let a = a.clone();
-        async move { a.fetch(&9).await }
-    });
+    let reader = on_task(&a, |a| async move { a.fetch(&9).await });
     until("A's read of id 9 is held at the proxy", || {
         proxy.waiting() == 1
     })

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, SourceLoader, builder_on, raw, settled, spawn_fetch, until, until_async, valkey,
+    Source, SourceLoader, builder_on, exists, raw, settled, spawn_fetch, until, until_async, valkey,
 };
 use echostore::Table;
 use redis::AsyncCommands;
@@ -68,7 +68,7 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
         })
         .await;
         assert!(
-            conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+            exists(&mut conn, LOCK).await,
             "held past its PX by the lease"
         );
         source.release();
@@ -77,7 +77,7 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
             "value-1-1"
         );
         assert!(
-            !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+            !exists(&mut conn, LOCK).await,
             "released by the fenced write"
         );
         let (delifeq, pexpire) = (
@@ -100,10 +100,7 @@ async fn the_lease_and_the_release_take_the_servers_own_commands_or_the_scripts(
             .expect("CONFIG RESETSTAT");
         assert!(t.get(&2).await.is_err(), "the source is down");
         assert!(
-            !conn
-                .exists::<_, bool>("lock:native:{2}")
-                .await
-                .expect("EXISTS"),
+            !exists(&mut conn, "lock:native:{2}").await,
             "released after the failed load"
         );
         let (delifeq, del) = (

@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, raw, settled, spawn_fetch, stale_on_valkey, until_async, until_stats, valkey,
-    valkey_table,
+    Source, hold_lock, raw, settled, spawn_fetch, stale_on_valkey, until_async, until_stats,
+    valkey, valkey_table,
 };
 use echostore::{Error, LoserPolicy, Origin, Table};
 use redis::AsyncCommands;
@@ -15,21 +15,8 @@ use redis::AsyncCommands;
 const LOCK: &str = "lock:pol:{1}";
 const VALUE: &str = "pol:{1}";
 
-/// Takes the lock as "another process" would, with its own token.
-async fn hold_lock(conn: &mut common::RawConn, px: u64) -> String {
-    let token = "other-process-token".to_string();
-    let set: Option<String> = redis::cmd("SET")
-        .arg(LOCK)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(px)
-        .query_async(conn)
-        .await
-        .expect("SET NX PX");
-    assert_eq!(set.as_deref(), Some("OK"), "the test holds the lock");
-    token
-}
+/// The token of "another process" that holds the lock.
+const OTHER: &str = "other-process-token";
 
 async fn table(url: &str, source: &Source, policy: LoserPolicy<String>) -> Table<u64, String> {
     valkey_table(url, "pol", source, |t| {
@@ -53,7 +40,7 @@ async fn lose_then_see_the_winner_write(
 ) -> (echostore::Fetched<String>, Table<u64, String>) {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 30_000).await;
+    hold_lock(&mut conn, LOCK, OTHER).await;
     let t = table(&valkey.url(), source, policy).await;
 
     let waiting = spawn_fetch(&t, 1);
@@ -70,7 +57,7 @@ async fn lose_then_see_the_winner_write(
 async fn fail_fast_returns_lock_busy() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let token = hold_lock(&mut conn, 30_000).await;
+    hold_lock(&mut conn, LOCK, OTHER).await;
     let source = Source::open();
     let t = table(&valkey.url(), &source, LoserPolicy::FailFast).await;
 
@@ -80,7 +67,11 @@ async fn fail_fast_returns_lock_busy() {
     let s = t.stats();
     assert_eq!((s.failed_fast, s.lock_lost, s.source_reads), (1, 1, 0));
     let lock: Option<String> = conn.get(LOCK).await.expect("GET");
-    assert_eq!(lock, Some(token), "the other holder's lock still exists");
+    assert_eq!(
+        lock.as_deref(),
+        Some(OTHER),
+        "the other holder's lock still exists"
+    );
     settled(&t).await;
 }
 
@@ -89,7 +80,7 @@ async fn fail_fast_returns_lock_busy() {
 async fn default_is_served_and_never_cached() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 30_000).await;
+    hold_lock(&mut conn, LOCK, OTHER).await;
     let source = Source::open();
     let t = table(
         &valkey.url(),
@@ -138,7 +129,7 @@ async fn serve_stale_serves_the_stale_copy_while_the_winner_rebuilds() {
         stale_on_valkey(&mut conn, VALUE).await
     })
     .await;
-    hold_lock(&mut conn, 30_000).await; // another process is rebuilding
+    hold_lock(&mut conn, LOCK, OTHER).await; // another process is rebuilding
 
     let t = table(&valkey.url(), &source, LoserPolicy::ServeStale).await;
     let f = t.fetch(&1).await.expect("stale");
@@ -190,7 +181,7 @@ async fn poll_returns_the_winners_value() {
 async fn poll_times_out_with_wait_timeout() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 30_000).await;
+    hold_lock(&mut conn, LOCK, OTHER).await;
     let source = Source::open();
     let up_to = Duration::from_millis(50);
     let policy = LoserPolicy::Poll {
@@ -215,7 +206,7 @@ async fn poll_times_out_with_wait_timeout() {
 async fn a_crashed_winner_is_taken_over_by_a_poller() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    hold_lock(&mut conn, 30_000).await; // the "crashed" winner's lock
+    hold_lock(&mut conn, LOCK, OTHER).await; // the "crashed" winner's lock
     let source = Source::open();
     let policy = LoserPolicy::Poll {
         every: Duration::from_millis(10),

@@ -6,11 +6,10 @@
 #![cfg(feature = "metrics")]
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use echostore::{Store, Table, TableStats};
+use echostore_testkit::Source;
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -34,6 +33,11 @@ fn read(snapshotter: &Snapshotter) -> Seen {
         .collect()
 }
 
+/// The key of one series in [`Seen`].
+fn series(kind: MetricKind, name: &str, table: &str) -> (MetricKind, String, String) {
+    (kind, name.to_owned(), table.to_owned())
+}
+
 /// Every figure of `stats` as the recorder should hold it for `table`.
 fn expected(stats: &TableStats, table: &str) -> Seen {
     stats
@@ -41,13 +45,13 @@ fn expected(stats: &TableStats, table: &str) -> Seen {
         .into_iter()
         .map(|(name, value)| {
             if matches!(name, "in_flight" | "l1_len") {
-                let key = (MetricKind::Gauge, format!("echostore_{name}"), table.into());
+                let key = series(MetricKind::Gauge, &format!("echostore_{name}"), table);
                 (key, DebugValue::Gauge((value as f64).into()))
             } else {
-                let key = (
+                let key = series(
                     MetricKind::Counter,
-                    format!("echostore_{name}_total"),
-                    table.into(),
+                    &format!("echostore_{name}_total"),
+                    table,
                 );
                 (key, DebugValue::Counter(value))
             }
@@ -55,16 +59,16 @@ fn expected(stats: &TableStats, table: &str) -> Seen {
         .collect()
 }
 
-/// A `u64 -> u64` table on `store` whose loader sleeps 20 ms and counts its calls.
-async fn squares(store: &Store, name: &str, calls: &Arc<AtomicUsize>) -> Table<u64, u64> {
-    let calls = Arc::clone(calls);
+/// A `u64 -> u64` table on `store` whose loader reads `source` (20 ms a read) and answers the
+/// id's square.
+async fn squares(store: &Store, name: &str, source: &Source) -> Table<u64, u64> {
+    let source = source.clone();
     store
         .table::<u64, u64>(name)
         .loader(move |id: u64| {
-            let calls = Arc::clone(&calls);
+            let source = source.clone();
             async move {
-                calls.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                source.read().await;
                 Ok::<_, std::io::Error>(id * id)
             }
         })
@@ -80,9 +84,9 @@ async fn exported_counters_equal_the_stats_snapshot() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let store = Store::builder().build().await.expect("store");
-    let table = squares(&store, "metrics_local", &calls).await;
+    let table = squares(&store, "metrics_local", &source).await;
 
     let herd: Vec<_> = (0..10)
         .map(|_| {
@@ -102,12 +106,12 @@ async fn exported_counters_equal_the_stats_snapshot() {
     stats.export(table.name());
     let seen = read(&snapshotter);
 
-    assert_eq!(stats.source_reads, calls.load(Ordering::SeqCst) as u64);
+    assert_eq!(stats.source_reads, source.calls() as u64);
     assert!(stats.source_reads > 0 && stats.coalesced > 0 && stats.l1_hits > 0);
-    let source_reads = (
+    let source_reads = series(
         MetricKind::Counter,
-        "echostore_source_reads_total".to_owned(),
-        "metrics_local".to_owned(),
+        "echostore_source_reads_total",
+        "metrics_local",
     );
     assert_eq!(seen[&source_reads], DebugValue::Counter(stats.source_reads));
     for (key, value) in expected(&stats, "metrics_local") {
@@ -120,7 +124,7 @@ async fn exported_counters_equal_the_stats_snapshot() {
 #[tokio::test]
 async fn an_l2_hit_is_exported_as_counted() {
     let valkey = embedded_valkey::EmbeddedValkey::start().expect("a real valkey-server");
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let (first, second) = (DebuggingRecorder::new(), DebuggingRecorder::new());
     let (of_first, of_second) = (first.snapshotter(), second.snapshotter());
     let mut tables = Vec::new();
@@ -131,7 +135,7 @@ async fn an_l2_hit_is_exported_as_counted() {
             .build()
             .await
             .expect("store on valkey");
-        tables.push(squares(&store, "metrics_l2", &calls).await);
+        tables.push(squares(&store, "metrics_l2", &source).await);
     }
     assert_eq!(*tables[0].get(&4).await.expect("load"), 16);
     assert_eq!(*tables[1].get(&4).await.expect("l2 hit"), 16);
@@ -157,21 +161,21 @@ async fn a_started_table_publishes_without_being_asked() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let store = Store::builder().build().await.expect("store");
-    let table = squares(&store, "metrics_periodic", &calls).await;
+    let table = squares(&store, "metrics_periodic", &source).await;
     table.get(&5).await.expect("miss");
 
-    let source_reads = (
+    let source_reads = series(
         MetricKind::Counter,
-        "echostore_source_reads_total".to_owned(),
-        "metrics_periodic".to_owned(),
+        "echostore_source_reads_total",
+        "metrics_periodic",
     );
     let mut seen = read(&snapshotter);
-    let load_seconds = (
+    let load_seconds = series(
         MetricKind::Histogram,
-        "echostore_load_seconds".to_owned(),
-        "metrics_periodic".to_owned(),
+        "echostore_load_seconds",
+        "metrics_periodic",
     );
     let Some(DebugValue::Histogram(loads)) = seen.get(&load_seconds) else {
         panic!("the load was timed: {seen:?}");
@@ -202,20 +206,20 @@ async fn a_fill_times_its_valkey_read() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let calls = Arc::new(AtomicUsize::new(0));
+    let source = Source::taking(Duration::from_millis(20));
     let store = Store::builder()
         .valkey(valkey.url())
         .require_valkey(true)
         .build()
         .await
         .expect("store on valkey");
-    let table = squares(&store, "metrics_l2_timing", &calls).await;
+    let table = squares(&store, "metrics_l2_timing", &source).await;
     table.get(&6).await.expect("miss, then a load");
 
-    let l2_seconds = (
+    let l2_seconds = series(
         MetricKind::Histogram,
-        "echostore_l2_seconds".to_owned(),
-        "metrics_l2_timing".to_owned(),
+        "echostore_l2_seconds",
+        "metrics_l2_timing",
     );
     let seen = read(&snapshotter);
     let Some(DebugValue::Histogram(reads)) = seen.get(&l2_seconds) else {

@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, envelope, raw, read_envelope, settled, unix_ms, until, until_async, valkey,
-    valkey_table,
+    Proxy, Source, envelope, exists, patient_store, raw, read_envelope, settled, unix_ms, until,
+    until_async, valkey, valkey_table,
 };
 use echostore::protocol::{FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, PUT_SCRIPT};
 use echostore::{Origin, Store, Table};
@@ -21,24 +21,39 @@ const LOCK: &str = "lock:nw:{1}";
 const HOUR_MS: u64 = 3_600_000;
 
 async fn table_on(store: &Store, source: &Source) -> Table<u64, String> {
-    store
-        .table::<u64, String>("nw")
-        .ttl(Duration::from_secs(60))
-        .loader(source.loader())
-        .start()
-        .await
-        .expect("table")
+    common::table_on(store, "nw", source, |t| t.ttl(Duration::from_secs(60))).await
 }
 
-/// Store A, reaching Valkey through `proxy`, waiting `timeout` for each reply.
-async fn store_through(proxy: &Proxy, timeout: Duration) -> Store {
-    Store::builder()
-        .valkey(proxy.url())
-        .require_valkey(true)
-        .valkey_timeout(timeout)
-        .build()
+/// The fenced write script, as a fill holding `my-token` runs it: `envelope` for a minute.
+async fn fenced_write(conn: &mut common::RawConn, envelope: &[u8]) -> i64 {
+    redis::Script::new(FENCED_WRITE_SCRIPT)
+        .key(VALUE)
+        .key(LOCK)
+        .arg("my-token")
+        .arg(envelope)
+        .arg(60_000)
+        .invoke_async(conn)
         .await
-        .expect("store A")
+        .expect("fenced write")
+}
+
+/// The put script: `envelope` for a minute, refused after `deadline_ms` on the server's clock
+/// (0: no deadline); what it wrote, and the server's time.
+async fn put_script(conn: &mut common::RawConn, envelope: &[u8], deadline_ms: u64) -> (i64, u64) {
+    redis::Script::new(PUT_SCRIPT)
+        .key(VALUE)
+        .key(LOCK)
+        .arg(envelope)
+        .arg(60_000)
+        .arg(deadline_ms)
+        .invoke_async(conn)
+        .await
+        .expect("put")
+}
+
+/// Valkey's clock: `TIME` as (seconds, microseconds).
+async fn server_time(conn: &mut common::RawConn) -> (u64, u64) {
+    redis::cmd("TIME").query_async(conn).await.expect("TIME")
 }
 
 /// Store A's put of `"first-stamped"` takes its client-side stamp, then is held on its way to
@@ -55,7 +70,7 @@ async fn the_write_that_lands_last_wins_whatever_its_writers_clock_said() {
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
     // The hold is a delay here, not an outage.
-    let a_store = store_through(&proxy, Duration::from_secs(30)).await;
+    let a_store = patient_store(&proxy.url(), Duration::from_secs(30)).await;
     let a = table_on(&a_store, &source).await;
     let b = valkey_table(&valkey.url(), "nw", &source, |t| {
         t.ttl(Duration::from_secs(60))
@@ -150,8 +165,6 @@ async fn a_put_respects_newer_values_and_replaces_garbage_from_the_future() {
 async fn the_versioned_scripts_compare_written_at() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let fenced = redis::Script::new(FENCED_WRITE_SCRIPT);
-    let put = redis::Script::new(PUT_SCRIPT);
     let now = unix_ms();
     let mine = envelope(now + HOUR_MS, now, &"mine");
     let stored_at = |written_at: u64| envelope(now + HOUR_MS, written_at, &"stored");
@@ -161,60 +174,28 @@ async fn the_versioned_scripts_compare_written_at() {
         .set(VALUE, stored_at(now + 60_000))
         .await
         .expect("plant");
-    let written: i64 = fenced
-        .key(VALUE)
-        .key(LOCK)
-        .arg("my-token")
-        .arg(&mine)
-        .arg(60_000)
-        .invoke_async(&mut conn)
-        .await
-        .expect("fenced write");
+    let written = fenced_write(&mut conn, &mine).await;
     assert_eq!(written, -1, "a newer value is stored");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored_at(now + 60_000));
     assert!(
-        !conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        !exists(&mut conn, LOCK).await,
         "a superseded fenced write releases its lock"
     );
     let _: () = conn.set(LOCK, "my-token").await.expect("SET lock");
-    let (put_written, _now): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&mine)
-        .arg(60_000)
-        .arg(0) // no deadline
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (put_written, _now) = put_script(&mut conn, &mine, 0).await; // no deadline
     assert_eq!(put_written, 0, "superseded");
     assert!(
-        conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
+        exists(&mut conn, LOCK).await,
         "a superseded put leaves the lock"
     );
 
     let far = stored_at(now + MAX_CLOCK_SKEW_MS + HOUR_MS);
     let _: () = conn.set(VALUE, &far).await.expect("plant");
-    let written: i64 = fenced
-        .key(VALUE)
-        .key(LOCK)
-        .arg("my-token")
-        .arg(&mine)
-        .arg(60_000)
-        .invoke_async(&mut conn)
-        .await
-        .expect("fenced write");
+    let written = fenced_write(&mut conn, &mine).await;
     assert_eq!(written, 1, "garbage from the future is replaced");
     let _: () = conn.set(VALUE, &far).await.expect("plant");
-    let (put_written, _now): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&mine)
-        .arg(60_000)
-        .arg(0) // no deadline
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (put_written, _now) = put_script(&mut conn, &mine, 0).await; // no deadline
     assert_eq!(put_written, 1);
     let kept = read_envelope::<String>(&mut conn, VALUE)
         .await
@@ -237,11 +218,7 @@ async fn the_versioned_scripts_compare_written_at() {
 async fn a_put_past_its_deadline_writes_nothing() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let put = redis::Script::new(PUT_SCRIPT);
-    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .expect("TIME");
+    let (secs, micros) = server_time(&mut conn).await;
     let server_now = secs * 1000 + micros / 1000;
     let now = unix_ms();
     let stored = envelope(now + HOUR_MS, now, &"stored");
@@ -249,33 +226,14 @@ async fn a_put_past_its_deadline_writes_nothing() {
     let _: () = conn.set(VALUE, &stored).await.expect("plant");
     let _: () = conn.set(LOCK, "a fill's token").await.expect("SET lock");
 
-    let (written, at): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&late)
-        .arg(60_000)
-        .arg(server_now - 1)
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (written, at) = put_script(&mut conn, &late, server_now - 1).await;
     assert_eq!(written, -2, "too late");
     assert!(at >= server_now, "the reply carries the server's time");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, stored, "nothing written");
-    assert!(
-        conn.exists::<_, bool>(LOCK).await.expect("EXISTS"),
-        "the lock left alone"
-    );
+    assert!(exists(&mut conn, LOCK).await, "the lock left alone");
 
-    let (written, _): (i64, u64) = put
-        .key(VALUE)
-        .key(LOCK)
-        .arg(&late)
-        .arg(60_000)
-        .arg(server_now + HOUR_MS)
-        .invoke_async(&mut conn)
-        .await
-        .expect("put");
+    let (written, _) = put_script(&mut conn, &late, server_now + HOUR_MS).await;
     assert_eq!(written, 1, "in time");
     let value = read_envelope::<String>(&mut conn, VALUE)
         .await
@@ -292,24 +250,18 @@ async fn a_put_held_past_its_timeout_never_lands() {
     let mut conn = raw(&valkey.url()).await;
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
-    let a_store = store_through(&proxy, Duration::from_millis(200)).await;
+    let a_store = patient_store(&proxy.url(), Duration::from_millis(200)).await;
     let a = table_on(&a_store, &source).await;
     a.put(&1, "first".into()).await.expect("A's first put"); // loads the script, reads the clock
 
     proxy.hold();
     let late = a.put(&1, "late".into()).await;
     assert!(late.is_err(), "the held put timed out: {late:?}");
-    let (secs, _): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .expect("TIME");
+    let (secs, _) = server_time(&mut conn).await;
     until_async(
         "the held put's deadline has passed on the server",
         async || {
-            let (now, _): (u64, u64) = redis::cmd("TIME")
-                .query_async(&mut conn)
-                .await
-                .expect("TIME");
+            let (now, _) = server_time(&mut conn).await;
             now > secs + 1
         },
     )

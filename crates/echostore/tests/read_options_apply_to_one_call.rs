@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, settled, store_on, table_on, until_stats, valkey};
+use common::{Source, on_task, settled, store_on, table_on, until_stats, valkey};
 use echostore::{Error, LoserPolicy, ReadOptions};
 
 /// While another store holds an id's lock (its load held at the source), a read with
@@ -17,18 +17,12 @@ async fn a_fail_fast_read_does_not_wait_for_another_process() {
     let source = Source::gated();
     let winner = table_on(&store_on(&valkey.url()).await, "opts", &source, |t| t).await;
     let loser = table_on(&store_on(&valkey.url()).await, "opts", &source, |t| t).await;
-    let won = {
-        let t = winner.clone();
-        tokio::spawn(async move { t.get(&1).await })
-    };
+    let won = on_task(&winner, |t| async move { t.get(&1).await });
     until_stats(&winner, "the winner holds the lock", |s| s.lock_won == 1).await;
     let fast = ReadOptions::new().losers(LoserPolicy::FailFast);
     let answer = loser.get_with(&1, fast).await;
     assert!(matches!(answer, Err(Error::LockBusy)), "{answer:?}");
-    let polling = {
-        let t = loser.clone();
-        tokio::spawn(async move { t.get(&1).await })
-    };
+    let polling = on_task(&loser, |t| async move { t.get(&1).await });
     until_stats(&loser, "the plain read lost the lock too", |s| {
         s.lock_lost == 2
     })

@@ -5,7 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{SET_ID, SET_LOCK, SET_VALUE, Source, raw, set_table, settled, until, valkey};
+use common::{
+    SET_ID, SET_LOCK, SET_VALUE, Source, hold_lock, raw, set_table, settled, until, valkey,
+};
 use echostore::Origin;
 use redis::AsyncCommands;
 
@@ -36,16 +38,7 @@ async fn release_never_deletes_another_holders_lock() {
     assert_eq!(deleted, 1, "A held the lock");
     // ...and B acquires the lock with its own token.
     let b_token = "token-of-B";
-    let b: Option<String> = redis::cmd("SET")
-        .arg(SET_LOCK)
-        .arg(b_token)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut conn)
-        .await
-        .expect("B's SET NX PX");
-    assert_eq!(b.as_deref(), Some("OK"));
+    hold_lock(&mut conn, SET_LOCK, b_token).await;
 
     source.release(); // A finishes: fenced write, then token-checked release.
     let answer = rebuild

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, raw, settled, store_on, valkey};
+use common::{Source, exists, raw, settled, store_on, valkey};
 use echostore::{Error, LoserPolicy, MAX_DURATION, Origin, TableBuilder};
 use redis::AsyncCommands;
 
@@ -77,10 +77,7 @@ async fn settings_over_their_limits_are_refused_and_the_limits_work() {
     let f = t.fetch(&1).await.expect("a fill");
     assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "value-1-1"));
     assert!(
-        !conn
-            .exists::<_, bool>("lock:big:{1}")
-            .await
-            .expect("EXISTS"),
+        !exists(&mut conn, "lock:big:{1}").await,
         "the lock was released"
     );
     let pttl: i64 = conn.pttl("big:{1}").await.expect("PTTL");
@@ -92,7 +89,7 @@ async fn settings_over_their_limits_are_refused_and_the_limits_work() {
     assert_eq!(t.fetch(&1).await.expect("L1").origin, Origin::L1);
     t.put(&2, "written".into()).await.expect("put");
     t.invalidate(&1).await.expect("invalidate");
-    assert!(!conn.exists::<_, bool>("big:{1}").await.expect("EXISTS"));
+    assert!(!exists(&mut conn, "big:{1}").await);
     let s = t.stats();
     assert_eq!((s.source_reads, s.released, s.errors), (1, 1, 0));
     settled(&t).await;

@@ -7,11 +7,10 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, raw, read_envelope, settled, spawn_fetch, stale_on_valkey, unix_ms, until, until_async,
-    until_stats, valkey, valkey_table,
+    Source, exists, hold_lock, raw, read_envelope, settled, spawn_fetch, stale_on_valkey, unix_ms,
+    until, until_async, until_stats, valkey, valkey_table,
 };
 use echostore::{Error, LoserPolicy, Origin, Table, TableBuilder};
-use redis::AsyncCommands;
 
 const TTL: Duration = Duration::from_millis(50);
 const VALUE: &str = "win:{1}";
@@ -53,7 +52,7 @@ async fn a_stale_copy(url: &str, stale_for: Duration) -> (u64, Table<u64, String
 /// later at most).
 async fn until_the_window_closed(conn: &mut common::RawConn, window_end: u64) {
     until_async("the stale copy expired on Valkey", async || {
-        !conn.exists::<_, bool>(VALUE).await.expect("EXISTS")
+        !exists(conn, VALUE).await
     })
     .await;
     until("the stale window is over", || unix_ms() > window_end + 1).await;
@@ -130,16 +129,7 @@ async fn a_poller_drops_its_copy_when_the_id_is_invalidated() {
     let mut conn = raw(&valkey.url()).await;
     let stale_for = Duration::from_secs(60);
     let (_, writer) = a_stale_copy(&valkey.url(), stale_for).await;
-    let held: Option<String> = redis::cmd("SET")
-        .arg(LOCK)
-        .arg("another-process")
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut conn)
-        .await
-        .expect("SET NX PX");
-    assert_eq!(held.as_deref(), Some("OK"), "another process rebuilds");
+    hold_lock(&mut conn, LOCK, "another-process").await; // another process rebuilds
     let source = Source::open();
     let failing_loader = failing(&source);
     let t = valkey_table(&valkey.url(), "win", &source, |t| {

@@ -7,7 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Source, coherent_store, round_trips_of, store_on, table_on, until_stats, valkey};
+use common::{
+    Source, coherent_store, coherent_table, on_task, round_trips_of, store_on, table_on,
+    until_stats, valkey,
+};
 use echostore::{Origin, Store, Table, TableBuilder};
 
 /// Ids are tagged by parity: `odd` or `even`.
@@ -77,20 +80,8 @@ async fn a_clear_in_one_store_empties_every_store() {
     let valkey = valkey();
     let source = Source::open();
     let plain = |t: TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
-    let here = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "cleared",
-        &source,
-        plain,
-    )
-    .await;
-    let there = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "cleared",
-        &source,
-        plain,
-    )
-    .await;
+    let here = coherent_table(&valkey.url(), "cleared", &source, plain).await;
+    let there = coherent_table(&valkey.url(), "cleared", &source, plain).await;
     let ids = [1, 2, 3];
     origins(&here, &ids).await;
     until_stats(&there, "the loads' pushes reached the other store", |s| {
@@ -144,23 +135,10 @@ async fn a_fill_that_read_before_a_clear_does_not_store_after_it() {
     let valkey = valkey();
     let source = Source::gated();
     let plain = |t: TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
-    let here = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "raced",
-        &source,
-        plain,
-    )
-    .await;
-    let there = table_on(
-        &coherent_store(&valkey.url(), None).await,
-        "raced",
-        &source,
-        plain,
-    )
-    .await;
-    let early = tokio::spawn({
-        let here = here.clone();
-        async move { here.get(&1).await.expect("read").to_string() }
+    let here = coherent_table(&valkey.url(), "raced", &source, plain).await;
+    let there = coherent_table(&valkey.url(), "raced", &source, plain).await;
+    let early = on_task(&here, |here| async move {
+        here.get(&1).await.expect("read").to_string()
     });
     common::until("the fill reads the source", || source.calls() == 1).await;
     there.clear().await.expect("clear");

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{
-    Source, answers, herd, raw, settled, table_on, until, until_async, until_stats, valkey,
+    Source, answers, exists, herd, on_task, raw, settled, table_on, until, until_async,
+    until_stats, valkey,
 };
 use echostore::{Error, Origin, Store, Table};
-use redis::AsyncCommands;
 
 async fn degraded_store(url: &str, cooldown: Duration) -> Store {
     Store::builder()
@@ -114,10 +114,7 @@ async fn valkey_restarted_empty_mid_run_is_picked_up_again() {
     let source = Source::gated();
     let t = table(&store, &source).await;
 
-    let in_flight = tokio::spawn({
-        let t = t.clone();
-        async move { t.get(&1).await }
-    });
+    let in_flight = on_task(&t, |t| async move { t.get(&1).await });
     until("the winner reads the source", || source.calls() == 1).await;
     valkey.stop();
     valkey.restart().expect("an empty Valkey on the same port");
@@ -135,9 +132,7 @@ async fn valkey_restarted_empty_mid_run_is_picked_up_again() {
     until_async("a miss refilled the restarted Valkey", async || {
         id += 1;
         t.get(&id).await.expect("served");
-        conn.exists::<_, bool>(format!("out:{{{id}}}"))
-            .await
-            .expect("EXISTS")
+        exists(&mut conn, format!("out:{{{id}}}")).await
     })
     .await;
     assert!(!store.is_degraded());

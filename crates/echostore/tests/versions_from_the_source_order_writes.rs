@@ -6,15 +6,15 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Proxy, raw, read_envelope, unix_ms, until, valkey, versioned_envelope};
+use common::{
+    Proxy, Source, on_task, patient_store, raw, read_envelope, unix_ms, until, valkey,
+    versioned_envelope,
+};
 use echostore::{Error, Store, Table};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Semaphore;
 
 const VALUE: &str = "rows:{1}";
 
@@ -32,26 +32,9 @@ fn row(version: u64) -> Row {
     }
 }
 
-/// A source whose reads wait for a permit, answering `row(version)`.
-#[derive(Clone)]
-struct Source {
-    calls: Arc<AtomicUsize>,
-    gate: Arc<Semaphore>,
-    version: u64,
-}
-
-impl Source {
-    fn gated(version: u64) -> Source {
-        Source {
-            calls: Arc::new(AtomicUsize::new(0)),
-            gate: Arc::new(Semaphore::new(0)),
-            version,
-        }
-    }
-}
-
-/// Table `rows`, ordered by the row's version, on `store`.
-async fn rows(store: &Store, source: &Source) -> Table<u64, Row> {
+/// Table `rows`, ordered by the row's version, on `store`: each read of `source` answers
+/// `row(version)`.
+async fn rows(store: &Store, source: &Source, version: u64) -> Table<u64, Row> {
     let source = source.clone();
     store
         .table::<u64, Row>("rows")
@@ -60,9 +43,8 @@ async fn rows(store: &Store, source: &Source) -> Table<u64, Row> {
         .loader(move |_id: u64| {
             let source = source.clone();
             async move {
-                source.calls.fetch_add(1, Ordering::SeqCst);
-                let _permit = source.gate.acquire().await.expect("gate");
-                Ok::<_, std::io::Error>(row(source.version))
+                source.read().await;
+                Ok::<_, std::io::Error>(row(version))
             }
         })
         .start()
@@ -70,14 +52,9 @@ async fn rows(store: &Store, source: &Source) -> Table<u64, Row> {
         .expect("table")
 }
 
+/// A store on `url` for which a hold is a delay here, not an outage.
 async fn store_on(url: &str) -> Store {
-    Store::builder()
-        .valkey(url)
-        .require_valkey(true)
-        .valkey_timeout(Duration::from_secs(30)) // a hold is a delay here, not an outage
-        .build()
-        .await
-        .expect("store")
+    patient_store(url, Duration::from_secs(30)).await
 }
 
 /// Store A's put of version 1 is held on its way; store B's put of version 2 lands first. When
@@ -87,9 +64,9 @@ async fn a_put_of_an_older_row_that_lands_late_changes_nothing() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let proxy = Proxy::start(&valkey.url()).await;
-    let source = Source::gated(0);
-    let a = rows(&store_on(&proxy.url()).await, &source).await;
-    let b = rows(&store_on(&valkey.url()).await, &source).await;
+    let source = Source::gated();
+    let a = rows(&store_on(&proxy.url()).await, &source, 0).await;
+    let b = rows(&store_on(&valkey.url()).await, &source, 0).await;
     a.put(&1, row(0)).await.expect("A's first put"); // loads the script through the proxy
 
     proxy.hold();
@@ -111,7 +88,7 @@ async fn a_put_of_an_older_row_that_lands_late_changes_nothing() {
     until("A's L1 holds nothing older", || a.stats().l1_len == 0).await;
     assert_eq!(*a.get(&1).await.expect("read"), row(2));
     assert_eq!(*b.get(&1).await.expect("read"), row(2));
-    assert_eq!(source.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(source.calls(), 0);
 }
 
 /// A fill reads version 1 from a slow source; meanwhile version 5 reaches Valkey (written as
@@ -121,20 +98,14 @@ async fn a_put_of_an_older_row_that_lands_late_changes_nothing() {
 async fn a_slow_fill_of_an_older_row_does_not_overwrite_a_newer_one() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let source = Source::gated(1);
-    let t = rows(&store_on(&valkey.url()).await, &source).await;
-    let fill = tokio::spawn({
-        let t = t.clone();
-        async move { t.get(&1).await }
-    });
-    until("the fill reads the source", || {
-        source.calls.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    let source = Source::gated();
+    let t = rows(&store_on(&valkey.url()).await, &source, 1).await;
+    let fill = on_task(&t, |t| async move { t.get(&1).await });
+    until("the fill reads the source", || source.calls() == 1).await;
     let now = unix_ms();
     let newer = versioned_envelope(now + 60_000, now, 5, &row(5));
     let _: () = conn.set(VALUE, &newer).await.expect("plant version 5");
-    source.gate.add_permits(1);
+    source.release();
     assert_eq!(*fill.await.expect("task").expect("answered"), row(1));
 
     let stored = read_envelope::<Row>(&mut conn, VALUE)
@@ -143,7 +114,7 @@ async fn a_slow_fill_of_an_older_row_does_not_overwrite_a_newer_one() {
     assert_eq!(stored.version, Some(5), "the older row was not written");
     assert_eq!(t.stats().writes_superseded, 1);
     assert_eq!(*t.get(&1).await.expect("read"), row(5));
-    assert_eq!(source.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(source.calls(), 1);
 }
 
 /// Versions are compared exactly, past 2^53 too (where a Lua number would round two versions
@@ -151,8 +122,8 @@ async fn a_slow_fill_of_an_older_row_does_not_overwrite_a_newer_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versions_past_two_to_the_53_compare_exactly() {
     let valkey = valkey();
-    let source = Source::gated(0);
-    let t = rows(&store_on(&valkey.url()).await, &source).await;
+    let source = Source::gated();
+    let t = rows(&store_on(&valkey.url()).await, &source, 0).await;
     let big = (1u64 << 60) + 2;
     t.put(&1, row(big)).await.expect("the newer row");
     let older = t.put(&1, row(big - 1)).await;

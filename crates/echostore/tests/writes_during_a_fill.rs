@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    BACKENDS, Source, coherent_store, local_table, raw, settled, spawn_fetch, until_stats, valkey,
-    valkey_table,
+    BACKENDS, Source, coherent_store, local_table, on_task, pause_writes, raw, settled,
+    spawn_fetch, unpause, until_stats, valkey, valkey_table,
 };
 use echostore::Origin;
 
@@ -100,17 +100,8 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
     table.put(&1, "earlier".into()).await.expect("earlier put");
 
     // Hold every write on Valkey, so the invalidation stays pending.
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(30_000)
-        .arg("WRITE")
-        .query_async(&mut conn)
-        .await
-        .expect("CLIENT PAUSE WRITE");
-    let invalidate = tokio::spawn({
-        let table = table.clone();
-        async move { table.invalidate(&1).await }
-    });
+    pause_writes(&mut conn, 30_000).await;
+    let invalidate = on_task(&table, |table| async move { table.invalidate(&1).await });
     // Two spawned tasks reach the owner in no fixed order: the miss goes only once the owner has
     // taken the invalidation (L1 emptied, its Valkey write pending), so that it is queued.
     until_stats(&table, "the owner took the invalidation", |s| s.l1_len == 0).await;
@@ -127,11 +118,7 @@ async fn a_miss_queued_behind_writes_is_answered_after_them() {
         s.coalesced == 1
     })
     .await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query_async(&mut conn)
-        .await
-        .expect("CLIENT UNPAUSE");
+    unpause(&mut conn).await;
 
     invalidate.await.expect("task").expect("invalidate");
     put.await.expect("put");

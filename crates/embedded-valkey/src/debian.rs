@@ -23,7 +23,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::error::Error;
 use crate::last_lines;
-use crate::once::{Names, provision_once};
+use crate::once::{Names, make_executable, provision_once};
 use crate::provision::Provisioned;
 
 /// Directory, inside the provision directory, that holds the unpacked packages.
@@ -46,22 +46,13 @@ const OUTPUT_LINES: usize = 30;
 /// at once. Prints one line to stderr when it downloads, and one more if it
 /// has to update the package lists.
 pub fn provision_tls(dir: &Path) -> Result<Provisioned, Error> {
-    let target = dir.join(TLS_DIR_NAME).join(TLS_LAUNCHER);
-    let ready = |downloaded| Provisioned {
-        binary: target.clone(),
-        downloaded,
-    };
     let names = Names {
+        what: "a TLS-capable redis-server from Debian's redis-tools package",
         lock: LOCK_NAME,
         work_prefix: WORK_PREFIX,
     };
-    let announce = || {
-        eprintln!(
-            "embedded-valkey: provisioning a TLS-capable redis-server from Debian's {PACKAGE} package into {} (once per target directory)",
-            dir.display()
-        )
-    };
-    let made = provision_once(dir, &target, &names, announce, |work| {
+    let target = dir.join(TLS_DIR_NAME).join(TLS_LAUNCHER);
+    provision_once(dir, target, &names, |work| {
         if !cfg!(target_os = "linux") {
             return Err(failure(
                 "choosing a package",
@@ -72,8 +63,7 @@ pub fn provision_tls(dir: &Path) -> Result<Provisioned, Error> {
             ));
         }
         download_and_unpack(work, &dir.join(TLS_DIR_NAME))
-    })?;
-    Ok(ready(made))
+    })
 }
 
 /// Builds `work/redis-tls/` with paths that are right once it is renamed to
@@ -349,18 +339,6 @@ fn symlink(target: &str, link: &Path) -> Result<(), Error> {
             "symbolic links need Unix",
         ))
     }
-}
-
-fn make_executable(path: &Path) -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
-            .map_err(|err| Error::io(format!("making {} executable", path.display()), err))?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 fn output_of(step: &str, cmd: &mut Command) -> Result<Output, Error> {

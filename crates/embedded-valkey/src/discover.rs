@@ -256,25 +256,7 @@ fn ask_about_tls(binary: &Path) -> Result<(), String> {
 /// Provisions the TLS binary into `dir`, at most once per process if it fails.
 fn provision_tls_once(dir: &Path) -> Result<PathBuf, String> {
     static FAILURES: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
-    let earlier = FAILURES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .find(|(failed, _)| failed == dir)
-        .map(|(_, message)| format!("{message} (failed earlier in this process; not retried)"));
-    if let Some(message) = earlier {
-        return Err(message);
-    }
-    debian::provision_tls(dir)
-        .map(|done| done.binary)
-        .map_err(|err| {
-            let message = err.to_string();
-            FAILURES
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((dir.to_path_buf(), message.clone()));
-            message
-        })
+    unless_failed_before(dir, &FAILURES, debian::provision_tls)
 }
 
 /// The directory where a provisioned binary is kept (and looked for).
@@ -315,25 +297,33 @@ fn target_dir() -> Option<PathBuf> {
 /// or offline `pip` can take long to give up, and every test would pay again.
 fn provision_once(dir: &Path) -> Result<PathBuf, String> {
     static FAILURES: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
-    let earlier = |failures: &[(PathBuf, String)]| {
-        failures
-            .iter()
-            .find(|(failed, _)| failed == dir)
-            .map(|(_, message)| format!("{message} (failed earlier in this process; not retried)"))
-    };
-    if let Some(message) = earlier(&FAILURES.lock().unwrap_or_else(PoisonError::into_inner)) {
+    unless_failed_before(dir, &FAILURES, provision::provision)
+}
+
+/// Runs `provisioner` into `dir` unless it failed there before in this process (`failures`
+/// remembers where, and why); the binary, or the message.
+fn unless_failed_before(
+    dir: &Path,
+    failures: &Mutex<Vec<(PathBuf, String)>>,
+    provisioner: fn(&Path) -> Result<provision::Provisioned, crate::Error>,
+) -> Result<PathBuf, String> {
+    let earlier = failures
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .find(|(failed, _)| failed == dir)
+        .map(|(_, message)| format!("{message} (failed earlier in this process; not retried)"));
+    if let Some(message) = earlier {
         return Err(message);
     }
-    provision::provision(dir)
-        .map(|done| done.binary)
-        .map_err(|err| {
-            let message = err.to_string();
-            FAILURES
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((dir.to_path_buf(), message.clone()));
-            message
-        })
+    provisioner(dir).map(|done| done.binary).map_err(|err| {
+        let message = err.to_string();
+        failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((dir.to_path_buf(), message.clone()));
+        message
+    })
 }
 
 fn non_empty_var(name: &str) -> Option<OsString> {

@@ -4,19 +4,24 @@
 //! one download; the result is checked again under the lock (someone may have finished while
 //! this caller waited); the download is built in a private work directory and moved into place
 //! by the provisioner with a rename, so nobody sees half of it; and work directories that killed
-//! runs left behind are removed.
+//! runs left behind are removed. Both make their unpacked binary executable with
+//! [`make_executable`].
 
 use std::fs::{self, OpenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use fs4::fs_std::FileExt;
 
 use crate::discover::check_executable;
 use crate::error::Error;
 use crate::next_id;
+use crate::provision::Provisioned;
 
-/// Where one provisioner keeps its lock and its work directories in the provision directory.
+/// What one provisioner makes, and where it keeps its lock and its work directories in the
+/// provision directory.
 pub(crate) struct Names {
+    /// What is provisioned from where, for the one line on stderr.
+    pub(crate) what: &'static str,
     /// The lock file's name.
     pub(crate) lock: &'static str,
     /// What every work directory's name starts with.
@@ -24,17 +29,20 @@ pub(crate) struct Names {
 }
 
 /// Makes sure `target` (an executable inside `dir`) exists, running `make` with a fresh work
-/// directory inside `dir` if it does not, under `names.lock`; `announce` first says so on
-/// stderr. Returns whether this call made it.
+/// directory inside `dir` if it does not, under `names.lock`, after one line on stderr that says
+/// so. The result says whether this call made it.
 pub(crate) fn provision_once(
     dir: &Path,
-    target: &Path,
+    target: PathBuf,
     names: &Names,
-    announce: impl FnOnce(),
     make: impl FnOnce(&Path) -> Result<(), Error>,
-) -> Result<bool, Error> {
-    if check_executable(target).is_ok() {
-        return Ok(false);
+) -> Result<Provisioned, Error> {
+    let ready = |downloaded| Provisioned {
+        binary: target.clone(),
+        downloaded,
+    };
+    if check_executable(&target).is_ok() {
+        return Ok(ready(false));
     }
     fs::create_dir_all(dir).map_err(|err| Error::io(format!("creating {}", dir.display()), err))?;
     let lock_path = dir.join(names.lock);
@@ -49,8 +57,8 @@ pub(crate) fn provision_once(
         .map_err(|err| Error::io(format!("locking {}", lock_path.display()), err))?;
 
     // Someone may have finished while we waited for the lock.
-    if check_executable(target).is_ok() {
-        return Ok(false);
+    if check_executable(&target).is_ok() {
+        return Ok(ready(false));
     }
 
     remove_stale(dir, names.work_prefix);
@@ -60,14 +68,31 @@ pub(crate) fn provision_once(
         std::process::id(),
         next_id()
     ));
-    announce();
+    eprintln!(
+        "embedded-valkey: provisioning {} into {} (once per target directory)",
+        names.what,
+        dir.display()
+    );
     let result = make(&work);
     // Best effort: a leftover work dir is removed by the next provisioning anyway.
     let _ = fs::remove_dir_all(&work);
     result?;
     // The lock is released when `lock` is dropped (the file is closed).
     drop(lock);
-    Ok(true)
+    Ok(ready(true))
+}
+
+/// Makes `path` executable (by everyone: the binaries are shared by every test process).
+pub(crate) fn make_executable(path: &Path) -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+            .map_err(|err| Error::io(format!("making {} executable", path.display()), err))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Removes work directories left by killed runs. Only called under the lock, so none of them is

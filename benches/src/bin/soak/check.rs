@@ -289,148 +289,70 @@ mod tests {
         assert!(!calm().close(&earlier, &loaded(1, 205, 206)));
     }
 
-    /// After an error, a panic or a cut-off load nothing was cached: the next read is explained.
+    /// Each bucket, and each way a pair misses one: `(why, the check, the earlier read, the later
+    /// read, the bucket)`; a failing row names itself.
     #[test]
-    fn a_read_after_a_failed_load_is_explained() {
-        for outcome in [Outcome::Failed, Outcome::Panicked, Outcome::CutOff] {
-            let earlier = read(0, 0, 10, outcome);
-            for store in [0, 1] {
-                let later = loaded(store, 20, 25);
-                assert_eq!(calm().classify(&earlier, &later), Bucket::FailedLoad);
+    fn each_pair_lands_in_its_bucket() {
+        use Bucket::{FailedLoad, FencedOut, LockExpired, Outage, Unexplained};
+        #[rustfmt::skip] // a table: one row a line
+        let mut cases = vec![
+            // A read that started while the failed one still held the lock is not excused by it.
+            ("during a failed load", calm(), read(0, 0, 100, Outcome::Failed), loaded(1, 50, 60), Unexplained),
+            // Another store may take over a lock once its `PX` (less the slack) has run out, but
+            // only if the winner's store lost Valkey meanwhile: otherwise its lease kept the lock.
+            ("a lapsed lock taken over", troubled(0, 100, 200), loaded(0, 0, 800), loaded(1, 560, 570), LockExpired),
+            ("before the PX ran out", calm(), loaded(0, 0, 800), loaded(1, 540, 550), Unexplained),
+            ("the lease keeps a live winner's lock", calm(), loaded(0, 0, 800), loaded(1, 560, 570), Unexplained),
+            // A Valkey outage between two reads of one store explains them, overlapping or not:
+            // losing coherence flushed its L1 and detached the running flight.
+            ("an outage during the read", outage(40, 60), loaded(0, 0, 100), loaded(0, 50, 60), Outage),
+            ("an outage after the read", outage(120, 140), loaded(0, 0, 100), loaded(0, 150, 160), Outage),
+            // One store never runs two flights for a key: an overlapping same-store pair fails.
+            ("one store overlapping itself", calm(), loaded(0, 0, 800), loaded(0, 700, 710), Unexplained),
+            ("a load inside its lock", calm(), loaded(0, 0, 540), loaded(1, 580, 585), Unexplained),
+            // Two stores may each read once while Valkey is down between their starts.
+            ("Valkey down between the starts", outage(100, 300), loaded(0, 0, 5), loaded(1, 150, 155), Outage),
+            ("Valkey down after both", outage(400, 600), loaded(0, 0, 5), loaded(1, 150, 155), Unexplained),
+            // The earlier store's trouble anywhere between the two starts explains the pair.
+            ("the earlier store's trouble", troubled(0, 100, 120), loaded(0, 0, 5), loaded(1, 190, 195), Outage),
+            // The later store's trouble explains the pair only if it was in trouble as its read
+            // started.
+            ("the later store in trouble at its start", troubled(1, 150, 160), loaded(0, 0, 5), loaded(1, 180, 185), Outage),
+            ("the later store in trouble before", troubled(1, 20, 30), loaded(0, 0, 5), loaded(1, 180, 185), Unexplained),
+            // One store reads a key twice in a window only across an outage: its first load took
+            // its lock on the killed server and ended once the new one was up, or losing Valkey
+            // (and so coherence) flushed its L1 between the two reads. With no outage between
+            // them, never.
+            ("a load spanning the restart", outage(100, 300), loaded(0, 50, 350), loaded(0, 360, 365), Outage),
+            ("a reread during the outage", outage(100, 300), loaded(0, 0, 5), loaded(0, 150, 155), Outage),
+            ("a reread before the outage", outage(100, 300), loaded(0, 0, 5), loaded(0, 20, 25), Unexplained),
+        ];
+        for store in [0, 1] {
+            // After an error, a panic or a cut-off load nothing was cached: the next read is
+            // explained.
+            for outcome in [Outcome::Failed, Outcome::Panicked, Outcome::CutOff] {
+                let failed = read(0, 0, 10, outcome);
+                cases.push((
+                    "after a failed load",
+                    calm(),
+                    failed,
+                    loaded(store, 20, 25),
+                    FailedLoad,
+                ));
             }
+            // A load that outlived its lock while its store lost Valkey was fenced out and stored
+            // nowhere: the next read is explained. With Valkey up, the lease kept the lock: it is
+            // not. Two healthy reads inside one value's life, with nothing to excuse them, fail.
+            #[rustfmt::skip]
+            cases.extend([
+                ("after a fenced-out load", troubled(0, 100, 200), loaded(0, 0, 560), loaded(store, 600, 605), FencedOut),
+                ("after a load the lease kept", calm(), loaded(0, 0, 560), loaded(store, 600, 605), Unexplained),
+                ("no excuse", calm(), loaded(0, 0, 5), loaded(store, 100, 105), Unexplained),
+            ]);
         }
-    }
-
-    /// A read that started while the failed one still held the lock is not excused by the failure.
-    #[test]
-    fn a_read_during_a_failed_load_is_not_excused_by_it() {
-        let earlier = read(0, 0, 100, Outcome::Failed);
-        let later = loaded(1, 50, 60);
-        assert_eq!(calm().classify(&earlier, &later), Bucket::Unexplained);
-    }
-
-    /// Another store may take over a lock once its `PX` (less the slack) has run out, but only if
-    /// the winner's store lost Valkey meanwhile: otherwise its lease kept the lock.
-    #[test]
-    fn another_store_takes_over_an_expired_lock() {
-        let earlier = loaded(0, 0, 800);
-        let after_px = loaded(1, 560, 570);
-        let lapsed = troubled(0, 100, 200);
-        assert_eq!(lapsed.classify(&earlier, &after_px), Bucket::LockExpired);
-        let before_px = loaded(1, 540, 550);
-        assert_eq!(calm().classify(&earlier, &before_px), Bucket::Unexplained);
-        assert_eq!(
-            calm().classify(&earlier, &after_px),
-            Bucket::Unexplained,
-            "the lease keeps a live winner's lock"
-        );
-    }
-
-    /// A Valkey outage between two reads of one store explains them, overlapping or not: losing
-    /// coherence flushed its L1 and detached the running flight.
-    #[test]
-    fn an_outage_flushes_a_stores_l1_and_detaches_its_flight() {
-        let earlier = loaded(0, 0, 100);
-        assert_eq!(
-            outage(40, 60).classify(&earlier, &loaded(0, 50, 60)),
-            Bucket::Outage
-        );
-        assert_eq!(
-            outage(120, 140).classify(&earlier, &loaded(0, 150, 160)),
-            Bucket::Outage
-        );
-    }
-
-    /// One store never runs two flights for a key: an overlapping same-store pair is a failure.
-    #[test]
-    fn one_store_never_overlaps_itself() {
-        let earlier = loaded(0, 0, 800);
-        let later = loaded(0, 700, 710);
-        assert_eq!(calm().classify(&earlier, &later), Bucket::Unexplained);
-    }
-
-    /// A load that outlived its lock while its store lost Valkey was fenced out and stored
-    /// nowhere: the next read is explained. With Valkey up, the lease kept the lock: it is not.
-    #[test]
-    fn a_read_after_a_fenced_out_load_is_explained() {
-        let outlived = loaded(0, 0, 560);
-        for store in [0, 1] {
-            let later = loaded(store, 600, 605);
-            let lapsed = troubled(0, 100, 200);
-            assert_eq!(lapsed.classify(&outlived, &later), Bucket::FencedOut);
-            assert_eq!(calm().classify(&outlived, &later), Bucket::Unexplained);
-        }
-        let inside_the_lock = loaded(0, 0, 540);
-        let later = loaded(1, 580, 585);
-        assert_eq!(
-            calm().classify(&inside_the_lock, &later),
-            Bucket::Unexplained
-        );
-    }
-
-    /// Two stores may each read once while Valkey is down between their starts.
-    #[test]
-    fn two_stores_read_apart_while_valkey_is_down() {
-        let earlier = loaded(0, 0, 5);
-        let later = loaded(1, 150, 155);
-        assert_eq!(outage(100, 300).classify(&earlier, &later), Bucket::Outage);
-        assert_eq!(
-            outage(400, 600).classify(&earlier, &later),
-            Bucket::Unexplained
-        );
-    }
-
-    /// The earlier store's trouble anywhere between the two starts explains the pair.
-    #[test]
-    fn the_earlier_stores_trouble_explains_the_pair() {
-        let earlier = loaded(0, 0, 5);
-        let later = loaded(1, 190, 195);
-        assert_eq!(
-            troubled(0, 100, 120).classify(&earlier, &later),
-            Bucket::Outage
-        );
-    }
-
-    /// The later store's trouble explains the pair only when it was in trouble as its read started.
-    #[test]
-    fn the_later_stores_trouble_counts_at_its_start_only() {
-        let earlier = loaded(0, 0, 5);
-        let later = loaded(1, 180, 185);
-        assert_eq!(
-            troubled(1, 150, 160).classify(&earlier, &later),
-            Bucket::Outage
-        );
-        assert_eq!(
-            troubled(1, 20, 30).classify(&earlier, &later),
-            Bucket::Unexplained
-        );
-    }
-
-    /// One store reads a key twice in a window only across an outage: its first load took its
-    /// lock on the killed server and ended once the new one was up, or losing Valkey (and so
-    /// coherence) flushed its L1 between the two reads. With no outage between them, never.
-    #[test]
-    fn one_store_rereads_only_across_an_outage() {
-        let spanned = loaded(0, 50, 350);
-        let later = loaded(0, 360, 365);
-        assert_eq!(outage(100, 300).classify(&spanned, &later), Bucket::Outage);
-        let before = loaded(0, 0, 5);
-        let during = loaded(0, 150, 155);
-        assert_eq!(outage(100, 300).classify(&before, &during), Bucket::Outage);
-        let after = loaded(0, 20, 25);
-        assert_eq!(
-            outage(100, 300).classify(&before, &after),
-            Bucket::Unexplained
-        );
-    }
-
-    /// Two healthy reads of one key inside one value's life, with nothing to excuse them, fail.
-    #[test]
-    fn a_second_read_with_no_excuse_is_unexplained() {
-        let earlier = loaded(0, 0, 5);
-        for store in [0, 1] {
-            let later = loaded(store, 100, 105);
-            assert_eq!(calm().classify(&earlier, &later), Bucket::Unexplained);
+        for (why, check, earlier, later, bucket) in cases {
+            let got = check.classify(&earlier, &later);
+            assert_eq!(got, bucket, "{why}: {earlier:?} then {later:?}");
         }
     }
 }

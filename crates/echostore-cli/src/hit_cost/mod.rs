@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use echostore::{L1Backend, Store, Table};
-use echostore_testkit::herd::{Herd, SOURCE_LATENCY, Source, herd_table};
+use echostore_testkit::Source;
+use echostore_testkit::herd::{Herd, SOURCE_LATENCY, herd_table};
 use echostore_testkit::measure::{self, Latencies, median};
 use echostore_testkit::{filled_table, fixtures};
 use rand::seq::SliceRandom;
@@ -165,8 +166,10 @@ async fn l2_get(target: &Target) -> CliResult<L2Figure> {
 
 /// `callers` concurrent misses on one fresh id per round: the table against the bare baseline.
 async fn herd(callers: u64, rounds: u64) -> CliResult<HerdFigure> {
-    let (table_source, baseline_source) =
-        (Source::new(SOURCE_LATENCY), Source::new(SOURCE_LATENCY));
+    let (table_source, baseline_source) = (
+        Source::taking(SOURCE_LATENCY),
+        Source::taking(SOURCE_LATENCY),
+    );
     let store = Store::builder().build().await?;
     let table = herd_table(&store, "herd", &table_source).await?;
     let through_table = Herd::tables(vec![table], table_source);

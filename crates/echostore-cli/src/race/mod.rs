@@ -14,15 +14,12 @@
 //! would find the value instead of racing for it. The readout is about the race, so the source
 //! waits for it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use echostore::{Error, LoserPolicy, Origin, Table, TableStats};
-use echostore_testkit::duration;
+use echostore_testkit::{Source, duration, together};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Barrier, watch};
 use tokio::time::Instant;
 
 use crate::output::{self, Spinner};
@@ -170,22 +167,18 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
         }
     }
 
-    let source_reads = Arc::new(AtomicU64::new(0));
-    let (gate, opened) = watch::channel(false);
+    // One source behind every node: it counts each read, takes the latency, then waits for the
+    // gate that [`open_once_contended`] opens.
+    let source = Source::gated().with_latency(args.source_latency);
     let mut nodes = Vec::with_capacity(args.nodes as usize);
     for node in 0..args.nodes {
-        let source = Source {
-            reads: Arc::clone(&source_reads),
-            latency: args.source_latency,
-            opened: opened.clone(),
-        };
-        nodes.push(start_node(target, node, args, source).await?);
+        nodes.push(start_node(target, node, args, source.clone()).await?);
     }
 
     spinner.say("lock race: the herd is missing the hot key");
     let (answers, ()) = tokio::join!(
         herd(&nodes, &keys, args.requests),
-        open_once_contended(&nodes, args.requests, &gate)
+        open_once_contended(&nodes, args.requests, &source)
     );
     let answers = answers?;
 
@@ -208,7 +201,7 @@ async fn race(target: &Target, args: &RaceArgs, spinner: &Spinner) -> CliResult<
         target,
         args,
         key,
-        source_reads.load(Ordering::SeqCst),
+        source.calls() as u64,
         &stats,
         &answers,
     ))
@@ -249,21 +242,9 @@ async fn prefill(target: &Target, key: &str) -> CliResult<()> {
     Ok(())
 }
 
-/// The source every node's loader reads: it counts each read, takes `latency`, then waits for
-/// the gate that [`open_once_contended`] opens.
-struct Source {
-    reads: Arc<AtomicU64>,
-    latency: Duration,
-    opened: watch::Receiver<bool>,
-}
-
 /// Opens the source's gate once every node with a request, but the winner, has lost the lock,
 /// or after [`CONTEND_FOR`].
-async fn open_once_contended(
-    nodes: &[Table<String, Payload>],
-    requests: u32,
-    gate: &watch::Sender<bool>,
-) {
+async fn open_once_contended(nodes: &[Table<String, Payload>], requests: u32, source: &Source) {
     let others = nodes.len().min(requests as usize).saturating_sub(1);
     let give_up = Instant::now() + CONTEND_FOR;
     while Instant::now() < give_up {
@@ -275,7 +256,7 @@ async fn open_once_contended(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    gate.send_replace(true);
+    source.release();
 }
 
 /// One node: its own store and table, a loader that reads the shared [`Source`].
@@ -309,11 +290,7 @@ async fn start_node(
         Losers::Stale => STALE_FOR,
         _ => Duration::ZERO,
     };
-    let batch_source = Source {
-        reads: Arc::clone(&source.reads),
-        latency: source.latency,
-        opened: source.opened.clone(),
-    };
+    let batch_source = source.clone();
     let table = store
         .table::<String, Payload>(TABLE)
         .ttl(Duration::from_secs(60))
@@ -322,13 +299,9 @@ async fn start_node(
         .lock_ttl(lock_ttl)
         .losers(policy)
         .batch_loader(move |ids: Vec<String>| {
-            let reads = Arc::clone(&batch_source.reads);
-            let latency = batch_source.latency;
-            let mut opened = batch_source.opened.clone();
+            let source = batch_source.clone();
             async move {
-                reads.fetch_add(ids.len() as u64, Ordering::SeqCst);
-                tokio::time::sleep(latency).await;
-                let _ = opened.wait_for(|open| *open).await;
+                source.read_many(ids.len()).await;
                 let payload = || Payload {
                     body: "fresh from the source".to_owned(),
                     loaded_by: Some(node),
@@ -341,14 +314,9 @@ async fn start_node(
             }
         })
         .loader(move |_id: String| {
-            let reads = Arc::clone(&source.reads);
-            let latency = source.latency;
-            let mut opened = source.opened.clone();
+            let source = source.clone();
             async move {
-                reads.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(latency).await;
-                // A closed gate (the race is over) opens nothing: read on.
-                let _ = opened.wait_for(|open| *open).await;
+                source.read().await;
                 Ok::<_, std::io::Error>(Payload {
                     body: "fresh from the source".to_owned(),
                     loaded_by: Some(node),
@@ -368,37 +336,31 @@ async fn herd(
     keys: &[String],
     requests: u32,
 ) -> CliResult<Vec<Answer>> {
-    let barrier = Arc::new(Barrier::new(requests as usize));
-    let tasks: Vec<_> = (0..requests)
-        .map(|i| {
-            let node = i % nodes.len() as u32;
-            let table = nodes[node as usize].clone();
-            let barrier = Arc::clone(&barrier);
-            let keys = keys.to_vec();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let started = Instant::now();
-                let results = match &keys[..] {
-                    [key] => vec![table.fetch(key).await],
-                    keys => table
-                        .fetch_many(keys)
-                        .await
-                        .into_iter()
-                        .map(|(_, r)| r)
-                        .collect(),
-                };
-                let latency = started.elapsed();
-                results
+    let tasks = together(requests as usize, |i| {
+        let node = (i % nodes.len()) as u32;
+        let (table, keys) = (nodes[node as usize].clone(), keys.to_vec());
+        async move {
+            let started = Instant::now();
+            let results = match &keys[..] {
+                [key] => vec![table.fetch(key).await],
+                keys => table
+                    .fetch_many(keys)
+                    .await
                     .into_iter()
-                    .map(|result| Answer {
-                        node,
-                        latency,
-                        result: result.map(|f| (f.origin, f.stale_by)),
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
+                    .map(|(_, r)| r)
+                    .collect(),
+            };
+            let latency = started.elapsed();
+            results
+                .into_iter()
+                .map(|result| Answer {
+                    node,
+                    latency,
+                    result: result.map(|f| (f.origin, f.stale_by)),
+                })
+                .collect::<Vec<_>>()
+        }
+    });
     let mut answers = Vec::with_capacity(tasks.len() * keys.len());
     for joined in futures::future::join_all(tasks).await {
         answers.extend(joined.map_err(|e| format!("a request task failed: {e}"))?);

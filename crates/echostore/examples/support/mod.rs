@@ -1,11 +1,10 @@
-//! What the node examples (`race_node`, `slow_node`, `batch_node`, `tags_node`) share: a store and a plain connection for a
+//! What the node examples (`race_node`, `batch_node`, `tags_node`) share: a store and a plain connection for a
 //! Valkey URL, or for a cluster given as `cluster:<seed>,<seed>,…` (with the `cluster` feature),
 //! the check-in that makes every node's herd start together, and the herd itself.
 // Each node uses a part of this.
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use echostore::{Store, StoreBuilder, Table};
@@ -60,16 +59,10 @@ pub(crate) async fn herd(
     key: &str,
     requests: usize,
 ) -> Result<BTreeSet<String>, Box<dyn std::error::Error>> {
-    let barrier = Arc::new(tokio::sync::Barrier::new(requests));
-    let gets: Vec<_> = (0..requests)
-        .map(|_| {
-            let (table, barrier, key) = (table.clone(), Arc::clone(&barrier), key.to_owned());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                table.get(&key).await
-            })
-        })
-        .collect();
+    let gets = echostore_testkit::together(requests, |_| {
+        let (table, key) = (table.clone(), key.to_owned());
+        async move { table.get(&key).await }
+    });
     let mut answers = BTreeSet::new();
     for get in gets {
         answers.insert(get.await?.map(|v| v.to_string())?);

@@ -1,10 +1,12 @@
-//! Helpers shared by the integration tests (each test file includes them with `mod common;`):
+//! Helpers shared by the integration tests (each test file includes them with `mod common;`).
+//! The mechanisms the benches and tools share too come from `echostore-testkit` and are
+//! re-exported here under the names the tests know: [`Proxy`] (a forwarder in front of Valkey
+//! that can hold one store's requests), [`Source`] (the counting, gated test double on the source
+//! side) and the herds ([`herd`], [`herd_across`], [`spawn_fetch`], [`answers`], [`on_task`]).
+//! Here:
 //!
-//! - `proxy` — a forwarder in front of Valkey that can hold one store's requests;
-//! - `source` — [`Source`], the counting, gated test double on the source side;
-//! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey;
+//! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey; [`hold_lock`];
 //! - `envelopes` — envelopes read from and planted on Valkey;
-//! - `herd` — callers on tasks of their own, and their answers;
 //! - `info` — figures read from Valkey's `INFO`; `monitor` — round trips, as `MONITOR` shows them;
 //! - `nodes` — example binaries run as OS processes, and their JSON lines;
 //! - `touchy` — [`Touchy`], an id whose `Eq` panics: the way to crash an owner;
@@ -13,31 +15,28 @@
 #![allow(dead_code, unused_imports, unreachable_pub)]
 
 mod envelopes;
-mod herd;
 mod info;
 mod monitor;
 mod nodes;
-mod proxy;
-mod source;
 mod tables;
 mod target;
 mod touchy;
 mod wait;
 
+pub use echostore_testkit::{
+    Caller, Proxy, Source, SourceLoader, answers, herd, herd_across, on_task, spawn_fetch,
+};
 pub use envelopes::{
     OnValkey, envelope, envelope_header, read_envelope, unix_ms, versioned_envelope,
 };
-pub use herd::{answers, herd, herd_across, spawn_fetch};
 pub use info::{command_calls, info_count};
 pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
-pub use proxy::Proxy;
-pub use source::{Source, SourceLoader};
 pub use tables::{
-    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, local_table, set_table,
-    stale_on_valkey, store_on, table_on, valkey_table,
+    BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, coherent_table, hold_lock,
+    local_table, patient_store, set_table, stale_on_valkey, store_on, table_on, valkey_table,
 };
 pub(crate) use target::{RawConn, raw};
-pub use target::{TARGET_ENV, Valkey, cluster_seeds, valkey};
+pub use target::{TARGET_ENV, Valkey, cluster_seeds, exists, pause_writes, unpause, valkey};
 pub use touchy::{POISON, Touchy, touchy};
 pub use wait::{settled, until, until_async, until_stats};

@@ -1,4 +1,5 @@
-//! Stores and tables for the tests: in-process, or on a private real Valkey.
+//! Stores and tables for the tests, in-process or on a private real Valkey, and a lock held as
+//! another process would hold it.
 
 use std::time::Duration;
 
@@ -49,6 +50,17 @@ pub async fn store_on(url: &str) -> Store {
         .expect("store on valkey")
 }
 
+/// A store on `url` that waits `timeout` for each reply: a long one makes a hold at a proxy a
+/// delay, not an outage.
+pub async fn patient_store(url: &str, timeout: Duration) -> Store {
+    builder_on(url)
+        .require_valkey(true)
+        .valkey_timeout(timeout)
+        .build()
+        .await
+        .expect("store")
+}
+
 /// A `u64 -> String` table named `name` on `store`, reading `source`, with `tune`'s settings
 /// (`|t| t` for the defaults; `tune` may also replace the loader).
 pub async fn table_on(
@@ -71,6 +83,16 @@ pub async fn local_table(
 ) -> Table<u64, String> {
     let store = Store::builder().build().await.expect("store");
     table_on(&store, name, source, tune).await
+}
+
+/// [`table_on`] a [`coherent_store`] of its own on the Valkey at `url`.
+pub async fn coherent_table(
+    url: &str,
+    name: &str,
+    source: &Source,
+    tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
+) -> Table<u64, String> {
+    table_on(&coherent_store(url, None).await, name, source, tune).await
 }
 
 /// [`table_on`] a store of its own on the Valkey at `url`.
@@ -115,4 +137,19 @@ pub async fn stale_on_valkey(conn: &mut super::RawConn, key: &str) -> bool {
     let fresh_until_ms = u64::from_le_bytes(header.try_into().expect("8 bytes"));
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
     secs * 1000 + micros / 1000 >= fresh_until_ms + PAST_BY_MS
+}
+
+/// Takes `lock` with `token` as another process would (`SET … NX PX 30000`, longer than any
+/// test waits); panics unless it was free.
+pub async fn hold_lock(conn: &mut super::RawConn, lock: &str, token: &str) {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(lock)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .expect("SET NX PX");
+    assert_eq!(set.as_deref(), Some("OK"), "the test holds {lock}");
 }

@@ -1,7 +1,8 @@
 //! The Valkey a test runs against: one private server, or — with `ECHOSTORE_TEST_TARGET=cluster`
 //! and the `cluster` feature — a private three-primary cluster, so that the same lock and
 //! coherence tests run on both (`.ci/run` runs them twice). A cluster's URL for the helpers is
-//! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms.
+//! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms. Through a
+//! [`raw`] connection, [`exists`] asks whether a key is there and [`pause_writes`] holds writes.
 
 use std::ops::{Deref, DerefMut};
 
@@ -78,4 +79,33 @@ pub(crate) use support::Conn as RawConn;
 /// Connects a [`RawConn`] to `url`.
 pub(crate) async fn raw(url: &str) -> RawConn {
     support::connect(url).await.expect("connect")
+}
+
+/// Whether `key` exists, as `EXISTS` answers it.
+pub async fn exists(conn: &mut RawConn, key: impl redis::ToRedisArgs) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("EXISTS")
+}
+
+/// `CLIENT PAUSE <ms> WRITE`: every client's writes wait at the server until [`unpause`].
+pub async fn pause_writes(conn: &mut RawConn, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .query_async(conn)
+        .await
+        .expect("CLIENT PAUSE WRITE");
+}
+
+/// `CLIENT UNPAUSE`.
+pub async fn unpause(conn: &mut RawConn) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(conn)
+        .await
+        .expect("CLIENT UNPAUSE");
 }

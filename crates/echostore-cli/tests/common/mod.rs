@@ -1,0 +1,28 @@
+//! What the CLI's end-to-end tests share (each includes it with `mod common;`): the built
+//! `echostore` binary run with `--json`, its one JSON object parsed.
+// Every test binary compiles all of this and uses a part of it.
+#![allow(dead_code)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `echostore <args>` and parses its one JSON object; the exit code must be success.
+pub(crate) fn readout(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_echostore"))
+        .args(args)
+        .output()
+        .expect("the echostore binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "echostore {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "echostore {args:?} printed no single JSON object ({e}):\n{stdout}\nstderr: {stderr}"
+        )
+    })
+}
