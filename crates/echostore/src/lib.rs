@@ -12,7 +12,7 @@
 //!
 //! - `store` — [`Store`]: the Valkey connection and the supervisor (the application tree).
 //! - `config` — [`TableBuilder`]: a table's settings and their checks (the loader and the batch
-//!   loader in `config::loading` and `config::batching`).
+//!   loader in `config::loading` and `config::batching`, the owners' count in `config::sharding`).
 //! - `core` — the table's shared state: settings, L1, Valkey, loader, counters; a write's `Life`.
 //! - `table` — [`Table`]: the typed handle a user calls; `read_options` — [`ReadOptions`], a
 //!   read's per-call loser policy and wait bound (`get_with`, `fetch_with`).
@@ -26,10 +26,12 @@
 //!   started, run together (one acquire-many, one batch loader call, one write-many), with the
 //!   source call and its lease in `batch::fill::source` and each loaded id's write and landing in
 //!   `batch::fill::landing`; `batch::on_valkey` — those round trips.
-//! - `owner` — the table's actor (the table GenServer): orders misses, puts and invalidations
+//! - `owner` — the table's actors (the table GenServer), one per shard of its ids (`.shards`,
+//!   `config::sharding`): each orders its ids' misses, puts and invalidations
 //!   (`owner::launches` starts flights, `owner::landings` takes them back, `owner::writes` runs
 //!   the Valkey writes and takes pushes, `owner::marked` clears and tag marks, `owner::batches`
-//!   batch misses); `owner_ref` — where the handles find it across restarts.
+//!   batch misses); `owner_ref` — where the handles find each shard's owner across restarts,
+//!   and which shard an id is in.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
 //! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere

@@ -1,6 +1,7 @@
-//! The table's owner: one ractor actor per table, the Elixir table's GenServer.
+//! The table's owner: one ractor actor per shard of the table's ids (`.shards(n)`, see
+//! [`crate::owner_ref`]), the Elixir table's GenServer.
 //!
-//! The owner serialises everything that must be ordered per id — misses, puts, invalidations and
+//! The owner serialises everything that must be ordered per id of its shard — misses, puts, invalidations and
 //! the flights' landings — and never awaits I/O or the loader. It asks the flights map
 //! ([`crate::flights`], where the per-id ordering rule lives) what each event means, and does it:
 //! a flight runs as a spawned task that reports back with [`OwnerMsg::Landed`]; a Valkey write runs
