@@ -41,7 +41,8 @@
 //!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
 //!   (a failed write, a load answered in-process), until it is repaired.
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
-//!   and wake losers (client-side caching, by prefix with `BCAST` or by key: [`Tracking`]).
+//!   and wake losers (client-side caching, by prefix with `BCAST` or by key: [`Tracking`]);
+//!   `own_writes` — the pushes a process's own writes cause, told apart from others'.
 //! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
 //!   waits for (`flights::writes`); the per-id ordering rule lives here.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
@@ -132,6 +133,7 @@ mod marks;
 mod metrics;
 mod miss;
 mod natives;
+mod own_writes;
 mod owner;
 mod owner_ref;
 mod read_options;

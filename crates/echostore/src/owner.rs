@@ -22,7 +22,6 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use crate::clock::Moment;
-use crate::coherence::OwnWrites;
 use crate::core::TableCore;
 use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
@@ -33,6 +32,7 @@ use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
 use crate::losers::LoserPolicy;
 use crate::marks::Scope;
+use crate::own_writes::OwnWrites;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::tracking::keys::Found;

@@ -5,17 +5,19 @@ use super::*;
 /// The most owners one table may have.
 pub(super) const MAX_SHARDS: usize = 1024;
 
-/// The default number of owners: one per core this process may use.
-pub(super) fn default_shards() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
+/// The default number of owners: one, until a batch read spanning shards is one batch loader
+/// call again (today it is one call per shard it spans) and every counter is counted once per
+/// table (a flush is counted by each shard).
+pub(super) const DEFAULT_SHARDS: usize = 1;
 
 impl<K: Key, V: Value> TableBuilder<K, V> {
-    /// Spreads the table's ids over `n` owner actors by hash (default: the available cores, at
-    /// most 1,024). Each owner has its ids' flights, writes and ordering to itself, so every
-    /// per-id rule holds as with one owner, while misses on distinct ids no longer queue behind
-    /// one actor. A crash restarts only the shard it happened in. `TableStats` stays one
-    /// snapshot for the table.
+    /// Spreads the table's ids over `n` owner actors by hash (default 1, at most 1,024). Each
+    /// owner has its ids' flights, writes and ordering to itself, so every per-id rule holds as
+    /// with one owner, while misses on distinct ids no longer queue behind one actor. A crash
+    /// restarts only the shard it happened in. `TableStats` stays one snapshot for the table.
+    ///
+    /// Two costs with more than one: a `get_many` makes one batch loader call per shard its
+    /// missing ids span (not one in all), and `coherence_flushes` counts a flush once per shard.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
