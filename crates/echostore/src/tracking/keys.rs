@@ -1,7 +1,7 @@
 //! Key tracking ([`Tracking::Keys`](crate::Tracking::Keys)): Valkey pushes a change only to the
 //! connections that read the key since its last change, so a store's tracking connection must
 //! read every key it wants to hear about. This module owns what those connections have read
-//! ([`Registry`]) and the reads themselves ([`serve`]).
+//! ([`Registry`]) and the reads themselves ([`batch`], [`query`], [`answered`]).
 //!
 //! A value enters L1 from the data connection, which Valkey does not track. Until the tracking
 //! connection has read the same key and found the same bytes (the envelope's fingerprint), a
