@@ -30,7 +30,7 @@ use crate::fetched::Fetched;
 use crate::flights::Reply;
 use crate::key::{IntoId, Key, KeyNames, Value};
 use crate::miss::{Reading, joined};
-use crate::owner::OwnerMsg;
+use crate::owner::{Gather, OwnerMsg};
 use crate::owner_ref::OwnerRef;
 use crate::stats::bump;
 use crate::table::Table;
@@ -232,9 +232,19 @@ async fn ask_many<K: Key, V: Value>(
             .push((ids[i].clone(), tx.into()));
         waits.push(async move { (i, rx.await.unwrap_or(Err(Error::Stopped))) });
     }
-    // A stopped owner drops the message, and with it every reply: each wait answers `Stopped`.
-    for (shard, misses) in by_shard {
-        let _ = owner.current(shard).cast(OwnerMsg::FillMany { misses });
+    // One gathering for every shard's flights, launched by the last share dropped: the caller
+    // keeps none. A stopped owner drops the message, and with it every reply (each wait answers
+    // `Stopped`) and its share.
+    let gather = Gather::new(Arc::clone(owner.core()));
+    let parts: Vec<_> = by_shard
+        .into_iter()
+        .map(|(shard, misses)| (shard, misses, Arc::clone(&gather)))
+        .collect();
+    drop(gather);
+    for (shard, misses, gather) in parts {
+        let _ = owner
+            .current(shard)
+            .cast(OwnerMsg::FillMany { misses, gather });
     }
     join_all(waits).await
 }

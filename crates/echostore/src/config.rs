@@ -17,7 +17,7 @@
 //! | `fail_safe` | off | serve a stale copy instead of a loader error |
 //! | `early_refresh` | 1.0 | XFetch beta, `0.0..=10.0`: a read in a value's last stretch rebuilds it in the background before it expires; `0.0` off (`docs/early-refresh.md`) |
 //! | `max_value_bytes` | 16 MiB | larger encodings are refused with `TooLarge` and nothing is written; larger values read from Valkey are a counted miss |
-//! | `shards` | 1 | owner actors sharing the table's ids by hash, each ordering its ids' misses and writes |
+//! | `shards` | the cores | owner actors sharing the table's ids by hash, each ordering its ids' misses and writes |
 //!
 //! Every duration is at most [`MAX_DURATION`] and every count has a range, so no setting can make
 //! later arithmetic overflow: `start()` answers [`Error::InvalidConfig`] naming the setting.

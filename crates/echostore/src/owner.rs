@@ -33,6 +33,7 @@ use crate::l1::{Entry, L1Cache};
 use crate::losers::LoserPolicy;
 use crate::marks::Scope;
 use crate::own_writes::OwnWrites;
+use crate::owner_ref::Flushed;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::tracking::keys::Found;
@@ -49,8 +50,12 @@ pub(crate) enum OwnerMsg<K, V> {
         losers: Option<LoserPolicy<Arc<V>>>,
         read: bool,
     },
-    /// A batch read's misses, each with its caller's reply.
-    FillMany { misses: Vec<(K, Reply<V>)> },
+    /// A batch read's misses of this shard, each with its caller's reply; the flights they start
+    /// join the rest of the batch's in `gather`.
+    FillMany {
+        misses: Vec<(K, Reply<V>)>,
+        gather: Arc<Gather<K, V>>,
+    },
     /// A caller who joined on the board flies again (that flight or read ended with no answer).
     Rejoin { id: K, reply: Reply<V> },
     /// A hit on `value` drew an early refresh of `id` (XFetch); nobody waits for it.
@@ -101,8 +106,9 @@ pub(crate) enum OwnerMsg<K, V> {
         fingerprint: Fingerprint,
         found: Found,
     },
-    /// Invalidations may have been missed (coherence lost or regained): drop all of L1.
-    Flush,
+    /// Invalidations may have been missed (coherence lost or regained): drop all of L1. Every
+    /// shard gets one; the table counts the flush once the last has been handled ([`Flushed`]).
+    Flush(Arc<Flushed<K, V>>),
     /// A clear or a tag invalidation is known here now (`crate::marks`): drop what it makes
     /// stale; `reply`, if any, once done.
     Marked {
@@ -121,6 +127,7 @@ mod launches;
 mod marked;
 mod writes;
 
+pub(crate) use batches::Gather;
 use launches::Start;
 pub(crate) use marked::poll_marks;
 
@@ -190,7 +197,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 losers,
                 read,
             } => state.fill(&myself, id, reply, losers, read),
-            OwnerMsg::FillMany { misses } => state.fill_many(&myself, misses),
+            OwnerMsg::FillMany { misses, gather } => state.fill_many(&myself, misses, gather),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
             OwnerMsg::Early { id, flight, answer } => {
                 state.flights.answer_early(&id, flight, answer)
@@ -224,13 +231,13 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Reading { flight } => state.flights.reading(flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
-            OwnerMsg::Flush => {
+            OwnerMsg::Flush(flushed) => {
                 state.drop_all();
                 state.own.clear();
-                // Counted once done: whoever sees the count finds L1 already flushed.
-                bump(&state.core.stats.counters.coherence_flushes);
                 // A mark set while pushes were lost would otherwise be heard of only at the next.
                 state.read_marks(&myself, true);
+                // Counted once every shard is done: whoever sees the count finds L1 flushed.
+                drop(flushed);
             }
             OwnerMsg::Marked { scope, reply } => {
                 state.marked(&scope);

@@ -37,6 +37,19 @@ type Slot<K, V> = RwLock<ActorRef<OwnerMsg<K, V>>>;
 /// restart.
 pub(crate) struct OwnerRef<K, V> {
     slots: Box<[Slot<K, V>]>,
+    core: Arc<TableCore<K, V>>,
+}
+
+/// One flush of the table, shared by the messages that carry it to every shard: counted in
+/// `coherence_flushes` when the last of them is dropped, whether handled or lost with an owner
+/// that died (whose successor drops all of its L1 when it starts). So a flush counts once
+/// however many shards the table has, and only once every live shard has flushed.
+pub(crate) struct Flushed<K, V>(Arc<TableCore<K, V>>);
+
+impl<K, V> Drop for Flushed<K, V> {
+    fn drop(&mut self) {
+        bump(&self.0.stats.counters.coherence_flushes);
+    }
 }
 
 impl<K: Key, V: Value> OwnerRef<K, V> {
@@ -59,11 +72,17 @@ impl<K: Key, V: Value> OwnerRef<K, V> {
         }
         let this = Arc::new(OwnerRef {
             slots: slots.into_boxed_slice(),
+            core: Arc::clone(core),
         });
         let restarts = (0..core.shards)
             .map(|shard| restarter(Arc::clone(core), Arc::downgrade(&this), shard))
             .collect();
         Ok((this, restarts))
+    }
+
+    /// The table the owners serve.
+    pub(crate) fn core(&self) -> &Arc<TableCore<K, V>> {
+        &self.core
     }
 
     /// The owner of `shard` now.
@@ -135,12 +154,13 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
                     .cast(OwnerMsg::Invalidated { id, checked: false });
             }
             // An id this key type cannot parse back: every shard drops all of L1.
-            None => self.cast_all(|| OwnerMsg::Flush),
+            None => self.flush(),
         }
     }
 
     fn flush(&self) {
-        self.cast_all(|| OwnerMsg::Flush);
+        let flushed = Arc::new(Flushed(Arc::clone(&self.core)));
+        self.cast_all(|| OwnerMsg::Flush(Arc::clone(&flushed)));
     }
 
     fn marks_changed(&self) {

@@ -1,9 +1,12 @@
 //! `.shards(n)`: a table's ids spread over `n` owner actors by hash. Every per-id rule holds as
 //! with one owner (one source read per id across stores), what concerns every id (a mark) reaches
-//! every shard, and a crash restarts only the shard it happened in.
+//! every shard, a batch read's source call is one for the table (a flush is counted once: see
+//! `tracking_loss_flushes_and_recovers.rs`, whose tables have four shards), and a crash restarts only the shard it happened in.
 
 mod common;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{
@@ -117,5 +120,43 @@ async fn a_crash_restarts_only_its_shard() {
          ({answered})"
     );
     assert_eq!(table.stats().owner_restarts, 1, "one shard restarted");
+    settled(&table).await;
+}
+
+/// A batch read whose ids fall in every shard is one batch loader call with all of them, not one
+/// per shard: the flights each shard admitted run as one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_spanning_shards_is_one_source_call() {
+    let valkey = valkey();
+    let calls: Arc<Mutex<Vec<Vec<u64>>>> = Arc::default();
+    let store = coherent_store(&valkey.url(), None).await;
+    let recorded = Arc::clone(&calls);
+    let table = store
+        .table::<u64, String>("spread")
+        .shards(4)
+        .ttl(Duration::from_secs(60))
+        .batch_loader(move |ids: Vec<u64>| {
+            let mut sorted = ids.clone();
+            sorted.sort_unstable();
+            recorded.lock().expect("calls").push(sorted);
+            async move {
+                let rows = ids.into_iter().map(|id| (id, format!("row {id}")));
+                Ok::<_, std::io::Error>(rows.collect::<HashMap<_, _>>())
+            }
+        })
+        .start()
+        .await
+        .expect("table");
+    let ids: Vec<u64> = (1..=64).collect();
+    let found = table.get_many(&ids).await.expect("a batch");
+    assert_eq!(found.len(), 64);
+    assert_eq!(*found[&33], "row 33");
+    assert_eq!(
+        *calls.lock().expect("calls"),
+        vec![ids],
+        "one call, every id"
+    );
+    let s = table.stats();
+    assert_eq!((s.batches, s.batch_loads, s.source_reads), (1, 1, 64));
     settled(&table).await;
 }

@@ -9,10 +9,11 @@ use std::time::Duration;
 use common::{Proxy, Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
 use echostore::{Origin, Store, Table};
 
-/// A table whose L1 keeps values a minute: only coherence can make it drop one sooner.
+/// A table whose L1 keeps values a minute: only coherence can make it drop one sooner. Its ids
+/// are spread over four owners, each flushed, and each flush is counted once for the table.
 async fn long_lived(store: &Store, source: &Source) -> Table<u64, String> {
     table_on(store, "coh", source, |t| {
-        t.ttl(Duration::from_secs(60)).jitter(0.0)
+        t.ttl(Duration::from_secs(60)).jitter(0.0).shards(4)
     })
     .await
 }

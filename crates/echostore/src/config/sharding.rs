@@ -5,19 +5,22 @@ use super::*;
 /// The most owners one table may have.
 pub(super) const MAX_SHARDS: usize = 1024;
 
-/// The default number of owners: one, until a batch read spanning shards is one batch loader
-/// call again (today it is one call per shard it spans) and every counter is counted once per
-/// table (a flush is counted by each shard).
-pub(super) const DEFAULT_SHARDS: usize = 1;
+/// The default number of owners: one per core the process may run on (at most [`MAX_SHARDS`]),
+/// so that misses on distinct ids are spread over as many actors as can run at once.
+pub(super) fn default_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(MAX_SHARDS)
+}
 
 impl<K: Key, V: Value> TableBuilder<K, V> {
-    /// Spreads the table's ids over `n` owner actors by hash (default 1, at most 1,024). Each
-    /// owner has its ids' flights, writes and ordering to itself, so every per-id rule holds as
-    /// with one owner, while misses on distinct ids no longer queue behind one actor. A crash
-    /// restarts only the shard it happened in. `TableStats` stays one snapshot for the table.
-    ///
-    /// Two costs with more than one: a `get_many` makes one batch loader call per shard its
-    /// missing ids span (not one in all), and `coherence_flushes` counts a flush once per shard.
+    /// Spreads the table's ids over `n` owner actors by hash (default: the cores available to
+    /// the process, [`std::thread::available_parallelism`]; at most 1,024). Each owner has its
+    /// ids' flights, writes and ordering to itself, so every per-id rule holds as with one
+    /// owner, while misses on distinct ids no longer queue behind one actor. A crash restarts
+    /// only the shard it happened in. What concerns the table stays the table's: `TableStats`
+    /// is one snapshot, a flush is counted once, and a `get_many` makes one batch loader call
+    /// for all the ids it has to load, whichever shards they are in.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -53,7 +53,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 )));
             }
         }
-        let shards = self.shards.unwrap_or(sharding::DEFAULT_SHARDS);
+        let shards = self.shards.unwrap_or_else(sharding::default_shards);
         let checks = [
             (
                 (1..=sharding::MAX_SHARDS).contains(&shards),

@@ -32,47 +32,57 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         flight: FlightId,
         start: Start<V>,
     ) {
-        let Start {
-            refreshing,
-            losers,
-            read,
-        } = start;
-        let core = Arc::clone(&self.core);
-        let myself = myself.clone();
-        let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
-        tokio::spawn(
-            async move {
-                let signals = {
-                    let (myself, id) = (myself.clone(), id.clone());
-                    move |signal| {
-                        let id = id.clone();
-                        let _ = myself.cast(match signal {
-                            Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
-                            Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
-                            Signal::Reading => OwnerMsg::Reading { flight },
-                        });
-                    }
-                };
-                let fill = Fill::new(&core, &id, &signals)
-                    .losing_by(losers)
-                    .after_read(read);
-                let fill = match refreshing {
-                    Some(until) => fill.refreshing(until),
-                    None => fill,
-                };
-                let outcome = AssertUnwindSafe(fill.run())
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
-                // If the owner is gone, its waiters were already answered `Stopped`.
-                let _ = myself.cast(OwnerMsg::Landed {
-                    id,
-                    flight,
-                    refresh: refreshing.is_some(),
-                    outcome,
-                });
-            }
-            .instrument(span),
-        );
+        spawn_fill(Arc::clone(&self.core), myself.clone(), id, flight, start);
     }
+}
+
+/// Runs the fill of `owner`'s flight `flight` of `id` as a task of its own, which signals `owner`
+/// on the way and reports its landing to it.
+pub(super) fn spawn_fill<K: Key, V: Value>(
+    core: Arc<TableCore<K, V>>,
+    owner: ActorRef<OwnerMsg<K, V>>,
+    id: K,
+    flight: FlightId,
+    start: Start<V>,
+) {
+    let Start {
+        refreshing,
+        losers,
+        read,
+    } = start;
+    let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
+    tokio::spawn(
+        async move {
+            let signals = {
+                let (owner, id) = (owner.clone(), id.clone());
+                move |signal| {
+                    let id = id.clone();
+                    let _ = owner.cast(match signal {
+                        Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
+                        Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+                        Signal::Reading => OwnerMsg::Reading { flight },
+                    });
+                }
+            };
+            let fill = Fill::new(&core, &id, &signals)
+                .losing_by(losers)
+                .after_read(read);
+            let fill = match refreshing {
+                Some(until) => fill.refreshing(until),
+                None => fill,
+            };
+            let outcome = AssertUnwindSafe(fill.run())
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
+            // If the owner is gone, its waiters were already answered `Stopped`.
+            let _ = owner.cast(OwnerMsg::Landed {
+                id,
+                flight,
+                refresh: refreshing.is_some(),
+                outcome,
+            });
+        }
+        .instrument(span),
+    );
 }
