@@ -50,11 +50,14 @@ pub(crate) struct Gather<K, V> {
     core: Arc<TableCore<K, V>>,
     started: Mutex<Vec<Started<K, V>>>,
     /// [`launch`], for this key and value type (a `Drop` cannot ask for the bounds it needs).
-    launch: fn(&Arc<TableCore<K, V>>, Vec<Started<K, V>>),
+    launch: Launch<K, V>,
 }
 
 /// A flight an owner started: its id, its name there, and that owner.
 type Started<K, V> = (K, FlightId, ActorRef<OwnerMsg<K, V>>);
+
+/// What launches the flights gathered.
+type Launch<K, V> = fn(&Arc<TableCore<K, V>>, Vec<Started<K, V>>);
 
 impl<K: Key, V: Value> Gather<K, V> {
     /// An empty gathering for a batch read of `core`'s table.
