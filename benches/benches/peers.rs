@@ -8,7 +8,10 @@
 //!    single-flight and against moka's `future::Cache::get_with`;
 //! 3. **an L1 hit** in a plain async loop on a runtime worker, over 100k random `u64` keys with
 //!    64-byte values, against a bare quick_cache lookup of an `Arc` and moka's
-//!    `future::Cache::get`.
+//!    `future::Cache::get`;
+//! 4. **misses on distinct ids**: 8 tasks each `get` ids nobody has asked for, through a table
+//!    without Valkey whose loader answers at once (the owners' flights, spread over the table's
+//!    shards), against moka's `future::Cache::get_with` doing the same.
 //!
 //! The figures that count are the **interleaved rounds** printed first: each round runs every
 //! contender of a row once, in a rotated order, and the ratio is taken per round (so a noisy
@@ -207,6 +210,45 @@ macro_rules! async_loop {
     }};
 }
 
+/// Tasks that miss at once in the distinct-id row.
+const MISS_TASKS: u64 = 8;
+
+/// A contender that spawns [`MISS_TASKS`] tasks, each awaiting `miss(state, id)` for its share
+/// of `iters` ids never asked for before (taken from `fresh`), and times them all.
+fn spread<'a, S, F, Fut>(
+    rt: &'a tokio::runtime::Runtime,
+    fresh: &Arc<AtomicU64>,
+    state: S,
+    miss: F,
+) -> Run<'a>
+where
+    S: Clone + Send + 'static,
+    F: Fn(S, u64) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let fresh = Arc::clone(fresh);
+    Box::new(move |iters| {
+        let each = iters.div_ceil(MISS_TASKS);
+        rt.block_on(async {
+            let start = Instant::now();
+            let tasks: Vec<_> = (0..MISS_TASKS)
+                .map(|_| {
+                    let (state, first) = (state.clone(), fresh.fetch_add(each, Ordering::Relaxed));
+                    tokio::spawn(async move {
+                        for id in first..first + each {
+                            miss(state.clone(), id).await;
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("a miss task");
+            }
+            start.elapsed()
+        })
+    })
+}
+
 fn peers(c: &mut Criterion) {
     let rt = runtime();
     let rounds = if under_ci() { 3 } else { 7 };
@@ -323,6 +365,42 @@ fn peers(c: &mut Criterion) {
         });
     }
 
+    // Row 4: misses on distinct ids from 8 tasks.
+    let fresh = Arc::new(AtomicU64::new(1 << 40));
+    let miss_loads = Arc::new(AtomicU64::new(0));
+    let capacity = size(200_000, 20_000);
+    let missing = {
+        let loads = Arc::clone(&miss_loads);
+        rt.block_on(async {
+            let store = Store::builder().build().await.expect("store");
+            store
+                .table::<u64, String>("peers-misses")
+                .l1_capacity(capacity)
+                .loader(move |id: u64| {
+                    loads.fetch_add(1, Ordering::Relaxed);
+                    async move { Ok::<_, std::io::Error>(value_of(id)) }
+                })
+                .start()
+                .await
+                .expect("a table without Valkey")
+        })
+    };
+    let moka_misses = moka::future::Cache::<u64, Arc<String>>::new(capacity as u64);
+    {
+        let echostore = spread(&rt, &fresh, missing.clone(), |table, id| async move {
+            black_box(table.get(&id).await.expect("a load"));
+        });
+        let moka = spread(&rt, &fresh, moka_misses.clone(), |moka, id| async move {
+            let value = moka.get_with(id, async move { Arc::new(value_of(id)) });
+            black_box(value.await);
+        });
+        rows.push(Row {
+            title: format!("misses on distinct ids, {MISS_TASKS} tasks"),
+            batch: size(80_000, 8_000) as u64,
+            contenders: vec![("echostore miss", echostore), ("moka get_with", moka)],
+        });
+    }
+
     let mut summary = Vec::new();
     for row in &mut rows {
         summary.push((row.title.clone(), interleaved(row, rounds)));
@@ -335,6 +413,12 @@ fn peers(c: &mut Criterion) {
         loads.load(Ordering::SeqCst),
         0,
         "the L2 reader read the source"
+    );
+    let misses = missing.stats();
+    assert_eq!(
+        (misses.source_reads, misses.l1_hits, misses.coalesced),
+        (miss_loads.load(Ordering::SeqCst), 0, 0),
+        "every distinct id a miss, loaded once"
     );
     println!("\nEchoStore against its peers, this run (median of per-round ratios):");
     for (title, ratios) in &summary {

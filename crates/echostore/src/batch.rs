@@ -27,12 +27,12 @@ use crate::board::Entered;
 use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
+use crate::flights::Admitted;
 use crate::flights::Reply;
 use crate::key::{IntoId, Key, KeyNames, Value};
-use crate::miss::{Reading, joined};
+use crate::miss::{Reading, follow};
 use crate::owner::{Gather, OwnerMsg};
 use crate::owner_ref::OwnerRef;
-use crate::stats::bump;
 use crate::table::Table;
 
 impl<K: Key, V: Value> Table<K, V> {
@@ -141,10 +141,7 @@ pub(crate) async fn fetch_many<K: Key, V: Value>(
         }
         answers.push(None);
         match core.board.enter(id, core.l2.is_some(), || id.clone()) {
-            Entered::Joined(cell) => {
-                bump(&core.stats.counters.coalesced);
-                joins.push((i, cell));
-            }
+            Entered::Joined(cell) => joins.push((i, Admitted::Flight { cell, leads: false })),
             Entered::Read(read) => reads.push((i, Reading::new(core, id.clone(), read))),
             Entered::Owner => to_owner.push(i),
         }
@@ -152,10 +149,10 @@ pub(crate) async fn fetch_many<K: Key, V: Value>(
     // The reads stay listed until the owner has answered the ids they hand over, so misses of
     // those ids meanwhile go to the owner too; dropping them withdraws the rest.
     let reads = read_here(core, &ids, reads, &mut answers, &mut to_owner).await;
-    let from_owner = ask_many(owner, &ids, &to_owner);
-    let from_flights = join_all(joins.into_iter().map(|(i, cell)| {
+    let from_owner = ask_many(core, owner, &ids, &to_owner);
+    let from_flights = join_all(joins.into_iter().map(|(i, joined)| {
         let id = ids[i].clone();
-        async move { (i, joined(owner, id, cell).await) }
+        async move { (i, follow(core, owner, id, joined, None).await) }
     }));
     let (from_owner, from_flights) = futures::join!(from_owner, from_flights);
     drop(reads);
@@ -211,8 +208,9 @@ async fn read_here<'a, K: Key, V: Value>(
     reads
 }
 
-/// Hands the ids at `indices` to the owner in one message; each answer as it comes.
+/// Hands the ids at `indices` to their shards' owners, one message each; each answer as it comes.
 async fn ask_many<K: Key, V: Value>(
+    core: &TableCore<K, V>,
     owner: &OwnerRef<K, V>,
     ids: &[K],
     indices: &[usize],
@@ -230,7 +228,13 @@ async fn ask_many<K: Key, V: Value>(
             .entry(shard)
             .or_default()
             .push((ids[i].clone(), tx.into()));
-        waits.push(async move { (i, rx.await.unwrap_or(Err(Error::Stopped))) });
+        let id = ids[i].clone();
+        waits.push(async move {
+            match rx.await.unwrap_or(Err(Error::Stopped)) {
+                Ok(admitted) => (i, follow(core, owner, id, admitted, None).await),
+                Err(e) => (i, Err(e)),
+            }
+        });
     }
     // One gathering for every shard's flights, launched by the last share dropped: the caller
     // keeps none. A stopped owner drops the message, and with it every reply (each wait answers

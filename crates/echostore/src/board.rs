@@ -24,16 +24,20 @@
 //! So the marks outlive it, no read of those ids starts until they land, and the restarted owner
 //! queues its flights and writes of them behind them ([`Board::landed`]).
 //!
-//! Joining through the board is the same as joining through the owner's mailbox, only earlier:
-//! the caller joins the flight that was current when it looked, which is the flight its message
-//! would have joined had the owner read it at that instant. A `put` that has returned has already
-//! withdrawn the flight it overtook, so a read made after it never joins one that reads what the
-//! put replaced.
+//! A flight's [`Cell`] is the one thing its callers wait on, however they came to it: the caller
+//! whose miss started it (the owner hands it the cell, as its *leader*), the callers who joined
+//! through the owner's mailbox, and those who joined here. Joining through the board is the same
+//! as joining through the owner's mailbox, only earlier: the caller joins the flight that was
+//! current when it looked, which is the flight its message would have joined had the owner read
+//! it at that instant. A `put` that has returned has already withdrawn the flight it overtook, so
+//! a read made after it never joins one that reads what the put replaced.
 //!
-//! A cell is answered once. A flight that answers early (its soft timeout's stale copy) answers
-//! its cell and publishes a fresh one for later joiners; a flight that changed nothing (an early
-//! refresh that lost the lock) answers "fly again", and its joiners miss once more through the
-//! owner; an owner that dies drops its cells' [`Answerer`]s, which answer [`Error::Stopped`].
+//! A cell is answered once, with the flight's answer as its leader sees it; each caller works out
+//! its own origin from it (`crate::miss::follow`). A flight that answers early (its soft
+//! timeout's stale copy) answers its cell and publishes a fresh one for later joiners; a flight
+//! that changed nothing (an early refresh that lost the lock, a load a put overtook) answers "fly
+//! again", and its callers miss once more through the owner; an owner that dies drops its cells'
+//! [`Answerer`]s, which answer [`Error::Stopped`].
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
@@ -47,8 +51,8 @@ use tokio::sync::Notify;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 
-/// What a joiner receives: the flight's answer as a joiner sees it, or `None` to fly again.
-pub(crate) type Joined<V> = Option<Result<Fetched<V>>>;
+/// What a flight's callers receive: its answer as its leader sees it, or `None` to fly again.
+pub(crate) type Answered<V> = Option<Result<Fetched<V>>>;
 
 /// The current flights and reads of one table, by id, and the ids being written.
 pub(crate) struct Board<K, V> {
@@ -89,11 +93,11 @@ pub(crate) enum Entered<V> {
     Owner,
 }
 
-/// One flight's answer for the callers who joined it through the board.
+/// One flight's answer, for every caller waiting on it.
 pub(crate) struct Cell<V> {
-    answer: OnceLock<Joined<V>>,
+    answer: OnceLock<Answered<V>>,
     woken: Notify,
-    /// Callers who joined through the board.
+    /// Callers who took the cell: its leader, and those who joined.
     joined: AtomicUsize,
 }
 
@@ -256,7 +260,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
 
 impl<V> Cell<V> {
     /// The answer, once the flight gives it.
-    pub(crate) async fn wait(&self) -> Joined<V> {
+    pub(crate) async fn wait(&self) -> Answered<V> {
         loop {
             let woken = self.woken.notified();
             let mut woken = std::pin::pin!(woken);
@@ -280,14 +284,20 @@ impl<V> Answerer<V> {
         }))
     }
 
-    /// Callers who joined through the board so far.
+    /// Callers who took the cell so far.
     pub(crate) fn joined(&self) -> usize {
         self.0.joined.load(Relaxed)
     }
 
-    /// Answers every caller who joined (the first answer stands), and wakes them.
-    pub(crate) fn answer(&self, joined: Joined<V>) {
-        if self.0.answer.set(joined).is_ok() {
+    /// The cell, for one more caller to wait on.
+    pub(crate) fn take(&self) -> Arc<Cell<V>> {
+        self.0.joined.fetch_add(1, Relaxed);
+        Arc::clone(&self.0)
+    }
+
+    /// Answers every caller who took the cell (the first answer stands), and wakes them.
+    pub(crate) fn answer(&self, answered: Answered<V>) {
+        if self.0.answer.set(answered).is_ok() {
             self.0.woken.notify_waiters();
         }
     }

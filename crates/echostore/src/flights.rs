@@ -27,8 +27,11 @@
 //! current flight and the overtaken ones). A flight that would exceed it stays queued until an
 //! overtaken one lands, however many writes arrive.
 //!
-//! A caller that drops its future leaves its reply port in the list; the flight runs on for the
-//! others, and closed ports are skipped when answering (and pruned whenever the list would grow).
+//! Every caller of a flight waits on the flight's one [`Cell`], whether its miss started the flight
+//! (the leader), joined it through the owner or joined it on the board: a miss is answered at
+//! once with the cell and whether it leads ([`Admitted`]), and each caller works out its own
+//! origin from the one answer (`crate::miss::follow`). A caller that drops its future drops only
+//! its handle on the cell; the flight runs on for the others.
 //!
 //! The current flights are also listed on the table's [`Board`], where a miss joins without a
 //! message to the owner: this map publishes a flight in the step that makes it current and
@@ -44,7 +47,7 @@ use std::sync::Arc;
 
 use ractor::RpcReplyPort;
 
-use crate::board::{Answerer, Board};
+use crate::board::{Answerer, Board, Cell};
 use crate::error::Result;
 use crate::fetched::Fetched;
 use id_state::IdState;
@@ -53,24 +56,38 @@ use id_state::IdState;
 /// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
 pub(crate) const MAX_LOADS_PER_ID: usize = 2;
 
-/// Where a caller's answer is sent.
-pub(crate) type Reply<V> = RpcReplyPort<Result<Fetched<V>>>;
+/// Where the owner sends what a miss was admitted to.
+pub(crate) type Reply<V> = RpcReplyPort<Result<Admitted<V>>>;
+
+/// What the owner answers a miss with, at once.
+pub(crate) enum Admitted<V> {
+    /// L1 held a fresh entry by the time the owner looked.
+    Hit(Fetched<V>),
+    /// The flight to wait on; `leads`: this miss started it (it sees the flight's own origin,
+    /// where a joiner sees `Coalesced`).
+    Flight { cell: Arc<Cell<V>>, leads: bool },
+}
+
+impl<V> Admitted<V> {
+    /// A caller admitted to `cell`'s flight by `miss`.
+    pub(crate) fn to(miss: &Miss, cell: Arc<Cell<V>>) -> Self {
+        Admitted::Flight {
+            cell,
+            leads: !matches!(miss, Miss::Coalesced),
+        }
+    }
+}
 
 /// Names one flight, so a late completion cannot finish a newer flight for the same id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct FlightId(u64);
 
-/// One load and the callers waiting for it.
+/// One load, and the cell its callers wait on.
 pub(crate) struct Flight<V> {
     pub(crate) id: FlightId,
-    /// The caller whose miss started the flight, until it is answered. Kept apart from the
-    /// joiners, so that pruning callers who gave up, or answering early, never turns a joiner
-    /// into the leader (and its `Coalesced` into the flight's own origin).
-    leader: Option<Reply<V>>,
-    /// The callers who joined it through the owner.
-    waiters: Vec<Reply<V>>,
-    /// The callers who joined it through the board.
-    board: Answerer<V>,
+    /// Where every caller of the flight waits for its answer, listed on the board while the
+    /// flight is current.
+    cell: Answerer<V>,
     /// A push for the id was handled since this flight's last read began: what it read may be
     /// older than Valkey's value. Cleared when it reads again (a polling loser).
     stale_read: bool,
@@ -157,25 +174,24 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
     }
 
-    /// A caller missed L1 for `id`: it joins the current flight, or starts one (`reply: None`
-    /// starts a flight with no caller, such as a background refresh).
-    pub(crate) fn miss(&mut self, id: &K, reply: Option<Reply<V>>) -> Miss {
+    /// A caller missed L1 for `id`: it joins the current flight, or starts one; either way it
+    /// waits on the cell returned.
+    pub(crate) fn miss(&mut self, id: &K) -> (Miss, Arc<Cell<V>>) {
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
-        if let Some((flight, _)) = &mut state.current {
-            if let Some(reply) = reply {
-                flight.join(reply);
-            }
-            return Miss::Coalesced;
+        if let Some((flight, _)) = &state.current {
+            return (Miss::Coalesced, flight.cell.take());
         }
         self.next += 1;
         let fid = FlightId(self.next);
-        let flight = Flight::new(fid, reply);
-        self.board.publish(id.clone(), &flight.board);
+        let flight = Flight::new(fid);
+        let cell = flight.cell.take();
+        self.board.publish(id.clone(), &flight.cell);
         state.current = Some((flight, Phase::Queued));
-        match state.try_launch() {
+        let miss = match state.try_launch() {
             Some(fid) => Miss::Launch(fid),
             None => Miss::Queued,
-        }
+        };
+        (miss, cell)
     }
 
     /// An early refresh of `id`: a flight with no caller, started only if the id has no flight
@@ -191,8 +207,8 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         }
         self.next += 1;
         let fid = FlightId(self.next);
-        let flight = Flight::new(fid, None);
-        self.board.publish(id.clone(), &flight.board);
+        let flight = Flight::new(fid);
+        self.board.publish(id.clone(), &flight.cell);
         state.current = Some((flight, Phase::Running));
         Some(fid)
     }
@@ -223,7 +239,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         if matches!(state.current, Some((_, Phase::Running)))
             && let Some((flight, _)) = state.current.take()
         {
-            self.board.withdraw(id, &flight.board);
+            self.board.withdraw(id, &flight.cell);
             state.detached.push(flight.id);
             self.detached.insert(flight.id, flight);
         }
@@ -252,7 +268,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let landed = match &state.current {
             Some((flight, _)) if flight.id == fid => {
                 let (flight, _) = state.current.take()?;
-                self.board.withdraw(id, &flight.board);
+                self.board.withdraw(id, &flight.cell);
                 Landed {
                     flight,
                     store: true,

@@ -3,11 +3,15 @@
 //! Valkey itself, or asks the owner.
 //!
 //! ```text
-//! L1 miss ─▶ board ─ flight listed ─▶ join: wait on its cell (coalesced)
-//!              ├──── a read listed, id being written, or no Valkey ─▶ the owner (Fill)
-//!              └──── nothing listed ─▶ read: GETRANGE value ── fresh ─▶ settle into L1, answer
-//!                                                 └─ anything else ─▶ the owner (Fill)
+//! L1 miss ─▶ board ─ flight listed ─▶ join: wait on its cell (coalesced) ◀─────────────┐
+//!              ├──── a read listed, id being written, or no Valkey ─▶ the owner (Fill) ─┤
+//!              └──── nothing listed ─▶ read: GETRANGE value ── fresh ─▶ settle into L1, │
+//!                                                 └─ anything else ─▶ the owner (Fill) ─┘
+//!                                                                 (leads or joins a flight)
 //! ```
+//!
+//! However a miss reaches its flight, it waits on the flight's cell ([`follow`]): one way to wait,
+//! one place to count `coalesced`, one way to fly again (through the owner).
 //!
 //! A read that found no fresh copy is handed to the flight it starts: that flight's first
 //! round trip is the lock attempt (which reads the value again in the same script), so a cold
@@ -36,11 +40,12 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use crate::board::{Cell, Entered, ReadId};
+use crate::board::{Entered, ReadId};
 use crate::core::TableCore;
 use crate::envelope;
 use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
+use crate::flights::Admitted;
 use crate::key::{Key, Value};
 use crate::losers::LoserPolicy;
 use crate::owner::OwnerMsg;
@@ -63,26 +68,38 @@ where
     let id = id.to_owned();
     match entered {
         Entered::Joined(cell) => {
-            bump(&core.stats.counters.coalesced);
-            joined(owner, id, cell).boxed()
+            let joined = Admitted::Flight { cell, leads: false };
+            follow(core, owner, id, joined, losers).boxed()
         }
         Entered::Read(read) => {
             let reading = Reading { core, id, read };
             reading.run(owner, losers).boxed()
         }
-        Entered::Owner => ask(owner, id, losers, false).boxed(),
+        Entered::Owner => ask(core, owner, id, losers, false).boxed(),
     }
 }
 
-/// A miss the owner answers: it joins or starts the id's flight (with `losers`, the caller's own
+/// A miss the owner admits: it joins or starts the id's flight (with `losers`, the caller's own
 /// loser policy, if it starts one). `read`: this caller has just read Valkey and found no fresh
 /// copy, so a flight it starts goes straight to the lock attempt, which reads the value again.
 async fn ask<K: Key, V: Value>(
+    core: &TableCore<K, V>,
     owner: &OwnerRef<K, V>,
     id: K,
     losers: Option<LoserPolicy<Arc<V>>>,
     read: bool,
 ) -> Result<Fetched<V>> {
+    let admitted = admit(owner, id.clone(), losers.clone(), read).await?;
+    follow(core, owner, id, admitted, losers).await
+}
+
+/// The owner's admission of a miss of `id`.
+async fn admit<K: Key, V: Value>(
+    owner: &OwnerRef<K, V>,
+    id: K,
+    losers: Option<LoserPolicy<Arc<V>>>,
+    read: bool,
+) -> Result<Admitted<V>> {
     owner
         .call(&id.clone(), move |reply| OwnerMsg::Fill {
             id,
@@ -93,19 +110,31 @@ async fn ask<K: Key, V: Value>(
         .await
 }
 
-/// A caller who joined a flight: its answer, or a miss through the owner if the flight changed
-/// nothing (not counted as `coalesced` twice).
-pub(crate) async fn joined<K: Key, V: Value>(
+/// The one way a caller waits for a flight, however it was admitted to it (on the board, by
+/// the owner, in a batch): on the flight's cell, taking the flight's own origin if it leads it
+/// and `Coalesced` if it joined. A flight that ends with no answer for its callers (it changed
+/// nothing they may take) sends them through the owner again, as often as that happens. Counted
+/// `coalesced` here, once per read: if the first flight it waits on is another caller's.
+pub(crate) async fn follow<K: Key, V: Value>(
+    core: &TableCore<K, V>,
     owner: &OwnerRef<K, V>,
     id: K,
-    cell: Arc<Cell<V>>,
+    mut admitted: Admitted<V>,
+    losers: Option<LoserPolicy<Arc<V>>>,
 ) -> Result<Fetched<V>> {
-    match cell.wait().await {
-        Some(answer) => answer,
-        None => {
-            owner
-                .call(&id.clone(), move |reply| OwnerMsg::Rejoin { id, reply })
-                .await
+    if let Admitted::Flight { leads: false, .. } = admitted {
+        bump(&core.stats.counters.coalesced);
+    }
+    loop {
+        let (cell, leads) = match admitted {
+            Admitted::Hit(hit) => return Ok(hit),
+            Admitted::Flight { cell, leads } => (cell, leads),
+        };
+        match cell.wait().await {
+            Some(Ok(fetched)) if leads => return Ok(fetched),
+            Some(Ok(fetched)) => return Ok(fetched.for_joiner()),
+            Some(Err(e)) => return Err(e),
+            None => admitted = admit(owner, id.clone(), losers.clone(), false).await?,
         }
     }
 }
@@ -135,7 +164,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // Not a fresh value: the owner's flight takes it from here. The read stays listed until
         // then, so the misses meanwhile go to the owner too (not into reads of their own); the
         // flight replaces it on the board.
-        ask(owner, self.id.clone(), losers, read).await
+        ask(self.core, owner, self.id.clone(), losers, read).await
     }
 
     /// The value on Valkey if it is fresh and settled into L1 (no change overtook the read);

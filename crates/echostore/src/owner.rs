@@ -27,7 +27,7 @@ use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
 use crate::fill::Fill;
-use crate::flights::{FlightId, Flights, Landed, Miss, Next, Reply};
+use crate::flights::{Admitted, FlightId, Flights, Landed, Miss, Next, Reply};
 use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
 use crate::losers::LoserPolicy;
@@ -56,8 +56,6 @@ pub(crate) enum OwnerMsg<K, V> {
         misses: Vec<(K, Reply<V>)>,
         gather: Arc<Gather<K, V>>,
     },
-    /// A caller who joined on the board flies again (that flight or read ended with no answer).
-    Rejoin { id: K, reply: Reply<V> },
     /// A hit on `value` drew an early refresh of `id` (XFetch); nobody waits for it.
     Refresh { id: K, value: Arc<V> },
     /// A flight answers its waiters before it ends (the soft timeout's stale copy).
@@ -202,7 +200,6 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Early { id, flight, answer } => {
                 state.flights.answer_early(&id, flight, answer)
             }
-            OwnerMsg::Rejoin { id, reply } => state.rejoin(&myself, id, reply),
             OwnerMsg::Landed {
                 id,
                 flight,
@@ -281,13 +278,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     ) {
         // The race may have been won between the caller's miss and this message.
         if let Some(hit) = self.l1_hit(&id) {
-            if !reply.is_closed() {
-                let _ = reply.send(Ok(hit));
-            }
+            let _ = reply.send(Ok(Admitted::Hit(hit)));
             return;
         }
-        match self.flights.miss(&id, Some(reply)) {
-            Miss::Coalesced => bump(&self.core.stats.counters.coalesced),
+        let (miss, cell) = self.flights.miss(&id);
+        let _ = reply.send(Ok(Admitted::to(&miss, cell)));
+        match miss {
+            Miss::Coalesced => {}
             Miss::Launch(flight) => {
                 let start = Start {
                     losers,

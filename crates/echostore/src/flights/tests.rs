@@ -1,11 +1,10 @@
 //! Every transition of the flights map, without Valkey.
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
-
 use futures::FutureExt;
 
 use super::*;
+use crate::board::Answered;
 use crate::fetched::Origin;
 
 type Map = Flights<u32, u32, &'static str>;
@@ -14,9 +13,9 @@ fn new_map() -> Map {
     Flights::new(Arc::new(Board::new()))
 }
 
-fn port() -> (Reply<u32>, oneshot::Receiver<Result<Fetched<u32>>>) {
-    let (tx, rx) = oneshot::channel();
-    (tx.into(), rx)
+/// What a caller waiting on `cell` has been answered, if anything yet.
+fn answered(cell: &Cell<u32>) -> Option<Answered<u32>> {
+    cell.wait().now_or_never()
 }
 
 fn launched(miss: Miss) -> FlightId {
@@ -26,28 +25,36 @@ fn launched(miss: Miss) -> FlightId {
     }
 }
 
-/// The first miss launches; the others join and hear `Coalesced`, the leader the origin.
+/// The first miss launches and leads; the others join the same cell; every caller of the flight
+/// (and every one who took its cell) hears its one answer.
 #[test]
 fn misses_on_one_id_share_one_flight() {
     let mut map = new_map();
-    let (lead, mut lead_rx) = port();
-    let (join, mut join_rx) = port();
-    let fid = launched(map.miss(&1, Some(lead)));
-    assert_eq!(map.miss(&1, Some(join)), Miss::Coalesced);
+    let (miss, lead) = map.miss(&1);
+    let fid = launched(miss);
+    let (miss, join) = map.miss(&1);
+    assert_eq!(miss, Miss::Coalesced);
+    assert!(Arc::ptr_eq(&lead, &join), "one cell");
+    assert!(matches!(
+        Admitted::to(&Miss::Launch(fid), Arc::clone(&lead)),
+        Admitted::Flight { leads: true, .. }
+    ));
+    assert!(matches!(
+        Admitted::to(&Miss::Coalesced, Arc::clone(&join)),
+        Admitted::Flight { leads: false, .. }
+    ));
     assert_eq!(map.len(), 1);
     let mut landed = map.land(&1, fid).expect("ours");
     assert!(landed.store);
+    assert_eq!(landed.flight.waiters(), 2);
     landed
         .flight
         .answer(&Ok(Fetched::new(Arc::new(7), Origin::Loaded)));
-    assert_eq!(
-        lead_rx.try_recv().expect("answered").expect("ok").origin,
-        Origin::Loaded
-    );
-    assert_eq!(
-        join_rx.try_recv().expect("answered").expect("ok").origin,
-        Origin::Coalesced
-    );
+    let answer = answered(&join)
+        .expect("answered")
+        .expect("some")
+        .expect("ok");
+    assert_eq!((*answer.value, answer.origin), (7, Origin::Loaded));
     assert_eq!(map.len(), 0);
     assert!(map.ids.is_empty(), "an idle id leaves no state behind");
 }
@@ -58,9 +65,9 @@ fn a_miss_waits_for_the_writes_of_its_id() {
     let mut map = new_map();
     assert_eq!(map.write(&1, "put a", true), Some("put a"));
     assert_eq!(map.write(&1, "put b", true), None, "one write at a time");
-    assert_eq!(map.miss(&1, None), Miss::Queued);
+    assert_eq!(map.miss(&1).0, Miss::Queued);
     assert_eq!(
-        map.miss(&2, None),
+        map.miss(&2).0,
         Miss::Launch(FlightId(2)),
         "other ids are free"
     );
@@ -79,10 +86,10 @@ fn a_miss_waits_for_the_writes_of_its_id() {
 #[test]
 fn a_write_overtakes_a_running_flight() {
     let mut map = new_map();
-    let old = launched(map.miss(&1, None));
+    let old = launched(map.miss(&1).0);
     assert_eq!(map.write(&1, "invalidate", false), Some("invalidate"));
     assert_eq!(map.written(&1), Next::Idle);
-    let new = launched(map.miss(&1, None));
+    let new = launched(map.miss(&1).0);
     assert_ne!(old, new);
     let landed = map.land(&1, old).expect("detached, still ours to answer");
     assert!(!landed.store, "an overtaken flight is not stored");
@@ -95,7 +102,7 @@ fn a_write_overtakes_a_running_flight() {
 fn a_queued_flight_stays_current_across_writes() {
     let mut map = new_map();
     map.write(&1, "put a", true);
-    assert_eq!(map.miss(&1, None), Miss::Queued);
+    assert_eq!(map.miss(&1).0, Miss::Queued);
     assert_eq!(map.write(&1, "put b", true), None);
     assert_eq!(map.written(&1), Next::Write("put b"));
     assert!(matches!(map.written(&1), Next::Launch(_)));
@@ -108,7 +115,7 @@ fn loads_per_id_stay_bounded() {
     let mut map = new_map();
     let mut running = Vec::new();
     for _ in 0..100 {
-        match map.miss(&1, None) {
+        match map.miss(&1).0 {
             Miss::Launch(fid) => running.push(fid),
             Miss::Queued | Miss::Coalesced => {}
         }
@@ -128,14 +135,14 @@ fn loads_per_id_stay_bounded() {
 #[test]
 fn a_push_detached_flight_that_reads_again_may_store() {
     let mut map = new_map();
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     map.overtake(&1);
     map.reading(fid);
     assert!(
         map.land(&1, fid).expect("detached").store,
         "it read after the push"
     );
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     map.overtake(&1);
     map.reading(fid);
     map.overtake(&1);
@@ -143,7 +150,7 @@ fn a_push_detached_flight_that_reads_again_may_store() {
         !map.land(&1, fid).expect("detached").store,
         "a second push after its read"
     );
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     map.overtake(&1);
     assert_eq!(map.write(&1, "put", true), Some("put"));
     map.reading(fid);
@@ -160,7 +167,7 @@ fn a_push_detached_flight_that_reads_again_may_store() {
 fn only_a_put_makes_an_overtaken_flights_callers_fly_again() {
     for (overtake, fly_again) in [("put", true), ("invalidate", false), ("push", false)] {
         let mut map = new_map();
-        let fid = launched(map.miss(&1, None));
+        let fid = launched(map.miss(&1).0);
         match overtake {
             "push" => map.overtake(&1),
             write => {
@@ -177,9 +184,9 @@ fn only_a_put_makes_an_overtaken_flights_callers_fly_again() {
 #[test]
 fn an_overtake_alone_detaches() {
     let mut map = new_map();
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     map.overtake(&1);
-    assert!(matches!(map.miss(&1, None), Miss::Launch(f) if f != fid));
+    assert!(matches!(map.miss(&1).0, Miss::Launch(f) if f != fid));
     assert!(!map.land(&1, fid).expect("detached").store);
 }
 
@@ -187,14 +194,12 @@ fn an_overtake_alone_detaches() {
 #[test]
 fn an_early_answer_leaves_the_flight_running() {
     let mut map = new_map();
-    let (lead, mut lead_rx) = port();
-    let fid = launched(map.miss(&1, Some(lead)));
+    let (miss, lead) = map.miss(&1);
+    let fid = launched(miss);
     map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
-    assert_eq!(
-        lead_rx.try_recv().expect("early").expect("ok").origin,
-        Origin::Stale
-    );
-    assert_eq!(map.miss(&1, None), Miss::Coalesced);
+    let early = answered(&lead).expect("early").expect("some").expect("ok");
+    assert_eq!(early.origin, Origin::Stale);
+    assert_eq!(map.miss(&1).0, Miss::Coalesced);
     assert_eq!(map.len(), 1);
 }
 
@@ -205,19 +210,16 @@ fn a_refresh_is_the_ids_one_flight() {
     let mut map = new_map();
     let fid = map.refresh(&1).expect("a refresh starts");
     assert_eq!(map.refresh(&1), None, "one refresh per id at a time");
-    let (join, _join_rx) = port();
-    assert_eq!(map.miss(&1, Some(join)), Miss::Coalesced);
+    let (miss, join) = map.miss(&1);
+    assert_eq!(miss, Miss::Coalesced);
     let landed = map.land(&1, fid).expect("ours");
-    assert_eq!(
-        landed.flight.into_callers().count(),
-        1,
-        "the joiner, to fly again"
-    );
+    assert_eq!(landed.flight.waiters(), 1, "the joiner");
+    landed.flight.fly_again();
+    assert!(answered(&join).expect("answered").is_none(), "to fly again");
     assert_eq!(map.len(), 0);
 
     // A miss's flight, or a running write, leaves no room for a refresh.
-    let (lead, _lead_rx) = port();
-    let miss = launched(map.miss(&2, Some(lead)));
+    let miss = launched(map.miss(&2).0);
     assert_eq!(map.refresh(&2), None);
     assert!(map.land(&2, miss).is_some());
     assert_eq!(map.write(&3, "put", true), Some("put"));
@@ -234,7 +236,7 @@ fn a_refresh_is_the_ids_one_flight() {
 fn the_board_lists_the_current_flights_only() {
     let board = Arc::new(Board::new());
     let mut map: Map = Flights::new(Arc::clone(&board));
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     let joined = board.join(&1).expect("a running flight is listed");
     map.overtake(&1);
     assert!(board.join(&1).is_none(), "a push withdrew it");
@@ -245,10 +247,10 @@ fn the_board_lists_the_current_flights_only() {
         .answer(&Ok(Fetched::new(Arc::new(3), Origin::Loaded)));
     let answer = joined.wait().now_or_never().expect("answered");
     let fetched = answer.expect("an answer").expect("ok");
-    assert_eq!((*fetched.value, fetched.origin), (3, Origin::Coalesced));
+    assert_eq!((*fetched.value, fetched.origin), (3, Origin::Loaded));
 
     assert_eq!(map.write(&2, "put", true), Some("put"));
-    assert_eq!(map.miss(&2, None), Miss::Queued);
+    assert_eq!(map.miss(&2).0, Miss::Queued);
     assert!(board.join(&2).is_some(), "a queued flight is listed");
     assert_eq!(map.write(&2, "put again", true), None);
     assert!(
@@ -270,7 +272,7 @@ fn the_board_lists_the_current_flights_only() {
 fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
     let board = Arc::new(Board::new());
     let mut map: Map = Flights::new(Arc::clone(&board));
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     let first = board.join(&1).expect("listed");
     map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
     let second = board.join(&1).expect("still listed");
@@ -285,19 +287,19 @@ fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
     assert_eq!(*last.expect("some").expect("ok").value, 2);
 }
 
-/// A flight that changed nothing tells its board joiners to fly again; one dropped with the
-/// owner answers `Stopped`.
+/// A flight that changed nothing tells its callers to fly again; one dropped with the owner
+/// answers `Stopped`.
 #[test]
 fn board_joiners_fly_again_or_hear_stopped() {
     let board = Arc::new(Board::new());
     let mut map: Map = Flights::new(Arc::clone(&board));
-    let fid = launched(map.miss(&1, None));
+    let fid = launched(map.miss(&1).0);
     let skipped = board.join(&1).expect("listed");
     let landed = map.land(&1, fid).expect("ours");
-    assert_eq!(landed.flight.into_callers().count(), 0);
+    landed.flight.fly_again();
     assert!(skipped.wait().now_or_never().expect("answered").is_none());
 
-    launched(map.miss(&2, None));
+    launched(map.miss(&2).0);
     let orphaned = board.join(&2).expect("listed");
     drop(map);
     let answer = orphaned.wait().now_or_never().expect("answered");
@@ -327,8 +329,7 @@ fn an_overtaking_change_covers_the_writes_queued_when_it_came() {
 fn an_inherited_write_heads_its_ids_queue() {
     let mut map = new_map();
     map.inherit_write(&1);
-    let (lead, _rx) = port();
-    assert_eq!(map.miss(&1, Some(lead)), Miss::Queued);
+    assert_eq!(map.miss(&1).0, Miss::Queued);
     assert_eq!(
         map.write(&1, "mine", true),
         None,

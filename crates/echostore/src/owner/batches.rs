@@ -28,15 +28,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let mut started = Vec::new();
         for (id, reply) in misses {
             if let Some(hit) = self.l1_hit(&id) {
-                if !reply.is_closed() {
-                    let _ = reply.send(Ok(hit));
-                }
+                let _ = reply.send(Ok(Admitted::Hit(hit)));
                 continue;
             }
-            match self.flights.miss(&id, Some(reply)) {
-                Miss::Coalesced => bump(&self.core.stats.counters.coalesced),
-                Miss::Launch(flight) => started.push((id, flight, myself.clone())),
-                Miss::Queued => {}
+            let (miss, cell) = self.flights.miss(&id);
+            let _ = reply.send(Ok(Admitted::to(&miss, cell)));
+            if let Miss::Launch(flight) = miss {
+                started.push((id, flight, myself.clone()));
             }
         }
         gather.add(started);

@@ -1,5 +1,5 @@
 //! How the owner takes a flight's landing: what enters L1, what its callers are answered, when
-//! they fly again instead (the flight changed nothing they may take), and a caller flying again.
+//! they fly again instead (the flight changed nothing they may take).
 
 use super::*;
 
@@ -67,29 +67,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
     }
 
-    /// Every caller of a landed flight flies again (it changed nothing they may take), then the
-    /// flight queued behind it launches.
+    /// Every caller of a landed flight flies again (it changed nothing they may take: each misses
+    /// once more through the owner), then the flight queued behind it launches.
     fn fly_again(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: &K, mut landed: Landed<V>) {
         let queued = landed.launch.take();
-        for reply in landed.flight.into_callers() {
-            self.rejoin(myself, id.clone(), reply);
-        }
+        landed.flight.fly_again();
         if let Some(queued) = queued {
             self.launch_queued(myself, id.clone(), queued);
-        }
-    }
-
-    /// A caller flying again: from L1 if fresh now, else in a flight (not `coalesced` twice).
-    pub(super) fn rejoin(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, reply: Reply<V>) {
-        if reply.is_closed() {
-            return;
-        }
-        if let Some(hit) = self.l1_hit(&id) {
-            let _ = reply.send(Ok(hit));
-            return;
-        }
-        if let Miss::Launch(flight) = self.flights.miss(&id, Some(reply)) {
-            self.launch(myself, id, flight, Start::default());
         }
     }
 }
