@@ -33,7 +33,7 @@ use crate::l1::{Entry, L1Cache};
 use crate::losers::LoserPolicy;
 use crate::marks::Scope;
 use crate::own_writes::OwnWrites;
-use crate::owner_ref::Flushed;
+use crate::owner_ref::EveryShard;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::tracking::keys::Found;
@@ -105,13 +105,14 @@ pub(crate) enum OwnerMsg<K, V> {
         found: Found,
     },
     /// Invalidations may have been missed (coherence lost or regained): drop all of L1. Every
-    /// shard gets one; the table counts the flush once the last has been handled ([`Flushed`]).
-    Flush(Arc<Flushed<K, V>>),
+    /// shard gets one; the table counts the flush once the last has been handled ([`EveryShard`]).
+    Flush(Arc<EveryShard<K, V>>),
     /// A clear or a tag invalidation is known here now (`crate::marks`): drop what it makes
     /// stale; `reply`, if any, once done.
     Marked {
         scope: Scope,
         reply: Option<RpcReplyPort<Result<()>>>,
+        counted: Arc<EveryShard<K, V>>,
     },
     /// Valkey pushed a change of the table's marks: read what changed (`full`: all of them).
     MarksChanged { full: bool },
@@ -231,13 +232,23 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Flush(flushed) => {
                 state.drop_all();
                 state.own.clear();
-                // A mark set while pushes were lost would otherwise be heard of only at the next.
-                state.read_marks(&myself, true);
+                // A mark set while pushes were lost would otherwise be heard of only at the next;
+                // one shard reads the marks for all (`read_marks` casts what it finds to each).
+                if state.shard == 0 {
+                    state.read_marks(&myself, true);
+                }
                 // Counted once every shard is done: whoever sees the count finds L1 flushed.
                 drop(flushed);
             }
-            OwnerMsg::Marked { scope, reply } => {
+            OwnerMsg::Marked {
+                scope,
+                reply,
+                counted,
+            } => {
                 state.marked(&scope);
+                // Counted once every shard is done, and before this shard answers: whoever sees
+                // the count, or has its `clear` answered, finds L1 without what the mark covers.
+                drop(counted);
                 if let Some(reply) = reply {
                     let _ = reply.send(Ok(()));
                 }

@@ -15,10 +15,12 @@ use crate::core::TableCore;
 use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
 use crate::key::{Key, Value};
+use crate::marks::Scope;
 use crate::owner::{Owner, OwnerArgs, OwnerMsg};
-use crate::stats::bump;
+use crate::stats::{Counters, bump};
 use crate::supervisor::Restart;
 use crate::tracking::keys::Found;
+use std::sync::atomic::AtomicU64;
 
 /// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and
 /// `str` hash alike), and the same in every run, so it can be reasoned about in tests.
@@ -40,15 +42,28 @@ pub(crate) struct OwnerRef<K, V> {
     core: Arc<TableCore<K, V>>,
 }
 
-/// One flush of the table, shared by the messages that carry it to every shard: counted in
-/// `coherence_flushes` when the last of them is dropped, whether handled or lost with an owner
-/// that died (whose successor drops all of its L1 when it starts). So a flush counts once
-/// however many shards the table has, and only once every live shard has flushed.
-pub(crate) struct Flushed<K, V>(Arc<TableCore<K, V>>);
+/// One event of the whole table (a flush, a mark), shared by the messages that carry it to every
+/// shard: counted in its counter when the last of them is dropped, whether handled or lost with
+/// an owner that died (whose successor drops all of its L1 when it starts). So the event counts
+/// once however many shards the table has, and only once every live shard has done its part.
+pub(crate) struct EveryShard<K, V> {
+    core: Arc<TableCore<K, V>>,
+    counter: Counter,
+}
 
-impl<K, V> Drop for Flushed<K, V> {
+/// Which of the table's counters an [`EveryShard`] event counts in.
+pub(crate) type Counter = fn(&Counters) -> &AtomicU64;
+
+impl<K, V> EveryShard<K, V> {
+    /// An event of `core`'s table, to count in `counter`.
+    pub(crate) fn new(core: Arc<TableCore<K, V>>, counter: Counter) -> Arc<Self> {
+        Arc::new(EveryShard { core, counter })
+    }
+}
+
+impl<K, V> Drop for EveryShard<K, V> {
     fn drop(&mut self) {
-        bump(&self.0.stats.counters.coherence_flushes);
+        bump((self.counter)(&self.core.stats.counters));
     }
 }
 
@@ -130,6 +145,24 @@ impl<K: Key, V: Value> OwnerRef<K, V> {
         join_all(calls).await.into_iter().collect()
     }
 
+    /// Has every shard drop what a mark of `scope` covers (`crate::marks`), counted once in
+    /// `marks_taken`; with `answered`, waits until every shard has.
+    pub(crate) async fn marked(&self, scope: &Scope, answered: bool) -> Result<()> {
+        // The closures own the caller's share: it is dropped once every message is sent (and,
+        // with `answered`, every shard has answered), so the count waits for the shards alone.
+        let counted = EveryShard::new(Arc::clone(&self.core), |c| &c.marks_taken);
+        let marked = move |reply| OwnerMsg::Marked {
+            scope: scope.clone(),
+            reply,
+            counted: Arc::clone(&counted),
+        };
+        if !answered {
+            self.cast_all(move || marked(None));
+            return Ok(());
+        }
+        self.call_all(move |reply| marked(Some(reply))).await
+    }
+
     /// Casts the message `message` makes to every shard's owner.
     pub(crate) fn cast_all(&self, message: impl Fn() -> OwnerMsg<K, V>) {
         for owner in self.all() {
@@ -159,7 +192,7 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     }
 
     fn flush(&self) {
-        let flushed = Arc::new(Flushed(Arc::clone(&self.core)));
+        let flushed = EveryShard::new(Arc::clone(&self.core), |c| &c.coherence_flushes);
         self.cast_all(|| OwnerMsg::Flush(Arc::clone(&flushed)));
     }
 

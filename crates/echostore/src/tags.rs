@@ -10,7 +10,6 @@
 use crate::error::Result;
 use crate::key::{Key, Value};
 use crate::marks::{Scope, validate_tag};
-use crate::owner::OwnerMsg;
 use crate::table::Table;
 
 impl<K: Key, V: Value> Table<K, V> {
@@ -93,12 +92,7 @@ impl<K: Key, V: Value> Table<K, V> {
             (Err(_), None) => Scope::All,
             (Err(_), Some(tags)) => Scope::Tags(tags.iter().cloned().collect()),
         };
-        owner
-            .call_all(|reply| OwnerMsg::Marked {
-                scope: scope.clone(),
-                reply: Some(reply),
-            })
-            .await?;
+        owner.marked(&scope, true).await?;
         marked.map(drop)
     }
 }

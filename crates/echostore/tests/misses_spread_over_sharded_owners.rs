@@ -38,7 +38,8 @@ async fn every_id_is_read_once_across_sharded_owners() {
 }
 
 /// Another process's `invalidate_tag` reaches this process's every shard: each drops the
-/// entries it holds with the tag, not only the shard that read the new mark.
+/// entries it holds with the tag, not only the shard that read the new mark; the mark is counted
+/// once per table, not once per shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mark_reaches_every_shard() {
     let valkey = valkey();
@@ -57,6 +58,10 @@ async fn a_mark_reaches_every_shard() {
         assert_eq!(here.fetch(id).await.expect("hit").origin, Origin::L1);
     }
     there.invalidate_tag("all").await.expect("invalidate_tag");
+    // Every shard of `there` has taken the mark by now, and it counts once for the table (twice
+    // at most: its own push may bring it again).
+    let taken = there.stats().marks_taken;
+    assert!((1..=2).contains(&taken), "marks_taken {taken}");
     until_async("every shard dropped its entries", async || {
         let mut hits = 0;
         for id in &ids {

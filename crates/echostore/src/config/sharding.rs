@@ -19,7 +19,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// ids' flights, writes and ordering to itself, so every per-id rule holds as with one
     /// owner, while misses on distinct ids no longer queue behind one actor. A crash restarts
     /// only the shard it happened in. What concerns the table stays the table's: `TableStats`
-    /// is one snapshot, a flush is counted once, and a `get_many` makes one batch loader call
+    /// is one snapshot, a flush or a mark is counted once, and a `get_many` makes one batch loader call
     /// for all the ids it has to load, whichever shards they are in.
     ///
     /// ```

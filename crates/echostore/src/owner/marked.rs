@@ -10,7 +10,7 @@
 use std::sync::Weak;
 
 use super::*;
-use crate::owner_ref::OwnerRef;
+use crate::owner_ref::{EveryShard, OwnerRef};
 
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// A mark of `scope` is known: drop what it makes stale.
@@ -28,8 +28,6 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 self.overtake_writes();
             }
         }
-        // Counted once done: whoever sees the count finds L1 without what the mark covers.
-        bump(&self.core.stats.counters.marks_taken);
     }
 
     /// Every entry may be stale (pushes lost, or the table cleared): drop all of L1.
@@ -56,12 +54,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             match core.marks.refresh(&l2, full).await {
                 // Every shard drops what the mark covers; one shard's read found it.
                 Ok(Some(scope)) => match core.owners.get().and_then(Weak::upgrade) {
-                    Some(owners) => owners.cast_all(|| OwnerMsg::Marked {
-                        scope: scope.clone(),
-                        reply: None,
-                    }),
+                    Some(owners) => {
+                        let _ = owners.marked(&scope, false).await;
+                    }
                     None => {
-                        let _ = myself.cast(OwnerMsg::Marked { scope, reply: None });
+                        let counted = EveryShard::new(Arc::clone(&core), |c| &c.marks_taken);
+                        let _ = myself.cast(OwnerMsg::Marked {
+                            scope,
+                            reply: None,
+                            counted,
+                        });
                     }
                 },
                 Ok(None) => {}
