@@ -2,13 +2,14 @@
 //! and the loads that writes overtook. The owner tells it what happened; it answers what to do.
 //!
 //! This is the Elixir owner's `flights` map made explicit, with moka's waiter states as the
-//! model. For each id it holds:
+//! model. For each id it holds one [`IdState`] (`flights/id_state.rs`), whose phases are enums:
 //!
-//! - the **current flight**, *queued* or *running*: the one a new miss joins;
-//! - whether a **Valkey write** (`put`/`invalidate`) of the id is running, the writes waiting
-//!   behind it, in arrival order, and whether another process's change overtook them (then the
-//!   last of them keeps nothing in L1);
-//! - how many **overtaken** flights of the id are still running (detached: a write overtook them).
+//! - the **current flight**, *none*, *queued* or *loading*: the one a new miss joins;
+//! - the id's **Valkey writes** (`put`/`invalidate`): *none*, or one *on the wire* with the
+//!   writes waiting behind it, in arrival order, and whether another process's change overtook
+//!   them (then the last of them keeps nothing in L1);
+//! - the **overtaken** flights of the id still running (detached: a write or a change overtook
+//!   them), each with its callers' cell.
 //!
 //! The ordering rule, stated once: **a fill never reads back what a write is replacing or
 //! deleting, and a write that overtakes a fill wins.** So a miss that arrives while a write of its
@@ -50,7 +51,7 @@ use ractor::RpcReplyPort;
 use crate::board::{Answerer, Board, Cell};
 use crate::error::Result;
 use crate::fetched::Fetched;
-use id_state::IdState;
+use id_state::{Current, IdState, Writes};
 
 /// Loads of one id that may run at once in one process: the current flight and those overtaken by
 /// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
@@ -145,18 +146,10 @@ enum Overtaker {
     Write { replaces: bool },
 }
 
-/// Whether the current flight has started loading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Queued,
-    Running,
-}
-
 /// Every flight and pending write of one table. `W` is the owner's pending write.
 pub(crate) struct Flights<K, V, W> {
+    /// Each id with anything in flight, and all of it ([`IdState`]).
     ids: HashMap<K, IdState<V, W>>,
-    /// Overtaken flights, still running, by flight id.
-    detached: HashMap<FlightId, Flight<V>>,
     /// Where the current flights are listed for misses to join.
     board: Arc<Board<K, V>>,
     next: u64,
@@ -168,7 +161,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     pub(crate) fn new(board: Arc<Board<K, V>>) -> Self {
         Flights {
             ids: HashMap::new(),
-            detached: HashMap::new(),
             board,
             next: 0,
         }
@@ -178,7 +170,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// waits on the cell returned.
     pub(crate) fn miss(&mut self, id: &K) -> (Miss, Arc<Cell<V>>) {
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
-        if let Some((flight, _)) = &state.current {
+        if let Some(flight) = state.current() {
             return (Miss::Coalesced, flight.cell.take());
         }
         self.next += 1;
@@ -186,7 +178,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let flight = Flight::new(fid);
         let cell = flight.cell.take();
         self.board.publish(id.clone(), &flight.cell);
-        state.current = Some((flight, Phase::Queued));
+        state.current = Current::Queued(flight);
         let miss = match state.try_launch() {
             Some(fid) => Miss::Launch(fid),
             None => Miss::Queued,
@@ -199,7 +191,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// `None`: nothing started; whatever is in flight for the id will do.
     pub(crate) fn refresh(&mut self, id: &K) -> Option<FlightId> {
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
-        if state.current.is_some() || state.writing || state.detached.len() >= MAX_LOADS_PER_ID {
+        if state.current().is_some() || !state.may_load() {
             if state.is_idle() {
                 self.ids.remove(id);
             }
@@ -209,7 +201,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let fid = FlightId(self.next);
         let flight = Flight::new(fid);
         self.board.publish(id.clone(), &flight.cell);
-        state.current = Some((flight, Phase::Running));
+        state.current = Current::Loading(flight);
         Some(fid)
     }
 
@@ -236,28 +228,23 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let Some(state) = self.ids.get_mut(id) else {
             return;
         };
-        if matches!(state.current, Some((_, Phase::Running)))
-            && let Some((flight, _)) = state.current.take()
-        {
+        if let Some(flight) = state.take_loading() {
             self.board.withdraw(id, &flight.cell);
-            state.detached.push(flight.id);
-            self.detached.insert(flight.id, flight);
+            state.detached.push(flight);
         }
-        for fid in &state.detached {
-            if let Some(flight) = self.detached.get_mut(fid) {
-                flight.stale_read = true;
-                if let Overtaker::Write { replaces } = by {
-                    flight.overwritten = true;
-                    flight.replaced |= replaces;
-                }
+        for flight in &mut state.detached {
+            flight.stale_read = true;
+            if let Overtaker::Write { replaces } = by {
+                flight.overwritten = true;
+                flight.replaced |= replaces;
             }
         }
     }
 
-    /// The flight `fid` is about to read Valkey again: whatever it reads now follows every push
-    /// handled so far.
-    pub(crate) fn reading(&mut self, fid: FlightId) {
-        if let Some(flight) = self.detached.get_mut(&fid) {
+    /// The flight `fid` of `id` is about to read Valkey again: whatever it reads now follows
+    /// every push handled so far.
+    pub(crate) fn reading(&mut self, id: &K, fid: FlightId) {
+        if let Some(flight) = self.ids.get_mut(id).and_then(|s| s.detached_mut(fid)) {
             flight.stale_read = false;
         }
     }
@@ -265,9 +252,8 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more.
     pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<Landed<V>> {
         let state = self.ids.get_mut(id)?;
-        let landed = match &state.current {
-            Some((flight, _)) if flight.id == fid => {
-                let (flight, _) = state.current.take()?;
+        let landed = match state.take_current(fid) {
+            Some(flight) => {
                 self.board.withdraw(id, &flight.cell);
                 Landed {
                     flight,
@@ -276,9 +262,8 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                     launch: None,
                 }
             }
-            _ => {
-                let flight = self.detached.remove(&fid)?;
-                state.detached.retain(|d| *d != fid);
+            None => {
+                let flight = state.remove_detached(fid)?;
                 Landed {
                     store: !flight.stale_read && !flight.overwritten,
                     fly_again: flight.replaced,
@@ -295,7 +280,8 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
 
     /// Flights running or queued, current and detached.
     pub(crate) fn len(&self) -> usize {
-        self.detached.len() + self.ids.values().filter(|s| s.current.is_some()).count()
+        let flights = |s: &IdState<V, W>| s.detached.len() + usize::from(s.current().is_some());
+        self.ids.values().map(flights).sum()
     }
 }
 

@@ -65,7 +65,7 @@ pub(crate) enum OwnerMsg<K, V> {
         answer: Fetched<V>,
     },
     /// A losing flight is about to read Valkey again.
-    Reading { flight: FlightId },
+    Reading { id: K, flight: FlightId },
     /// A flight is about to write an envelope with this fingerprint (its push will be our own).
     Writing { id: K, fingerprint: Fingerprint },
     /// A flight finished; `refresh`: it was an early refresh.
@@ -226,7 +226,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 fingerprint,
                 found,
             } => state.confirmed(&myself, id, fingerprint, found),
-            OwnerMsg::Reading { flight } => state.flights.reading(flight),
+            OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Flush(flushed) => {

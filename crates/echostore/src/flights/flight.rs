@@ -37,12 +37,17 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// and runs on for callers who join later (a soft timeout's stale copy).
     pub(crate) fn answer_early(&mut self, id: &K, fid: FlightId, answer: Fetched<V>) {
         let board = Arc::clone(&self.board);
-        let (flight, current) = match self.ids.get_mut(id).and_then(|s| s.current.as_mut()) {
-            Some((flight, _)) if flight.id == fid => (flight, true),
-            _ => match self.detached.get_mut(&fid) {
-                Some(flight) => (flight, false),
-                None => return,
-            },
+        let Some(state) = self.ids.get_mut(id) else {
+            return;
+        };
+        let current = state.current().is_some_and(|f| f.id == fid);
+        let flight = if current {
+            state.current_mut()
+        } else {
+            state.detached_mut(fid)
+        };
+        let Some(flight) = flight else {
+            return;
         };
         // The fresh cell is listed before the old one is answered, so that a caller joining in
         // between waits for the load, as one who joins after the early answer does.

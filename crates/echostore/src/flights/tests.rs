@@ -137,14 +137,14 @@ fn a_push_detached_flight_that_reads_again_may_store() {
     let mut map = new_map();
     let fid = launched(map.miss(&1).0);
     map.overtake(&1);
-    map.reading(fid);
+    map.reading(&1, fid);
     assert!(
         map.land(&1, fid).expect("detached").store,
         "it read after the push"
     );
     let fid = launched(map.miss(&1).0);
     map.overtake(&1);
-    map.reading(fid);
+    map.reading(&1, fid);
     map.overtake(&1);
     assert!(
         !map.land(&1, fid).expect("detached").store,
@@ -153,7 +153,7 @@ fn a_push_detached_flight_that_reads_again_may_store() {
     let fid = launched(map.miss(&1).0);
     map.overtake(&1);
     assert_eq!(map.write(&1, "put", true), Some("put"));
-    map.reading(fid);
+    map.reading(&1, fid);
     assert!(
         !map.land(&1, fid).expect("detached").store,
         "a local write wins for good"

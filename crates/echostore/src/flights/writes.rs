@@ -11,12 +11,15 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         self.detach(id, Overtaker::Write { replaces });
         self.board.writing(id, true);
         let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
-        if state.writing {
-            state.waiting.push_back(write);
-            None
-        } else {
-            state.writing = true;
-            Some(write)
+        match &mut state.writes {
+            Writes::OnTheWire { waiting, .. } => {
+                waiting.push_back(write);
+                None
+            }
+            Writes::None => {
+                state.writes = Writes::on_the_wire();
+                Some(write)
+            }
         }
     }
 
@@ -24,24 +27,24 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// and writes queue behind it as behind one of this owner's, until [`written`](Self::written).
     pub(crate) fn inherit_write(&mut self, id: &K) {
         self.board.writing(id, true);
-        self.ids
-            .entry(id.clone())
-            .or_insert_with(IdState::new)
-            .writing = true;
+        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
+        if !state.writing() {
+            state.writes = Writes::on_the_wire();
+        }
     }
 
     /// Another process's change of `id` came (a push): the writes of it on their way keep
     /// nothing in L1 when they land.
     pub(crate) fn overtake_write(&mut self, id: &K) {
-        if let Some(state) = self.ids.get_mut(id).filter(|s| s.writing) {
-            state.overtaken = true;
+        if let Some(state) = self.ids.get_mut(id) {
+            state.writes.overtake();
         }
     }
 
     /// Every id's writes on their way are overtaken (a flush, a clear or a tag invalidation).
     pub(crate) fn overtake_writes(&mut self) {
-        for state in self.ids.values_mut().filter(|s| s.writing) {
-            state.overtaken = true;
+        for state in self.ids.values_mut() {
+            state.writes.overtake();
         }
     }
 
@@ -51,13 +54,12 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// the last of them lands.) Asked before [`written`](Self::written), which lifts the board's
     /// mark.
     pub(crate) fn landing_keeps(&mut self, id: &K) -> bool {
-        let Some(state) = self.ids.get_mut(id) else {
-            return true;
-        };
-        if !state.waiting.is_empty() {
-            return false;
+        match self.ids.get_mut(id).map(|s| &mut s.writes) {
+            Some(Writes::OnTheWire { waiting, overtaken }) => {
+                waiting.is_empty() && !std::mem::take(overtaken)
+            }
+            _ => true,
         }
-        !std::mem::take(&mut state.overtaken)
     }
 
     /// The running write of `id` landed on Valkey: the next write starts, else a queued flight.
@@ -65,10 +67,12 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let Some(state) = self.ids.get_mut(id) else {
             return Next::Idle;
         };
-        if let Some(write) = state.waiting.pop_front() {
+        if let Writes::OnTheWire { waiting, .. } = &mut state.writes
+            && let Some(write) = waiting.pop_front()
+        {
             return Next::Write(write);
         }
-        state.writing = false;
+        state.writes = Writes::None;
         self.board.writing(id, false);
         let next = match state.try_launch() {
             Some(fid) => Next::Launch(fid),
@@ -78,5 +82,22 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             self.ids.remove(id);
         }
         next
+    }
+}
+
+impl<W> Writes<W> {
+    /// One write on its way, none waiting, nothing overtaken yet.
+    fn on_the_wire() -> Self {
+        Writes::OnTheWire {
+            waiting: VecDeque::new(),
+            overtaken: false,
+        }
+    }
+
+    /// Another process's change came: the writes on their way, if any, keep nothing.
+    fn overtake(&mut self) {
+        if let Writes::OnTheWire { overtaken, .. } = self {
+            *overtaken = true;
+        }
     }
 }

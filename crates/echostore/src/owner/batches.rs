@@ -157,7 +157,10 @@ impl<K: Key, V: Value> Report<K, V> for ToOwners<K, V> {
                 id: id.clone(),
                 fingerprint,
             },
-            Signal::Reading => OwnerMsg::Reading { flight },
+            Signal::Reading => OwnerMsg::Reading {
+                id: id.clone(),
+                flight,
+            },
         };
         self.cast(id, message);
     }

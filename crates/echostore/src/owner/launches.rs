@@ -60,7 +60,7 @@ pub(super) fn spawn_fill<K: Key, V: Value>(
                     let _ = owner.cast(match signal {
                         Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
                         Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
-                        Signal::Reading => OwnerMsg::Reading { flight },
+                        Signal::Reading => OwnerMsg::Reading { id, flight },
                     });
                 }
             };
