@@ -86,14 +86,16 @@ impl Proxy {
                 let (from_client, to_client) = client.into_split();
                 let (from_server, to_server) = server.into_split();
                 let tracking = Arc::new(AtomicBool::new(false));
-                tokio::spawn(requests(
-                    from_client,
-                    to_server,
+                let way = Way::Requests(Arc::clone(&counted));
+                let (gates, tracked) = (shared.clone(), Arc::clone(&tracking));
+                tokio::spawn(pump(from_client, to_server, gates, tracked, way));
+                tokio::spawn(pump(
+                    from_server,
+                    to_client,
                     shared.clone(),
-                    Arc::clone(&tracking),
-                    Arc::clone(&counted),
+                    tracking,
+                    Way::Answers,
                 ));
-                tokio::spawn(responses(from_server, to_client, shared.clone(), tracking));
             }
         });
         Ok(Proxy {
@@ -159,49 +161,24 @@ impl Drop for Proxy {
     }
 }
 
-/// Client to Valkey: marks the connection as a coherence one when it turns on tracking; a data
-/// connection's bytes wait at the request gate (counted while they do); then the link.
-async fn requests(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    gates: Gates,
-    tracking: Arc<AtomicBool>,
-    waiting: Arc<AtomicUsize>,
-) {
-    let mut open = gates.open.subscribe();
-    let mut link = gates.link.subscribe();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if buf[..n].windows(8).any(|w| w == b"TRACKING") {
-            tracking.store(true, Ordering::SeqCst);
-        }
-        if !tracking.load(Ordering::SeqCst) {
-            // Bytes read while held wait here until the proxy opens.
-            waiting.fetch_add(1, Ordering::SeqCst);
-            let opened = open.wait_for(|open| *open).await.is_ok();
-            waiting.fetch_sub(1, Ordering::SeqCst);
-            if !opened {
-                return;
-            }
-        }
-        if !through(&mut link).await || to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
+/// Which way a pump copies, and what it waits at on the way.
+enum Way {
+    /// Client to Valkey: marks the connection as a coherence one when it turns on tracking; a
+    /// data connection's bytes wait at the request gate, counted while they do.
+    Requests(Arc<AtomicUsize>),
+    /// Valkey to client: the push gate on a coherence connection, the reply gate on a data one.
+    Answers,
 }
 
-/// Valkey to client: the push gate on a coherence connection, the reply gate on a data one; then
-/// the link.
-async fn responses(
+/// Copies one direction of a connection: each chunk through its way's gate, then the link.
+async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     gates: Gates,
     tracking: Arc<AtomicBool>,
+    way: Way,
 ) {
+    let mut open = gates.open.subscribe();
     let mut pushes = gates.pushes.subscribe();
     let mut replies = gates.replies.subscribe();
     let mut link = gates.link.subscribe();
@@ -211,14 +188,27 @@ async fn responses(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let gate = match tracking.load(Ordering::SeqCst) {
-            true => &mut pushes,
-            false => &mut replies,
+        let passes = match &way {
+            Way::Requests(waiting) => {
+                if buf[..n].windows(8).any(|w| w == b"TRACKING") {
+                    tracking.store(true, Ordering::SeqCst);
+                }
+                if tracking.load(Ordering::SeqCst) {
+                    true
+                } else {
+                    // Bytes read while held wait here until the proxy opens.
+                    waiting.fetch_add(1, Ordering::SeqCst);
+                    let opened = open.wait_for(|open| *open).await.is_ok();
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    opened
+                }
+            }
+            Way::Answers => match tracking.load(Ordering::SeqCst) {
+                true => pushes.wait_for(|open| *open).await.is_ok(),
+                false => replies.wait_for(|open| *open).await.is_ok(),
+            },
         };
-        if gate.wait_for(|open| *open).await.is_err() {
-            return;
-        }
-        if !through(&mut link).await || to.write_all(&buf[..n]).await.is_err() {
+        if !passes || !through(&mut link).await || to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
