@@ -11,6 +11,7 @@
 //! - [`fixtures`]: sizes that shrink under `CI`, the two-worker runtime, ids, a filled table.
 //! - [`measure`]: latency histograms, the one quantile helper, the polled L1 hit, timed `GET`s,
 //!   criterion samples for in-run ratios, the peak RSS.
+//! - [`info`]: fields of one server's `INFO` text, and its commands processed.
 //! - [`single_flight`]: the bare mutex + oneshot single-flight, the owner's baseline.
 //! - [`duration`]: `50ms`, `1.5s` on the command line, parsed and rendered.
 //!
@@ -19,6 +20,7 @@
 pub mod duration;
 pub mod fixtures;
 pub mod herd;
+pub mod info;
 pub mod measure;
 pub mod proxy;
 pub mod single_flight;
