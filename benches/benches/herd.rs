@@ -125,9 +125,5 @@ fn herd(c: &mut Criterion) {
     drop(valkey);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = herd
-}
+criterion_group!(benches, herd);
 criterion_main!(benches);
