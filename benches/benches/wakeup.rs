@@ -24,7 +24,7 @@ use echostore::{LoserPolicy, Store, Table, TableStats};
 use echostore_testkit::Source;
 use echostore_testkit::info::commands_processed;
 use echostore_testkit::measure::Latencies;
-use echostore_testkit::{measurement_time, runtime, size, under_ci};
+use echostore_testkit::{measurement_time, runtime, size, warm_up_time};
 use embedded_valkey::EmbeddedValkey;
 use redis::aio::MultiplexedConnection;
 
@@ -228,11 +228,7 @@ fn wakeup(c: &mut Criterion) {
         ));
         group.sampling_mode(SamplingMode::Flat);
         group.sample_size(SAMPLE_SIZE);
-        group.warm_up_time(if under_ci() {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(1)
-        });
+        group.warm_up_time(warm_up_time());
         group.measurement_time(measurement_time() * 2);
         for mode in &modes {
             group.bench_function(mode.name.as_str(), |b| {

@@ -26,7 +26,9 @@ pub mod proxy;
 pub mod single_flight;
 pub mod source;
 
-pub use fixtures::{filled_table, measurement_time, random_ids, runtime, size, under_ci};
+pub use fixtures::{
+    filled_table, measurement_time, random_ids, runtime, size, under_ci, warm_up_time,
+};
 pub use herd::{Caller, answers, herd, herd_across, on_task, spawn_fetch, together};
 pub use measure::{Samples, Summary, human, print_ratio, print_summary};
 pub use proxy::{Link, Proxy};
