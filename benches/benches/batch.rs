@@ -172,9 +172,5 @@ fn batch(c: &mut Criterion) {
     drop(valkey);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = batch
-}
+criterion_group!(benches, batch);
 criterion_main!(benches);

@@ -11,14 +11,13 @@
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::Store;
 use echostore_testkit::Source;
 use echostore_testkit::herd::{Herd, SOURCE_LATENCY, herd_table};
 use echostore_testkit::{
-    Samples, measurement_time, print_ratio, print_summary, runtime, size, under_ci,
+    Samples, measurement_time, print_ratio, print_summary, runtime, size, warm_up_time,
 };
 use embedded_valkey::EmbeddedValkey;
 
@@ -86,11 +85,7 @@ fn herd(c: &mut Criterion) {
     ));
     group.sampling_mode(SamplingMode::Flat);
     group.sample_size(SAMPLE_SIZE);
-    group.warm_up_time(if under_ci() {
-        Duration::from_millis(200)
-    } else {
-        Duration::from_secs(1)
-    });
+    group.warm_up_time(warm_up_time());
     group.measurement_time(measurement_time() * 2);
     for ((name, answerer), recorded) in answerers.iter().zip(&samples) {
         group.bench_function(*name, |b| {
@@ -125,9 +120,5 @@ fn herd(c: &mut Criterion) {
     drop(valkey);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = herd
-}
+criterion_group!(benches, herd);
 criterion_main!(benches);

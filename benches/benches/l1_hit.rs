@@ -147,9 +147,5 @@ fn l1_hit(c: &mut Criterion) {
     );
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = l1_hit
-}
+criterion_group!(benches, l1_hit);
 criterion_main!(benches);

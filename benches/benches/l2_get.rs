@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use echostore::{L1Backend, Origin, Store};
 use echostore_testkit::fixtures::{VALUE_BYTES, l2_only_table, value_of};
+use echostore_testkit::info::commands_processed;
 use echostore_testkit::measure::{Latencies, l1_hit, timed_gets};
 use echostore_testkit::{
     Samples, filled_table, human, measurement_time, print_ratio, print_summary, random_ids,
@@ -25,19 +26,6 @@ use embedded_valkey::EmbeddedValkey;
 use redis::AsyncCommands;
 
 const SAMPLE_SIZE: usize = 100;
-
-/// `total_commands_processed` from Valkey's `INFO stats`.
-async fn commands_processed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_commands_processed in INFO stats")
-}
 
 fn l2_get(c: &mut Criterion) {
     let rt = runtime();
@@ -216,9 +204,5 @@ fn l2_get(c: &mut Criterion) {
     drop(valkey);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = l2_get
-}
+criterion_group!(benches, l2_get);
 criterion_main!(benches);

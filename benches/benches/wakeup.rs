@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use echostore::{LoserPolicy, Store, Table, TableStats};
 use echostore_testkit::Source;
+use echostore_testkit::info::commands_processed;
 use echostore_testkit::measure::Latencies;
-use echostore_testkit::{measurement_time, runtime, size, under_ci};
+use echostore_testkit::{measurement_time, runtime, size, warm_up_time};
 use embedded_valkey::EmbeddedValkey;
 use redis::aio::MultiplexedConnection;
 
@@ -105,7 +106,7 @@ impl Mode {
     /// One herd of `callers` on `id`: its time; its commands, polls and wake-ups recorded.
     async fn herd(&self, conn: &mut MultiplexedConnection, id: u64, callers: usize) -> Duration {
         let before: Vec<TableStats> = self.tables.iter().map(Table::stats).collect();
-        let (reads, commands) = (self.source.calls(), processed(conn).await);
+        let (reads, commands) = (self.source.calls(), commands_processed(conn).await);
         let started = Instant::now();
         let tasks: Vec<_> = (0..callers)
             .map(|i| {
@@ -123,7 +124,7 @@ impl Mode {
             .collect();
         let elapsed = started.elapsed();
 
-        let commands = processed(conn).await - commands - 1;
+        let commands = commands_processed(conn).await - commands - 1;
         assert_eq!(
             self.source.calls() - reads,
             1,
@@ -184,19 +185,6 @@ impl Mode {
     }
 }
 
-/// Valkey's `total_commands_processed`.
-async fn processed(conn: &mut MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_commands_processed in INFO stats")
-}
-
 fn wakeup(c: &mut Criterion) {
     let rt = runtime();
     let callers = size(10_000, 1_000);
@@ -240,11 +228,7 @@ fn wakeup(c: &mut Criterion) {
         ));
         group.sampling_mode(SamplingMode::Flat);
         group.sample_size(SAMPLE_SIZE);
-        group.warm_up_time(if under_ci() {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(1)
-        });
+        group.warm_up_time(warm_up_time());
         group.measurement_time(measurement_time() * 2);
         for mode in &modes {
             group.bench_function(mode.name.as_str(), |b| {
@@ -270,9 +254,5 @@ fn wakeup(c: &mut Criterion) {
     drop(valkey);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default();
-    targets = wakeup
-}
+criterion_group!(benches, wakeup);
 criterion_main!(benches);

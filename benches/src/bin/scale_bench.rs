@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
+use echostore_testkit::info;
 use embedded_valkey::EmbeddedValkey;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -348,11 +349,7 @@ async fn measure(
         tokio::time::sleep(CHILD_DRAIN).await;
     }
     let cpu_after = server_cpu(control).await.map_err(err)?;
-    let info: String = redis::cmd("INFO")
-        .arg("everything")
-        .query_async(control)
-        .await
-        .map_err(err)?;
+    let info = info::read(control, "everything").await.map_err(err)?;
     stop_tx.send_replace(true);
     let mut seen = Vec::with_capacity(tasks.len());
     for task in tasks {
@@ -366,7 +363,7 @@ async fn measure(
         writes: writes.len() as u64,
         achieved_rate,
         cpu_us: (cpu_after - cpu_before) * 1e6,
-        net_out_bytes: info_field(&info, "total_net_output_bytes").unwrap_or(0.0) as u64,
+        net_out_bytes: info::number(&info, "total_net_output_bytes").unwrap_or(0),
         ..Row::default()
     };
     (row.set_calls, row.set_usec) = command_stats(&info, "set");
@@ -572,15 +569,9 @@ async fn drain(arrived: &AtomicU64) {
 }
 
 async fn server_cpu(control: &mut MultiplexedConnection) -> redis::RedisResult<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(control).await?;
-    Ok(info_field(&info, "used_cpu_sys").unwrap_or(0.0)
-        + info_field(&info, "used_cpu_user").unwrap_or(0.0))
-}
-
-fn info_field(info: &str, name: &str) -> Option<f64> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
+    let info = info::read(control, "cpu").await?;
+    Ok(info::number(&info, "used_cpu_sys").unwrap_or(0.0)
+        + info::number(&info, "used_cpu_user").unwrap_or(0.0))
 }
 
 /// `calls` and `usec` of `cmdstat_<command>`.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use echostore::Store;
+use echostore_testkit::info;
 use embedded_valkey::EmbeddedValkey;
 
 /// Start and drop tables, round after round; prints each round's time and Valkey's prefix count.
@@ -54,15 +55,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         drop(tables);
         let took = began.elapsed();
         let first = *first.get_or_insert(took);
-        let info: String = redis::cmd("INFO")
-            .arg("stats")
-            .query_async(&mut conn)
-            .await?;
-        let prefixes = info
-            .lines()
-            .find_map(|l| l.strip_prefix("tracking_total_prefixes:"))
+        let info = info::read(&mut conn, "stats").await?;
+        let prefixes = info::field(&info, "tracking_total_prefixes")
             .unwrap_or("?")
-            .trim()
             .to_owned();
         println!(
             "{round:>5}  {:>6}  {:>7.2} s  {:>7.2}×  {prefixes}",

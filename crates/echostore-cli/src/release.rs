@@ -102,10 +102,7 @@ struct ReleaseReport {
 /// Runs the release against the chosen lock state and prints the readout.
 pub(crate) async fn run(target: &Target, args: &ReleaseArgs) -> CliResult<Outcome> {
     let mut conn = target.connect().await?;
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await?;
+    let info = echostore_testkit::info::read(&mut conn, "server").await?;
     let native = !args.lua && NativeCommands::from_info(&info).delifeq;
     let report = release(&mut conn, target, args.state, native).await;
     // Clean up whatever happened: the lock key is scratch for this readout.

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::readout;
+use common::{assert_latency, readout};
 use serde_json::Value;
 
 /// A small race with the given loser policy.
@@ -43,9 +43,7 @@ fn assert_race_shape(v: &Value) {
     ] {
         num(v, field);
     }
-    for q in ["p50", "p99", "max"] {
-        assert!(v["latency_ms"][q].is_number(), "latency_ms.{q} in {v}");
-    }
+    assert_latency(v, "latency_ms");
     assert_eq!(num(v, "source_reads"), 1.0, "{v}");
     assert_eq!(v["invariant_held"], true);
     assert_eq!(num(v, "lock_won"), 1.0, "{v}");
@@ -139,9 +137,7 @@ fn coherence(mode: &str, writes: &str) -> Value {
     ]);
     assert_eq!(v["readout"], "coherence", "{v}");
     assert_eq!(v["coherence"], mode, "{v}");
-    for q in ["p50", "p99", "max"] {
-        assert!(v["lag_ms"][q].is_number(), "lag_ms.{q} in {v}");
-    }
+    assert_latency(&v, "lag_ms");
     assert_eq!(v["invariant_held"], true, "{v}");
     assert_eq!(v["every_write_seen"], true, "{v}");
     assert_eq!(

@@ -1,5 +1,6 @@
-//! What a measurement starts from: sizes that shrink under `CI`, a two-worker runtime, ids, a
-//! table whose every key is already in L1, and one whose every get is an L2 hit.
+//! What a measurement starts from: sizes and criterion times that shrink under `CI`, a
+//! two-worker runtime, ids, a table whose every key is already in L1, and one whose every get is
+//! an L2 hit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,15 @@ pub fn measurement_time() -> Duration {
         Duration::from_millis(500)
     } else {
         Duration::from_secs(3)
+    }
+}
+
+/// Criterion's warm-up for the benches whose samples hold many herds: shorter under CI.
+pub fn warm_up_time() -> Duration {
+    if under_ci() {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(1)
     }
 }
 

@@ -1,120 +1,109 @@
-//! A TCP forwarder between a store and its real Valkey that can hold the store's requests: a
-//! network that delays one process's writes while another's land. Nothing is answered by the
-//! proxy itself; every byte goes to the real server. A connection that turned on `CLIENT
-//! TRACKING` (a store's coherence connection) is never held by [`Proxy::hold`]: only the data
-//! connection is delayed, while pushes and health checks pass. [`Proxy::hold_pushes`] holds the
-//! other way: what Valkey sends on the coherence connection (a push that is late); and
-//! [`Proxy::hold_replies`] what it sends on the data connection (a write that has landed, whose
-//! reply is late).
+//! A TCP forwarder between a store and its real Valkey: the network faults of the integration
+//! tests and of `echostore check`. Nothing is answered by the proxy itself; every byte goes to the
+//! real server. Two kinds of fault, which compose:
+//!
+//! - Gates, for a test that holds one kind of traffic at a chosen moment. A connection that
+//!   turned on `CLIENT TRACKING` (a store's coherence connection) is never held by
+//!   [`Proxy::hold`]: only the data connection is delayed, while pushes and health checks pass.
+//!   [`Proxy::hold_pushes`] holds the other way: what Valkey sends on the coherence connection (a
+//!   push that is late); and [`Proxy::hold_replies`] what it sends on the data connection (a
+//!   write that has landed, whose reply is late).
+//! - The [`Link`], for a whole link gone bad, every connection and both directions: slow (each
+//!   chunk delayed), silent (bytes held, nothing closed, as a black-holed link does) or healthy
+//!   (what was held is delivered). `echostore check`'s `proxy` fault is this.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Forwards every connection made to it to one Valkey; requests pass only while open.
+/// What the link does to each chunk of bytes, in either direction, on every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// Passes it on at once.
+    Healthy,
+    /// Passes it on after this long.
+    Slow(Duration),
+    /// Holds it until the link is healthy or slow again.
+    Silent,
+}
+
+/// Forwards every connection made to it to one Valkey; requests pass only while open, and every
+/// chunk through the [`Link`] it is set to.
 pub struct Proxy {
     port: u16,
-    open: watch::Sender<bool>,
-    /// Whether what Valkey sends on coherence connections passes.
-    pushes: watch::Sender<bool>,
-    /// Whether what Valkey sends on data connections passes.
-    replies: watch::Sender<bool>,
+    gates: Gates,
     /// Requests (reads of the client's socket) waiting at the gate now.
     waiting: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
+/// What each connection's two pumps watch; clones share the senders.
+#[derive(Clone)]
+struct Gates {
+    /// Whether requests on data connections pass.
+    open: watch::Sender<bool>,
+    /// Whether what Valkey sends on coherence connections passes.
+    pushes: watch::Sender<bool>,
+    /// Whether what Valkey sends on data connections passes.
+    replies: watch::Sender<bool>,
+    link: watch::Sender<Link>,
+}
+
 impl Proxy {
-    /// A proxy in front of the Valkey at `url` (`redis://host:port`), open.
+    /// A proxy in front of the Valkey at `url` (`redis://[user:pass@]host:port[/db]`), open and
+    /// healthy; panics if it cannot listen (what a test wants).
     pub async fn start(url: &str) -> Proxy {
-        let upstream = url
-            .strip_prefix("redis://")
-            .expect("a redis:// url")
-            .trim_end_matches('/')
-            .to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let (open, _) = watch::channel(true);
-        let (pushes, _) = watch::channel(true);
-        let (replies, _) = watch::channel(true);
-        let gate = open.clone();
-        let push_gate = pushes.clone();
-        let reply_gate = replies.clone();
+        Proxy::bind(url).await.expect("the proxy listens")
+    }
+
+    /// [`Proxy::start`], with its failure returned: a URL that is not `redis://`, or no free
+    /// loopback port.
+    pub async fn bind(url: &str) -> std::io::Result<Proxy> {
+        let upstream = host_port(url)?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let gates = Gates {
+            open: watch::channel(true).0,
+            pushes: watch::channel(true).0,
+            replies: watch::channel(true).0,
+            link: watch::channel(Link::Healthy).0,
+        };
         let waiting = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&waiting);
+        let (shared, counted) = (gates.clone(), Arc::clone(&waiting));
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(&upstream).await.expect("upstream");
-                let (mut from_client, mut to_client) = client.into_split();
-                let (mut from_server, mut to_server) = server.into_split();
-                let mut gate = gate.subscribe();
-                let mut push_gate = push_gate.subscribe();
-                let mut reply_gate = reply_gate.subscribe();
-                let counted = Arc::clone(&counted);
+                // Valkey down (a restart, an outage): this client's connection is dropped, as a
+                // refused one would be, and the next is tried afresh.
+                let Ok(server) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (from_client, to_client) = client.into_split();
+                let (from_server, to_server) = server.into_split();
                 let tracking = Arc::new(AtomicBool::new(false));
-                let tracked = Arc::clone(&tracking);
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 << 10];
-                    loop {
-                        let n = match from_client.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if buf[..n].windows(8).any(|w| w == b"TRACKING") {
-                            tracking.store(true, Ordering::SeqCst);
-                        }
-                        if tracking.load(Ordering::SeqCst) {
-                            if to_server.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
-                            continue;
-                        }
-                        // Bytes read while held wait here until the proxy opens.
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        let opened = gate.wait_for(|open| *open).await.is_ok();
-                        counted.fetch_sub(1, Ordering::SeqCst);
-                        if !opened {
-                            return;
-                        }
-                        if to_server.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 << 10];
-                    loop {
-                        let n = match from_server.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        let passes = if tracked.load(Ordering::SeqCst) {
-                            push_gate.wait_for(|open| *open).await.is_ok()
-                        } else {
-                            reply_gate.wait_for(|open| *open).await.is_ok()
-                        };
-                        if !passes {
-                            return;
-                        }
-                        if to_client.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
+                let way = Way::Requests(Arc::clone(&counted));
+                let (gates, tracked) = (shared.clone(), Arc::clone(&tracking));
+                tokio::spawn(pump(from_client, to_server, gates, tracked, way));
+                tokio::spawn(pump(
+                    from_server,
+                    to_client,
+                    shared.clone(),
+                    tracking,
+                    Way::Answers,
+                ));
             }
         });
-        Proxy {
+        Ok(Proxy {
             port,
-            open,
-            pushes,
-            replies,
+            gates,
             waiting,
             accept,
-        }
+        })
     }
 
     /// The url a store uses to reach Valkey through this proxy.
@@ -124,7 +113,7 @@ impl Proxy {
 
     /// Requests sent from now on wait at the proxy.
     pub fn hold(&self) {
-        self.open.send_replace(false);
+        self.gates.open.send_replace(false);
     }
 
     /// Requests waiting at the proxy now (each a read of a client's socket: one or more
@@ -135,34 +124,136 @@ impl Proxy {
 
     /// Held and later requests go through.
     pub fn release(&self) {
-        self.open.send_replace(true);
+        self.gates.open.send_replace(true);
     }
 
     /// What Valkey sends on coherence connections from now on (pushes, health replies) waits at
     /// the proxy.
     pub fn hold_pushes(&self) {
-        self.pushes.send_replace(false);
+        self.gates.pushes.send_replace(false);
     }
 
     /// Held and later pushes go through.
     pub fn release_pushes(&self) {
-        self.pushes.send_replace(true);
+        self.gates.pushes.send_replace(true);
     }
 
     /// What Valkey sends on data connections from now on (the replies to a store's commands,
     /// which have run) waits at the proxy.
     pub fn hold_replies(&self) {
-        self.replies.send_replace(false);
+        self.gates.replies.send_replace(false);
     }
 
     /// Held and later replies go through.
     pub fn release_replies(&self) {
-        self.replies.send_replace(true);
+        self.gates.replies.send_replace(true);
+    }
+
+    /// Sets what the link does from now on, to every connection, in both directions.
+    pub fn set(&self, link: Link) {
+        self.gates.link.send_replace(link);
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.accept.abort();
+    }
+}
+
+/// Which way a pump copies, and what it waits at on the way.
+enum Way {
+    /// Client to Valkey: marks the connection as a coherence one when it turns on tracking; a
+    /// data connection's bytes wait at the request gate, counted while they do.
+    Requests(Arc<AtomicUsize>),
+    /// Valkey to client: the push gate on a coherence connection, the reply gate on a data one.
+    Answers,
+}
+
+/// Copies one direction of a connection: each chunk through its way's gate, then the link.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    gates: Gates,
+    tracking: Arc<AtomicBool>,
+    way: Way,
+) {
+    let mut open = gates.open.subscribe();
+    let mut pushes = gates.pushes.subscribe();
+    let mut replies = gates.replies.subscribe();
+    let mut link = gates.link.subscribe();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let passes = match &way {
+            Way::Requests(waiting) => {
+                if buf[..n].windows(8).any(|w| w == b"TRACKING") {
+                    tracking.store(true, Ordering::SeqCst);
+                }
+                if tracking.load(Ordering::SeqCst) {
+                    true
+                } else {
+                    // Bytes read while held wait here until the proxy opens.
+                    waiting.fetch_add(1, Ordering::SeqCst);
+                    let opened = open.wait_for(|open| *open).await.is_ok();
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    opened
+                }
+            }
+            Way::Answers => match tracking.load(Ordering::SeqCst) {
+                true => pushes.wait_for(|open| *open).await.is_ok(),
+                false => replies.wait_for(|open| *open).await.is_ok(),
+            },
+        };
+        if !passes || !through(&mut link).await || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Takes one chunk through the link as it is now: at once, after the slow link's delay, or once
+/// a silent link speaks again. False when the proxy is gone.
+async fn through(link: &mut watch::Receiver<Link>) -> bool {
+    let now = *link.borrow_and_update();
+    match now {
+        Link::Healthy => true,
+        Link::Slow(by) => {
+            tokio::time::sleep(by).await;
+            true
+        }
+        Link::Silent => link.wait_for(|l| *l != Link::Silent).await.is_ok(),
+    }
+}
+
+/// `host:port` of a `redis://[user:pass@]host:port[/db]` URL: what the proxy connects to.
+fn host_port(url: &str) -> std::io::Result<String> {
+    let rest = url.strip_prefix("redis://").ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("the proxy needs a redis:// URL, not {url}"),
+        )
+    })?;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
+    Ok(rest.split('/').next().unwrap_or(rest).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_port;
+
+    /// Credentials and the database are not part of where the proxy connects.
+    #[test]
+    fn upstream_is_host_and_port() {
+        for (url, upstream) in [
+            ("redis://127.0.0.1:6379", "127.0.0.1:6379"),
+            ("redis://127.0.0.1:6379/", "127.0.0.1:6379"),
+            ("redis://user:pass@h:7000/3", "h:7000"),
+        ] {
+            assert_eq!(host_port(url).expect("a redis url"), upstream);
+        }
+        assert!(host_port("rediss://h:1").is_err());
     }
 }

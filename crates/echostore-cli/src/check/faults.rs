@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use echostore_testkit::proxy::{Link, Proxy};
 use redis::aio::MultiplexedConnection;
 
 use super::history::{FaultSpan, now_ns};
-use super::proxy::{Link, Proxy};
 use super::workers::Workers;
 use crate::CliResult;
 

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use echostore_testkit::duration;
+use echostore_testkit::{Proxy, duration};
 use embedded_valkey::EmbeddedValkey;
 use rand::Rng;
 
@@ -27,7 +27,6 @@ mod faults;
 mod figures;
 mod history;
 mod model;
-mod proxy;
 mod report;
 mod source;
 pub(crate) mod worker;
@@ -163,7 +162,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
         })
         .collect();
     let proxy = match faults.contains(&Fault::Proxy) {
-        true => Some(proxy::Proxy::start(host_port(&url)?).await?),
+        true => Some(Proxy::bind(&url).await?),
         false => None,
     };
 
@@ -311,13 +310,4 @@ fn seconds(text: &str) -> Result<Duration, String> {
         Ok(n) => Ok(Duration::from_secs(n)),
         Err(_) => duration::parse(text),
     }
-}
-
-/// `host:port` of a `redis://[user:pass@]host:port[/db]` URL, for the proxy to reach.
-fn host_port(url: &str) -> CliResult<String> {
-    let rest = url
-        .strip_prefix("redis://")
-        .ok_or("the proxy fault needs a redis:// URL")?;
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
-    Ok(rest.split('/').next().unwrap_or(rest).to_owned())
 }

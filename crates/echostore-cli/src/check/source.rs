@@ -3,6 +3,11 @@
 //! the version on under an exclusive file lock (the row lock of a real database); a load reads
 //! it under a shared one. It lives outside Valkey so that a Valkey restart, which empties the
 //! cache, leaves the truth where it was.
+//!
+//! It is not `echostore_testkit::Source`: that one counts and gates reads inside one process
+//! (its counts and gate are in memory), while this one is the truth several OS processes share
+//! and move on, with a version per id that the model judges every read against. The two share no
+//! mechanism.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};

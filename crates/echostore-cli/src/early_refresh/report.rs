@@ -40,6 +40,11 @@ impl Origins {
         }
     }
 
+    /// Every read counted, whatever its origin.
+    pub(super) fn total(&self) -> u64 {
+        self.l1 + self.l2 + self.loaded + self.coalesced + self.other + self.errors
+    }
+
     pub(super) fn add(&mut self, o: &Origins) {
         self.l1 += o.l1;
         self.l2 += o.l2;
@@ -143,12 +148,7 @@ pub(super) fn mode(args: &EarlyRefreshArgs, beta: f64, m: Measured) -> ModeRepor
         warm,
     } = m;
     let expiries = args.run.as_secs_f64() / args.ttl.as_secs_f64();
-    let reads = origins.l1
-        + origins.l2
-        + origins.loaded
-        + origins.coalesced
-        + origins.other
-        + origins.errors;
+    let reads = origins.total();
     let during = |f: fn(&TableStats) -> u64| f(&stats).saturating_sub(f(&warm));
     ModeReport {
         early_refresh: beta > 0.0,
@@ -224,6 +224,9 @@ pub(super) fn summarise(
     }
 }
 
+/// One figure of a mode, as the human readout shows it.
+type Cell = fn(&ModeReport) -> String;
+
 fn yes(ok: bool) -> &'static str {
     if ok { "yes" } else { "NO" }
 }
@@ -248,94 +251,56 @@ pub(super) fn print_human(r: &EarlyRefreshReport, target: &Target) {
         "off (beta 0)",
         format!("on (beta {})", r.on.beta)
     );
-    let row = |what: &str, off: String, on: String| println!("  {what:<28}{off:>14}   {on:>14}");
-    row(
-        "reads",
-        output::grouped(r.off.reads),
-        output::grouped(r.on.reads),
-    );
-    row(
-        "  waited on a load",
-        r.off.reads_waited_on_load.to_string(),
-        r.on.reads_waited_on_load.to_string(),
-    );
-    row(
-        "  l1 · l2",
-        format!("{} · {}", r.off.origins.l1, r.off.origins.l2),
-        format!("{} · {}", r.on.origins.l1, r.on.origins.l2),
-    );
-    row(
-        "  loaded · coalesced",
-        format!("{} · {}", r.off.origins.loaded, r.off.origins.coalesced),
-        format!("{} · {}", r.on.origins.loaded, r.on.origins.coalesced),
-    );
-    row(
-        "read p50 ms",
-        output::ms(r.off.latency_ms.p50),
-        output::ms(r.on.latency_ms.p50),
-    );
-    row(
-        "read p99 ms",
-        output::ms(r.off.latency_ms.p99),
-        output::ms(r.on.latency_ms.p99),
-    );
-    row(
-        "read max ms",
-        output::ms(r.off.latency_ms.max),
-        output::ms(r.on.latency_ms.max),
-    );
-    row(
-        "source reads",
-        r.off.source_reads.to_string(),
-        r.on.source_reads.to_string(),
-    );
-    row(
-        "  per expiry",
-        format!("{:.2}", r.off.source_reads_per_expiry),
-        format!("{:.2}", r.on.source_reads_per_expiry),
-    );
-    row(
-        "  per minute",
-        format!("{:.0}", r.off.source_reads_per_minute),
-        format!("{:.0}", r.on.source_reads_per_minute),
-    );
-    row(
-        "overlapping loads",
-        r.off.overlapping_loads.to_string(),
-        r.on.overlapping_loads.to_string(),
-    );
-    row(
-        "early refreshes (failed)",
-        format!(
-            "{} ({})",
-            r.off.early_refreshes, r.off.early_refresh_failures
-        ),
-        format!("{} ({})", r.on.early_refreshes, r.on.early_refresh_failures),
-    );
-    row(
-        "locks won · lost",
-        format!("{} · {}", r.off.lock_won, r.off.lock_lost),
-        format!("{} · {}", r.on.lock_won, r.on.lock_lost),
-    );
+    // Each row is one figure of a mode, shown for off beside on.
+    let rows: [(&str, Cell); 13] = [
+        ("reads", |m| output::grouped(m.reads)),
+        ("  waited on a load", |m| m.reads_waited_on_load.to_string()),
+        ("  l1 · l2", |m| {
+            format!("{} · {}", m.origins.l1, m.origins.l2)
+        }),
+        ("  loaded · coalesced", |m| {
+            format!("{} · {}", m.origins.loaded, m.origins.coalesced)
+        }),
+        ("read p50 ms", |m| output::ms(m.latency_ms.p50)),
+        ("read p99 ms", |m| output::ms(m.latency_ms.p99)),
+        ("read max ms", |m| output::ms(m.latency_ms.max)),
+        ("source reads", |m| m.source_reads.to_string()),
+        ("  per expiry", |m| {
+            format!("{:.2}", m.source_reads_per_expiry)
+        }),
+        ("  per minute", |m| {
+            format!("{:.0}", m.source_reads_per_minute)
+        }),
+        ("overlapping loads", |m| m.overlapping_loads.to_string()),
+        ("early refreshes (failed)", |m| {
+            format!("{} ({})", m.early_refreshes, m.early_refresh_failures)
+        }),
+        ("locks won · lost", |m| {
+            format!("{} · {}", m.lock_won, m.lock_lost)
+        }),
+    ];
+    for (what, cell) in rows {
+        println!("  {what:<28}{:>14}   {:>14}", cell(&r.off), cell(&r.on));
+    }
     println!();
     let t = &r.targets;
-    println!(
-        "  on: no read waited on a load            {}",
-        yes(t.on_no_read_waited)
-    );
-    println!(
-        "  on: p99 read under the L2 round trip    {}",
-        yes(t.on_p99_under_l2_round_trip)
-    );
-    println!(
-        "  on: source reads ≤ 1.5× off            {} ({}×)",
-        yes(t.on_source_reads_at_most_1_5x),
-        r.source_reads_ratio
-    );
-    println!(
-        "  off: reads waited on a load            {}",
-        yes(t.off_waits_visible)
-    );
+    let ratio = format!(" ({}×)", r.source_reads_ratio);
+    for (what, met, also) in [
+        ("on: no read waited on a load", t.on_no_read_waited, ""),
+        (
+            "on: p99 read under the L2 round trip",
+            t.on_p99_under_l2_round_trip,
+            "",
+        ),
+        (
+            "on: source reads ≤ 1.5× off",
+            t.on_source_reads_at_most_1_5x,
+            &ratio,
+        ),
+        ("off: reads waited on a load", t.off_waits_visible, ""),
+    ] {
+        println!("  {what:<39} {}{also}", yes(met));
+    }
     println!();
     println!("  verdict: {}", r.verdict);
 }

@@ -1,5 +1,6 @@
 //! What the CLI's end-to-end tests share (each includes it with `mod common;`): the built
-//! `echostore` binary run with `--json`, its one JSON object parsed.
+//! `echostore` binary run with `--json`, its one JSON object parsed, and the shape of a latency
+//! summary in it.
 // Every test binary compiles all of this and uses a part of it.
 #![allow(dead_code)]
 
@@ -25,4 +26,11 @@ pub(crate) fn readout(args: &[&str]) -> Value {
             "echostore {args:?} printed no single JSON object ({e}):\n{stdout}\nstderr: {stderr}"
         )
     })
+}
+
+/// `v[at]` is a latency summary: p50, p99 and max, each a number.
+pub(crate) fn assert_latency(v: &Value, at: &str) {
+    for q in ["p50", "p99", "max"] {
+        assert!(v[at][q].is_number(), "{at}.{q} in {v}");
+    }
 }

@@ -52,14 +52,31 @@ fn fault(start: u64, end: u64) -> FaultSpan {
     }
 }
 
+/// A process that returned v2 and then v1, where v1's write ended before v2's began.
+fn going_back() -> [Op; 4] {
+    [
+        put(0, 1, 10, 20),
+        put(1, 2, 30, 40),
+        read(2, 2, 50, 51),
+        read(2, 1, 52, 53),
+    ]
+}
+
 fn violations(ops: &[Op], faults: &[FaultSpan]) -> Violations {
     check(ops, faults, bounds()).violations
 }
 
-/// Checks `ops` and asserts that the one violation found is described under `rule`'s name.
-fn named(ops: &[Op], rule: &str) {
+/// Checks `ops` and asserts that the one violation found is counted by `counted` and described
+/// under `rule`'s name.
+fn only(ops: &[Op], rule: &str, counted: fn(&Violations) -> u64) {
     let found = check(ops, &[], bounds());
     assert_eq!(found.violations.total(), 1, "{:?}", found.examples);
+    assert_eq!(
+        counted(&found.violations),
+        1,
+        "{rule}: {:?}",
+        found.violations
+    );
     assert!(
         found.examples.len() == 1 && found.examples[0].starts_with(&format!("{rule}: ")),
         "named {rule}: {:?}",
@@ -118,8 +135,7 @@ fn an_old_version_after_b_is_stale_after_write() {
 #[test]
 fn an_old_version_in_the_writers_process_breaks_read_your_writes() {
     let ops = [put(0, 1, 100, 200), read(0, 0, 201, 202)];
-    assert_eq!(violations(&ops, &[]).read_your_writes, 1);
-    named(&ops, "read_your_writes");
+    only(&ops, "read_your_writes", |v| v.read_your_writes);
     assert_eq!(violations(&ops, &[fault(150, 300)]).read_your_writes, 1);
     // An invalidate is a write too: after it, its own process reads the new source version.
     let ops = [invalidate(0, 1, 100, 200), read(0, 0, 201, 202)];
@@ -129,15 +145,7 @@ fn an_old_version_in_the_writers_process_breaks_read_your_writes() {
 /// A process that returned v2 and then v1, where v1's write ended before v2's began.
 #[test]
 fn going_back_to_an_older_version_is_non_monotonic() {
-    let ops = [
-        put(0, 1, 10, 20),
-        put(1, 2, 30, 40),
-        read(2, 2, 50, 51),
-        read(2, 1, 52, 53),
-    ];
-    let v = violations(&ops, &[]);
-    assert_eq!(v.non_monotonic, 1);
-    named(&ops, "non_monotonic");
+    only(&going_back(), "non_monotonic", |v| v.non_monotonic);
     // Reads that overlap are not ordered.
     let ops = [
         put(0, 1, 10, 20),
@@ -160,8 +168,7 @@ fn a_copy_the_fleet_moved_past_is_divergent() {
         read(1, 2, after + 10, after + 20),
         read(2, 2, after + 30, after + 40),
     ];
-    assert_eq!(violations(&ops, &[]).divergent, 1);
-    named(&ops, "divergent");
+    only(&ops, "divergent", |v| v.divergent);
     // Either version is right as long as everyone agrees.
     let ops = [
         put(0, 1, 100, 250),
@@ -176,8 +183,7 @@ fn a_copy_the_fleet_moved_past_is_divergent() {
 #[test]
 fn a_version_never_written_is_a_phantom() {
     let ops = [read(0, 7, 10, 20)];
-    assert_eq!(violations(&ops, &[]).phantom, 1);
-    named(&ops, "phantom");
+    only(&ops, "phantom", |v| v.phantom);
     let ops = [read(0, 1, 10, 20), put(1, 1, 30, 40)];
     assert_eq!(violations(&ops, &[]).phantom, 1);
 }
@@ -187,8 +193,7 @@ fn a_version_never_written_is_a_phantom() {
 #[test]
 fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
     let ops = [load(0, 0, 10, 20), load(1, 0, 500, 510)];
-    assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
-    named(&ops, "extra_source_reads");
+    only(&ops, "extra_source_reads", |v| v.extra_source_reads);
     // Two loads at once in two processes: the lock should have elected one.
     let ops = [load(0, 0, 10, 200), load(1, 0, 50, 210)];
     assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
@@ -237,13 +242,7 @@ fn faults_excuse_staleness_and_reloads_but_never_going_back() {
     assert_eq!(found.violations.extra_source_reads, 0);
     assert_eq!(found.excused_source_reads, 1);
 
-    let back = [
-        put(0, 1, 10, 20),
-        put(1, 2, 30, 40),
-        read(2, 2, 50, 51),
-        read(2, 1, 52, 53),
-    ];
-    assert_eq!(violations(&back, &[fault(0, 100)]).non_monotonic, 1);
+    assert_eq!(violations(&going_back(), &[fault(0, 100)]).non_monotonic, 1);
 }
 
 /// Every rule is found on one key while another key of the same history stays clean: the
