@@ -1,6 +1,7 @@
 //! Where a store's Valkey is and how to reach it: one server or a cluster's seed nodes, and the
-//! roots a `rediss://` connection trusts. [`Endpoint`] makes the data connection ([`Conn`]) and the
-//! clients of coherence's tracking connections; nothing else parses URLs.
+//! roots a `rediss://` connection trusts. [`Endpoint`] makes the data connection ([`Connection`])
+//! and the clients of coherence's tracking connections; nothing else parses URLs. Tools and tests
+//! beside EchoStore open the same kind of connection (`protocol::Connection`).
 //!
 //! - `redis://[user:password@]host:port[/db]` — plain TCP; ACL user and password from the URL.
 //! - `rediss://…` — TLS (the `tls` feature), trusting the platform's roots, or only the CA given
@@ -59,7 +60,7 @@ impl Endpoint {
 
     /// The data connection, without waiting for it where the client allows (a single server
     /// connects lazily; a cluster needs one seed to answer).
-    pub(crate) async fn connect(&self) -> Result<Conn> {
+    pub(crate) async fn connect(&self) -> Result<Connection> {
         match &self.kind {
             Kind::Single(url) => {
                 let config = ConnectionManagerConfig::new()
@@ -69,14 +70,14 @@ impl Endpoint {
                     .set_max_delay(self.timeout);
                 let conn = ConnectionManager::new_lazy_with_config(self.client(url)?, config)
                     .map_err(|e| Error::valkey("creating the connection", e))?;
-                Ok(Conn::Single(conn))
+                Ok(Connection::Single(conn))
             }
             Kind::Cluster(seeds) => self.cluster(seeds).await,
         }
     }
 
     #[cfg(feature = "cluster")]
-    async fn cluster(&self, seeds: &[String]) -> Result<Conn> {
+    async fn cluster(&self, seeds: &[String]) -> Result<Connection> {
         let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
             .connection_timeout(self.timeout)
             .response_timeout(self.timeout)
@@ -102,11 +103,11 @@ impl Endpoint {
             .get_async_connection()
             .await
             .map_err(|e| Error::valkey("connecting to the cluster", e))?;
-        Ok(Conn::Cluster(conn))
+        Ok(Connection::Cluster(conn))
     }
 
     #[cfg(not(feature = "cluster"))]
-    async fn cluster(&self, _seeds: &[String]) -> Result<Conn> {
+    async fn cluster(&self, _seeds: &[String]) -> Result<Connection> {
         Err(Error::InvalidConfig(
             "valkey_cluster needs echostore's `cluster` feature".into(),
         ))
@@ -124,20 +125,67 @@ fn url_error(url: &str, e: redis::RedisError) -> Error {
     Error::valkey("parsing the url", e)
 }
 
-/// The store's data connection: a reconnecting multiplexed connection, or a cluster's.
+/// A connection to Valkey as a store makes its data connection: to one server, a reconnecting
+/// multiplexed connection; to a cluster, redis-rs's cluster connection, which routes each command
+/// by its keys' slot. A cheap `Clone` (clones share the connection), and a redis-rs
+/// [`ConnectionLike`], so every redis-rs command runs on it.
+///
+/// ```no_run
+/// # async fn run() -> echostore::Result<()> {
+/// use std::time::Duration;
+/// use echostore::protocol::Connection;
+/// use redis::AsyncCommands;
+///
+/// let mut conn = Connection::open("redis://127.0.0.1:6379", Duration::from_secs(5)).await?;
+/// let held: Option<Vec<u8>> = conn.get("users:{42}").await.map_err(|e| echostore::Error::valkey("GET", e))?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub enum Connection {
+    /// One server.
     Single(ConnectionManager),
+    /// A cluster (the `cluster` feature).
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
-impl ConnectionLike for Conn {
+impl Connection {
+    /// A connection to the server at `url` (`redis://` or, with the `tls` feature, `rediss://`
+    /// trusting the platform's roots), made when first used; `timeout` bounds connecting and
+    /// each reply.
+    pub async fn open(url: &str, timeout: Duration) -> Result<Connection> {
+        Endpoint {
+            kind: Kind::Single(url.to_owned()),
+            ca: None,
+            timeout,
+        }
+        .connect()
+        .await
+    }
+
+    /// A connection to the cluster that `seeds` lead to (needs the `cluster` feature; without
+    /// it, [`Error::InvalidConfig`]); `timeout` bounds connecting and each reply.
+    pub async fn open_cluster<S: Into<String>>(
+        seeds: impl IntoIterator<Item = S>,
+        timeout: Duration,
+    ) -> Result<Connection> {
+        Endpoint {
+            kind: Kind::Cluster(seeds.into_iter().map(Into::into).collect()),
+            ca: None,
+            timeout,
+        }
+        .connect()
+        .await
+    }
+}
+
+impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Connection::Single(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -148,17 +196,17 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
+            Connection::Single(c) => c.get_db(),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
         }
     }
 }

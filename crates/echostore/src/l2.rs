@@ -1,6 +1,6 @@
 //! L2: the store's one shared, reconnecting connection to Valkey, behind the circuit breaker.
 //!
-//! Every table of a store shares one data connection ([`Conn`]: a redis-rs `ConnectionManager`,
+//! Every table of a store shares one data connection ([`Connection`]: a redis-rs `ConnectionManager`,
 //! multiplexed and reconnecting by itself, or a cluster connection). Each call first asks the [`Breaker`]; connection-level failures (refused, dropped, timed
 //! out) open it, error replies from a live server do not. This module owns the plain value
 //! commands — read, write-through `put`, `invalidate` — and the poll read; the regeneration lock's
@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{AsyncCommands, RedisResult};
 
 use crate::breaker::Breaker;
-use crate::connect::{Conn, Endpoint};
+use crate::connect::{Connection, Endpoint};
 use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
 use crate::key::KeyNames;
@@ -27,7 +27,7 @@ const TRY_AGAIN_EVERY: Duration = Duration::from_millis(10);
 /// How a store reaches Valkey.
 #[derive(Clone)]
 pub(crate) struct L2 {
-    conn: Conn,
+    conn: Connection,
     /// One breaker for a single server; one per hash slot on a cluster, so a dead primary
     /// degrades only its own slots' keys.
     breakers: Arc<[Breaker]>,
@@ -142,7 +142,7 @@ impl L2 {
         call: F,
     ) -> Result<T>
     where
-        F: FnOnce(Conn) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let breaker = self.breaker(names);

@@ -171,10 +171,12 @@ pub use tracking::SILENT_LINK_BOUND;
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
-/// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: every Lua script
-/// EchoStore runs, how it makes a lock token, and the envelope header's decoder. Not needed to use a cache; see
+/// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: a connection made
+/// as a store makes its own, every Lua script EchoStore runs, how it makes a lock token, and the
+/// envelope header's decoder. Not needed to use a cache; see
 /// `docs/lock-protocol.md` for each script's part in the protocol.
 pub mod protocol {
+    pub use crate::connect::Connection;
     pub use crate::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
     pub use crate::key::{KeyNames, key_names, marks_key};
     pub use crate::lock::new_token;

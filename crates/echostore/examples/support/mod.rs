@@ -1,4 +1,4 @@
-//! What the node examples (`race_node`, `batch_node`, `tags_node`) share: a store and a plain connection for a
+//! What the node examples (`race_node`, `batch_node`, `tags_node`) share: a store and a connection for a
 //! Valkey URL, or for a cluster given as `cluster:<seed>,<seed>,…` (with the `cluster` feature),
 //! the check-in that makes every node's herd start together, and the herd itself.
 // Each node uses a part of this.
@@ -8,8 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use echostore::{Store, StoreBuilder, Table};
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Value};
+use redis::AsyncCommands;
 
 /// A store builder on `url` (a server, or `cluster:` and the seeds).
 pub(crate) fn store_builder(url: &str) -> StoreBuilder {
@@ -19,29 +18,19 @@ pub(crate) fn store_builder(url: &str) -> StoreBuilder {
     }
 }
 
-/// A plain connection to the server, or a cluster client that routes each key to its shard.
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Single(MultiplexedConnection),
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-}
+/// A connection to the server, or a cluster connection that routes each key to its slot: the
+/// library's own kind ([`echostore::protocol::Connection`]).
+pub(crate) use echostore::protocol::Connection as Conn;
 
-/// Connects to `url`.
-pub(crate) async fn connect(url: &str) -> redis::RedisResult<Conn> {
-    if let Some(_seeds) = url.strip_prefix("cluster:") {
-        #[cfg(feature = "cluster")]
-        return Ok(Conn::Cluster(
-            redis::cluster::ClusterClient::new(_seeds.split(',').collect::<Vec<_>>())?
-                .get_async_connection()
-                .await?,
-        ));
+/// How long a node or a test waits for Valkey to answer one command.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects to `url` (a server, or `cluster:` and the seeds).
+pub(crate) async fn connect(url: &str) -> echostore::Result<Conn> {
+    match url.strip_prefix("cluster:") {
+        Some(seeds) => Conn::open_cluster(seeds.split(','), REPLY_TIMEOUT).await,
+        None => Conn::open(url, REPLY_TIMEOUT).await,
     }
-    Ok(Conn::Single(
-        redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?,
-    ))
 }
 
 /// Checks this node in under `ready`, then waits until `nodes` nodes have.
@@ -68,35 +57,4 @@ pub(crate) async fn herd(
         answers.insert(get.await?.map(|v| v.to_string())?);
     }
     Ok(answers)
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
 }
