@@ -131,13 +131,13 @@ fn url_error(url: &str, e: redis::RedisError) -> Error {
 /// [`ConnectionLike`], so every redis-rs command runs on it.
 ///
 /// ```no_run
-/// # async fn run() -> echostore::Result<()> {
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use echostore::protocol::Connection;
 /// use redis::AsyncCommands;
 ///
 /// let mut conn = Connection::open("redis://127.0.0.1:6379", Duration::from_secs(5)).await?;
-/// let held: Option<Vec<u8>> = conn.get("users:{42}").await.map_err(|e| echostore::Error::valkey("GET", e))?;
+/// let held: Option<Vec<u8>> = conn.get("users:{42}").await?;
 /// # Ok(())
 /// # }
 /// ```
