@@ -237,6 +237,11 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         self.l2.as_ref().map_or_else(wall_ms, L2::now_ms)
     }
 
+    /// The life of `value`, loaded now in `delta`.
+    pub(crate) fn loaded_life(&self, value: &V, delta: Duration) -> Life {
+        self.config.life(value, self.now_ms()).loaded_in(delta)
+    }
+
     /// The tags of `value` as the entry of `id`: `.tags`', or none. Tags that panic, or one
     /// longer than [`crate::MAX_TAG_BYTES`], are an [`Error::Codec`](crate::Error::Codec): such
     /// a value cannot be written, since `invalidate_tag` could not find it.

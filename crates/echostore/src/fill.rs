@@ -256,11 +256,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 return self.load.fail_safe(e, stale.filter(|_| ours), ours);
             }
         };
-        let life = self
-            .core
-            .config
-            .life(&value, self.core.now_ms())
-            .loaded_in(delta);
+        let life = self.core.loaded_life(&value, delta);
         let encoded = self
             .core
             .marking(self.id, &value, stamp)

@@ -54,8 +54,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     }
 
     fn keep_here(&self, (value, delta): (V, Duration)) -> Filled<V> {
-        let life = self.core.config.life(&value, self.core.now_ms());
-        let entry = life.loaded_in(delta).entry(Arc::new(value));
+        let entry = self.core.loaded_life(&value, delta).entry(Arc::new(value));
         Filled::fresh(entry, Origin::Loaded)
     }
 

@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Source, builder_on, coherent_store, raw, settled, table_on, until, until_stats, valkey,
+    Source, builder_on, coherent_store, raw, settled, spawn_fetch, table_on, until, until_stats,
+    valkey,
 };
 use echostore::{LoserPolicy, Origin, Store, Table};
 
@@ -29,15 +30,9 @@ async fn a_loser_answers_on_the_winners_write() {
     let source = Source::gated();
     let winner = loser_table(&coherent_store(&valkey.url(), None).await, &source).await;
     let loser = loser_table(&coherent_store(&valkey.url(), None).await, &source).await;
-    let won = tokio::spawn({
-        let winner = winner.clone();
-        async move { winner.fetch(&1).await }
-    });
+    let won = spawn_fetch(&winner, 1);
     until("the winner reads the source", || source.calls() == 1).await;
-    let lost = tokio::spawn({
-        let loser = loser.clone();
-        async move { loser.fetch(&1).await }
-    });
+    let lost = spawn_fetch(&loser, 1);
     until_stats(&loser, "the loser lost the lock", |s| s.lock_lost == 1).await;
     source.release();
 
@@ -109,15 +104,9 @@ async fn without_coherence_losers_poll() {
         })
     })
     .await;
-    let won = tokio::spawn({
-        let winner = winner.clone();
-        async move { winner.fetch(&1).await }
-    });
+    let won = spawn_fetch(&winner, 1);
     until("the winner reads the source", || source.calls() == 1).await;
-    let lost = tokio::spawn({
-        let loser = loser.clone();
-        async move { loser.fetch(&1).await }
-    });
+    let lost = spawn_fetch(&loser, 1);
     until_stats(&loser, "the loser polls", |s| s.poll_waits >= 1).await;
     source.release();
     assert_eq!(

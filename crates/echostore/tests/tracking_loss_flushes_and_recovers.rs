@@ -4,27 +4,10 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Proxy, Source, coherent_store, raw, settled, table_on, until, until_stats, valkey};
-use echostore::{Origin, Store, Table};
-
-/// A table whose L1 keeps values a minute: only coherence can make it drop one sooner. Its ids
-/// are spread over four owners, each flushed, and each flush is counted once for the table.
-async fn long_lived(store: &Store, source: &Source) -> Table<u64, String> {
-    table_on(store, "coh", source, |t| {
-        t.ttl(Duration::from_secs(60)).jitter(0.0).shards(4)
-    })
-    .await
-}
-
-/// Loads id 1 into `table`'s L1 and checks that the next read is an L1 hit.
-async fn warm(table: &Table<u64, String>) -> String {
-    table.get(&1).await.expect("loaded");
-    let hit = table.fetch(&1).await.expect("hit");
-    assert_eq!(hit.origin, Origin::L1);
-    hit.value.to_string()
-}
+use common::{
+    Proxy, Source, coherent_store, long_lived, raw, settled, until, until_stats, valkey, warm,
+};
+use echostore::Origin;
 
 /// Kills every store's tracking connection (named `echostore-tracking`), and only those.
 async fn kill_tracking_connections(conn: &mut common::RawConn) -> usize {

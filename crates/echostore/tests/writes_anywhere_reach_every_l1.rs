@@ -4,33 +4,14 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{
-    Source, builder_on, coherent_store, raw, settled, table_on, until, until_async, until_stats,
-    valkey,
+    Source, builder_on, coherent_store, long_lived, raw, settled, until, until_async, until_stats,
+    valkey, warm,
 };
-use echostore::{Origin, Store, Table};
+use echostore::Origin;
 use redis::AsyncCommands;
 
-const TABLE: &str = "coh";
 const VALUE: &str = "coh:{1}";
-
-/// A table whose L1 keeps values a minute: only coherence can make it drop one sooner.
-async fn long_lived(store: &Store, source: &Source) -> Table<u64, String> {
-    table_on(store, TABLE, source, |t| {
-        t.ttl(Duration::from_secs(60)).jitter(0.0)
-    })
-    .await
-}
-
-/// Loads id 1 into `table`'s L1 and checks that the next read is an L1 hit.
-async fn warm(table: &Table<u64, String>) -> String {
-    table.get(&1).await.expect("loaded");
-    let hit = table.fetch(&1).await.expect("hit");
-    assert_eq!(hit.origin, Origin::L1);
-    hit.value.to_string()
-}
 
 /// A put in one store replaces the value in every other store's L1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

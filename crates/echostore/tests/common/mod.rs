@@ -34,7 +34,8 @@ pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
 pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, coherent_table, hold_lock,
-    local_table, patient_store, set_table, stale_on_valkey, store_on, table_on, valkey_table,
+    local_table, long_lived, patient_store, set_table, stale_on_valkey, store_on, table_on,
+    valkey_table, warm,
 };
 pub(crate) use target::{RawConn, raw};
 pub use target::{TARGET_ENV, Valkey, cluster_seeds, exists, pause_writes, unpause, valkey};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use echostore::{L1Backend, Store, Table, TableBuilder};
+use echostore::{L1Backend, Origin, Store, Table, TableBuilder};
 use redis::AsyncCommands;
 
 use super::Source;
@@ -152,4 +152,22 @@ pub async fn hold_lock(conn: &mut super::RawConn, lock: &str, token: &str) {
         .await
         .expect("SET NX PX");
     assert_eq!(set.as_deref(), Some("OK"), "the test holds {lock}");
+}
+
+/// The table `coh` on `store`, whose L1 keeps values a minute: only coherence can make it drop
+/// one sooner. Its ids are spread over four owners, so what coherence does (a push, a flush)
+/// must reach each, and a flush counts once for the table.
+pub async fn long_lived(store: &Store, source: &Source) -> Table<u64, String> {
+    table_on(store, "coh", source, |t| {
+        t.ttl(Duration::from_secs(60)).jitter(0.0).shards(4)
+    })
+    .await
+}
+
+/// Loads id 1 into `table`'s L1, checks that the next read is an L1 hit, and returns its value.
+pub async fn warm(table: &Table<u64, String>) -> String {
+    table.get(&1).await.expect("loaded");
+    let hit = table.fetch(&1).await.expect("hit");
+    assert_eq!(hit.origin, Origin::L1);
+    hit.value.to_string()
 }

@@ -36,11 +36,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         let load = Load::new(self.core, &m.id, &|_| {});
         match loaded.unwrap_or(Err(Error::Absent)) {
             Ok((value, delta)) => {
-                let life = self
-                    .core
-                    .config
-                    .life(&value, self.core.now_ms())
-                    .loaded_in(delta);
+                let life = self.core.loaded_life(&value, delta);
                 let value = Arc::new(value);
                 if m.degraded {
                     self.core.unsettled.mark(m.id.clone(), m.names.clone(), l2);

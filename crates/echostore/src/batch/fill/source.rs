@@ -34,11 +34,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             let load = Load::new(self.core, &id, &|_| {});
             let outcome = match loaded.remove(&id).unwrap_or(Err(Error::Absent)) {
                 Ok((value, delta)) => {
-                    let life = self
-                        .core
-                        .config
-                        .life(&value, self.core.now_ms())
-                        .loaded_in(delta);
+                    let life = self.core.loaded_life(&value, delta);
                     Ok(Landing::Filled(Filled::fresh(
                         life.entry(Arc::new(value)),
                         Origin::Loaded,
