@@ -11,7 +11,8 @@
 //!    `future::Cache::get`;
 //! 4. **misses on distinct ids**: 8 tasks each `get` ids nobody has asked for, through a table
 //!    without Valkey whose loader answers at once (the owners' flights, spread over the table's
-//!    shards), against moka's `future::Cache::get_with` doing the same.
+//!    shards), against moka's `future::Cache::get_with` doing the same, and against the same
+//!    table with one owner (`.shards(1)`).
 //!
 //! The figures that count are the **interleaved rounds** printed first: each round runs every
 //! contender of a row once, in a rotated order, and the ratio is taken per round (so a noisy
@@ -369,25 +370,32 @@ fn peers(c: &mut Criterion) {
     let fresh = Arc::new(AtomicU64::new(1 << 40));
     let miss_loads = Arc::new(AtomicU64::new(0));
     let capacity = size(200_000, 20_000);
-    let missing = {
+    let missing_table = |shards: Option<usize>| {
         let loads = Arc::clone(&miss_loads);
         rt.block_on(async {
             let store = Store::builder().build().await.expect("store");
-            store
+            let table = store
                 .table::<u64, String>("peers-misses")
                 .l1_capacity(capacity)
                 .loader(move |id: u64| {
                     loads.fetch_add(1, Ordering::Relaxed);
                     async move { Ok::<_, std::io::Error>(value_of(id)) }
-                })
-                .start()
-                .await
-                .expect("a table without Valkey")
+                });
+            let table = match shards {
+                Some(n) => table.shards(n),
+                None => table,
+            };
+            table.start().await.expect("a table without Valkey")
         })
     };
+    // The default shards (the cores), and one owner for the whole table as before sharding.
+    let (missing, one_owner) = (missing_table(None), missing_table(Some(1)));
     let moka_misses = moka::future::Cache::<u64, Arc<String>>::new(capacity as u64);
     {
         let echostore = spread(&rt, &fresh, missing.clone(), |table, id| async move {
+            black_box(table.get(&id).await.expect("a load"));
+        });
+        let alone = spread(&rt, &fresh, one_owner.clone(), |table, id| async move {
             black_box(table.get(&id).await.expect("a load"));
         });
         let moka = spread(&rt, &fresh, moka_misses.clone(), |moka, id| async move {
@@ -397,7 +405,11 @@ fn peers(c: &mut Criterion) {
         rows.push(Row {
             title: format!("misses on distinct ids, {MISS_TASKS} tasks"),
             batch: size(80_000, 8_000) as u64,
-            contenders: vec![("echostore miss", echostore), ("moka get_with", moka)],
+            contenders: vec![
+                ("echostore miss", echostore),
+                ("moka get_with", moka),
+                ("echostore, 1 shard", alone),
+            ],
         });
     }
 
@@ -414,12 +426,16 @@ fn peers(c: &mut Criterion) {
         0,
         "the L2 reader read the source"
     );
-    let misses = missing.stats();
+    let (misses, alone) = (missing.stats(), one_owner.stats());
     assert_eq!(
-        (misses.source_reads, misses.l1_hits, misses.coalesced),
-        (miss_loads.load(Ordering::SeqCst), 0, 0),
+        (
+            misses.source_reads + alone.source_reads,
+            misses.l1_hits + alone.l1_hits
+        ),
+        (miss_loads.load(Ordering::SeqCst), 0),
         "every distinct id a miss, loaded once"
     );
+    assert_eq!((misses.coalesced, alone.coalesced), (0, 0));
     println!("\nEchoStore against its peers, this run (median of per-round ratios):");
     for (title, ratios) in &summary {
         let ratios: Vec<String> = ratios
