@@ -165,3 +165,56 @@ async fn a_batch_spanning_shards_is_one_source_call() {
     assert_eq!((s.batches, s.batch_loads, s.source_reads), (1, 1, 64));
     settled(&table).await;
 }
+
+/// A batch read spanning shards while one of them crashes on it: that shard's ids answer
+/// `Stopped`, and the flights the other shard admitted still run (the crashed owner's share of
+/// the batch was dropped with it, which launches the rest) and answer their values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_survives_a_crash_in_one_of_its_shards() {
+    let source = Source::gated();
+    let store = Store::builder().build().await.expect("store");
+    let loader = source.loader();
+    let table = store
+        .table::<Touchy, String>("touchy")
+        .shards(2)
+        .loader(move |id: Touchy| loader(id.0))
+        .start()
+        .await
+        .expect("table");
+    let first = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&Touchy(POISON, 1)).await }
+    });
+    until_stats(&table, "the poisoned id's flight runs", |s| s.in_flight == 1).await;
+    let mut ids: Vec<Touchy> = (1..=8).map(|n| Touchy(n, 0)).collect();
+    ids.push(Touchy(POISON, 2)); // meets the running flight's copy in its shard: a crash
+    let batch = tokio::spawn({
+        let table = table.clone();
+        async move { table.fetch_many(ids).await }
+    });
+    until("the supervisor restarted the shard", || {
+        table.stats().owner_restarts == 1
+    })
+    .await;
+    source.release();
+    assert!(matches!(first.await.expect("task"), Err(Error::Stopped)));
+    let (mut answered, mut stopped) = (0, 0);
+    for (id, answer) in batch.await.expect("task") {
+        match answer {
+            Ok(fetched) => {
+                let value = fetched.value.as_str();
+                assert!(value.starts_with(&format!("value-{}-", id.0)), "{id:?}: {value}");
+                answered += 1;
+            }
+            Err(Error::Stopped) => stopped += 1,
+            Err(e) => panic!("{id:?}: {e}"),
+        }
+    }
+    assert!(
+        answered > 0 && stopped > 1,
+        "the crashed shard's ids answered Stopped ({stopped}), the other's their values \
+         ({answered})"
+    );
+    assert_eq!(answered + stopped, 9);
+    settled(&table).await;
+}
