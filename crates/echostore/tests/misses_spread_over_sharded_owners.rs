@@ -185,7 +185,10 @@ async fn a_batch_survives_a_crash_in_one_of_its_shards() {
         let table = table.clone();
         async move { table.get(&Touchy(POISON, 1)).await }
     });
-    until_stats(&table, "the poisoned id's flight runs", |s| s.in_flight == 1).await;
+    until_stats(&table, "the poisoned id's flight runs", |s| {
+        s.in_flight == 1
+    })
+    .await;
     let mut ids: Vec<Touchy> = (1..=8).map(|n| Touchy(n, 0)).collect();
     ids.push(Touchy(POISON, 2)); // meets the running flight's copy in its shard: a crash
     let batch = tokio::spawn({
@@ -203,7 +206,10 @@ async fn a_batch_survives_a_crash_in_one_of_its_shards() {
         match answer {
             Ok(fetched) => {
                 let value = fetched.value.as_str();
-                assert!(value.starts_with(&format!("value-{}-", id.0)), "{id:?}: {value}");
+                assert!(
+                    value.starts_with(&format!("value-{}-", id.0)),
+                    "{id:?}: {value}"
+                );
                 answered += 1;
             }
             Err(Error::Stopped) => stopped += 1,
