@@ -2,8 +2,8 @@
 //! invalidation whenever a key under the store's tables' prefixes changes — whoever changed it
 //! (another process, a script, an operator, an expiry).
 //!
-//! By default ([`Tracking::Broadcast`]) the connection runs `CLIENT TRACKING ON BCAST PREFIX
-//! <table>: PREFIX lock:<table>:` for every table of the store, registered as tables start. With
+//! By default ([`Tracking::Broadcast`]) the connection runs
+//! `CLIENT TRACKING ON BCAST PREFIX <table>: PREFIX lock:<table>:` for every table of the store, registered as tables start. With
 //! [`Tracking::Keys`] it runs `CLIENT TRACKING ON`, and Valkey pushes only the keys it read
 //! (`crate::tracking::keys`): each value L1 takes is read there once more before it lives its
 //! full life. An invalidation of a **value key** reaches the

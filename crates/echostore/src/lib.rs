@@ -19,8 +19,10 @@
 //! - `lookup` — the future a read returns: the L1 hit on the caller's task (the ETS read path);
 //!   `miss` — a miss on the caller's task: it joins the flight the `board` lists for the id, or
 //!   reads Valkey itself, and goes to the owner for everything else (the lock, a load, a write on
-//!   the wire); `board` — the current flights and reads, where a miss finds them without a message,
-//!   and the ids being written (`board::running`: a running write's mark, held by its own task).
+//!   the wire); however it reaches a flight, it waits on the flight's cell (`miss::follow`, the
+//!   one way to wait); `board` — the current flights and reads, where a miss finds them without a
+//!   message, each flight's cell, and the ids being written (`board::running`: a running write's
+//!   mark, held by its own task).
 //! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one `MGET` per
 //!   slot group, the rest to the owner in one message; `batch::fill` — the flights a batch
 //!   started, run together (one acquire-many, one batch loader call, one write-many), with the
@@ -30,8 +32,9 @@
 //!   `config::sharding`): each orders its ids' misses, puts and invalidations
 //!   (`owner::launches` starts flights, `owner::landings` takes them back, `owner::writes` runs
 //!   the Valkey writes and takes pushes, `owner::marked` clears and tag marks, `owner::batches`
-//!   batch misses); `owner_ref` — where the handles find each shard's owner across restarts,
-//!   and which shard an id is in.
+//!   batch misses, gathered from every shard into one batch); `owner_ref` — where the handles
+//!   find each shard's owner across restarts, which shard an id is in, and what every shard does
+//!   once for the table (a flush, a mark: counted once, `owner_ref::EveryShard`).
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
 //! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere
@@ -43,7 +46,8 @@
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
 //!   and wake losers (client-side caching, by prefix with `BCAST` or by key: [`Tracking`]);
 //!   `own_writes` — the pushes a process's own writes cause, told apart from others'.
-//! - `flights` — the flights map: per id, the one load, its waiters (`coalesced`), the writes it
+//! - `flights` — the flights map: per id one state (`flights::id_state`: the current flight's
+//!   phase, the writes' phase, the overtaken flights), the one load misses join, the writes it
 //!   waits for (`flights::writes`); the per-id ordering rule lives here.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
 //!   `fill::copies` — what it makes of the bytes it reads.

@@ -203,9 +203,9 @@ return 0
 /// A `clear` or an `invalidate_tag`: one new generation, from the server's clock in µs and above
 /// every mark already set, given to each member named (`clear`, or `tag:<tag>`) in the table's
 /// marks (a sorted set, the score a member's generation). A clear subsumes the marks before it,
-/// which it removes; marks older than the longest life of a copy (ARGV[1], µs; 0 = kept until the
+/// which it removes; marks older than the longest life of a copy (`ARGV[1]`, µs; 0 = kept until the
 /// next clear) are removed too, since no copy they could invalidate is left. Returns every mark
-/// above the generation the caller knew (ARGV[2]), its own included, as `member, score, …`: a
+/// above the generation the caller knew (`ARGV[2]`), its own included, as `member, score, …`: a
 /// mark another process set just before this one is taken in with it, never skipped.
 pub const MARK_SCRIPT: &str = r#"
 -- KEYS[1] = the table's marks; ARGV[1] = how long a mark is kept, µs (0: until a clear),
