@@ -392,12 +392,12 @@ fn peers(c: &mut Criterion) {
     let (missing, one_owner) = (missing_table(None), missing_table(Some(1)));
     let moka_misses = moka::future::Cache::<u64, Arc<String>>::new(capacity as u64);
     {
-        let echostore = spread(&rt, &fresh, missing.clone(), |table, id| async move {
-            black_box(table.get(&id).await.expect("a load"));
-        });
-        let alone = spread(&rt, &fresh, one_owner.clone(), |table, id| async move {
-            black_box(table.get(&id).await.expect("a load"));
-        });
+        let gets = |table: &echostore::Table<u64, String>| {
+            spread(&rt, &fresh, table.clone(), |table, id| async move {
+                black_box(table.get(&id).await.expect("a load"));
+            })
+        };
+        let (echostore, alone) = (gets(&missing), gets(&one_owner));
         let moka = spread(&rt, &fresh, moka_misses.clone(), |moka, id| async move {
             let value = moka.get_with(id, async move { Arc::new(value_of(id)) });
             black_box(value.await);

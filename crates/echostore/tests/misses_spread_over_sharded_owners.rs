@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{
-    POISON, Source, Touchy, answers, coherent_store, herd_across, settled, table_on, until,
-    until_async, until_stats, valkey,
+    POISON, Source, Touchy, answers, coherent_store, herd_across, on_task, settled, table_on,
+    until, until_async, until_stats, valkey,
 };
 use echostore::{Error, Origin, Store, Table};
 
@@ -75,30 +75,51 @@ async fn a_mark_reaches_every_shard() {
     until_stats(&here, "the mark was taken", |s| s.marks_taken >= 1).await;
 }
 
-/// A crash in one shard answers that shard's waiters `Stopped`; the other shard's flights run
-/// on and answer their values, and only one owner is restarted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_restarts_only_its_shard() {
-    let source = Source::gated();
+/// The `touchy` table, its ids over two owners, on a store without Valkey.
+async fn two_shards(source: &Source) -> Table<Touchy, String> {
     let store = Store::builder().build().await.expect("store");
     let loader = source.loader();
-    let table = store
+    store
         .table::<Touchy, String>("touchy")
         .shards(2)
         .loader(move |id: Touchy| loader(id.0))
         .start()
         .await
-        .expect("table");
+        .expect("table")
+}
+
+/// How many of `answers` (by id number) are the id's own value, and how many `Stopped`; any
+/// other answer fails the test.
+fn tally(
+    answers: impl IntoIterator<Item = (u64, echostore::Result<Arc<String>>)>,
+) -> (usize, usize) {
+    let (mut answered, mut stopped) = (0, 0);
+    for (n, answer) in answers {
+        match answer {
+            Ok(value) => {
+                assert!(value.starts_with(&format!("value-{n}-")), "id {n}: {value}");
+                answered += 1;
+            }
+            Err(Error::Stopped) => stopped += 1,
+            Err(e) => panic!("id {n}: {e}"),
+        }
+    }
+    (answered, stopped)
+}
+
+/// A crash in one shard answers that shard's waiters `Stopped`; the other shard's flights run
+/// on and answer their values, and only one owner is restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_restarts_only_its_shard() {
+    let source = Source::gated();
+    let table = two_shards(&source).await;
     let others: Vec<_> = (1..=8)
         .map(|n| {
             let table = table.clone();
             tokio::spawn(async move { table.get(&Touchy(n, 0)).await })
         })
         .collect();
-    let first = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&Touchy(POISON, 1)).await }
-    });
+    let first = on_task(&table, |t| async move { t.get(&Touchy(POISON, 1)).await });
     until_stats(&table, "nine flights run", |s| s.in_flight == 9).await;
     let second = table.get(&Touchy(POISON, 2)).await;
     assert!(matches!(second, Err(Error::Stopped)), "{second:?}");
@@ -108,17 +129,11 @@ async fn a_crash_restarts_only_its_shard() {
     .await;
     source.release();
     assert!(matches!(first.await.expect("task"), Err(Error::Stopped)));
-    let (mut answered, mut stopped) = (0, 0);
+    let mut answers = Vec::new();
     for (n, other) in (1..=8u64).zip(others) {
-        match other.await.expect("task") {
-            Ok(value) => {
-                assert!(value.starts_with(&format!("value-{n}-")), "{value}");
-                answered += 1;
-            }
-            Err(Error::Stopped) => stopped += 1,
-            Err(e) => panic!("id {n}: {e}"),
-        }
+        answers.push((n, other.await.expect("task")));
     }
+    let (answered, stopped) = tally(answers);
     assert!(
         answered > 0 && stopped > 0,
         "the crashed shard's ids answered Stopped ({stopped}), the other's their values \
@@ -172,19 +187,8 @@ async fn a_batch_spanning_shards_is_one_source_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_survives_a_crash_in_one_of_its_shards() {
     let source = Source::gated();
-    let store = Store::builder().build().await.expect("store");
-    let loader = source.loader();
-    let table = store
-        .table::<Touchy, String>("touchy")
-        .shards(2)
-        .loader(move |id: Touchy| loader(id.0))
-        .start()
-        .await
-        .expect("table");
-    let first = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&Touchy(POISON, 1)).await }
-    });
+    let table = two_shards(&source).await;
+    let first = on_task(&table, |t| async move { t.get(&Touchy(POISON, 1)).await });
     until_stats(&table, "the poisoned id's flight runs", |s| {
         s.in_flight == 1
     })
@@ -201,21 +205,12 @@ async fn a_batch_survives_a_crash_in_one_of_its_shards() {
     .await;
     source.release();
     assert!(matches!(first.await.expect("task"), Err(Error::Stopped)));
-    let (mut answered, mut stopped) = (0, 0);
-    for (id, answer) in batch.await.expect("task") {
-        match answer {
-            Ok(fetched) => {
-                let value = fetched.value.as_str();
-                assert!(
-                    value.starts_with(&format!("value-{}-", id.0)),
-                    "{id:?}: {value}"
-                );
-                answered += 1;
-            }
-            Err(Error::Stopped) => stopped += 1,
-            Err(e) => panic!("{id:?}: {e}"),
-        }
-    }
+    let answers = batch.await.expect("task");
+    let (answered, stopped) = tally(
+        answers
+            .into_iter()
+            .map(|(id, a)| (id.0, a.map(|f| f.value))),
+    );
     assert!(
         answered > 0 && stopped > 1,
         "the crashed shard's ids answered Stopped ({stopped}), the other's their values \
