@@ -1,8 +1,8 @@
 # EchoStore for Rust: the everyday recipes. `just --list` shows them.
 
-# Run every test (provisions a private valkey-server on first use).
+# Run every test, the cluster and TLS suites included (provisions a private valkey-server on first use).
 test:
-    cargo test --workspace
+    cargo test --workspace --all-features
 
 # Formatting check and clippy with warnings as errors.
 lint:

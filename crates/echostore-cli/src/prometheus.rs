@@ -1,6 +1,8 @@
 //! `--prometheus ADDR` on the readouts: the `metrics` facade's Prometheus recorder
 //! (`metrics-exporter-prometheus`), serving `GET /metrics` on a loopback address while the readout
-//! runs, so the readout's tables can be scraped as a service's would be.
+//! runs, so the readout's tables can be scraped as a service's would be. The exporter and its
+//! HTTP stack are behind the `prometheus` feature, so that the everyday build does without them;
+//! without it, `--prometheus` is a clear error that says how to turn it on.
 //!
 //! Every started table publishes its counters and gauges every `METRICS_EXPORT_EVERY` (1 s), and
 //! its load and Valkey timings as they happen (see `docs/operations.md`, "Metrics"). A readout's
@@ -9,8 +11,6 @@
 //! was given), and the readout sets it to the nodes' sum when it ends.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-
-use metrics_exporter_prometheus::PrometheusBuilder;
 
 use crate::CliResult;
 
@@ -36,14 +36,25 @@ pub(crate) fn parse_addr(text: &str) -> Result<SocketAddr, String> {
 /// Installs the Prometheus recorder as the process's global recorder, listening on `addr`, and
 /// registers EchoStore's metric descriptions. Call it once, from the runtime, before the tables
 /// start.
+#[cfg(feature = "prometheus")]
 pub(crate) fn serve(addr: SocketAddr) -> CliResult<()> {
-    PrometheusBuilder::new()
+    metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .install()
         .map_err(|e| format!("serving Prometheus metrics on {addr}: {e}"))?;
     echostore::describe_metrics();
     eprintln!("serving Prometheus metrics on http://{addr}/metrics");
     Ok(())
+}
+
+/// Without the `prometheus` feature: the error that says how to build with it.
+#[cfg(not(feature = "prometheus"))]
+pub(crate) fn serve(addr: SocketAddr) -> CliResult<()> {
+    Err(format!(
+        "--prometheus {addr}: this echostore was built without the Prometheus exporter; build \
+         it with `cargo run --release -p echostore-cli --features prometheus -- …`"
+    )
+    .into())
 }
 
 #[cfg(test)]

@@ -175,6 +175,11 @@ pub use tracking::SILENT_LINK_BOUND;
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guide's Rust snippets (`docs/guide.md`), compiled as doctests for the same reason.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide.md")]
+pub struct GuideDoctests;
+
 /// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: a connection made
 /// as a store makes its own, every Lua script EchoStore runs, how it makes a lock token, and the
 /// envelope header's decoder. Not needed to use a cache; see

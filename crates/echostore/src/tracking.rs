@@ -206,8 +206,7 @@ async fn track(
                     if tracker.strong_count() == 0 {
                         return None; // the store went away meanwhile, its connection with it
                     }
-                    tracing::warn!(error = %e, "coherence: subscribing a table failed");
-                    return Some("subscribe failed");
+                    return Some(subscribe_failed(&e));
                 }
                 tracker.upgrade()?.node_tracks(url, &subscribed);
             },
@@ -221,6 +220,17 @@ async fn track(
             }
         }
     }
+}
+
+/// Why a resubscribe failed. A connection that broke meanwhile is lost like any other (and at a
+/// store's shutdown, expected); only a server that refuses is worth a warning.
+fn subscribe_failed(e: &redis::RedisError) -> &'static str {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+        tracing::debug!(error = %e, "coherence: the tracking connection broke while subscribing");
+        return "disconnected";
+    }
+    tracing::warn!(error = %e, "coherence: subscribing a table failed");
+    "subscribe failed"
 }
 
 /// A RESP3 client for `url` (pushes need RESP3), with the endpoint's TLS roots.

@@ -1,0 +1,72 @@
+//! `delete`: with `V = Option<_>` the row is written as `None` everywhere, so another store
+//! answers "not found" from Valkey and then L1 without reading the source; with another value
+//! type the row is invalidated everywhere and the next read loads it.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Source, coherent_store, coherent_table, until_stats, valkey};
+use echostore::{Origin, Store, Table};
+
+async fn optional(store: &Store, source: &Source) -> Table<u64, Option<String>> {
+    let source = source.clone();
+    store
+        .table::<u64, Option<String>>("maybe")
+        .ttl(Duration::from_secs(60))
+        .loader(move |id: u64| {
+            let source = source.clone();
+            async move {
+                source.read().await;
+                Ok::<_, std::io::Error>(Some(format!("row {id}")))
+            }
+        })
+        .start()
+        .await
+        .expect("table")
+}
+
+/// `here` loads id 1 and `there` reads it from Valkey; then `here` deletes it, and this returns
+/// once the delete's push has reached `there`.
+async fn loaded_then_deleted<V: echostore::Value>(here: &Table<u64, V>, there: &Table<u64, V>) {
+    here.get(&1).await.expect("load");
+    // The load's own write pushes to the other store too: let it arrive before that store reads,
+    // so that the push counted below is the delete's.
+    until_stats(there, "the load's push reached the other store", |s| {
+        s.invalidations >= 1
+    })
+    .await;
+    assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::L2);
+    let before = there.stats().invalidations;
+    here.delete(&1).await.expect("delete");
+    until_stats(there, "the delete reached the other store", |s| {
+        s.invalidations > before
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_optional_row_is_cached_as_none_everywhere() {
+    let valkey = valkey();
+    let source = Source::open();
+    let here = optional(&coherent_store(&valkey.url(), None).await, &source).await;
+    let there = optional(&coherent_store(&valkey.url(), None).await, &source).await;
+    loaded_then_deleted(&here, &there).await;
+    let read = there.fetch(&1).await.expect("read");
+    assert_eq!((read.value.as_ref(), read.origin), (&None, Origin::L2));
+    let read = here.fetch(&1).await.expect("read");
+    assert_eq!((read.value.as_ref(), read.origin), (&None, Origin::L1));
+    assert_eq!(source.calls(), 1, "no store read the source again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_other_row_is_invalidated_everywhere() {
+    let valkey = valkey();
+    let source = Source::open();
+    let long = |t: echostore::TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let here = coherent_table(&valkey.url(), "plain", &source, long).await;
+    let there = coherent_table(&valkey.url(), "plain", &source, long).await;
+    loaded_then_deleted(&here, &there).await;
+    assert_eq!(there.fetch(&1).await.expect("read").origin, Origin::Loaded);
+    assert_eq!(source.calls(), 2, "the next read loaded the row");
+}

@@ -1,0 +1,159 @@
+//! A `put` or `invalidate` that fails has usually followed a commit at the source, so Valkey's copy
+//! of the id — and other processes' L1 copies — may now be older than the source. The writing
+//! table remembers the id and repairs it (`DEL` of value and lock, which every other store hears as
+//! a push) as soon as Valkey takes it; meanwhile its own reads do not trust Valkey's copy. Without
+//! the repair, the old copy was served everywhere for the rest of its ttl (issue "outages, clocks
+//! and edges"; `echostore check --faults kill-all` found reads going back to it).
+
+use crate::common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{coherent_store, raw, read_envelope, settled, until_async, valkey};
+use echostore::{Store, Table};
+
+/// The source: one row, which the test moves on as a database commit would.
+type Row = Arc<Mutex<String>>;
+
+async fn rows_table(store: &Store, row: &Row) -> Table<u64, String> {
+    let row = Arc::clone(row);
+    store
+        .table::<u64, String>("rows")
+        .ttl(Duration::from_secs(60))
+        .loader(move |_id: u64| {
+            let row = Arc::clone(&row);
+            async move { Ok::<_, std::io::Error>(row.lock().expect("row").clone()) }
+        })
+        .start()
+        .await
+        .expect("table")
+}
+
+/// An ACL user for store A, whose rights the test can take away while Valkey stays up.
+async fn acl(conn: &mut common::RawConn, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("writer")
+        .arg(rules)
+        .query_async(conn)
+        .await
+        .expect("ACL SETUSER");
+}
+
+/// Stores A (as user `writer`) and B share the row; both hold "v1" in L1.
+async fn two_stores(
+    url: &str,
+    admin: &mut common::RawConn,
+    row: &Row,
+) -> (Table<u64, String>, Table<u64, String>) {
+    acl(admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    let writer_url = url.replacen("redis://", "redis://writer:secret@", 1);
+    let a = rows_table(&coherent_store(&writer_url, None).await, row).await;
+    let b = rows_table(&coherent_store(url, None).await, row).await;
+    a.put(&1, "v1".into()).await.expect("put v1");
+    assert_eq!(*b.get(&1).await.expect("B reads v1"), "v1");
+    (a, b)
+}
+
+/// The repair reached B (its L1 copy of "v1" is retired and it reads "v2"), and Valkey no longer
+/// holds "v1".
+async fn repaired_everywhere(b: &Table<u64, String>, admin: &mut common::RawConn) {
+    until_async("B's L1 copy of v1 is retired and B reads v2", async || {
+        b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
+    })
+    .await;
+    let on_valkey = read_envelope::<String>(admin, "rows:{1}").await;
+    assert!(
+        on_valkey.as_ref().is_none_or(|env| env.value == "v2"),
+        "Valkey no longer holds v1: {on_valkey:?}"
+    );
+}
+
+/// A put refused by Valkey (the writer lost the right to run scripts) after the source moved to
+/// "v2": Valkey's "v1" is deleted at once (a `DEL` is still allowed), B's L1 copy is retired by
+/// that push and B reads "v2" from the source; A never serves Valkey's old copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_put_is_repaired_on_valkey_and_in_every_l1() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut admin = raw(&url).await;
+    let row: Row = Arc::new(Mutex::new("v1".into()));
+    let (a, b) = two_stores(&url, &mut admin, &row).await;
+
+    acl(&mut admin, &["-@scripting"]).await;
+    *row.lock().expect("row") = "v2".into(); // the database committed
+    let failed = a.put(&1, "v2".into()).await;
+    assert!(failed.is_err(), "the put's script was refused: {failed:?}");
+
+    repaired_everywhere(&b, &mut admin).await;
+    assert_eq!(*a.get(&1).await.expect("A reads"), "v2");
+    acl(&mut admin, &["+@all"]).await;
+    settled(&a).await;
+}
+
+/// An invalidate refused by Valkey (no `DEL` for the writer, so no repair can land either): A
+/// keeps retrying, and once the right is back its repair lands and reaches B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_invalidate_is_repaired_once_valkey_takes_it() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut admin = raw(&url).await;
+    let row: Row = Arc::new(Mutex::new("v1".into()));
+    let (a, b) = two_stores(&url, &mut admin, &row).await;
+
+    acl(&mut admin, &["-del"]).await;
+    *row.lock().expect("row") = "v2".into();
+    let failed = a.invalidate(&1).await;
+    assert!(failed.is_err(), "the DEL was refused: {failed:?}");
+    assert_eq!(
+        *a.get(&1).await.expect("A reads"),
+        "v2",
+        "A loads in-process rather than trust Valkey's v1"
+    );
+
+    acl(&mut admin, &["+del"]).await;
+    until_async("A's repair landed and reached B", async || {
+        b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
+    })
+    .await;
+    settled(&a).await;
+}
+
+/// The source moved to "v2" and nobody told Valkey (a writer's put failed): store A, unable to
+/// read Valkey, answers "v2" from its loader. A then never reads Valkey's older "v1": the
+/// degraded load marks the id unsettled, so Valkey's copy is deleted before A trusts Valkey for
+/// it again, and B, which held "v1", hears the delete. (A keeps nothing unconfirmed in L1 here,
+/// so its next read goes to Valkey at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_answered_from_its_loader_never_reads_valkeys_older_copy() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut admin = raw(&url).await;
+    let row: Row = Arc::new(Mutex::new("v1".into()));
+    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    let b = rows_table(&coherent_store(&url, None).await, &row).await;
+    b.put(&1, "v1".into()).await.expect("put v1");
+    let writer_url = url.replacen("redis://", "redis://writer:secret@", 1);
+    let a_store = Store::builder()
+        .valkey(writer_url)
+        .require_valkey(true)
+        .unconfirmed_l1_life(Duration::ZERO)
+        .build()
+        .await
+        .expect("store A");
+    let a = rows_table(&a_store, &row).await;
+
+    *row.lock().expect("row") = "v2".into(); // committed; Valkey was never told
+    acl(&mut admin, &["-@scripting", "-getrange"]).await; // A cannot read Valkey; DEL still goes
+    assert_eq!(*a.get(&1).await.expect("A loads in-process"), "v2");
+    acl(&mut admin, &["+@all"]).await;
+
+    assert_eq!(
+        *a.get(&1).await.expect("A reads again"),
+        "v2",
+        "A never goes back to Valkey's v1"
+    );
+    repaired_everywhere(&b, &mut admin).await;
+    settled(&a).await;
+}

@@ -1,0 +1,232 @@
+//! A process never reads back in time: once one of its reads answered a version, no later read
+//! in it answers an older one, even while another process's push is late.
+//!
+//! The race: a read of `id` is under way (on the caller's task, or in the owner's flight) when
+//! this process `put`s `id` — the put overtakes the read and its value enters L1 — and then
+//! another process writes a newer value, whose push has not arrived. If the overtaken read then
+//! meets the newer value on Valkey and answers it, the next read answers the put's older value
+//! from L1. Found by `echostore check --faults all` (a push lost to a killed tracking connection);
+//! here the push is only held at a proxy, and the read is held inside the key's `render`, which
+//! runs on whatever task reads Valkey for it.
+
+use crate::common;
+
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use common::{Proxy, coherent_store, on_task, until, valkey};
+use echostore::{Key, Store, Table};
+
+/// Holds a read inside the key's `render`: the `from`-th render of a gated key and every later
+/// one wait until the test opens the gate.
+struct Gate {
+    renders: AtomicUsize,
+    from: usize,
+    arrived: AtomicBool,
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn holding_render(from: usize) -> Arc<Gate> {
+        Arc::new(Gate {
+            renders: AtomicUsize::new(0),
+            from,
+            arrived: AtomicBool::new(false),
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+        })
+    }
+
+    fn pass(&self) {
+        if self.renders.fetch_add(1, Ordering::SeqCst) + 1 < self.from {
+            return;
+        }
+        self.arrived.store(true, Ordering::SeqCst);
+        // The runtime's worker hands its queued tasks to another thread while this one waits.
+        tokio::task::block_in_place(|| {
+            let open = self.open.lock().expect("gate");
+            drop(self.opened.wait_while(open, |open| !*open).expect("gate"));
+        });
+    }
+
+    fn open(&self) {
+        *self.open.lock().expect("gate") = true;
+        self.opened.notify_all();
+    }
+}
+
+/// An id that equals and hashes by `n` alone; a copy carrying a gate waits there when rendered.
+#[derive(Clone)]
+struct Id {
+    n: u64,
+    gate: Option<Arc<Gate>>,
+}
+
+impl Id {
+    fn plain(n: u64) -> Id {
+        Id { n, gate: None }
+    }
+}
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        self.n == other.n
+    }
+}
+
+impl Eq for Id {}
+
+impl Hash for Id {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.n.hash(state);
+    }
+}
+
+impl std::fmt::Debug for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.n)
+    }
+}
+
+impl Key for Id {
+    fn render(&self) -> Cow<'_, [u8]> {
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
+        Cow::Owned(self.n.to_string().into_bytes())
+    }
+}
+
+/// Table `back` on `store`: a minute's ttl, and a loader that answers 0.
+async fn table(store: &Store) -> Table<Id, u64> {
+    store
+        .table::<Id, u64>("back")
+        .ttl(Duration::from_secs(60))
+        .jitter(0.0)
+        .loader(|_id: Id| async { Ok::<_, std::io::Error>(0) })
+        .start()
+        .await
+        .expect("table")
+}
+
+/// Runs the race with the read held at its `from`-th render: 1 is the read a miss makes on the
+/// caller's task, 2 the owner's flight it hands an empty value to. Answers the held read's value
+/// and the next read's.
+async fn race(from: usize) -> (u64, u64) {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let here = table(&coherent_store(&proxy.url(), None).await).await;
+    let elsewhere = table(&coherent_store(&valkey.url(), None).await).await;
+
+    let gate = Gate::holding_render(from);
+    let held = Id {
+        n: 1,
+        gate: Some(Arc::clone(&gate)),
+    };
+    let reader = here.clone();
+    let read = tokio::spawn(async move { *reader.get(&held).await.expect("held read") });
+    until("the read is held", || gate.arrived.load(Ordering::SeqCst)).await;
+
+    here.put(&Id::plain(1), 1).await.expect("put here");
+    proxy.hold_pushes();
+    elsewhere
+        .put(&Id::plain(1), 2)
+        .await
+        .expect("put elsewhere");
+    gate.open();
+    let first = read.await.expect("read task");
+    let next = *here.get(&Id::plain(1)).await.expect("next read");
+    proxy.release_pushes();
+    (first, next)
+}
+
+/// A read on the caller's task that a put overtook answers nothing newer than L1 then keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_overtaken_read_on_the_callers_task_does_not_answer_ahead_of_l1() {
+    let (first, next) = race(1).await;
+    assert!(
+        next >= first,
+        "read version {first}, then the older {next} from L1"
+    );
+}
+
+/// A flight that a put overtook answers nothing newer than L1 then keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_overtaken_flight_does_not_answer_ahead_of_l1() {
+    let (first, next) = race(2).await;
+    assert!(
+        next >= first,
+        "read version {first}, then the older {next} from L1"
+    );
+}
+
+/// A flight overtaken by a push answers what L1 holds when it lands, not what it read: here the
+/// overtaken flight reads a newer row than the one a later flight of the same process put in
+/// L1, and answering that row would leave L1 behind what the process had answered (the next read
+/// would go back to the older one). Found by `echostore check --faults all` under the `proxy`
+/// fault, where a flight stuck on a slow link loaded last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overtaken_flight_that_read_a_newer_row_answers_l1() {
+    use std::sync::atomic::AtomicU64;
+    let valkey = valkey();
+    let row = Arc::new(AtomicU64::new(1));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let first_load = Arc::new(tokio::sync::Notify::new());
+    let store = coherent_store(&valkey.url(), None).await;
+    let here = store
+        .table::<u64, String>("overtaken")
+        .ttl(Duration::from_secs(60))
+        .loader({
+            let (row, calls, first_load) = (row.clone(), calls.clone(), first_load.clone());
+            move |_id: u64| {
+                let (row, calls, first_load) = (row.clone(), calls.clone(), first_load.clone());
+                async move {
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        first_load.notified().await;
+                    }
+                    Ok::<_, std::io::Error>(format!("v{}", row.load(Ordering::SeqCst)))
+                }
+            }
+        })
+        .start()
+        .await
+        .expect("table");
+    let other = coherent_store(&valkey.url(), None)
+        .await
+        .table::<u64, String>("overtaken")
+        .ttl(Duration::from_secs(60))
+        .loader(|_id: u64| async move { Ok::<_, std::io::Error>("never".to_owned()) })
+        .start()
+        .await
+        .expect("table");
+
+    let overtaken = on_task(&here, |here| async move {
+        here.get(&1).await.expect("read").to_string()
+    });
+    until("the first flight is loading", || {
+        calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The other process writes v1 (the source is at 1): its push overtakes the loading flight.
+    other.put(&1, "v1".to_owned()).await.expect("put");
+    common::until_stats(&here, "the put's push arrived", |s| s.invalidations >= 1).await;
+    assert_eq!(
+        here.get(&1).await.expect("read").as_str(),
+        "v1",
+        "a new flight, from Valkey"
+    );
+    // The source moves on, and only then does the overtaken flight read it.
+    row.store(2, Ordering::SeqCst);
+    first_load.notify_one();
+    let answered = overtaken.await.expect("task");
+    let next = here.get(&1).await.expect("read");
+    assert_eq!(
+        (answered.as_str(), next.as_str()),
+        ("v1", "v1"),
+        "the overtaken flight answers what L1 holds, so the next read does not go back"
+    );
+}

@@ -1,0 +1,101 @@
+//! Key tracking (`Tracking::Keys`): Valkey pushes a change only to the connections that read the
+//! key, and a value enters L1 from the data connection, which Valkey does not track. So an L1
+//! entry lives past `unconfirmed_l1_life` only once the store's tracking connection has read the
+//! key and found the same bytes; a change made before that read is found by the comparison, one
+//! made after is pushed.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Proxy, Source, command_calls, raw, table_on, until, until_async, valkey};
+use echostore::{Origin, Store, Table, Tracking};
+
+/// A table `kt` (ttl a minute) on a store with key tracking on `url`, keeping what Valkey has not
+/// confirmed for `unconfirmed`.
+async fn keyed_table(url: &str, source: &Source, unconfirmed: Duration) -> Table<u64, String> {
+    let store = Store::builder()
+        .valkey(url)
+        .require_valkey(true)
+        .tracking(Tracking::Keys)
+        .unconfirmed_l1_life(unconfirmed)
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    table_on(&store, "kt", source, |t| {
+        t.ttl(Duration::from_secs(60)).jitter(0.0)
+    })
+    .await
+}
+
+/// With no unconfirmed life at all, a value read from Valkey is an L1 hit only once the tracking
+/// connection confirmed it; from then on another store's put reaches this L1 through a push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_value_lives_its_ttl_and_hears_of_changes() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Source::open();
+    let here = keyed_table(&url, &source, Duration::ZERO).await;
+    let there = keyed_table(&url, &source, Duration::ZERO).await;
+    there.put(&7, "v1".into()).await.expect("put v1");
+
+    until_async("the value is an L1 hit once confirmed", async || {
+        let fetched = here.fetch(&7).await.expect("fetch");
+        assert_eq!(*fetched.value, "v1");
+        fetched.origin == Origin::L1
+    })
+    .await;
+    let pushed = here.stats().invalidations;
+    there.put(&7, "v2".into()).await.expect("put v2");
+    until_async("the put reached this L1", async || {
+        *here.fetch(&7).await.expect("fetch").value == "v2"
+    })
+    .await;
+    assert!(
+        here.stats().invalidations > pushed,
+        "the change came by a push"
+    );
+    assert_eq!(source.calls(), 0, "every value came from a put");
+}
+
+/// A store reads v1, and before its tracking connection reads the key, another store writes v2:
+/// Valkey pushes nothing to the first store (it tracked nothing yet). Its confirmation finds v2
+/// instead of v1, and the entry leaves L1, which would otherwise keep v1 for the unconfirmed
+/// life (here a minute, the ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_before_the_key_is_tracked_is_found_by_the_confirmation() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let proxy = Proxy::start(&url).await;
+    let source = Source::open();
+    let here = keyed_table(&proxy.url(), &source, Duration::from_secs(60)).await;
+    let there = keyed_table(&url, &source, Duration::from_secs(60)).await;
+    there.put(&7, "v1".into()).await.expect("put v1");
+
+    // The read runs on Valkey, its answer is held on the way back: v2 lands after it.
+    let mut conn = raw(&url).await;
+    let reads = command_calls(&mut conn, "getrange").await;
+    proxy.hold_replies();
+    let read = tokio::spawn({
+        let here = here.clone();
+        async move { here.fetch(&7).await }
+    });
+    until_async("the read ran on Valkey", async || {
+        command_calls(&mut conn, "getrange").await > reads
+    })
+    .await;
+    there.put(&7, "v2".into()).await.expect("put v2");
+    proxy.release_replies();
+    let first = read.await.expect("task").expect("fetch");
+    assert_eq!(
+        *first.value, "v1",
+        "the read answers what Valkey held when it ran"
+    );
+
+    until_async("this L1 let go of v1", async || {
+        *here.fetch(&7).await.expect("fetch").value == "v2"
+    })
+    .await;
+    assert_eq!(source.calls(), 0, "every value came from a put");
+}

@@ -1,0 +1,69 @@
+//! EchoStore's integration tests, one binary (`cargo test` links it once): each module is one
+//! behaviour, named as the claim it proves, against real Valkey servers and clusters the tests
+//! start (`embedded-valkey`). `common` holds what they share.
+//!
+//! The cluster and TLS suites need the `cluster` and `tls` features; the README's test command
+//! (`cargo test --workspace --all-features`) turns them on. `on_a_cluster` runs the lock and
+//! coherence suites a second time against a three-primary cluster.
+
+mod common;
+
+mod a_cold_miss_makes_three_round_trips;
+mod a_crashed_owner_answers_stopped_and_restarts;
+mod a_crashed_owner_leaves_l1_agreeing_with_valkey;
+mod a_deleted_row_is_gone_everywhere;
+mod a_dropped_store_lets_go_of_valkey;
+mod a_dropped_tables_keys_are_no_longer_tracked;
+mod a_failed_write_is_repaired_everywhere;
+mod a_failing_or_hanging_loader_never_holds_the_lock;
+mod a_load_slower_than_the_lock_is_the_one_source_read;
+mod a_million_key_storm_stays_bounded;
+mod a_namespace_keeps_two_apps_apart;
+mod a_process_never_reads_back_in_time;
+mod a_put_racing_a_foreign_write_leaves_no_stale_l1;
+mod a_read_takes_effect_when_it_is_made;
+mod a_skewed_clock_changes_no_life;
+mod a_slot_migration_delays_no_write;
+mod a_values_own_ttl_is_its_life_everywhere;
+mod bad_input_gets_a_clear_error_and_loses_nothing;
+mod batch_reads_across_processes;
+mod batch_reads_load_each_id_once;
+mod borrowed_keys_read_like_a_hashmap;
+mod cancelled_callers_leave_the_flight_running;
+mod concurrent_misses_read_the_source_once;
+mod expiry_is_jittered;
+mod four_processes_read_the_source_once;
+mod hostile_payloads_are_a_counted_miss;
+mod hot_keys_are_refreshed_before_they_expire;
+mod hung_loads_are_bounded;
+mod key_tracking_confirms_what_l1_keeps;
+mod keys_and_envelopes_on_the_wire;
+mod l1_can_be_bounded_by_bytes;
+mod l1_keeps_what_valkey_could_not_confirm_briefly;
+mod l2_hits_are_read_on_the_callers_task;
+mod loader_errors_of_any_type_come_back_typed;
+mod loader_failures_reach_every_waiter;
+mod lock_commands_are_native_where_the_server_has_them;
+mod loser_policies;
+mod losers_never_load_on_valkey_errors;
+mod losers_wake_on_the_winners_write;
+mod metrics_read_what_stats_reads;
+mod misses_spread_over_sharded_owners;
+mod newer_writes_win;
+mod on_a_cluster;
+mod one_source_read_per_expiry_across_stores;
+mod read_options_apply_to_one_call;
+mod release_never_deletes_another_holders_lock;
+mod settings_that_would_overflow_are_refused;
+mod stale_copies_are_served_only_within_their_window;
+mod table_configuration_is_validated;
+mod tags_and_clear_across_processes;
+mod tags_and_clear_reach_every_process;
+mod tracking_loss_flushes_and_recovers;
+mod valkey_cluster_keeps_the_guarantees;
+mod valkey_outages_degrade_to_l1_and_the_loader;
+mod valkey_over_tls;
+mod versions_from_the_source_order_writes;
+mod writes_anywhere_reach_every_l1;
+mod writes_during_a_fill;
+mod writes_in_one_process_reach_every_other_l1;

@@ -1,0 +1,261 @@
+//! `invalidate_tag` and `clear` across stores on one real Valkey: every store's L1 drops what
+//! the mark covers, every copy on Valkey written before it is a miss everywhere (a store that
+//! starts later included), a fill that read the source before it does not store its value after
+//! it, and it all costs one Valkey command however many entries it covers.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{
+    Source, coherent_store, coherent_table, on_task, round_trips_of, store_on, table_on,
+    until_stats, valkey,
+};
+use echostore::{Origin, Store, Table, TableBuilder};
+
+/// Ids are tagged by parity: `odd` or `even`.
+fn by_parity(t: TableBuilder<u64, String>) -> TableBuilder<u64, String> {
+    t.ttl(Duration::from_secs(60))
+        .tags(|id: &u64, _: &String| [if id % 2 == 1 { "odd" } else { "even" }])
+}
+
+async fn tagged(store: &Store, source: &Source) -> Table<u64, String> {
+    table_on(store, "tagged", source, by_parity).await
+}
+
+/// Reads `ids` in `table` and returns their origins.
+async fn origins(table: &Table<u64, String>, ids: &[u64]) -> Vec<Origin> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(table.fetch(id).await.expect("read").origin);
+    }
+    out
+}
+
+/// A tag invalidated in one store: the other store's L1 drops the tagged entries only, the
+/// copies on Valkey are misses in both, and each tagged id is read from the source once more
+/// in all, the untagged ones not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_invalidated_in_one_store_is_gone_from_every_store() {
+    let valkey = valkey();
+    let source = Source::open();
+    let here = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
+    let there = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
+    let ids = [1, 2, 3, 4];
+    assert_eq!(origins(&here, &ids).await, [Origin::Loaded; 4]);
+    // Every load's write pushes to the other store too: let them arrive first.
+    until_stats(&there, "the loads' pushes reached the other store", |s| {
+        s.invalidations >= 4
+    })
+    .await;
+    assert_eq!(origins(&there, &ids).await, [Origin::L2; 4]);
+
+    there
+        .invalidate_tag("odd")
+        .await
+        .expect("invalidate the tag");
+    // Read-your-writes in the store that invalidated: its next read of an odd id loads it.
+    assert_eq!(origins(&there, &[1]).await, [Origin::Loaded]);
+    until_stats(&here, "the mark reached the other store", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    assert_eq!(
+        origins(&here, &ids).await,
+        [Origin::L2, Origin::L1, Origin::Loaded, Origin::L1],
+        "1 as the other store reloaded it, 3 stamped before the mark, the even ids untouched"
+    );
+    assert_eq!(origins(&there, &[3]).await, [Origin::L2]);
+    assert_eq!(
+        source.calls(),
+        6,
+        "each odd id read from the source once more"
+    );
+    assert!(here.stats().marked_misses >= 1 && there.stats().marked_misses >= 1);
+}
+
+/// A clear in one store makes every entry a miss in every store, each id read once more in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clear_in_one_store_empties_every_store() {
+    let valkey = valkey();
+    let source = Source::open();
+    let plain = |t: TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let here = coherent_table(&valkey.url(), "cleared", &source, plain).await;
+    let there = coherent_table(&valkey.url(), "cleared", &source, plain).await;
+    let ids = [1, 2, 3];
+    origins(&here, &ids).await;
+    until_stats(&there, "the loads' pushes reached the other store", |s| {
+        s.invalidations >= 3
+    })
+    .await;
+    assert_eq!(origins(&there, &ids).await, [Origin::L2; 3]);
+    here.clear().await.expect("clear");
+    until_stats(&there, "the clear reached the other store", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    assert_eq!(origins(&there, &ids).await, [Origin::Loaded; 3]);
+    // Those loads' own pushes reach `here` too; either way it reads what `there` loaded.
+    let after: Vec<String> = futures::future::join_all(ids.iter().map(|id| here.get(id)))
+        .await
+        .into_iter()
+        .map(|v| v.expect("read").to_string())
+        .collect();
+    assert_eq!(after, ["value-1-4", "value-2-5", "value-3-6"]);
+    assert_eq!(
+        source.calls(),
+        6,
+        "each id read once before the clear and once after"
+    );
+}
+
+/// A store that starts after a mark was set reads it first: the copies on Valkey written
+/// before it are misses there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_started_after_a_mark_knows_it() {
+    let valkey = valkey();
+    let source = Source::open();
+    let first = tagged(&store_on(&valkey.url()).await, &source).await;
+    first.get(&1).await.expect("load");
+    first.get(&2).await.expect("load");
+    first
+        .invalidate_tag("odd")
+        .await
+        .expect("invalidate the tag");
+    let later = tagged(&store_on(&valkey.url()).await, &source).await;
+    assert_eq!(origins(&later, &[1, 2]).await, [Origin::Loaded, Origin::L2]);
+    assert_eq!(source.calls(), 3);
+}
+
+/// A fill that read the source before a clear, and writes after it, stores nothing anyone
+/// serves: its own callers get what it read (their reads began before the clear), but no later
+/// read in either store answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_that_read_before_a_clear_does_not_store_after_it() {
+    let valkey = valkey();
+    let source = Source::gated();
+    let plain = |t: TableBuilder<u64, String>| t.ttl(Duration::from_secs(60));
+    let here = coherent_table(&valkey.url(), "raced", &source, plain).await;
+    let there = coherent_table(&valkey.url(), "raced", &source, plain).await;
+    let early = on_task(&here, |here| async move {
+        here.get(&1).await.expect("read").to_string()
+    });
+    common::until("the fill reads the source", || source.calls() == 1).await;
+    there.clear().await.expect("clear");
+    until_stats(&here, "the clear reached the loading store", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    source.release();
+    assert_eq!(early.await.expect("task"), "value-1-1");
+    let later = here.fetch(&1).await.expect("read");
+    assert_eq!(
+        (later.value.as_str(), later.origin),
+        ("value-1-2", Origin::Loaded)
+    );
+    let other = there.fetch(&1).await.expect("read");
+    assert_eq!(
+        other.value.as_str(),
+        "value-1-2",
+        "never the copy read before the clear"
+    );
+}
+
+/// A put whose value was given before a tag invalidation that covers it, and whose write lands
+/// after, is not kept in L1: the invalidating store's next read does not answer it from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidation_covers_the_puts_made_before_it() {
+    let valkey = valkey();
+    let source = Source::open();
+    // Coherent first: tracking coming up flushes L1, which would drop the put's entry too.
+    let store = coherent_store(&valkey.url(), None).await;
+    let table = tagged(&store, &source).await;
+    table.put(&1, "put".to_owned()).await.expect("put");
+    assert_eq!(
+        origins(&table, &[1]).await,
+        [Origin::L1],
+        "{:?}",
+        table.stats()
+    );
+    table
+        .invalidate_tag("odd")
+        .await
+        .expect("invalidate the tag");
+    let read = table.fetch(&1).await.expect("read");
+    assert_eq!(
+        (read.value.as_str(), read.origin),
+        ("value-1-1", Origin::Loaded)
+    );
+}
+
+/// However many entries a tag covers, invalidating it is one round trip to Valkey (the mark
+/// script, which touches no entry's key), and each other store reads the marks once: round trips
+/// as `MONITOR` shows them, on a server of the test's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidating_a_tag_is_one_round_trip_whatever_it_covers() {
+    let valkey = embedded_valkey::EmbeddedValkey::start().expect("a valkey-server");
+    let source = Source::open();
+    let here = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
+    let there = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
+    let ids: Vec<u64> = (1..=200).collect();
+    here.get_many(&ids).await.expect("load");
+    there.get_many(&ids).await.expect("read");
+    // The first mark loads the script on the server (a NOSCRIPT, then the script): not counted.
+    here.invalidate_tag("none")
+        .await
+        .expect("invalidate a tag nothing carries");
+    until_stats(&there, "the first mark reached the other store", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    let commands = round_trips_of(&valkey.url(), async {
+        here.invalidate_tag("odd")
+            .await
+            .expect("invalidate the tag");
+        until_stats(&there, "the mark reached the other store", |s| {
+            s.marks_taken >= 2
+        })
+        .await;
+    })
+    .await;
+    let count = |name: &str| commands.iter().filter(|c| c.as_str() == name).count();
+    assert_eq!(count("EVALSHA"), 1, "one mark script: {commands:?}");
+    // The other store read the marks once; this one may yet read them once on its own push.
+    assert!((1..=2).contains(&count("ZRANGEBYSCORE")), "{commands:?}");
+    let others: Vec<&String> = commands
+        .iter()
+        .filter(|c| !["EVALSHA", "ZRANGEBYSCORE", "PING"].contains(&c.as_str()))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "no entry's key read or written: {others:?}"
+    );
+}
+
+/// A store that sets a mark takes in every mark set before it, not only its own: here a store
+/// that hears no pushes (coherence off, and no poll of the marks within the test) invalidates
+/// one tag after another store invalidated another, and a copy the first mark covers is a miss
+/// to it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setting_a_mark_takes_in_the_marks_set_before_it() {
+    let valkey = valkey();
+    let source = Source::open();
+    let first = tagged(&store_on(&valkey.url()).await, &source).await;
+    let deaf = common::builder_on(&valkey.url())
+        .require_valkey(true)
+        .coherence(false)
+        .unconfirmed_l1_life(Duration::from_secs(3600))
+        .build()
+        .await
+        .expect("store");
+    let deaf = tagged(&deaf, &source).await;
+    first.get(&1).await.expect("load");
+    first.invalidate_tag("odd").await.expect("the first mark");
+    deaf.invalidate_tag("even").await.expect("the second mark");
+    let read = deaf.fetch(&1).await.expect("read");
+    assert_eq!(
+        (read.value.as_str(), read.origin),
+        ("value-1-2", Origin::Loaded),
+        "the copy of 1 was written before the first mark"
+    );
+}

@@ -1,0 +1,174 @@
+//! Losing coherence: a killed tracking connection or a restarted Valkey flushes every L1 of the
+//! store at once, and tracking comes back and works again. (A single server: these tests kill
+//! and restart it.)
+
+use crate::common;
+
+use common::{
+    Proxy, Source, coherent_store, long_lived, raw, settled, until, until_stats, valkey, warm,
+};
+use echostore::Origin;
+
+/// Kills every store's tracking connection (named `echostore-tracking`), and only those.
+async fn kill_tracking_connections(conn: &mut common::RawConn) -> usize {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .expect("CLIENT LIST");
+    let ids: Vec<String> = clients
+        .lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|field| field == "name=echostore-tracking")
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_owned)
+        })
+        .collect();
+    for id in &ids {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(conn)
+            .await
+            .expect("CLIENT KILL ID");
+    }
+    ids.len()
+}
+
+/// Killing the tracking connection flushes L1 at once; tracking comes back and works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_tracking_connection_flushes_and_recovers() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
+    warm(&reader).await;
+
+    let killed = kill_tracking_connections(&mut conn).await;
+    assert_eq!(killed, 2, "both stores' tracking connections were killed");
+    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes >= 1).await;
+    until("tracking is back", || store.is_coherent()).await;
+    until_stats(&reader, "flushed again once back", |s| {
+        s.coherence_flushes >= 2
+    })
+    .await;
+    assert_eq!(
+        reader.stats().l1_len,
+        0,
+        "nothing from before the loss is trusted"
+    );
+
+    assert_eq!(
+        warm(&reader).await,
+        "value-1-1",
+        "re-read from Valkey, not the source"
+    );
+    let before = reader.stats().invalidations;
+    writer.put(&1, "after the loss".into()).await.expect("put");
+    until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
+    assert_eq!(*reader.get(&1).await.expect("re-read"), "after the loss");
+    assert_eq!(source.calls(), 1);
+    settled(&reader).await;
+}
+
+/// A tracking link that goes silent (the connection stays open, nothing comes back: a
+/// black-holed network) is noticed by its health PING going unanswered, within
+/// `SILENT_LINK_BOUND`: L1 is flushed, and tracking comes back once the link does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_tracking_link_is_noticed_and_flushes() {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let store = coherent_store(&proxy.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+
+    proxy.hold_pushes();
+    until("the silence is noticed", || !store.is_coherent()).await;
+    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes >= 1).await;
+    assert_eq!(
+        reader.stats().l1_len,
+        0,
+        "nothing from before the silence is trusted"
+    );
+    proxy.release_pushes();
+    until("tracking is back", || store.is_coherent()).await;
+    let writer = long_lived(&coherent_store(&valkey.url(), None).await, &source).await;
+    warm(&reader).await;
+    let before = reader.stats().invalidations;
+    writer
+        .put(&1, "after the silence".into())
+        .await
+        .expect("put");
+    until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
+    assert_eq!(*reader.get(&1).await.expect("re-read"), "after the silence");
+    settled(&reader).await;
+}
+
+/// A Valkey restart (empty) is a lost connection too: L1 is flushed, and reads reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valkey_restart_flushes_l1() {
+    let mut valkey = valkey();
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+    valkey.restart().expect("restart");
+    until_stats(&reader, "the restart flushed L1", |s| {
+        s.coherence_flushes >= 1
+    })
+    .await;
+    until("tracking is back", || store.is_coherent()).await;
+    let f = reader.fetch(&1).await.expect("reload");
+    assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "value-1-2"));
+    settled(&reader).await;
+}
+
+/// While Valkey is away, the tracker's failed reconnect attempts flush nothing more: L1 was
+/// flushed once when tracking was lost, and is flushed once more when it is back. (Each attempt
+/// counted a flush: `coherence_flushes` rose with the outage's length.) The attempts are seen
+/// at a listener that takes the server's port and closes every connection it is given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_reconnect_attempts_flush_nothing_more() {
+    let mut valkey = valkey();
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+    let port = valkey.port();
+    valkey.stop();
+    until_stats(&reader, "the loss flushed L1", |s| s.coherence_flushes == 1).await;
+
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+    socket
+        .bind(([127, 0, 0, 1], port).into())
+        .expect("the stopped server's port");
+    let refuser = socket.listen(16).expect("listen");
+    for _ in 0..3 {
+        let (attempt, _) = refuser.accept().await.expect("a reconnect attempt");
+        drop(attempt);
+    }
+    drop(refuser);
+    assert!(!store.is_coherent());
+    assert_eq!(
+        reader.stats().coherence_flushes,
+        1,
+        "three failed attempts, no flush"
+    );
+
+    valkey.restart().expect("restart");
+    until("tracking is back", || store.is_coherent()).await;
+    until_stats(&reader, "the flush of tracking's return", |s| {
+        s.coherence_flushes == 2
+    })
+    .await;
+    settled(&reader).await;
+}

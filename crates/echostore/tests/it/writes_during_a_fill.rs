@@ -1,0 +1,155 @@
+//! `put` and `invalidate` that arrive while a fill is in flight win over it: the fill still
+//! answers its own waiters, but its value is stored nowhere.
+
+use crate::common;
+
+use common::{
+    BACKENDS, Source, coherent_store, local_table, on_task, pause_writes, raw, settled,
+    spawn_fetch, unpause, until_stats, valkey, valkey_table,
+};
+use echostore::Origin;
+
+/// A put during a fill: the fill's value is stored nowhere, and its caller, like everyone after,
+/// gets the put's (what L1 holds when the overtaken fill lands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_during_a_fill_wins() {
+    for backend in BACKENDS {
+        let source = Source::gated();
+        let table = local_table("put-wins", &source, |t| t.l1_backend(backend)).await;
+
+        let leader = spawn_fetch(&table, 1);
+        until_stats(&table, "the fill is in flight", |s| s.in_flight == 1).await;
+        table.put(&1, "from-put".into()).await.expect("put");
+        source.release();
+
+        let led = leader.await.expect("task").expect("answer");
+        assert_eq!(
+            (led.value.as_str(), led.origin),
+            ("from-put", Origin::L1),
+            "{backend:?}: the fill's caller takes what L1 holds"
+        );
+        let after = table.fetch(&1).await.expect("get");
+        assert_eq!(*after.value, "from-put", "{backend:?}: the put won");
+        assert_eq!(after.origin, Origin::L1);
+        assert_eq!(source.calls(), 1);
+        assert_eq!(table.stats().in_flight, 0);
+    }
+}
+
+/// An invalidate during a fill: the fill's value is not stored, so the next get reads again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidate_during_a_fill_keeps_its_value_out() {
+    for backend in BACKENDS {
+        let source = Source::gated();
+        let table = local_table("invalidate-wins", &source, |t| t.l1_backend(backend)).await;
+
+        let leader = spawn_fetch(&table, 1);
+        until_stats(&table, "the fill is in flight", |s| s.in_flight == 1).await;
+        table.invalidate(&1).await.expect("invalidate");
+        source.release();
+
+        assert_eq!(
+            *leader.await.expect("task").expect("answer").value,
+            "value-1-1"
+        );
+        let after = table.fetch(&1).await.expect("get");
+        assert_eq!(
+            after.origin,
+            Origin::Loaded,
+            "{backend:?}: the old fill was not stored"
+        );
+        assert_eq!(*after.value, "value-1-2");
+        assert_eq!(source.calls(), 2);
+        settled(&table).await;
+    }
+}
+
+/// A miss after an invalidate does not join the overtaken flight: it starts its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_after_an_invalidate_starts_a_new_flight() {
+    let source = Source::gated();
+    let table = local_table("fresh-flight", &source, |t| t).await;
+
+    let old = spawn_fetch(&table, 1);
+    until_stats(&table, "the first fill is in flight", |s| s.in_flight == 1).await;
+    table.invalidate(&1).await.expect("invalidate");
+    let new = spawn_fetch(&table, 1);
+    until_stats(&table, "both flights exist", |s| s.in_flight == 2).await;
+    assert_eq!(
+        table.stats().coalesced,
+        0,
+        "the new miss did not join the old flight"
+    );
+    source.release();
+    old.await.expect("task").expect("old answer");
+    new.await.expect("task").expect("new answer");
+    assert_eq!(source.calls(), 2);
+    assert_eq!(table.stats().in_flight, 0);
+}
+
+/// A miss queued behind an invalidation's Valkey write, then overtaken by a put, is not lost: it
+/// launches once both writes have landed and answers with the put's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_queued_behind_writes_is_answered_after_them() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let table = valkey_table(&valkey.url(), "queued", &source, |t| t).await;
+    // An earlier value in L1 (and on Valkey): `l1_len` then shows when the owner has taken each
+    // write below, which is all the ordering this test may rely on.
+    table.put(&1, "earlier".into()).await.expect("earlier put");
+
+    // Hold every write on Valkey, so the invalidation stays pending.
+    pause_writes(&mut conn, 30_000).await;
+    let invalidate = on_task(&table, |table| async move { table.invalidate(&1).await });
+    // Two spawned tasks reach the owner in no fixed order: the miss goes only once the owner has
+    // taken the invalidation (L1 emptied, its Valkey write pending), so that it is queued.
+    until_stats(&table, "the owner took the invalidation", |s| s.l1_len == 0).await;
+    let miss = spawn_fetch(&table, 1);
+    until_stats(&table, "the miss is queued", |s| s.in_flight == 1).await;
+    // The put's first poll sends it to the owner; a second miss sent after it joins the queued
+    // flight (`coalesced`) only once the owner has taken the put, since a mailbox keeps order.
+    // Valkey resumes only then, or the queued miss could launch between the two writes and read
+    // the source.
+    let mut put = Box::pin(table.put(&1, "from-put".into()));
+    assert!(futures::poll!(&mut put).is_pending(), "Valkey is paused");
+    let joiner = spawn_fetch(&table, 1);
+    until_stats(&table, "the owner took the put, then the joiner", |s| {
+        s.coalesced == 1
+    })
+    .await;
+    unpause(&mut conn).await;
+
+    invalidate.await.expect("task").expect("invalidate");
+    put.await.expect("put");
+    let joined = joiner.await.expect("task").expect("value");
+    assert_eq!(joined.value.as_str(), "from-put");
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), miss)
+        .await
+        .expect("the queued miss is answered, not left hanging")
+        .expect("task")
+        .expect("value");
+    assert_eq!(answer.value.as_str(), "from-put");
+    assert_eq!(source.calls(), 0, "it read the put's value, not the source");
+    assert_eq!(table.stats().in_flight, 0);
+}
+
+/// A put that has returned has its value in L1: the next read is an L1 hit, every time (the
+/// put's caller hears back before the owner takes the landing, and reads at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returned_put_is_in_l1_for_the_next_read() {
+    let valkey = valkey();
+    let source = Source::open();
+    let store = coherent_store(&valkey.url(), None).await;
+    let table = common::table_on(&store, "put-l1", &source, |t| t).await;
+    for n in 0..200u64 {
+        table.put(&n, format!("put {n}")).await.expect("put");
+        let read = table.fetch(&n).await.expect("read");
+        assert_eq!(
+            (read.origin, read.value.as_str()),
+            (Origin::L1, format!("put {n}").as_str()),
+            "put {n}"
+        );
+    }
+    assert_eq!(source.calls(), 0);
+}
