@@ -1,14 +1,18 @@
 //! No copy's life rests on a process's wall clock: a replica whose clock runs far ahead still
 //! takes the copies on Valkey for fresh (it does not reload them), one whose clock runs behind
 //! writes copies the others take for fresh, and the write scripts stamp `fresh_until` on
-//! Valkey's `TIME` whatever clock the writer had. This file is a process of its own because the
-//! offset it sets (`echostore check`'s `skew` fault) is process-wide.
+//! Valkey's `TIME` whatever clock the writer had; and a put the server held up moves no process's
+//! estimate of Valkey's clock. The offset the first test sets (`echostore check`'s `skew` fault)
+//! is process-wide, so that test runs in a process of its own.
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::{Source, envelope, raw, read_envelope, store_on, table_on, valkey};
+use common::{
+    Source, envelope, in_a_process_of_its_own, patient_store, pause_writes, raw, read_envelope,
+    store_on, table_on, valkey,
+};
 use echostore::Origin;
 use echostore::protocol::{PUT_SCRIPT, offset_wall_clock};
 
@@ -26,6 +30,11 @@ async fn server_ms(conn: &mut common::RawConn) -> u64 {
 /// fresh for a store with the right clock. The source is read once per id throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_ahead_or_behind_neither_expires_nor_reloads_copies() {
+    if !in_a_process_of_its_own(
+        "a_skewed_clock_changes_no_life::a_clock_ahead_or_behind_neither_expires_nor_reloads_copies",
+    ) {
+        return;
+    }
     let valkey = valkey();
     let source = Source::open();
     let tune = |t: echostore::TableBuilder<u64, String>| t.ttl(TTL).jitter(0.0);
@@ -91,4 +100,34 @@ async fn the_put_script_stamps_fresh_until_on_valkeys_clock() {
         "both stamps on the server's clock, the life kept"
     );
     assert_eq!(stored.value, "from a clock a day behind");
+}
+
+/// A put that `CLIENT PAUSE WRITE` held for 4 s came back with the server's time at the end of the
+/// pause: it moves no estimate of Valkey's clock, so a copy fresh for 1.5 s more on Valkey's clock
+/// is still read as fresh by the same store, not reloaded from the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_the_server_held_up_moves_no_clock() {
+    const PAUSE_MS: u64 = 4_000;
+    let valkey = valkey();
+    let source = Source::open();
+    let store = patient_store(&valkey.url(), Duration::from_millis(PAUSE_MS * 3)).await;
+    let table = table_on(&store, "held", &source, |t| t.ttl(TTL).jitter(0.0)).await;
+    let mut conn = raw(&valkey.url()).await;
+    pause_writes(&mut conn, PAUSE_MS).await;
+    table
+        .put(&1, "held up".into())
+        .await
+        .expect("the put lands after the pause");
+
+    let now = server_ms(&mut conn).await;
+    let planted = envelope(now + 1_500, now, &"fresh for 1.5 s more");
+    let _: () = redis::AsyncCommands::set(&mut conn, "held:{2}", planted)
+        .await
+        .expect("SET");
+    let read = table.fetch(&2).await.expect("read");
+    assert_eq!(
+        (read.origin, source.calls()),
+        (Origin::L2, 0),
+        "the copy was taken for expired: the held-up put moved the clock ahead"
+    );
 }

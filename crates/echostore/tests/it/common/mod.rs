@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests (each test file includes them with `mod common;`).
+//! Helpers shared by the integration tests' modules.
 //! The mechanisms the benches and tools share too come from `echostore-testkit` and are
 //! re-exported here under the names the tests know: [`Proxy`] (a forwarder in front of Valkey
 //! that can hold one store's requests), [`Source`] (the counting, gated test double on the source
@@ -8,16 +8,18 @@
 //! - `tables` — stores and tables over a `Source`, in-process or on a real Valkey; [`hold_lock`];
 //! - `envelopes` — envelopes read from and planted on Valkey;
 //! - `info` — figures read from Valkey's `INFO`; `monitor` — round trips, as `MONITOR` shows them;
-//! - `nodes` — example binaries run as OS processes, and their JSON lines;
+//! - `nodes` — example binaries run as OS processes, and their JSON lines; `process` — a test
+//!   that changes something process-wide, run alone in a process of its own;
 //! - `touchy` — [`Touchy`], an id whose `Eq` panics: the way to crash an owner;
 //! - `wait` — waits on a condition with a deadline, never on a fixed time; [`settled`].
-// Every test binary compiles all of this and uses a part of it.
+// A test run with fewer features uses a part of it.
 #![allow(dead_code, unused_imports, unreachable_pub)]
 
 mod envelopes;
 mod info;
 mod monitor;
 mod nodes;
+mod process;
 mod tables;
 mod target;
 mod touchy;
@@ -32,6 +34,7 @@ pub use envelopes::{
 pub use info::{command_calls, info_count};
 pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
+pub use process::in_a_process_of_its_own;
 pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, coherent_table, hold_lock,
     local_table, long_lived, patient_store, set_table, stale_on_valkey, store_on, table_on,
