@@ -51,6 +51,9 @@ pub(crate) struct TableConfig<V> {
     pub(crate) early_beta: f64,
     /// The value's own version from the source (`.version_by`), which orders writes.
     pub(crate) version_by: Option<VersionBy<V>>,
+    /// The value type has a "not found" of its own (`None`): a `None` is a tombstone, ordered
+    /// by its arrival on Valkey, never by a version (`crate::delete`).
+    pub(crate) has_none: bool,
     /// A value's own ttl (`.ttl_for`), else `ttl`.
     pub(crate) ttl_for: Option<TtlFor<V>>,
 }
@@ -104,10 +107,18 @@ impl<V> TableConfig<V> {
         }
     }
 
-    /// The version `value` is written with: `.version_by`'s, or none. A `version_by` that panics
-    /// leaves the write unversioned (ordered by Valkey's clock), logged.
-    pub(crate) fn version_of(&self, value: &V) -> Option<u64> {
+    /// The version `value` is written with: `.version_by`'s, or none. A tombstone (`None`) has
+    /// none: it wins over every write before it and loses to every write after it, whatever
+    /// version either carries. A `version_by` that panics leaves the write unversioned (ordered
+    /// by Valkey's clock), logged.
+    pub(crate) fn version_of(&self, value: &V) -> Option<u64>
+    where
+        V: serde::Serialize,
+    {
         let version_by = self.version_by.as_ref()?;
+        if self.has_none && crate::delete::is_none(value) {
+            return None;
+        }
         let version = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| version_by(value)));
         version
             .inspect_err(|_| {
@@ -231,6 +242,11 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         crate::key::KeyNames::new(&self.namespace, &self.name, id)
     }
 
+    /// Times the store's data connection was replaced ([`crate::healing`]).
+    pub(crate) fn connections_replaced(&self) -> u64 {
+        self.l2.as_ref().map_or(0, L2::connections_replaced)
+    }
+
     /// Now, in unix ms, as this table compares it with an envelope's `fresh_until`: Valkey's
     /// clock as estimated here, never this process's own wall clock once Valkey has answered.
     pub(crate) fn now_ms(&self) -> u64 {
@@ -307,6 +323,15 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
 }
 
 impl<K: crate::key::Key, V: crate::key::Value> TableCore<K, V> {
+    /// Drops from L1 every entry that carries one of `tags`; an entry whose tags cannot be told
+    /// (`.tags` panics) is dropped too: it may carry one.
+    pub(crate) fn drop_tagged(&self, tags: &std::collections::HashSet<String>) {
+        self.l1.retain(|id, value| {
+            self.tags_of(id, value)
+                .is_ok_and(|carried| !carried.iter().any(|tag| tags.contains(tag)))
+        });
+    }
+
     /// Puts `entry` into L1 as `id`'s, for as long as L1 may keep it ([`Self::keepable`]).
     /// `fingerprint`: the bytes it was read from or written as, when known.
     ///

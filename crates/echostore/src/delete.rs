@@ -8,6 +8,11 @@
 //! through serde: [`absent`] hands `V::deserialize` a deserializer that answers only
 //! `deserialize_option`, with `None`. `Option<T>` (and a transparent newtype around one) takes it;
 //! every other type asks for something else and is refused.
+//!
+//! A `None` is a **tombstone**: it carries no `.version_by` version, so it is ordered by when it
+//! reaches Valkey. A delete wins over every write before it and loses to every write after it,
+//! whatever version the user's `version_by` gives `None` (0 would make every delete a no-op
+//! against the row it deletes; `u64::MAX` would refuse the row's re-creation forever).
 
 use std::borrow::Borrow;
 
@@ -57,6 +62,13 @@ impl<K: Key, V: Value> Table<K, V> {
 /// The value type's own "not found" (`None` for an `Option`), if it has one.
 pub(crate) fn absent<V: Value>() -> Option<V> {
     V::deserialize(OnlyNone).ok()
+}
+
+/// Whether `value`, of a type that has a "not found" ([`absent`] is `Some`), is it: postcard
+/// writes an `Option`'s `None` as the one byte 0, and any `Some` as more.
+pub(crate) fn is_none<V: serde::Serialize>(value: &V) -> bool {
+    let mut one = [0u8; 1];
+    matches!(postcard::to_slice(value, &mut one), Ok(bytes) if bytes == [0])
 }
 
 /// A deserializer that answers `deserialize_option` with `None` and refuses everything else.
@@ -115,5 +127,15 @@ mod tests {
             name: Option<String>,
         }
         assert_eq!(absent::<Row>(), None);
+    }
+
+    /// `None` is told apart from every `Some`, the `Some` of a zero included.
+    #[test]
+    fn only_none_is_none() {
+        assert!(is_none(&None::<u64>));
+        assert!(!is_none(&Some(0u64)));
+        assert!(!is_none(&Some(String::new())));
+        assert!(!is_none(&Some(None::<u8>)));
+        assert!(is_none(&None::<Option<u8>>));
     }
 }

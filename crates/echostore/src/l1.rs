@@ -19,7 +19,7 @@ mod weigher;
 
 pub(crate) use entry::{Entry, Freshness};
 pub(crate) use unconfirmed::Unconfirmed;
-use weigher::ByWeigher;
+use weigher::WeighedL1;
 pub(crate) use weigher::{Bound, Weigher};
 
 /// Which cache library holds a table's L1.
@@ -61,7 +61,7 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
 pub(crate) enum L1<K, V> {
     QuickCache(QuickCacheL1<K, V>),
     /// quick_cache bounded by the table's weigher (`l1/weigher.rs`).
-    QuickCacheWeighed(QuickCacheL1<K, V, ByWeigher<K, V>>),
+    QuickCacheWeighed(WeighedL1<K, V>),
     #[cfg(feature = "moka")]
     Moka(MokaL1<K, V>),
 }
@@ -74,13 +74,7 @@ impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
                 L1::QuickCache(QuickCacheL1(quick_cache::sync::Cache::new(capacity)))
             }
             (L1Backend::QuickCache, Bound::Bytes { capacity, weigher }) => {
-                // quick_cache sizes its tables by an estimate of the entries: one per KiB.
-                let entries = usize::try_from(capacity / 1024)
-                    .unwrap_or(usize::MAX)
-                    .max(16);
-                let cache =
-                    quick_cache::sync::Cache::with_weighter(entries, capacity, ByWeigher(weigher));
-                L1::QuickCacheWeighed(QuickCacheL1(cache))
+                L1::QuickCacheWeighed(WeighedL1::new(capacity, weigher))
             }
             #[cfg(feature = "moka")]
             (L1Backend::Moka, Bound::Entries(capacity)) => {

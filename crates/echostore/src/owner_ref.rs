@@ -45,11 +45,16 @@ pub(crate) struct OwnerRef<K, V> {
 /// One event of the whole table (a flush, a mark), shared by the messages that carry it to every
 /// shard: counted in its counter when the last of them is dropped, whether handled or lost with
 /// an owner that died (whose successor drops all of its L1 when it starts). So the event counts
-/// once however many shards the table has, and only once every live shard has done its part.
+/// once however many shards the table has, and only once every live shard has done its part; then
+/// what is left to do once for the whole table runs (a tag's sweep of L1, which is the table's).
 pub(crate) struct EveryShard<K, V> {
     core: Arc<TableCore<K, V>>,
     counter: Counter,
+    then: Option<Once>,
 }
+
+/// What an [`EveryShard`] event does once every shard has done its part.
+type Once = Box<dyn FnOnce() + Send + Sync>;
 
 /// Which of the table's counters an [`EveryShard`] event counts in.
 pub(crate) type Counter = fn(&Counters) -> &AtomicU64;
@@ -57,12 +62,39 @@ pub(crate) type Counter = fn(&Counters) -> &AtomicU64;
 impl<K, V> EveryShard<K, V> {
     /// An event of `core`'s table, to count in `counter`.
     pub(crate) fn new(core: Arc<TableCore<K, V>>, counter: Counter) -> Arc<Self> {
-        Arc::new(EveryShard { core, counter })
+        Arc::new(EveryShard {
+            core,
+            counter,
+            then: None,
+        })
+    }
+}
+
+impl<K: Key, V: Value> EveryShard<K, V> {
+    /// A mark of `scope`, counted in `marks_taken`. A tag's mark sweeps L1 once, after every
+    /// shard has overtaken its flights and writes (so none of them stores what it covers):
+    /// L1 is the table's, and `.tags` is asked once per entry, however many shards there are.
+    pub(crate) fn mark(core: Arc<TableCore<K, V>>, scope: &Scope) -> Arc<Self> {
+        let then: Option<Once> = match scope {
+            Scope::All => None,
+            Scope::Tags(tags) => {
+                let (core, tags) = (Arc::clone(&core), tags.clone());
+                Some(Box::new(move || core.drop_tagged(&tags)))
+            }
+        };
+        Arc::new(EveryShard {
+            core,
+            counter: |c| &c.marks_taken,
+            then,
+        })
     }
 }
 
 impl<K, V> Drop for EveryShard<K, V> {
     fn drop(&mut self) {
+        if let Some(then) = self.then.take() {
+            then();
+        }
         bump((self.counter)(&self.core.stats.counters));
     }
 }
@@ -150,7 +182,7 @@ impl<K: Key, V: Value> OwnerRef<K, V> {
     pub(crate) async fn marked(&self, scope: &Scope, answered: bool) -> Result<()> {
         // The closures own the caller's share: it is dropped once every message is sent (and,
         // with `answered`, every shard has answered), so the count waits for the shards alone.
-        let counted = EveryShard::new(Arc::clone(&self.core), |c| &c.marks_taken);
+        let counted = EveryShard::mark(Arc::clone(&self.core), scope);
         let marked = move |reply| OwnerMsg::Marked {
             scope: scope.clone(),
             reply,

@@ -126,6 +126,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 max_value_bytes: self.max_value_bytes,
                 early_beta: self.early_refresh,
                 version_by: self.version_by,
+                has_none: crate::delete::absent::<V>().is_some(),
                 ttl_for: self.ttl_for,
             },
             l1: L1::new(self.l1_backend, l1_bound),

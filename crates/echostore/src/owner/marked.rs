@@ -3,9 +3,10 @@
 //!
 //! Ordered like a push: every running flight is overtaken first (it may be loading an entry the
 //! change covers, and its tags are not known until it lands), so no read settles and no flight
-//! stores after it; then L1 drops the entries; and every write on its way to Valkey is marked as
-//! overtaken, so that its entry does not enter L1 when it lands (Valkey may hold another value
-//! by then, or, for a mark, a copy stamped before it).
+//! stores after it; every write on its way to Valkey is marked as overtaken, so that its entry does
+//! not enter L1 when it lands (Valkey may hold another value by then, or, for a mark, a copy
+//! stamped before it); then L1 drops the entries: at once for a clear or a flush, and for a tag
+//! once every shard has done the rest (`owner_ref::EveryShard::mark`).
 
 use std::sync::Weak;
 
@@ -17,14 +18,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     pub(super) fn marked(&mut self, scope: &Scope) {
         match scope {
             Scope::All => self.drop_all(),
-            Scope::Tags(tags) => {
+            // L1 is swept once for the table, by the last shard's share of the mark
+            // (`EveryShard::mark`): each shard only sees that nothing of its own stores after it.
+            Scope::Tags(_) => {
                 self.flights.overtake_all();
-                let core = &self.core;
-                // An entry whose tags cannot be told (they panic) is dropped: it may carry one.
-                core.l1.retain(|id, value| {
-                    core.tags_of(id, value)
-                        .is_ok_and(|carried| !carried.iter().any(|tag| tags.contains(tag)))
-                });
                 self.overtake_writes();
             }
         }
@@ -58,7 +55,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                         let _ = owners.marked(&scope, false).await;
                     }
                     None => {
-                        let counted = EveryShard::new(Arc::clone(&core), |c| &c.marks_taken);
+                        let counted = EveryShard::mark(Arc::clone(&core), &scope);
                         let _ = myself.cast(OwnerMsg::Marked {
                             scope,
                             reply: None,

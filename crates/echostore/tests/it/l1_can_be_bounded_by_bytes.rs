@@ -4,6 +4,8 @@
 
 use crate::common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use common::{BACKENDS, Source};
@@ -76,4 +78,90 @@ async fn the_byte_bound_and_the_weigher_go_together() {
         .start()
         .await;
     assert!(matches!(no_bound, Err(Error::InvalidConfig(e)) if e.contains("l1_capacity_bytes")));
+}
+
+/// A table of `u64 -> String` on `backend` whose values are 1,000 bytes, bounded to `bytes` by
+/// `weigher`.
+async fn weighed(
+    backend: echostore::L1Backend,
+    bytes: u64,
+    weigher: impl Fn(&u64, &String) -> u64 + Send + Sync + 'static,
+) -> echostore::Table<u64, String> {
+    Store::builder()
+        .build()
+        .await
+        .expect("store")
+        .table::<u64, String>("weighed")
+        .ttl(Duration::from_secs(60))
+        .l1_backend(backend)
+        .l1_capacity_bytes(bytes)
+        .l1_weigher(weigher)
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("{id:<VALUE_BYTES$}")) })
+        .start()
+        .await
+        .expect("table")
+}
+
+/// The weigher is asked once per stored entry, as documented, on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weigher_is_asked_once_per_entry() {
+    for backend in BACKENDS {
+        let asked = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&asked);
+        let table = weighed(backend, 100 * VALUE_BYTES as u64, move |_, v| {
+            counted.fetch_add(1, Relaxed);
+            v.len() as u64
+        })
+        .await;
+        for id in 0..500 {
+            table.get(&id).await.expect("load");
+        }
+        assert_eq!(
+            asked.load(Relaxed),
+            500,
+            "{backend:?}: 500 entries stored, 100 kept"
+        );
+    }
+}
+
+/// A weigher that panics now and then (its entry then weighs one byte) leaves L1 within its bound
+/// (at most 200 entries of 1,000 bytes, and those that weigh one byte) and still holding a hot set
+/// that fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weigher_that_panics_now_and_then_keeps_the_bound_and_the_hot_set() {
+    for backend in BACKENDS {
+        let (asked, panicked) = (AtomicU64::new(0), Arc::new(AtomicU64::new(0)));
+        let counted = Arc::clone(&panicked);
+        let table = weighed(backend, 200 * VALUE_BYTES as u64, move |_, v| {
+            if asked.fetch_add(1, Relaxed) % 3 == 0 {
+                counted.fetch_add(1, Relaxed);
+                panic!("a weigher that panics now and then");
+            }
+            v.len() as u64
+        })
+        .await;
+        for id in 1_000..2_000 {
+            table.get(&id).await.expect("load");
+        }
+        let kept = table.stats().l1_len;
+        let light = panicked.load(Relaxed);
+        assert!(
+            kept <= 200 + light,
+            "{backend:?}: {kept} entries under a bound of 200 of 1,000 bytes and {light} of one"
+        );
+        for _ in 0..3 {
+            for id in 0..100 {
+                table.get(&id).await.expect("read");
+            }
+        }
+        let before = table.stats().l1_hits;
+        for id in 0..100 {
+            table.get(&id).await.expect("read");
+        }
+        let hits = table.stats().l1_hits - before;
+        assert_eq!(
+            hits, 100,
+            "{backend:?}: a hot set of 100 entries in an L1 of 200"
+        );
+    }
 }

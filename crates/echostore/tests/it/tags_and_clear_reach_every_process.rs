@@ -259,3 +259,51 @@ async fn setting_a_mark_takes_in_the_marks_set_before_it() {
         "the copy of 1 was written before the first mark"
     );
 }
+
+/// A tag's sweep of L1 is the table's, not each shard's: with 8 shards, `.tags` is asked once per
+/// entry in L1 by the invalidation here, and once per entry by the mark's push in another store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_sweeps_l1_once_per_table() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    const ENTRIES: u64 = 200;
+    let valkey = valkey();
+    let source = Source::open();
+    let asked = Arc::new(AtomicU64::new(0));
+    let counting = |store: Store| {
+        let asked = Arc::clone(&asked);
+        let source = source.clone();
+        async move {
+            table_on(&store, "swept", &source, move |t| {
+                t.ttl(Duration::from_secs(60))
+                    .shards(8)
+                    .tags(move |id: &u64, _: &String| {
+                        asked.fetch_add(1, Relaxed);
+                        [if id % 2 == 1 { "odd" } else { "even" }]
+                    })
+            })
+            .await
+        }
+    };
+    let here = counting(coherent_store(&valkey.url(), None).await).await;
+    let there = counting(coherent_store(&valkey.url(), None).await).await;
+    for id in 0..ENTRIES {
+        here.get(&id).await.expect("load");
+        there.get(&id).await.expect("read");
+    }
+    let (l1_here, l1_there) = (here.stats().l1_len, there.stats().l1_len);
+    let before = asked.load(Relaxed);
+    here.invalidate_tag("odd")
+        .await
+        .expect("invalidate the tag");
+    until_stats(&there, "the mark reached the other store", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    assert_eq!(
+        asked.load(Relaxed) - before,
+        l1_here + l1_there,
+        ".tags asked once per entry in each store's L1"
+    );
+}
