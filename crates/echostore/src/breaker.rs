@@ -8,8 +8,15 @@
 //! it: a call that was already in flight when the breaker opened may still succeed, and that says
 //! nothing about whether Valkey is back, so under partial failure the breaker does not flap. A dead Valkey therefore costs at
 //! most one attempt per cooldown, and a returning one is picked up without restarting anything.
+//!
+//! **A timeout is not a dead connection.** A refused, reset or dropped connection opens the
+//! breaker at once. A call that timed out says only that this call was slow: it opens the breaker
+//! when it is the second timeout in a row with no call through the breaker succeeding since the
+//! first began ([`Breaker::timed_out`]). Under load, when some calls are slow and others are
+//! answered, the breaker stays closed; a node that has gone silent (an address that no longer
+//! answers) opens it at its second timeout.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What [`Breaker::allow`] let through.
@@ -31,7 +38,15 @@ pub(crate) struct Breaker {
     epoch: Instant,
     /// 0 when closed; otherwise nanoseconds since `epoch` (plus one) until the next trial.
     open_until: AtomicU64,
+    /// Nanoseconds since `epoch` (plus one) of the last call that succeeded.
+    last_success: AtomicU64,
+    /// Timeouts since the last success, each of a call that began after that success.
+    timeouts: AtomicU32,
 }
+
+/// When a call through the breaker began, for [`Breaker::timed_out`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Began(u64);
 
 impl Breaker {
     pub(crate) fn new(cooldown: Duration) -> Self {
@@ -39,7 +54,14 @@ impl Breaker {
             cooldown,
             epoch: Instant::now(),
             open_until: AtomicU64::new(0),
+            last_success: AtomicU64::new(0),
+            timeouts: AtomicU32::new(0),
         }
+    }
+
+    /// Marks the start of a call, for [`Self::timed_out`].
+    pub(crate) fn begin(&self) -> Began {
+        Began(self.now())
     }
 
     fn now(&self) -> u64 {
@@ -70,8 +92,21 @@ impl Breaker {
     /// A call reached Valkey: a trial's success closes the breaker; any other success leaves it
     /// as it is.
     pub(crate) fn succeeded(&self, permit: Permit) {
+        self.last_success.store(self.now(), Ordering::Release);
+        self.timeouts.store(0, Ordering::Release);
         if permit == Permit::Trial {
             self.open_until.store(0, Ordering::Release);
+        }
+    }
+
+    /// A call that began at `began` timed out: it opens the breaker only as the second timeout in
+    /// a row of calls that saw no success while they waited (see the module's header).
+    pub(crate) fn timed_out(&self, began: Began) {
+        if self.last_success.load(Ordering::Acquire) >= began.0 {
+            return; // the connection answered others meanwhile: this call was only slow
+        }
+        if self.timeouts.fetch_add(1, Ordering::AcqRel) >= 1 {
+            self.failed();
         }
     }
 
@@ -120,6 +155,29 @@ mod tests {
         assert_eq!(trial, Permit::Trial);
         b.succeeded(trial);
         assert!(!b.is_open());
+    }
+
+    /// A timeout while other calls succeed opens nothing; two in a row with nothing answered
+    /// open the breaker.
+    #[test]
+    fn only_timeouts_in_silence_open() {
+        let b = Breaker::new(Duration::from_secs(3600));
+        let slow = b.begin();
+        b.succeeded(b.allow().expect("closed"));
+        b.timed_out(slow);
+        b.timed_out(slow);
+        assert!(
+            !b.is_open(),
+            "a slow call while others were answered opened the breaker"
+        );
+        let (first, second) = (b.begin(), b.begin());
+        b.timed_out(first);
+        assert!(!b.is_open(), "one timeout opened the breaker");
+        b.timed_out(second);
+        assert!(
+            b.is_open(),
+            "two timeouts with nothing answered left it closed"
+        );
     }
 
     /// After the cooldown exactly one trial goes through.

@@ -1,8 +1,10 @@
 //! L2: the store's one shared, reconnecting connection to Valkey, behind the circuit breaker.
 //!
 //! Every table of a store shares one data connection ([`Connection`]: a redis-rs `ConnectionManager`,
-//! multiplexed and reconnecting by itself, or a cluster connection). Each call first asks the [`Breaker`]; connection-level failures (refused, dropped, timed
-//! out) open it, error replies from a live server do not. This module owns the plain value
+//! multiplexed and reconnecting by itself, or a cluster connection). Each call first asks the
+//! [`Breaker`]; a refused or dropped connection opens it, a timeout only when nothing else was
+//! answered meanwhile (a slow call is not a dead connection), and an error reply from a live
+//! server never does. This module owns the plain value
 //! commands — read, write-through `put`, `invalidate` — and the poll read; the regeneration lock's
 //! scripts live in [`crate::lock`].
 
@@ -13,9 +15,10 @@ use std::time::Duration;
 use redis::{AsyncCommands, RedisResult};
 
 use crate::breaker::Breaker;
-use crate::connect::{Connection, Endpoint};
+use crate::connect::{Connection, Endpoint, Kind};
 use crate::envelope::{self, Fingerprint};
 use crate::error::{Error, Result};
+use crate::healing::{self, Live};
 use crate::key::KeyNames;
 use crate::natives::{self, Natives};
 use crate::server_clock::{ServerClock, wall_ms};
@@ -27,7 +30,8 @@ const TRY_AGAIN_EVERY: Duration = Duration::from_millis(10);
 /// How a store reaches Valkey.
 #[derive(Clone)]
 pub(crate) struct L2 {
-    conn: Connection,
+    /// The data connection, replaced by [`healing::watch`] if a cluster's stays broken.
+    conn: Arc<Live>,
     /// One breaker for a single server; one per hash slot on a cluster, so a dead primary
     /// degrades only its own slots' keys.
     breakers: Arc<[Breaker]>,
@@ -53,11 +57,14 @@ impl L2 {
             breakers: (0..endpoint.breaker_count())
                 .map(|_| Breaker::new(cooldown))
                 .collect(),
-            conn: endpoint.connect().await?,
+            conn: Live::new(endpoint.connect().await?),
             natives: Arc::new(Natives::default()),
             clock: Arc::new(ServerClock::new()),
             timeout: endpoint.timeout,
         };
+        if let Kind::Cluster(_) = endpoint.kind {
+            tokio::spawn(healing::watch(Arc::downgrade(&l2.conn), endpoint.clone()));
+        }
         let ping = l2
             .run("PING at build", None, |mut c| async move {
                 redis::cmd("PING").query_async::<String>(&mut c).await
@@ -129,6 +136,11 @@ impl L2 {
         self.clock.now_ms().unwrap_or_else(wall_ms)
     }
 
+    /// Times the data connection was replaced ([`healing::watch`]).
+    pub(crate) fn connections_replaced(&self) -> u64 {
+        self.conn.rebuilt()
+    }
+
     /// How long a caller waits for a reply (`valkey_timeout`).
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
@@ -149,14 +161,21 @@ impl L2 {
         let Some(permit) = breaker.allow() else {
             return Err(Error::ValkeyUnavailable);
         };
-        match call(self.conn.clone()).await {
+        let began = breaker.begin();
+        match call(self.conn.get()).await {
             Ok(v) => {
                 breaker.succeeded(permit);
+                self.conn.succeeded();
                 Ok(v)
             }
             Err(e) => {
-                if is_connection_failure(&e) {
+                if e.is_timeout() {
+                    breaker.timed_out(began);
+                } else if is_connection_failure(&e) {
                     breaker.failed();
+                }
+                if e.is_timeout() || is_connection_failure(&e) {
+                    self.conn.failed(names.map(|n| n.value.as_slice()));
                 }
                 Err(Error::valkey(context, e))
             }
@@ -186,7 +205,7 @@ impl L2 {
         &self,
         context: &'static str,
         names: &KeyNames,
-        invocation: redis::ScriptInvocation<'_>,
+        invocation: crate::scripts::Invocation<'_>,
     ) -> Result<T> {
         let until = tokio::time::Instant::now() + self.timeout;
         loop {
@@ -262,7 +281,8 @@ impl L2 {
     }
 }
 
-/// Failures that say the server is not there, as opposed to an error reply from a live server.
+/// Failures that say the server is not there, as opposed to an error reply from a live server
+/// (a timeout is weighed apart: [`Breaker::timed_out`]).
 fn is_connection_failure(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }

@@ -126,6 +126,7 @@ mod fetched;
 mod fill;
 mod flights;
 mod header;
+mod healing;
 mod key;
 mod l1;
 mod l2;

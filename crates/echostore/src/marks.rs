@@ -171,8 +171,11 @@ impl Marks {
         };
         match l2 {
             Some(l2) => {
-                let mut invocation = SCRIPTS.mark.key(&self.key);
-                invocation.arg(self.keep_us).arg(self.stamp());
+                let mut invocation = SCRIPTS.mark.prepare_invoke();
+                invocation
+                    .key(&self.key)
+                    .arg(self.keep_us)
+                    .arg(self.stamp());
                 for member in &members {
                     invocation.arg(member);
                 }

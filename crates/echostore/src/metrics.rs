@@ -4,7 +4,7 @@
 //! | metric | kind | labels | what |
 //! | --- | --- | --- | --- |
 //! | `echostore_<counter>_total` | counter | `table` | each [`TableStats`] counter (`l1_hits`, `source_reads`, …) |
-//! | `echostore_in_flight`, `echostore_l1_len` | gauge | `table` | the snapshot's gauges |
+//! | `echostore_in_flight`, `echostore_l1_len`, `echostore_connections_replaced` | gauge | `table` | the snapshot's gauges |
 //! | `echostore_load_seconds` | histogram | `table` | each source read (the loader), whatever its outcome |
 //! | `echostore_l2_seconds` | histogram | `table` | each timed Valkey round trip of a fill |
 //!
@@ -72,7 +72,10 @@ pub(crate) fn spawn_exporter<K: Key, V: Value>(core: &Arc<TableCore<K, V>>) {
         let weak = Arc::downgrade(core);
         let snapshot = move || {
             let core = weak.upgrade()?;
-            Some(core.stats.snapshot(core.l1.len()))
+            Some(
+                core.stats
+                    .snapshot(core.l1.len(), core.connections_replaced()),
+            )
         };
         tokio::spawn(on::exporter(
             Arc::clone(&core.name),

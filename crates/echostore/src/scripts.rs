@@ -1,5 +1,5 @@
 //! Every Lua script EchoStore runs, quoted in `docs/lock-protocol.md` and published as
-//! `echostore::protocol::*`, and each hashed once per process.
+//! `echostore::protocol::*`, each hashed once per process and run by [`Invocation`].
 //!
 //! **The last write to land wins, and Valkey's clock stamps it.** The fenced write and `put` set
 //! the envelope's `written_at` from the server's own `TIME` inside the script (and `fresh_until`
@@ -232,18 +232,17 @@ end
 return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'WITHSCORES')
 "#;
 
-/// The scripts, hashed once per process (`redis::Script` computes the SHA1 and falls back from
-/// EVALSHA to loading the script when the server answers NOSCRIPT).
+/// The scripts, hashed once per process.
 pub(crate) struct Scripts {
-    pub(crate) acquire_or_read: redis::Script,
-    pub(crate) poll: redis::Script,
-    pub(crate) extend: redis::Script,
-    pub(crate) fenced_write: redis::Script,
-    pub(crate) put: redis::Script,
-    pub(crate) release: redis::Script,
-    pub(crate) acquire_many: redis::Script,
-    pub(crate) write_many: redis::Script,
-    pub(crate) mark: redis::Script,
+    pub(crate) acquire_or_read: Lua,
+    pub(crate) poll: Lua,
+    pub(crate) extend: Lua,
+    pub(crate) fenced_write: Lua,
+    pub(crate) put: Lua,
+    pub(crate) release: Lua,
+    pub(crate) acquire_many: Lua,
+    pub(crate) write_many: Lua,
+    pub(crate) mark: Lua,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
@@ -251,16 +250,95 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire_or_read: redis::Script::new(ACQUIRE_OR_READ_SCRIPT),
-            poll: redis::Script::new(POLL_SCRIPT),
-            extend: redis::Script::new(EXTEND_SCRIPT),
-            fenced_write: redis::Script::new(FENCED_WRITE_SCRIPT),
-            put: redis::Script::new(PUT_SCRIPT),
-            release: redis::Script::new(RELEASE_SCRIPT),
-            acquire_many: redis::Script::new(ACQUIRE_MANY_SCRIPT),
-            write_many: redis::Script::new(WRITE_MANY_SCRIPT),
-            mark: redis::Script::new(MARK_SCRIPT),
+            acquire_or_read: Lua::new(ACQUIRE_OR_READ_SCRIPT),
+            poll: Lua::new(POLL_SCRIPT),
+            extend: Lua::new(EXTEND_SCRIPT),
+            fenced_write: Lua::new(FENCED_WRITE_SCRIPT),
+            put: Lua::new(PUT_SCRIPT),
+            release: Lua::new(RELEASE_SCRIPT),
+            acquire_many: Lua::new(ACQUIRE_MANY_SCRIPT),
+            write_many: Lua::new(WRITE_MANY_SCRIPT),
+            mark: Lua::new(MARK_SCRIPT),
         }
+    }
+}
+
+/// One script: its source and SHA1. It runs as `EVALSHA`, and as `EVAL` on a node that does not
+/// have it cached (one that restarted empty, or a replica just promoted): `EVAL` goes to the
+/// node that holds the keys and caches the script there. (redis-rs's own fallback loads the
+/// script with `SCRIPT LOAD` on every node of a cluster, which a cluster that is healing may not
+/// all answer, and whose retry can make the cluster client reconnect from its seeds.)
+pub(crate) struct Lua {
+    code: &'static str,
+    sha: String,
+}
+
+/// A script's call being built: its keys and arguments.
+pub(crate) struct Invocation<'a> {
+    lua: &'a Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Self {
+        Lua {
+            code,
+            sha: redis::Script::new(code).get_hash().to_owned(),
+        }
+    }
+
+    /// A call of this script, with no keys or arguments yet.
+    pub(crate) fn prepare_invoke(&self) -> Invocation<'_> {
+        Invocation {
+            lua: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+}
+
+impl Invocation<'_> {
+    /// Adds a key: `KEYS[i]` in the script.
+    pub(crate) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Adds an argument: `ARGV[i]` in the script.
+    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Runs the call: `EVALSHA`, or `EVAL` where the node answers `NOSCRIPT`.
+    pub(crate) async fn invoke_async<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        let no_script = redis::ErrorKind::Server(redis::ServerErrorKind::NoScript);
+        match self
+            .command("EVALSHA", &self.lua.sha)
+            .query_async(conn)
+            .await
+        {
+            Err(e) if e.kind() == no_script => {
+                self.command("EVAL", self.lua.code).query_async(conn).await
+            }
+            ran => ran,
+        }
+    }
+
+    fn command(&self, verb: &str, script: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script).arg(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key.as_slice());
+        }
+        for arg in &self.args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
     }
 }
 

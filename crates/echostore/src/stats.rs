@@ -87,8 +87,8 @@ macro_rules! counters {
 
         /// A snapshot of one table's counters, from [`Table::stats`](crate::Table::stats).
         ///
-        /// Counters only grow from the table's start; `in_flight` and `l1_len` are gauges read at
-        /// snapshot time. Each counter is read on its own, so a snapshot taken while the table
+        /// Counters only grow from the table's start; `in_flight`, `l1_len` and
+        /// `connections_replaced` are read at snapshot time. Each counter is read on its own, so a snapshot taken while the table
         /// works may be a few events apart between counters; subtract two snapshots for rates.
         ///
         /// Reading them: the hit ratio is `(l1_hits + l2_hits) / (l1_hits + l2_hits +
@@ -165,14 +165,16 @@ macro_rules! counters {
         }
 
         impl Stats {
-            /// Reads every counter once; `l1_len` comes from the caller, which owns L1.
-            pub(crate) fn snapshot(&self, l1_len: u64) -> TableStats {
+            /// Reads every counter once; `l1_len` and `connections_replaced` come from the
+            /// caller, which owns L1 and the store's connection.
+            pub(crate) fn snapshot(&self, l1_len: u64, connections_replaced: u64) -> TableStats {
                 let c = &self.counters;
                 TableStats {
                     $hot: self.$hot.sum(),
                     $( $name: c.$name.load(Relaxed), )*
                     in_flight: self.in_flight.iter().map(|s| s.load(Relaxed)).sum(),
                     l1_len,
+                    connections_replaced,
                 }
             }
         }
@@ -263,6 +265,10 @@ counters! {
         in_flight,
         /// Entries in L1 now (fresh or not yet evicted).
         l1_len,
+        /// Times the store's data connection to Valkey was replaced by a new one because its calls
+        /// kept failing while a new connection's did not (a cluster client that could not repair
+        /// itself after a node restarted or failed over); the store's figure, not the table's.
+        connections_replaced,
     }
 }
 
@@ -306,7 +312,7 @@ mod tests {
                 s.spawn(|| (0..1000).for_each(|_| stats.l1_hits.incr()));
             }
         });
-        assert_eq!(stats.snapshot(0).l1_hits, 8000);
+        assert_eq!(stats.snapshot(0, 0).l1_hits, 8000);
     }
 
     /// The named list covers every field once, and the sum adds field by field.
@@ -315,11 +321,11 @@ mod tests {
         let stats = Stats::new(1);
         bump(&stats.counters.source_reads);
         stats.l1_hits.incr();
-        let one = stats.snapshot(3);
+        let one = stats.snapshot(3, 0);
         let two = one + one;
         let names: Vec<_> = two.counters().iter().map(|(n, _)| *n).collect();
         assert_eq!(names.first(), Some(&"l1_hits"));
-        assert_eq!(names.last(), Some(&"l1_len"));
+        assert_eq!(names.last(), Some(&"connections_replaced"));
         let mut unique = names.clone();
         unique.sort_unstable();
         unique.dedup();

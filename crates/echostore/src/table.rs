@@ -325,6 +325,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// A snapshot of the table's counters.
     pub fn stats(&self) -> TableStats {
         let core = &self.inner.core;
-        core.stats.snapshot(core.l1.len())
+        core.stats
+            .snapshot(core.l1.len(), core.connections_replaced())
     }
 }

@@ -187,3 +187,44 @@ async fn ids_that_would_leave_the_hash_tag_empty_work() {
     settled(&t).await;
     settled(&other).await;
 }
+
+/// A server that forgot EchoStore's scripts (`SCRIPT FLUSH`, as a restart does) is sent each one
+/// with the call that needs it (`EVAL`, to that call's node only), never `SCRIPT LOAD`, which a
+/// cluster client sends to every node: a fill and a put go on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_forgot_the_scripts_is_sent_them_by_the_calls() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = set_table(&valkey.url(), &source, |t| t).await;
+    t.put(&"warm".to_string(), "up".into())
+        .await
+        .expect("a put loads the put script");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("FLUSH");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("RESETSTAT");
+
+    assert_eq!(
+        t.fetch(&SET_ID.to_string()).await.expect("a fill").origin,
+        Origin::Loaded
+    );
+    t.put(&"other".to_string(), "value".into())
+        .await
+        .expect("a put");
+    assert_eq!(
+        common::command_calls(&mut conn, "script|load").await,
+        0,
+        "SCRIPT LOAD was sent"
+    );
+    assert!(
+        common::command_calls(&mut conn, "eval").await >= 2,
+        "the scripts went by EVAL"
+    );
+}
