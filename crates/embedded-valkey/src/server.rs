@@ -71,13 +71,21 @@ struct Auth {
     password: String,
 }
 
-/// Cluster-mode settings of one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClusterNode {
-    /// The cluster bus port (`--cluster-port`), picked free like the client port.
-    pub(crate) bus_port: u16,
+/// The cluster settings every node of one [`EmbeddedCluster`](crate::EmbeddedCluster) shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClusterMode {
     /// `--cluster-node-timeout`.
     pub(crate) node_timeout: Duration,
+    /// `--cluster-require-full-coverage`.
+    pub(crate) full_coverage: bool,
+}
+
+/// Cluster-mode settings of one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ClusterNode {
+    /// The cluster bus port (`--cluster-port`), picked free like the client port.
+    bus_port: u16,
+    mode: ClusterMode,
 }
 
 /// Settings for a server that [`EmbeddedValkey::start`] does not cover:
@@ -105,7 +113,7 @@ pub struct Builder {
     tls: bool,
     user: Option<String>,
     password: Option<String>,
-    cluster: Option<Duration>,
+    cluster: Option<ClusterMode>,
     port: Option<u16>,
 }
 
@@ -153,8 +161,8 @@ impl Builder {
     }
 
     /// Cluster mode, for [`EmbeddedCluster`](crate::EmbeddedCluster)'s nodes.
-    pub(crate) fn cluster(mut self, node_timeout: Duration) -> Self {
-        self.cluster = Some(node_timeout);
+    pub(crate) fn cluster(mut self, mode: ClusterMode) -> Self {
+        self.cluster = Some(mode);
         self
     }
 
@@ -271,7 +279,7 @@ impl EmbeddedValkey {
         binary: PathBuf,
         tls: bool,
         auth: Option<Auth>,
-        cluster: Option<Duration>,
+        cluster: Option<ClusterMode>,
         port: Option<u16>,
     ) -> Result<EmbeddedValkey, Error> {
         // Built before the first launch so that Drop cleans up on every error path.
@@ -282,10 +290,7 @@ impl EmbeddedValkey {
             child: None,
             tls: None,
             auth,
-            cluster: cluster.map(|node_timeout| ClusterNode {
-                bus_port: 0,
-                node_timeout,
-            }),
+            cluster: cluster.map(|mode| ClusterNode { bus_port: 0, mode }),
         };
         if tls {
             server.tls = Some(write_tls_files(&server.dir.path().join(TLS_DIR))?);
@@ -427,24 +432,7 @@ impl EmbeddedValkey {
     /// Spawns the server on `self.port` and waits until it answers.
     /// On failure, no child is left running and `self.child` is `None`.
     fn launch(&mut self) -> Result<(), LaunchError> {
-        let data = self.dir.path().join(DATA_DIR);
-        if data.exists() {
-            clear_dir(&data).map_err(LaunchError::fatal)?;
-        } else {
-            fs::create_dir(&data).map_err(|err| {
-                LaunchError::fatal(Error::io(format!("creating {}", data.display()), err))
-            })?;
-        }
-        let socket = self.dir.path().join(SOCKET_NAME);
-        match fs::remove_file(&socket) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => {
-                return Err(LaunchError::fatal(Error::io(
-                    format!("removing {}", socket.display()),
-                    err,
-                )));
-            }
-            _ => {}
-        }
+        let data = self.fresh_data_dir()?;
         let log_path = self.dir.path().join(LOG_NAME);
         let log = File::create(&log_path).map_err(|err| {
             LaunchError::fatal(Error::io(format!("creating {}", log_path.display()), err))
@@ -452,65 +440,8 @@ impl EmbeddedValkey {
         let log_for_stderr = log
             .try_clone()
             .map_err(|err| LaunchError::fatal(Error::io("duplicating the log file handle", err)))?;
-
-        let mut command = Command::new(&self.binary);
-        match &self.tls {
-            None => {
-                command.arg("--port").arg(self.port.to_string());
-            }
-            Some(files) => {
-                command
-                    .args(["--port", "0", "--tls-port"])
-                    .arg(self.port.to_string())
-                    .arg("--tls-cert-file")
-                    .arg(&files.server_cert)
-                    .arg("--tls-key-file")
-                    .arg(&files.server_key)
-                    .arg("--tls-ca-cert-file")
-                    .arg(&files.ca_cert)
-                    .args(["--tls-auth-clients", "no", "--unixsocket"])
-                    .arg(&socket)
-                    .args(["--unixsocketperm", "700"]);
-            }
-        }
-        command
-            .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(&data);
-        match &self.auth {
-            None => {}
-            Some(Auth {
-                user: None,
-                password,
-            }) => {
-                command.arg("--requirepass").arg(password);
-            }
-            Some(Auth {
-                user: Some(user),
-                password,
-            }) => {
-                command.arg("--user").arg(user).args([
-                    "on",
-                    &format!(">{password}"),
-                    "~*",
-                    "&*",
-                    "+@all",
-                ]);
-                if user != "default" {
-                    command.args(["--user", "default", "off"]);
-                }
-            }
-        }
-        if let Some(cluster) = &self.cluster {
-            command
-                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
-                .arg(self.dir.path().join(NODES_CONF))
-                .arg("--cluster-port")
-                .arg(cluster.bus_port.to_string())
-                .arg("--cluster-node-timeout")
-                .arg(cluster.node_timeout.as_millis().to_string());
-        }
-        let child = command
+        let child = self
+            .command(&data)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_for_stderr)
@@ -528,6 +459,62 @@ impl EmbeddedValkey {
             self.stop();
         }
         result
+    }
+
+    /// Empties (or creates) the data directory and removes a Unix socket a
+    /// killed server left behind; returns the data directory.
+    fn fresh_data_dir(&self) -> Result<PathBuf, LaunchError> {
+        let data = self.dir.path().join(DATA_DIR);
+        if data.exists() {
+            clear_dir(&data).map_err(LaunchError::fatal)?;
+        } else {
+            fs::create_dir(&data).map_err(|err| {
+                LaunchError::fatal(Error::io(format!("creating {}", data.display()), err))
+            })?;
+        }
+        let socket = self.dir.path().join(SOCKET_NAME);
+        match fs::remove_file(&socket) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(LaunchError::fatal(
+                Error::io(format!("removing {}", socket.display()), err),
+            )),
+            _ => Ok(data),
+        }
+    }
+
+    /// The server's command line: where it listens, no persistence, `data`
+    /// as its directory, and its login and cluster settings.
+    fn command(&self, data: &Path) -> Command {
+        let mut command = Command::new(&self.binary);
+        match &self.tls {
+            None => {
+                command.arg("--port").arg(self.port.to_string());
+            }
+            Some(files) => {
+                command
+                    .args(["--port", "0", "--tls-port"])
+                    .arg(self.port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(&files.server_cert)
+                    .arg("--tls-key-file")
+                    .arg(&files.server_key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&files.ca_cert)
+                    .args(["--tls-auth-clients", "no", "--unixsocket"])
+                    .arg(self.dir.path().join(SOCKET_NAME))
+                    .args(["--unixsocketperm", "700"]);
+            }
+        }
+        command
+            .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(data);
+        if let Some(auth) = &self.auth {
+            auth_args(&mut command, auth);
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster_args(&mut command, cluster, &self.dir.path().join(NODES_CONF));
+        }
+        command
     }
 
     /// Polls the port until our own child answers `PING` (checked by pid),
@@ -626,6 +613,46 @@ impl Drop for EmbeddedValkey {
         self.stop();
         // `dir` is removed as the fields drop, now that the server is gone.
     }
+}
+
+/// The password, and the ACL user if there is one (the default user is then off).
+fn auth_args(command: &mut Command, auth: &Auth) {
+    match &auth.user {
+        None => {
+            command.arg("--requirepass").arg(&auth.password);
+        }
+        Some(user) => {
+            let password = format!(">{}", auth.password);
+            command
+                .arg("--user")
+                .arg(user)
+                .args(["on", &password, "~*", "&*", "+@all"]);
+            if user != "default" {
+                command.args(["--user", "default", "off"]);
+            }
+        }
+    }
+}
+
+/// A cluster node's arguments. Two differ from the server's defaults, for
+/// tests: `--repl-diskless-sync-delay 0`, since the default waits 5 s for more
+/// replicas before every full sync (at start, and when a restarted primary
+/// rejoins as a replica); and `--cluster-allow-replica-migration no`, so a
+/// replica stays in its shard and a primary whose last slot was migrated away
+/// stays an empty primary instead of becoming a replica of the slot's new owner.
+fn cluster_args(command: &mut Command, cluster: &ClusterNode, nodes_conf: &Path) {
+    let yes_no = |on: bool| if on { "yes" } else { "no" };
+    command
+        .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+        .arg(nodes_conf)
+        .arg("--cluster-port")
+        .arg(cluster.bus_port.to_string())
+        .arg("--cluster-node-timeout")
+        .arg(cluster.mode.node_timeout.as_millis().to_string())
+        .arg("--cluster-require-full-coverage")
+        .arg(yes_no(cluster.mode.full_coverage))
+        .args(["--cluster-allow-replica-migration", "no"])
+        .args(["--repl-diskless-sync-delay", "0"]);
 }
 
 /// Returns a loopback port that nothing listened on a moment ago.
