@@ -224,20 +224,21 @@ impl Tracker {
         nodes.expected > 0 && nodes.tracking.len() == nodes.expected
     }
 
-    /// A wake-up for the loser of one id: notified when its value key or its lock key changes
-    /// (and whenever tracking is lost). Hold it while waiting; it unregisters when dropped.
-    pub(crate) fn watch(&self, keys: [&[u8]; 2]) -> Arc<Notify> {
+    /// A wake-up for the loser of some ids: notified when one of `keys` (their value and lock
+    /// keys) changes, and whenever tracking is lost. Hold it while waiting; it unregisters when
+    /// dropped.
+    pub(crate) fn watch(&self, keys: &[&[u8]]) -> Arc<Notify> {
         let notify = Arc::new(Notify::new());
         let mut waiters = lock(&self.waiters);
         waiters.retain(|_, w| w.strong_count() > 0);
-        for key in keys {
+        for &key in keys {
             waiters.insert(key.to_vec(), Arc::downgrade(&notify));
         }
         drop(waiters);
         // Under key tracking Valkey pushes these keys' changes only once its connection has read
         // them; a change before that is found by the loser's next safety poll.
         if let Some(registry) = &self.keys {
-            for key in keys {
+            for &key in keys {
                 registry.read(Read {
                     key: key.to_vec(),
                     expect: None,

@@ -46,6 +46,7 @@ use crate::lock::{self, Fenced};
 use crate::losers::{self, LoserPolicy, Lost, PollEnd};
 use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
+use crate::unsettled::Repair;
 
 mod copies;
 mod lease;
@@ -166,7 +167,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             .tracker
             .as_ref()
             .filter(|t| t.is_up())
-            .map(|t| t.watch([&at.names.value, &at.names.lock]));
+            .map(|t| t.watch(&[&at.names.value, &at.names.lock]));
         loop {
             let token = lock::new_token();
             // Taken before the lock attempt: a load this attempt wins reads the source after it.
@@ -322,7 +323,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         if matches!(&landing, Landing::Filled(f) if f.fetched.origin == Origin::Loaded) {
             self.core
                 .unsettled
-                .mark(self.id.clone(), at.names.clone(), at.l2);
+                .mark(self.id.clone(), at.names.clone(), Repair::Load, at.l2);
         }
         Ok(landing.capped(life))
     }

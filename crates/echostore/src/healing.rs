@@ -27,9 +27,8 @@ const REBUILD_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Live {
     current: RwLock<Connection>,
     epoch: Instant,
-    /// Ms since `epoch` (plus one) of the last call that succeeded, and of the first
-    /// connection-level failure since then (0: none).
-    last_success: AtomicU64,
+    /// Ms since `epoch` (plus one) of the first connection-level failure since the last call
+    /// that succeeded (0: none).
     failing_since: AtomicU64,
     /// The value key (or none: a call about no key) of the last call that failed.
     last_failed: Mutex<Option<Vec<u8>>>,
@@ -42,7 +41,6 @@ impl Live {
         Arc::new(Live {
             current: RwLock::new(conn),
             epoch: Instant::now(),
-            last_success: AtomicU64::new(0),
             failing_since: AtomicU64::new(0),
             last_failed: Mutex::new(None),
             rebuilt: AtomicU64::new(0),
@@ -63,7 +61,6 @@ impl Live {
 
     /// A call succeeded.
     pub(crate) fn succeeded(&self) {
-        self.last_success.store(self.now(), Relaxed);
         self.failing_since.store(0, Relaxed);
     }
 
@@ -83,12 +80,11 @@ impl Live {
         self.rebuilt.load(Relaxed)
     }
 
-    /// Calls have failed for [`REBUILD_EVERY`] and none succeeded since.
+    /// Calls have failed for [`REBUILD_EVERY`] and none succeeded since (a success clears
+    /// `failing_since`).
     fn stuck(&self) -> bool {
         let since = self.failing_since.load(Relaxed);
-        since != 0
-            && self.now().saturating_sub(since) >= millis(REBUILD_EVERY)
-            && self.last_success.load(Relaxed) < since
+        since != 0 && self.now().saturating_sub(since) >= millis(REBUILD_EVERY)
     }
 }
 

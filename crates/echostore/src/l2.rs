@@ -265,6 +265,15 @@ impl L2 {
         .map(drop)
     }
 
+    /// Drops the value only: the lock, if any, stays its holder's.
+    pub(crate) async fn delete_value(&self, names: &KeyNames) -> Result<()> {
+        self.run("repair (DEL value)", Some(names), |mut c| async move {
+            c.del::<_, i64>(&names.value).await
+        })
+        .await
+        .map(drop)
+    }
+
     /// The native lock commands this store uses now.
     pub(crate) fn natives(&self) -> &Natives {
         &self.natives

@@ -192,8 +192,9 @@ pub mod protocol {
     pub use crate::lock::new_token;
     pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
     pub use crate::scripts::{
-        ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_SCRIPT, FENCED_WRITE_SCRIPT,
-        MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_SCRIPT, PUT_SCRIPT, RELEASE_SCRIPT, WRITE_MANY_SCRIPT,
+        ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_MANY_SCRIPT, EXTEND_SCRIPT,
+        FENCED_WRITE_SCRIPT, MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_MANY_SCRIPT, POLL_SCRIPT,
+        PUT_SCRIPT, RELEASE_SCRIPT, WRITE_MANY_SCRIPT,
     };
     #[doc(hidden)]
     pub use crate::server_clock::offset_wall_clock;

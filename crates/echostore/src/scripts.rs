@@ -161,6 +161,35 @@ end
 return out
 "#;
 
+/// A batch's losers' look, in one round trip (per hash slot on a cluster): for each id, a bounded
+/// read of the value and whether its lock exists. Returns `{value_1, locked_1, value_2, …}`.
+pub const POLL_MANY_SCRIPT: &str = r#"
+-- KEYS = value_1, lock_1, value_2, lock_2, …; ARGV[1] = max bytes
+local out = {}
+for i = 1, #KEYS / 2 do
+  local value = redis.pcall('GETRANGE', KEYS[2 * i - 1], 0, ARGV[1])
+  if type(value) == 'table' and value.err then value = false end -- another type: no value yet
+  out[2 * i - 1] = value
+  out[2 * i] = redis.call('EXISTS', KEYS[2 * i])
+end
+return out
+"#;
+
+/// A batch's lease, in one round trip (per hash slot on a cluster): push out the expiry of each
+/// lock that still holds its token. Returns one 1 (extended) or 0 (no longer ours) per lock.
+pub const EXTEND_MANY_SCRIPT: &str = r#"
+-- KEYS = lock_1, lock_2, …; ARGV[1] = lock ttl ms, ARGV[1 + i] = the token of lock i
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1 + i] then
+    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[1])
+  else
+    out[i] = 0
+  end
+end
+return out
+"#;
+
 /// A batch's fenced writes and releases in one round trip (per hash slot on a cluster): for
 /// each id whose lock still holds its token, set its envelope (unless it is empty: release only,
 /// or a newer value is stored), then delete the lock. Returns one code per id: 1 (written), 2
@@ -241,6 +270,8 @@ pub(crate) struct Scripts {
     pub(crate) put: Lua,
     pub(crate) release: Lua,
     pub(crate) acquire_many: Lua,
+    pub(crate) poll_many: Lua,
+    pub(crate) extend_many: Lua,
     pub(crate) write_many: Lua,
     pub(crate) mark: Lua,
 }
@@ -257,6 +288,8 @@ impl Scripts {
             put: Lua::new(PUT_SCRIPT),
             release: Lua::new(RELEASE_SCRIPT),
             acquire_many: Lua::new(ACQUIRE_MANY_SCRIPT),
+            poll_many: Lua::new(POLL_MANY_SCRIPT),
+            extend_many: Lua::new(EXTEND_MANY_SCRIPT),
             write_many: Lua::new(WRITE_MANY_SCRIPT),
             mark: Lua::new(MARK_SCRIPT),
         }

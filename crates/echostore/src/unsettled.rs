@@ -6,8 +6,10 @@
 //! older than the source. Left alone, that copy is served for the rest of its ttl. And a process
 //! that read the newer row from its loader meanwhile, with Valkey away (a degraded load, which
 //! marks the id here too), would go back to it once Valkey answers again. So the table remembers
-//! the id here and repairs it by deleting its value and lock on Valkey, which every other process
-//! hears as an invalidation push:
+//! the id here and repairs it by deleting its value on Valkey, which every other process hears as
+//! an invalidation push. A failed write's repair deletes the lock too, as the write itself would
+//! have (a fill that read the source before it must not write back); a degraded load's never
+//! does: that lock, if any, is another process's, which is loading the id as the one source read.
 //!
 //! - a repair task retries every [`REPAIR_EVERY`] while any id is unsettled, through the circuit
 //!   breaker like any call (so a dead Valkey still costs one connection attempt per cooldown: a
@@ -46,11 +48,21 @@ pub(crate) struct Unsettled<K> {
     repairing: AtomicBool,
 }
 
-/// One unsettled id: which failure marked it, and its keys.
+/// One unsettled id: which failure marked it, its keys, and what its repair deletes.
 #[derive(Clone)]
 struct Mark {
     generation: u64,
     names: KeyNames,
+    repair: Repair,
+}
+
+/// What made an id unsettled, which says what its repair deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repair {
+    /// A `put` or `invalidate` that failed: the value and the lock, as the write would have.
+    Write,
+    /// A load answered in-process while Valkey could not be read: the value only.
+    Load,
 }
 
 impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
@@ -68,10 +80,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
         self.any.load(Ordering::Acquire) && self.lock().contains_key(id)
     }
 
-    /// A write of `id` failed: remember it, and make sure a repair task runs.
-    pub(crate) fn mark(self: &Arc<Self>, id: K, names: KeyNames, l2: &L2) {
+    /// A write of `id` failed, or its load was answered in-process (`repair` says which):
+    /// remember it, and make sure a repair task runs.
+    pub(crate) fn mark(self: &Arc<Self>, id: K, names: KeyNames, repair: Repair, l2: &L2) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        self.lock().insert(id, Mark { generation, names });
+        let mark = Mark {
+            generation,
+            names,
+            repair,
+        };
+        self.lock().insert(id, mark);
         self.any.store(true, Ordering::Release);
         if !self.repairing.swap(true, Ordering::AcqRel) {
             tokio::spawn(repair_task(Arc::downgrade(self), l2.clone()));
@@ -93,7 +111,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
         let Some(mark) = self.lock().get(id).cloned() else {
             return Ok(());
         };
-        l2.invalidate(&mark.names).await?;
+        mark.apply(l2).await?;
         self.settled(id, mark.generation);
         Ok(())
     }
@@ -123,6 +141,16 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
     }
 }
 
+impl Mark {
+    /// The repair on Valkey.
+    async fn apply(&self, l2: &L2) -> Result<()> {
+        match self.repair {
+            Repair::Write => l2.invalidate(&self.names).await,
+            Repair::Load => l2.delete_value(&self.names).await,
+        }
+    }
+}
+
 /// Repairs every unsettled id of a table until none is left (or the table is dropped). A round
 /// stops at the first repair that cannot land: Valkey is still away.
 async fn repair_task<K: Clone + Eq + Hash + Send + Sync + 'static>(
@@ -141,7 +169,7 @@ async fn repair_task<K: Clone + Eq + Hash + Send + Sync + 'static>(
             let Some((id, mark)) = set.any_mark() else {
                 break;
             };
-            if l2.invalidate(&mark.names).await.is_err() {
+            if mark.apply(&l2).await.is_err() {
                 break;
             }
             set.settled(&id, mark.generation);

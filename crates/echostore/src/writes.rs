@@ -10,6 +10,7 @@ use crate::key::{Key, KeyNames};
 use crate::l1::Entry;
 use crate::lock::{self, Put};
 use crate::stats::bump;
+use crate::unsettled::Repair;
 
 /// A write to Valkey that a `put` or `invalidate` asked for.
 pub(crate) enum L2Write {
@@ -77,11 +78,11 @@ impl<V> PendingWrite<V> {
             }
             // Refused as too late: a failed write like any other, repaired the same way.
             Ok(Put::TooLate) => {
-                core.unsettled.mark(id.clone(), names, l2);
+                core.unsettled.mark(id.clone(), names, Repair::Write, l2);
                 (None, Err(Error::WriteTooLate))
             }
             Err(e) => {
-                core.unsettled.mark(id.clone(), names, l2);
+                core.unsettled.mark(id.clone(), names, Repair::Write, l2);
                 (None, Err(e))
             }
         };

@@ -11,12 +11,14 @@
 //!    │   one batch loader call for them all, under the lease of every won lock
 //!    │        ▼
 //!    │   write-many (per slot group: fenced write and release, for each id)
-//!    └─ lost ─▶ that id's own fill (the loser policy: poll, serve stale, default, fail fast)
+//!    └─ lost ─▶ the loser policy (serve stale, default, fail fast), or wait as one group:
+//!               poll-many per slot group, woken by pushes; ids whose lock went contend again
 //! ```
 //!
 //! Every per-id rule of the single fill holds: an id is loaded only by the process holding its
 //! lock; its write is fenced by that lock and ordered like any write; an id whose last write
-//! failed here (unsettled) or whose lock another process holds takes the single fill's path. The
+//! failed here (unsettled) takes the single fill's path; the ids whose locks another process
+//! holds wait together ([`losers`]). The
 //! flights are the owner's, one per id, so a `get` of an id a batch is loading joins it, and a
 //! batch joins the flights already running for its ids. What a batch does not do per id: serve a
 //! stale copy at the soft timeout (a batch loads as one call; fail-safe still applies per id).
@@ -44,6 +46,7 @@ use crate::stale::{Landing, Signal, Stale};
 use crate::stats::bump;
 
 mod landing;
+mod losers;
 mod source;
 
 /// Where a batch sends each id's landing, and each id's signals (as the owner's flights do).
@@ -51,6 +54,9 @@ pub(crate) trait Report<K, V>: Send + Sync {
     fn landed(&self, id: K, flight: FlightId, outcome: Result<Landing<V>>);
     fn signal(&self, id: &K, flight: FlightId, signal: Signal<V>);
 }
+
+/// An id and the flight it is for.
+type Flown<K> = (K, FlightId);
 
 /// One id of the batch, as it goes through the steps.
 struct Member<K, V> {
@@ -81,18 +87,53 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         BatchFill { core, report }
     }
 
-    /// Runs the flights of `ids` to their landings.
+    /// Runs the flights of `ids` to their landings: rounds of contention, until no id is left
+    /// to contend again (a lost lock that went with no fresh value).
     pub(crate) async fn run(&self, ids: Vec<(K, FlightId)>) {
         bump(&self.core.stats.counters.batches);
         let Some(l2) = &self.core.l2 else {
             return self.here(ids).await;
         };
-        let mut members = Vec::with_capacity(ids.len());
-        let mut alone = Vec::new();
+        let mut deadline = None;
+        let mut ids = ids;
+        while !ids.is_empty() {
+            ids = self.round(l2, ids, &mut deadline).await;
+        }
+    }
+
+    /// One round: acquire-many for every id, then the won ones loaded in one source call and
+    /// written, the lost ones waiting as one group (their policy's wait ending at `deadline`,
+    /// set by the first round that loses); returns the ids to contend for again.
+    async fn round(
+        &self,
+        l2: &L2,
+        ids: Vec<(K, FlightId)>,
+        deadline: &mut Option<tokio::time::Instant>,
+    ) -> Vec<(K, FlightId)> {
+        let (mut members, alone) = self.members(ids);
+        let names: Vec<&KeyNames> = members.iter().map(|m| &m.names).collect();
+        let groups = on_valkey::groups(l2, &names);
+        let acquired = join_all(groups.iter().map(|g| self.acquire(l2, &members, g))).await;
+        for (group, acquired) in groups.iter().zip(acquired) {
+            self.acquired(&mut members, group, acquired);
+        }
+        let (lost, members): (Vec<_>, Vec<_>) = members
+            .into_iter()
+            .partition(|m| !m.landed && !m.won && !m.load);
+        let alone = join_all(alone.into_iter().map(|(id, flight)| self.alone(id, flight)));
+        let batch = self.load_and_write(l2, members);
+        let (_, (), again) = futures::join!(alone, batch, self.lost(l2, lost, deadline));
+        again
+    }
+
+    /// The members of a round, each with a new token and the generation its write is stamped
+    /// with; and the ids that take the single fill (Valkey's copy of an id whose write failed
+    /// here is repaired by its own fill). An id without key names lands its error at once.
+    fn members(&self, ids: Vec<(K, FlightId)>) -> (Vec<Member<K, V>>, Vec<Flown<K>>) {
+        let (mut members, mut alone) = (Vec::with_capacity(ids.len()), Vec::new());
         let stamp = self.core.marks.stamp();
         for (id, flight) in ids {
             match self.core.names(&id) {
-                // Valkey's copy of an id whose write failed here is repaired by its own fill.
                 Ok(_) if self.core.unsettled.holds(&id) => alone.push((id, flight)),
                 Ok(names) => members.push(Member {
                     id,
@@ -109,54 +150,50 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 Err(e) => self.report.landed(id, flight, Err(e)),
             }
         }
-        let names: Vec<&KeyNames> = members.iter().map(|m| &m.names).collect();
-        let groups = on_valkey::groups(l2, &names);
-        let acquired = join_all(groups.iter().map(|g| self.acquire(l2, &members, g))).await;
-        for (group, acquired) in groups.iter().zip(acquired) {
-            match acquired {
-                Ok(seen) => {
-                    for (&i, a) in group.iter().zip(seen) {
-                        let m = &mut members[i];
-                        m.won = a.won;
-                        match self.decode(a.value) {
-                            Some(env) if env.is_fresh(self.core.now_ms()) => {
-                                bump(&self.core.stats.counters.l2_hits);
-                                let hit = self.core.l2_filled(env);
-                                self.report.landed(
-                                    m.id.clone(),
-                                    m.flight,
-                                    Ok(Landing::Filled(hit)),
-                                );
-                                m.landed = true;
-                            }
-                            seen => {
-                                m.stale = seen.and_then(|env| self.stale(env));
-                                m.load = a.won;
-                                if a.won {
-                                    bump(&self.core.stats.counters.lock_won);
-                                }
-                            }
-                        }
-                    }
+        (members, alone)
+    }
+
+    /// What one group's acquire-many found: fresh values land as L2 hits, won locks are to load,
+    /// and a group Valkey could not be asked about loads in-process (degraded).
+    fn acquired(
+        &self,
+        members: &mut [Member<K, V>],
+        group: &[usize],
+        acquired: Result<Vec<on_valkey::Acquired>>,
+    ) {
+        let counters = &self.core.stats.counters;
+        let seen = match acquired {
+            Ok(seen) => seen,
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::debug!(table = %self.core.name, error = %e, "batch acquire failed: loading in-process");
+                for &i in group {
+                    members[i].load = true;
+                    members[i].degraded = true;
                 }
-                Err(e) => {
-                    bump(&self.core.stats.counters.l2_errors);
-                    tracing::debug!(table = %self.core.name, error = %e, "batch acquire failed: loading in-process");
-                    for &i in group {
-                        members[i].load = true;
-                        members[i].degraded = true;
+                return;
+            }
+        };
+        for (&i, a) in group.iter().zip(seen) {
+            let m = &mut members[i];
+            m.won = a.won;
+            match self.decode(a.value) {
+                Some(env) if env.is_fresh(self.core.now_ms()) => {
+                    bump(&counters.l2_hits);
+                    let hit = self.core.l2_filled(env);
+                    self.report
+                        .landed(m.id.clone(), m.flight, Ok(Landing::Filled(hit)));
+                    m.landed = true;
+                }
+                seen => {
+                    m.stale = seen.and_then(|env| self.stale(env));
+                    m.load = a.won;
+                    if a.won {
+                        bump(&counters.lock_won);
                     }
                 }
             }
         }
-        // Ids another process is loading take the single fill's path, with its loser policy.
-        let (lost, members): (Vec<_>, Vec<_>) = members
-            .into_iter()
-            .partition(|m| !m.landed && !m.won && !m.load);
-        alone.extend(lost.into_iter().map(|m| (m.id, m.flight)));
-        let alone = join_all(alone.into_iter().map(|(id, flight)| self.alone(id, flight)));
-        let batch = self.load_and_write(l2, members);
-        futures::join!(alone, batch);
     }
 
     /// The acquire-many of one group.

@@ -1,6 +1,7 @@
 //! A batch's round trips to Valkey: ids grouped so that each group's keys may go in one command
 //! (every id on one server; the ids of one hash slot on a cluster), and for each group one `MGET`,
-//! one acquire-many and one write-many ([`crate::scripts`]).
+//! one acquire-many, one poll-many and one lease (extend-many) for the ids it lost or won, and
+//! one write-many ([`crate::scripts`]).
 
 use crate::error::Result;
 use crate::key::KeyNames;
@@ -88,6 +89,53 @@ pub(crate) async fn acquire_many(
         out.push(Acquired { won, value });
     }
     Ok(out)
+}
+
+/// One group's look while it waits for another process's write: for each id, the value (`None`
+/// when missing or empty) and whether its lock is still held.
+pub(crate) async fn poll_many(
+    l2: &L2,
+    group: &[&KeyNames],
+    max_bytes: usize,
+) -> Result<Vec<(Option<Vec<u8>>, bool)>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inv = SCRIPTS.poll_many.prepare_invoke();
+    inv.arg(max_bytes);
+    for names in group {
+        inv.key(&names.value).key(&names.lock);
+    }
+    let flat: Vec<redis::Value> = l2.script("poll many", first, inv).await?;
+    let mut out = Vec::with_capacity(group.len());
+    let mut items = flat.into_iter();
+    while let (Some(value), Some(locked)) = (items.next(), items.next()) {
+        let value = match value {
+            redis::Value::BulkString(bytes) if !bytes.is_empty() => Some(bytes),
+            _ => None,
+        };
+        out.push((value, matches!(locked, redis::Value::Int(1))));
+    }
+    Ok(out)
+}
+
+/// One group's lease: each lock that still holds its token lives `lock_ttl_ms` more; `true`
+/// for each lock extended.
+pub(crate) async fn extend_many(
+    l2: &L2,
+    group: &[(&KeyNames, &str)],
+    lock_ttl_ms: u64,
+) -> Result<Vec<bool>> {
+    let Some((first, _)) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inv = SCRIPTS.extend_many.prepare_invoke();
+    inv.arg(lock_ttl_ms);
+    for (names, token) in group {
+        inv.key(&names.lock).arg(*token);
+    }
+    let extended: Vec<i64> = l2.script("lease many", first, inv).await?;
+    Ok(extended.into_iter().map(|e| e == 1).collect())
 }
 
 /// How one id's write-many entry ended.

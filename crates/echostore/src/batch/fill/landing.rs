@@ -15,6 +15,7 @@ use crate::l2::L2;
 use crate::load::Load;
 use crate::stale::{Filled, Landing, Signal};
 use crate::stats::bump;
+use crate::unsettled::Repair;
 
 impl<K: Key, V: Value> BatchFill<'_, K, V> {
     /// What a loaded member lands with before its write (`None`: it landed already), the
@@ -39,7 +40,9 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 let life = self.core.loaded_life(&value, delta);
                 let value = Arc::new(value);
                 if m.degraded {
-                    self.core.unsettled.mark(m.id.clone(), m.names.clone(), l2);
+                    self.core
+                        .unsettled
+                        .mark(m.id.clone(), m.names.clone(), Repair::Load, l2);
                     let entry = life.entry(Arc::clone(&value));
                     let landing = Landing::Filled(Filled::fresh(entry, Origin::Loaded))
                         .capped(self.core.unconfirmed_l1_life);

@@ -1,6 +1,6 @@
 //! The batch's source read: one batch loader call for every id it has to load (or, without a
 //! batch loader, the per-id loader a few at a time), the lease that keeps the won locks while it
-//! runs, and the whole batch when the table has no Valkey.
+//! runs (one command per slot group), and the whole batch when the table has no Valkey.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,15 +9,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::join_all;
 
+use super::super::on_valkey;
 use super::{BatchFill, Member};
 use crate::core::millis;
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::flights::FlightId;
-use crate::key::{Key, Value};
+use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
 use crate::load::Load;
-use crate::lock;
 use crate::stale::{Filled, Landing};
 use crate::stats::bump;
 
@@ -86,8 +86,8 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }
     }
 
-    /// The lease of every won lock among `loading`: each extended every `lock_ttl / 3` while
-    /// the batch loads. Never returns; the load ending drops it.
+    /// The lease of every won lock among `loading`: extended every `lock_ttl / 3` while the
+    /// batch loads, one command per group. Never returns; the load ending drops it.
     pub(super) async fn lease(
         &self,
         l2: &L2,
@@ -95,21 +95,38 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     ) -> std::convert::Infallible {
         let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
         let ttl = millis(self.core.config.lock_ttl);
+        let won: Vec<(&KeyNames, &str)> = loading
+            .iter()
+            .filter(|m| m.won)
+            .map(|m| (&m.names, m.token.as_str()))
+            .collect();
+        let names: Vec<&KeyNames> = won.iter().map(|(names, _)| *names).collect();
+        let groups = on_valkey::groups(l2, &names);
+        let counters = &self.core.stats.counters;
         loop {
             tokio::time::sleep(every).await;
-            let extended = join_all(
-                loading
-                    .iter()
-                    .filter(|m| m.won)
-                    .map(|m| lock::extend(l2, &m.names, &m.token, ttl)),
-            )
+            let extended = join_all(groups.iter().map(|group| {
+                let locks: Vec<(&KeyNames, &str)> = group.iter().map(|&i| won[i]).collect();
+                async move { on_valkey::extend_many(l2, &locks, ttl).await }
+            }))
             .await;
-            for e in extended {
-                bump(match e {
-                    Ok(true) => &self.core.stats.counters.lease_extended,
-                    Ok(false) => &self.core.stats.counters.lease_lost,
-                    Err(_) => &self.core.stats.counters.l2_errors,
-                });
+            for (group, extended) in groups.iter().zip(extended) {
+                match extended {
+                    Ok(each) => {
+                        for ours in each {
+                            bump(if ours {
+                                &counters.lease_extended
+                            } else {
+                                &counters.lease_lost
+                            });
+                        }
+                    }
+                    Err(_) => {
+                        counters
+                            .l2_errors
+                            .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
             }
         }
     }
