@@ -68,6 +68,9 @@ struct Lists<K, V> {
     listed: HashMap<K, Listed<V>>,
     /// Ids with a write on its way to Valkey, as the owner knows them: no read starts for them.
     writing: HashSet<K>,
+    /// Ids with an overtaken flight still running: no read starts for them either, so that
+    /// only their owner stores what is read of them until those flights land.
+    detached: HashSet<K>,
     /// Ids with a write task running, and how many: marked by the tasks themselves, so that an
     /// owner's crash clears none of them.
     running: HashMap<K, usize>,
@@ -111,6 +114,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
             lists: Mutex::new(Lists {
                 listed: HashMap::new(),
                 writing: HashSet::new(),
+                detached: HashSet::new(),
                 running: HashMap::new(),
             }),
             landings: Notify::new(),
@@ -142,6 +146,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
                 Some(Listed::Read(_)) => return Entered::Owner,
                 None if !readable
                     || lists.writing.contains(id)
+                    || lists.detached.contains(id)
                     || lists.running.contains_key(id) =>
                 {
                     return Entered::Owner;
@@ -215,6 +220,20 @@ impl<K: Eq + Hash, V> Board<K, V> {
         }
     }
 
+    /// An overtaken flight of `id` runs (`true`), or none does any more (`false`): while one
+    /// does, misses of the id go to the owner, which orders what every flight of it stores.
+    pub(crate) fn detached(&self, id: &K, running: bool)
+    where
+        K: Clone,
+    {
+        let mut lists = self.lists();
+        if running {
+            lists.detached.insert(id.clone());
+        } else {
+            lists.detached.remove(id);
+        }
+    }
+
     /// Joins what is listed for `id`, if anything (the tests' view of [`enter`](Self::enter)).
     #[cfg(test)]
     pub(crate) fn join(&self, id: &K) -> Option<Arc<Cell<V>>>
@@ -249,6 +268,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
         let mut lists = self.lists();
         lists.listed.retain(|id, _| !mine(id));
         lists.writing.retain(|id| !mine(id));
+        lists.detached.retain(|id| !mine(id));
     }
 
     /// Ids listed now.

@@ -19,7 +19,12 @@
 //! no answer is ahead of L1), but its value is not stored, and the next miss starts a new flight. A remote invalidation overtakes a running flight the same way. One
 //! exception keeps a process from reading back in time: a flight that a `put` of this process
 //! overtook sends its callers to fly again instead, since what it read may be newer than the
-//! put's value that L1 keeps (another process's write whose push is late).
+//! put's value that L1 keeps (another process's write whose push is late). While an overtaken
+//! flight runs, misses of its id go to the owner (the board holds its reads), so L1 takes what is
+//! read of the id only from this map's flights, in the order they land: once one has landed, no
+//! other flight of the id that was running then stores after it (it is *outrun*), and an
+//! overtaken flight whose callers take what it read overtakes the current flight, which may
+//! have read before it.
 //!
 //! An early refresh (XFetch) is a flight with no caller, started only when the id has none: so at
 //! most one refresh per id runs in a process, and misses that arrive meanwhile join it.
@@ -94,6 +99,9 @@ pub(crate) struct Flight<V> {
     stale_read: bool,
     /// A `put`/`invalidate` of this process overtook it: its value is never stored.
     overwritten: bool,
+    /// Another flight of the id landed after this one was overtaken, storing or answering what
+    /// it read, which may be newer: this one's value is never stored.
+    outrun: bool,
     /// A `put` of this process overtook it: L1 will hold the put's value, which may be older than
     /// what this flight reads (another process's later write, whose push may yet be lost). Its
     /// callers fly again rather than take an answer this process's L1 does not keep, so a
@@ -135,6 +143,9 @@ pub(crate) struct Landed<V> {
     pub(crate) fly_again: bool,
     /// A queued flight of the same id that may launch now.
     pub(crate) launch: Option<FlightId>,
+    /// It had been overtaken: if its callers take what it read, the id's current flight, which
+    /// may have read before it, is overtaken too (the owner's part, `owner::landings`).
+    pub(crate) detached: bool,
 }
 
 /// What overtook a running flight.
@@ -231,6 +242,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         if let Some(flight) = state.take_loading() {
             self.board.withdraw(id, &flight.cell);
             state.detached.push(flight);
+            self.board.detached(id, true);
         }
         for flight in &mut state.detached {
             flight.stale_read = true;
@@ -260,18 +272,28 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                     store: true,
                     fly_again: false,
                     launch: None,
+                    detached: false,
                 }
             }
             None => {
                 let flight = state.remove_detached(fid)?;
+                if state.detached.is_empty() {
+                    self.board.detached(id, false);
+                }
                 Landed {
-                    store: !flight.stale_read && !flight.overwritten,
+                    store: !flight.stale_read && !flight.overwritten && !flight.outrun,
                     fly_again: flight.replaced,
                     flight,
                     launch: state.try_launch(),
+                    detached: true,
                 }
             }
         };
+        // What it read may be newer than what the id's other flights read: none of them may
+        // store after it.
+        for other in &mut state.detached {
+            other.outrun = true;
+        }
         if state.is_idle() {
             self.ids.remove(id);
         }

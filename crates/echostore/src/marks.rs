@@ -37,6 +37,10 @@ const CLEAR: &str = "clear";
 const TAG: &str = "tag:";
 /// The longest tag accepted, in bytes.
 pub const MAX_TAG_BYTES: usize = 1024;
+/// The most marks a table keeps on Valkey: past it, the oldest half of its tags is folded into a
+/// clear ([`crate::scripts::MARK_SCRIPT`]), so the key, and each process's copy of it, stay
+/// bounded however many distinct tags are invalidated.
+pub(crate) const MAX_MARKS: usize = 4096;
 /// How far ahead of the server's clock a mark may be and still be believed (planted bytes are
 /// not allowed to make every later invalidation a no-op).
 const MAX_AHEAD_US: u64 = 300_000_000;
@@ -58,6 +62,27 @@ struct View {
     latest: u64,
     cleared: u64,
     tags: HashMap<String, u64>,
+}
+
+impl View {
+    /// Drops the tags that no longer tell anything: those marked before the last clear (it covers
+    /// them), and, when marks are kept for a while only (`timed`), those marked before `horizon`
+    /// (no copy written before them can still be read). Past [`MAX_MARKS`] tags, the oldest half
+    /// is folded into the clear, as on Valkey: L1 took each of them when it came, and a copy read
+    /// later that any of them might cover is a miss.
+    fn prune(&mut self, horizon: u64, timed: bool) {
+        let last_clear = self.cleared;
+        self.tags
+            .retain(|_, g| *g > last_clear && (!timed || *g >= horizon));
+        if self.tags.len() <= MAX_MARKS {
+            return;
+        }
+        let mut generations: Vec<u64> = self.tags.values().copied().collect();
+        generations.sort_unstable();
+        let floor = generations[generations.len() / 2];
+        self.cleared = self.cleared.max(floor);
+        self.tags.retain(|_, g| *g > floor);
+    }
 }
 
 /// What a change of the marks makes stale here: every entry, or those carrying one of the tags.
@@ -128,9 +153,7 @@ impl Marks {
             }
             view.latest = view.latest.max(generation);
         }
-        // A tag marked before the last clear adds nothing to it.
-        let last_clear = view.cleared;
-        view.tags.retain(|_, g| *g > last_clear);
+        view.prune(now_us.saturating_sub(self.keep_us), self.keep_us > 0);
         self.latest.store(view.latest, SeqCst);
         if cleared {
             return Some(Scope::All);
@@ -175,7 +198,8 @@ impl Marks {
                 invocation
                     .key(&self.key)
                     .arg(self.keep_us)
-                    .arg(self.stamp());
+                    .arg(self.stamp())
+                    .arg(MAX_MARKS);
                 for member in &members {
                     invocation.arg(member);
                 }

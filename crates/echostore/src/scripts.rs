@@ -232,13 +232,17 @@ return 0
 /// A `clear` or an `invalidate_tag`: one new generation, from the server's clock in µs and above
 /// every mark already set, given to each member named (`clear`, or `tag:<tag>`) in the table's
 /// marks (a sorted set, the score a member's generation). A clear subsumes the marks before it,
-/// which it removes; marks older than the longest life of a copy (`ARGV[1]`, µs; 0 = kept until the
-/// next clear) are removed too, since no copy they could invalidate is left. Returns every mark
-/// above the generation the caller knew (`ARGV[2]`), its own included, as `member, score, …`: a
-/// mark another process set just before this one is taken in with it, never skipped.
+/// which it removes; marks older than the longest a copy they could invalidate can be read
+/// (`ARGV[1]`, µs; 0 = kept until the next clear) are removed too, and so is the whole key that
+/// long after its last mark (`PEXPIRE`). Past `ARGV[3]` marks, the oldest half of the tags is
+/// folded into the clear (raised to the newest of them): every copy stamped before those tags is
+/// then a miss, which is more than they asked, never less, and the key stays bounded. Returns
+/// every mark above the generation the caller knew (`ARGV[2]`), its own included, as
+/// `member, score, …`: a mark another process set just before this one is taken in with it.
 pub const MARK_SCRIPT: &str = r#"
 -- KEYS[1] = the table's marks; ARGV[1] = how long a mark is kept, µs (0: until a clear),
--- ARGV[2] = the latest generation the caller knows, ARGV[3..] = the members to mark
+-- ARGV[2] = the latest generation the caller knows, ARGV[3] = the most marks kept,
+-- ARGV[4..] = the members to mark
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local n = now
@@ -247,7 +251,7 @@ if top[2] and tonumber(top[2]) >= n and tonumber(top[2]) <= now + 300000000 then
   n = tonumber(top[2]) + 1
 end
 local g = string.format('%.0f', n)
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   if ARGV[i] == 'clear' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. g) end
   redis.call('ZADD', KEYS[1], g, ARGV[i])
 end
@@ -256,6 +260,22 @@ if keep > 0 then
   local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', n - keep))
   for _, member in ipairs(old) do
     if string.sub(member, 1, 4) == 'tag:' then redis.call('ZREM', KEYS[1], member) end
+  end
+  redis.call('PEXPIRE', KEYS[1], math.ceil(keep / 1000))
+end
+local most = tonumber(ARGV[3])
+if redis.call('ZCARD', KEYS[1]) > most then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, math.floor(most / 2), 'WITHSCORES')
+  local floor = nil
+  for i = 1, #oldest, 2 do
+    if string.sub(oldest[i], 1, 4) == 'tag:' then
+      redis.call('ZREM', KEYS[1], oldest[i])
+      floor = oldest[i + 1]
+    end
+  end
+  if floor then
+    redis.call('ZADD', KEYS[1], 'GT', floor, 'clear')
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. floor)
   end
 end
 return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'WITHSCORES')

@@ -1,5 +1,6 @@
 //! A batch's round trips to Valkey: ids grouped so that each group's keys may go in one command
-//! (every id on one server; the ids of one hash slot on a cluster), and for each group one `MGET`,
+//! (every id on one server; the ids of one hash slot on a cluster; a few hundred at most), and for
+//! each group one `MGET`,
 //! one acquire-many, one poll-many and one lease (extend-many) for the ids it lost or won, and
 //! one write-many ([`crate::scripts`]).
 
@@ -8,16 +9,28 @@ use crate::key::KeyNames;
 use crate::l2::L2;
 use crate::scripts::SCRIPTS;
 
-/// Indices of `names` grouped so that each group's keys may be sent in one command.
+/// The most ids one command carries. A script runs alone on its server, and a large one would
+/// hold up every other client's commands (and its own reply would outlast `valkey_timeout`): a
+/// batch of many thousand ids goes as several commands, sent at once.
+pub(crate) const MAX_GROUP: usize = 512;
+
+/// Indices of `names` grouped so that each group's keys may be sent in one command: every id on
+/// one server, the ids of one hash slot on a cluster, at most [`MAX_GROUP`] in a group.
 pub(crate) fn groups(l2: &L2, names: &[&KeyNames]) -> Vec<Vec<usize>> {
-    if !l2.is_cluster() {
-        return if names.is_empty() {
-            Vec::new()
-        } else {
-            vec![(0..names.len()).collect()]
-        };
-    }
-    slot_groups(names)
+    let groups = if l2.is_cluster() {
+        slot_groups(names)
+    } else {
+        vec![(0..names.len()).collect()]
+    };
+    groups
+        .into_iter()
+        .flat_map(|group| {
+            group
+                .chunks(MAX_GROUP)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[cfg(feature = "cluster")]

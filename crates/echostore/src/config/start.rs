@@ -10,6 +10,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// [`Error::InvalidConfig`] for a missing loader or a setting out of its range.
     pub async fn start(self) -> Result<Table<K, V>> {
         validate_table_name(&self.name)?;
+        let marks_kept_for = marks_kept_for(&self);
         let invalid = |what: String| Error::InvalidConfig(format!("table {:?}: {what}", self.name));
         if self.loader.is_none() && self.batch_loader.is_none() {
             return Err(invalid("no loader (set loader or batch_loader)".into()));
@@ -104,12 +105,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         let losers = self.losers.shared();
         let marks = crate::marks::Marks::new(
             crate::key::marks_key_under(self.store.namespace(), &self.name),
-            marks_kept_for(
-                self.ttl,
-                self.ttl_for.is_some(),
-                self.jitter,
-                self.stale_for,
-            ),
+            marks_kept_for,
         );
         let core = TableCore {
             name: Arc::from(self.name.as_str()),
@@ -148,22 +144,27 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     }
 }
 
-/// How long Valkey keeps a tag's mark: past the longest life a copy written before it can have
-/// (its ttl, or with `.ttl_for` the longest any ttl may be, spread by the jitter, then its stale
-/// window), and a day at least, so that a load that runs long still writes a copy the mark is
-/// checked against. A clear drops the marks before it sooner.
-fn marks_kept_for(
-    ttl: Duration,
-    ttl_for: bool,
-    jitter: f64,
-    stale_for: Duration,
-) -> Option<Duration> {
-    const AT_LEAST: Duration = Duration::from_secs(24 * 3600);
-    let longest = if ttl_for { MAX_DURATION } else { ttl };
+/// How long Valkey keeps a tag's mark: past the longest a copy written before it can be read. A
+/// copy is written at most a load's time (`load_timeout`, a day without one) and two lock lives
+/// after the generation it is stamped with, and lives at most its ttl (or, with `.ttl_for`, the
+/// longest any ttl may be), spread by the jitter, then its stale window.
+fn marks_kept_for<K, V>(builder: &TableBuilder<K, V>) -> Option<Duration> {
+    const NO_LOAD_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+    let longest = if builder.ttl_for.is_some() {
+        MAX_DURATION
+    } else {
+        builder.ttl
+    };
+    let written_within = builder
+        .load_timeout
+        .unwrap_or(NO_LOAD_TIMEOUT)
+        .saturating_add(builder.lock_ttl.saturating_mul(2));
+    // Taken before the settings are checked: saturating, whatever they hold.
+    let spread = Duration::try_from_secs_f64(longest.as_secs_f64() * (1.0 + builder.jitter))
+        .unwrap_or(MAX_DURATION);
     Some(
-        longest
-            .mul_f64(1.0 + jitter)
-            .saturating_add(stale_for)
-            .max(AT_LEAST),
+        spread
+            .saturating_add(builder.stale_for)
+            .saturating_add(written_within),
     )
 }

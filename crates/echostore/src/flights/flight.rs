@@ -10,6 +10,7 @@ impl<V> Flight<V> {
             cell: Answerer::new(),
             stale_read: false,
             overwritten: false,
+            outrun: false,
             replaced: false,
         }
     }

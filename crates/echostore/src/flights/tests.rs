@@ -338,3 +338,33 @@ fn an_inherited_write_heads_its_ids_queue() {
     assert_eq!(map.written(&1), Next::Write("mine"));
     assert!(matches!(map.written(&1), Next::Launch(_)));
 }
+
+/// Once a flight of an id lands, no overtaken flight of the id that was running then stores
+/// after it, even one that read Valkey again after the push that overtook it: what it read may
+/// be older than what landed.
+#[test]
+fn an_overtaken_flight_is_outrun_by_a_later_landing() {
+    let mut map = new_map();
+    let first = launched(map.miss(&1).0);
+    map.overtake(&1);
+    map.reading(&1, first);
+    let second = launched(map.miss(&1).0);
+    assert!(map.land(&1, second).expect("current").store);
+    let landed = map.land(&1, first).expect("detached");
+    assert!(!landed.store, "an outrun flight stored");
+    assert!(landed.detached);
+}
+
+/// While an overtaken flight of an id runs, the board starts no read of it: a miss goes to the
+/// owner, which orders what each flight stores.
+#[test]
+fn an_overtaken_flight_holds_the_board_reads_of_its_id() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let fid = launched(map.miss(&1).0);
+    map.overtake(&1);
+    let enter = |board: &Board<u32, u32>| board.enter(&1, true, || 1);
+    assert!(matches!(enter(&board), crate::board::Entered::Owner));
+    map.land(&1, fid).expect("detached");
+    assert!(matches!(enter(&board), crate::board::Entered::Read(_)));
+}

@@ -34,13 +34,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 if let Some(entry) = filled.keep {
                     self.core.keep(id.clone(), entry, filled.fingerprint);
                 }
-                Ok(filled.fetched)
+                Ok(self.answered_own(id, &landed, filled.fetched))
             }
-            // Overtaken (a push, a flush, a mark): what it read is kept nowhere, and what L1
-            // holds came after the change that overtook it. Its callers take L1's entry if
-            // there is one: answering a value L1 does not hold could put L1 behind what this
+            // Overtaken (a push, a flush, a mark) or outrun: what it read is kept nowhere, and
+            // what L1 holds came after the change that overtook it. Its callers take L1's entry
+            // if there is one: answering a value L1 does not hold could put L1 behind what this
             // process has answered, and its next read would go back.
-            Ok(Landing::Filled(filled)) => Ok(self.l1_hit(id).unwrap_or(filled.fetched)),
+            Ok(Landing::Filled(filled)) => Ok(match self.l1_hit(id) {
+                Some(hit) => hit,
+                None => self.answered_own(id, &landed, filled.fetched),
+            }),
             Err(e) => {
                 if refresh {
                     bump(&self.core.stats.counters.early_refresh_failures);
@@ -65,6 +68,17 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         if let Some(queued) = landed.launch {
             self.launch_queued(myself, id.clone(), queued);
         }
+    }
+
+    /// A flight's callers take what it read. If it had been overtaken, the id's current flight
+    /// may have read before it (another process's write, whose push has not come yet, is on
+    /// Valkey now): that flight is overtaken as by a push, so that no read which starts after
+    /// this answer takes its older one (its callers, who joined before, still get it).
+    fn answered_own(&mut self, id: &K, landed: &Landed<V>, answer: Fetched<V>) -> Fetched<V> {
+        if landed.detached {
+            self.flights.overtake(id);
+        }
+        answer
     }
 
     /// Every caller of a landed flight flies again (it changed nothing they may take: each misses

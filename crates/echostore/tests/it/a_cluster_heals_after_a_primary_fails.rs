@@ -118,6 +118,7 @@ async fn writes_reach_every_store(tables: &[Table<u64, String>]) {
 /// Starts the stores and the load on `cluster`, runs `fault`, then waits until every store is
 /// back to normal and a write reaches them all.
 async fn heals_after(cluster: &mut EmbeddedCluster, fault: impl FnOnce(&mut EmbeddedCluster)) {
+    let _turn = common::heavy().await;
     let seeds = cluster.urls();
     let mut tables = Vec::new();
     for _ in 0..3 {

@@ -28,6 +28,7 @@ mod a_slot_migration_delays_no_write;
 mod a_values_own_ttl_is_its_life_everywhere;
 mod bad_input_gets_a_clear_error_and_loses_nothing;
 mod batch_reads_across_processes;
+mod batch_reads_and_gets_never_read_back_in_time;
 mod batch_reads_load_each_id_once;
 mod borrowed_keys_read_like_a_hashmap;
 mod cancelled_callers_leave_the_flight_running;

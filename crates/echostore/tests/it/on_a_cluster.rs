@@ -35,6 +35,8 @@ fn the_lock_and_coherence_suites_pass_on_a_cluster() {
     let out = Command::new(std::env::current_exe().expect("this test binary"))
         .env(TARGET_ENV, "cluster")
         .args(&filters)
+        // One at a time: this run goes on beside the rest of the suite.
+        .arg("--test-threads=1")
         .output()
         .expect("the test binary runs again");
     let stdout = String::from_utf8_lossy(&out.stdout);

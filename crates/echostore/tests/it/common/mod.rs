@@ -34,7 +34,7 @@ pub use envelopes::{
 pub use info::{command_calls, info_count};
 pub use monitor::round_trips_of;
 pub use nodes::{example, node_lines, spawn_node};
-pub use process::in_a_process_of_its_own;
+pub use process::{heavy, in_a_process_of_its_own};
 pub use tables::{
     BACKENDS, SET_ID, SET_LOCK, SET_VALUE, builder_on, coherent_store, coherent_table, hold_lock,
     local_table, long_lived, patient_store, set_table, stale_on_valkey, store_on, table_on,

@@ -1,5 +1,6 @@
 //! A test that changes something process-wide (the wall-clock offset of `check`'s `skew` fault)
-//! runs in a process of its own: this test binary run again, filtered to that one test.
+//! runs in a process of its own: this test binary run again, filtered to that one test. And the
+//! heavy tests take turns ([`heavy`]).
 
 use std::process::Command;
 
@@ -26,4 +27,14 @@ pub fn in_a_process_of_its_own(path: &str) -> bool {
         "{path} did not run alone:\n{stdout}"
     );
     false
+}
+
+/// Held by the tests that load the machine for seconds (a cluster under a service's load, a batch
+/// of 20,000 ids, six stores racing): one at a time, so that their load does not turn the other
+/// tests' deadlines (a 30 ms lock's lease, say) into races on a two-core machine.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits for the machine to be free of the other heavy tests; hold the guard for the test's length.
+pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().await
 }
