@@ -1,6 +1,7 @@
 //! The faults `echostore check` injects, each named as on the command line, and how each is
-//! done to a real Valkey, a worker or the link between them. Each injection returns the span
-//! the model excuses around it (from the first harm to the moment it was over).
+//! done to a real Valkey (every node of a cluster), a worker or the link between them; the
+//! cluster's own faults are in [`cluster`]. Each injection returns the span the model excuses
+//! around it (from the first harm to the moment it was over).
 
 use std::time::Duration;
 
@@ -8,8 +9,11 @@ use echostore_testkit::proxy::{Link, Proxy};
 use redis::aio::MultiplexedConnection;
 
 use super::history::{FaultSpan, now_ns};
+use super::target::Target;
 use super::workers::Workers;
 use crate::CliResult;
+
+mod cluster;
 
 /// How long a `CLIENT PAUSE` lasts.
 const PAUSE: Duration = Duration::from_millis(500);
@@ -47,10 +51,18 @@ pub(crate) enum Fault {
     /// One worker's wall clock, as EchoStore reads it, an hour ahead, then an hour behind, then
     /// right again. It excuses nothing: neither order nor life may rest on a wall clock.
     Skew,
+    /// A cluster shard's primary killed; its replica voted in; the old node restarted, a replica.
+    KillPrimary,
+    /// `CLUSTER FAILOVER` on a shard's replica: the two swap roles, no write lost.
+    Failover,
+    /// A hot id's hash slot moved, keys and all, to another primary.
+    Migrate,
+    /// `CLIENT PAUSE … ALL` on one primary: its shard answers nothing for a while.
+    PausePrimary,
 }
 
 impl Fault {
-    /// Every fault, in the order `all` injects them.
+    /// The faults of one server, in the order `all` injects them.
     pub(crate) const ALL: [Fault; 9] = [
         Fault::KillTracking,
         Fault::KillAll,
@@ -61,6 +73,14 @@ impl Fault {
         Fault::Crash,
         Fault::Proxy,
         Fault::Skew,
+    ];
+
+    /// The cluster's faults: what `all` injects under `--cluster`.
+    pub(crate) const CLUSTER: [Fault; 4] = [
+        Fault::KillPrimary,
+        Fault::Failover,
+        Fault::Migrate,
+        Fault::PausePrimary,
     ];
 
     /// The fault's name on the command line and in the output.
@@ -75,55 +95,113 @@ impl Fault {
             Fault::Crash => "crash",
             Fault::Proxy => "proxy",
             Fault::Skew => "skew",
+            Fault::KillPrimary => "kill-primary",
+            Fault::Failover => "failover",
+            Fault::Migrate => "migrate",
+            Fault::PausePrimary => "pause-primary",
         }
     }
 
-    /// `none`, `all`, or a comma-separated list of names; `kill` and `pause` name both of theirs.
-    pub(crate) fn parse_list(text: &str) -> Result<Vec<Fault>, String> {
-        let mut faults = Vec::new();
+    /// Why this fault cannot be asked for on a cluster (`cluster`) or on one server, if so.
+    pub(crate) fn refused(self, cluster: bool) -> Option<String> {
+        let name = self.name();
+        match (self, cluster) {
+            (Fault::Restart | Fault::Outage, true) => Some(format!(
+                "`{name}` stops the one server: under --cluster, kill-primary kills a shard's \
+                 primary instead"
+            )),
+            (Fault::Proxy, true) => Some(format!(
+                "`{name}` puts a proxy in front of the one server: under --cluster, a client \
+                 reaches every node at the address the cluster gives it, past any proxy"
+            )),
+            (f, false) if Fault::CLUSTER.contains(&f) => {
+                Some(format!("`{name}` is a cluster fault: it needs --cluster"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The faults named by `--faults`: `none`, `all` (the set of the target: one server's, or with
+/// `--cluster` the cluster's), or a comma-separated list of names; `kill` and `pause` name both
+/// of theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FaultList {
+    /// The faults named one by one (or by a group), once each, in the order given.
+    named: Vec<Fault>,
+    /// Whether `all` was named.
+    all: bool,
+}
+
+impl FaultList {
+    pub(crate) fn parse(text: &str) -> Result<FaultList, String> {
+        let mut list = FaultList {
+            named: Vec::new(),
+            all: false,
+        };
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             let named: &[Fault] = match word {
                 "none" => &[],
-                "all" => &Fault::ALL,
+                "all" => {
+                    list.all = true;
+                    &[]
+                }
                 "kill" => &[Fault::KillTracking, Fault::KillAll],
                 "pause" => &[Fault::PauseWrite, Fault::PauseAll],
-                _ => match Fault::ALL.iter().find(|f| f.name() == word) {
+                _ => match Fault::ALL
+                    .iter()
+                    .chain(&Fault::CLUSTER)
+                    .find(|f| f.name() == word)
+                {
                     Some(f) => std::slice::from_ref(f),
                     None => {
+                        let known: Vec<&str> = Fault::ALL
+                            .iter()
+                            .chain(&Fault::CLUSTER)
+                            .map(|f| f.name())
+                            .collect();
                         return Err(format!(
                             "unknown fault `{word}`: use none, all, kill, pause, or any of {}",
-                            Fault::ALL.map(Fault::name).join(", ")
+                            known.join(", ")
                         ));
                     }
                 },
             };
             for f in named {
-                if !faults.contains(f) {
-                    faults.push(*f);
+                if !list.named.contains(f) {
+                    list.named.push(*f);
                 }
             }
         }
+        Ok(list)
+    }
+
+    /// The faults to inject, `all` being the set of the target (`cluster` or one server); a
+    /// fault named that the target cannot take is an error that says why.
+    pub(crate) fn resolve(&self, cluster: bool) -> Result<Vec<Fault>, String> {
+        if let Some(why) = self.named.iter().find_map(|f| f.refused(cluster)) {
+            return Err(why);
+        }
+        let set: &[Fault] = match (self.all, cluster) {
+            (false, _) => &[],
+            (true, false) => &Fault::ALL,
+            (true, true) => &Fault::CLUSTER,
+        };
+        let mut faults = set.to_vec();
+        faults.extend(self.named.iter().filter(|f| !set.contains(f)));
         Ok(faults)
     }
 }
 
-/// The faults named by `--faults`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FaultList(pub(crate) Vec<Fault>);
-
-impl FaultList {
-    pub(crate) fn parse(text: &str) -> Result<FaultList, String> {
-        Fault::parse_list(text).map(FaultList)
-    }
-}
-
-/// What a fault needs to reach: the server (its control connection, and the embedded server to
-/// restart), the workers, and the proxied link.
+/// What a fault needs to reach: the server or cluster, the workers, the proxied link, and the
+/// run's hot ids (`migrate` moves one of their slots).
 pub(crate) struct Reach<'a> {
-    pub(crate) url: &'a str,
-    pub(crate) embedded: Option<&'a mut embedded_valkey::EmbeddedValkey>,
+    pub(crate) target: &'a mut Target,
     pub(crate) workers: &'a mut Workers,
     pub(crate) proxy: Option<&'a Proxy>,
+    /// The run's namespace on Valkey, and ids per table.
+    pub(crate) namespace: &'a str,
+    pub(crate) keys: u32,
     /// The worker the next crash goes to.
     pub(crate) next_crash: usize,
     /// The worker whose clock the next skew moves.
@@ -133,75 +211,25 @@ pub(crate) struct Reach<'a> {
 /// Injects `fault` and returns its span.
 pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<FaultSpan> {
     let start = now_ns();
-    let mut end = None;
+    let name = fault.name();
     match fault {
-        Fault::KillTracking => {
-            let mut conn = control(reach.url).await?;
-            let clients: String = redis::cmd("CLIENT")
-                .arg("LIST")
-                .query_async(&mut conn)
-                .await?;
-            for id in tracking_clients(&clients) {
-                let _: redis::RedisResult<()> = redis::cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("ID")
-                    .arg(id)
-                    .query_async(&mut conn)
-                    .await;
-            }
-        }
-        Fault::KillAll => {
-            let mut conn = control(reach.url).await?;
-            let _: u64 = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("normal")
-                .arg("SKIPME")
-                .arg("yes")
-                .query_async(&mut conn)
-                .await?;
-        }
+        Fault::KillTracking => kill_tracking(&reach.target.nodes()).await?,
+        Fault::KillAll => on_every_node(&reach.target.nodes(), &kill_all()).await?,
         Fault::PauseWrite | Fault::PauseAll => {
-            let mut conn = control(reach.url).await?;
             let mode = if fault == Fault::PauseAll {
                 "ALL"
             } else {
                 "WRITE"
             };
-            let _: () = redis::cmd("CLIENT")
-                .arg("PAUSE")
-                .arg(PAUSE.as_millis() as u64)
-                .arg(mode)
-                .query_async(&mut conn)
-                .await?;
+            on_every_node(&reach.target.nodes(), &pause(PAUSE, mode)).await?;
             tokio::time::sleep(PAUSE).await;
         }
-        Fault::Restart => {
-            let server = reach
-                .embedded
-                .as_deref_mut()
-                .ok_or("restart needs the embedded Valkey")?;
-            tokio::task::block_in_place(|| server.restart())?;
-        }
-        Fault::Outage => {
-            let server = reach
-                .embedded
-                .as_deref_mut()
-                .ok_or("an outage needs the embedded Valkey")?;
-            tokio::task::block_in_place(|| server.stop());
-            tokio::time::sleep(OUTAGE).await;
-            tokio::task::block_in_place(|| server.restart())?;
-        }
+        Fault::Restart | Fault::Outage => stop_server(fault, reach.target).await?,
         Fault::Crash => {
             let worker = reach.next_crash % reach.workers.len();
             reach.next_crash += 1;
-            let (crash_start, crash_end) = reach.workers.crash(worker).await?;
-            return Ok(FaultSpan {
-                name: fault.name().to_owned(),
-                start: crash_start,
-                end: crash_end,
-                excuses: true,
-            });
+            let (start, end) = reach.workers.crash(worker).await?;
+            return Ok(FaultSpan::new(name, start, end));
         }
         Fault::Skew => {
             let worker = reach.next_skew % reach.workers.len();
@@ -212,11 +240,10 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
                     tokio::time::sleep(SKEWED_FOR).await;
                 }
             }
+            let span = FaultSpan::new(name, start, now_ns());
             return Ok(FaultSpan {
-                name: fault.name().to_owned(),
-                start,
-                end: now_ns(),
                 excuses: false,
+                ..span
             });
         }
         Fault::Proxy => {
@@ -225,19 +252,32 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             tokio::time::sleep(SLOW_FOR).await;
             proxy.set(Link::Silent);
             tokio::time::sleep(SILENT_FOR).await;
-            end = Some(now_ns());
+            let end = now_ns();
             proxy.set(Link::Healthy);
+            return Ok(FaultSpan::new(name, start, end));
+        }
+        Fault::KillPrimary | Fault::Failover | Fault::Migrate | Fault::PausePrimary => {
+            return cluster::inject(fault, reach).await;
         }
     }
-    Ok(FaultSpan {
-        name: fault.name().to_owned(),
-        start,
-        end: end.unwrap_or_else(now_ns),
-        excuses: true,
-    })
+    Ok(FaultSpan::new(name, start, now_ns()))
 }
 
-/// Why a fault cannot be injected on this target, if it cannot.
+/// `restart` (the server killed and started again, empty) or `outage` (kept down for
+/// [`OUTAGE`] first): only the embedded server.
+async fn stop_server(fault: Fault, target: &mut Target) -> CliResult<()> {
+    let Target::Embedded(server) = target else {
+        return Err(format!("`{}` needs the embedded Valkey", fault.name()).into());
+    };
+    if fault == Fault::Outage {
+        tokio::task::block_in_place(|| server.stop());
+        tokio::time::sleep(OUTAGE).await;
+    }
+    tokio::task::block_in_place(|| server.restart())?;
+    Ok(())
+}
+
+/// Why a fault cannot be injected on this target, if it cannot: it is skipped, and said so.
 pub(crate) fn unavailable(fault: Fault, embedded: bool) -> Option<&'static str> {
     match fault {
         Fault::Restart | Fault::Outage if !embedded => {
@@ -247,11 +287,80 @@ pub(crate) fn unavailable(fault: Fault, embedded: bool) -> Option<&'static str> 
     }
 }
 
+/// `CLIENT KILL TYPE normal SKIPME yes`: every client connection but the one sending it.
+fn kill_all() -> redis::Cmd {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes");
+    cmd
+}
+
+/// `CLIENT PAUSE <ms> <mode>`.
+pub(crate) fn pause(how_long: Duration, mode: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("PAUSE").arg(how_long.as_millis() as u64).arg(mode);
+    cmd
+}
+
+/// Sends `cmd` to every node; fails only if no node took it (a node down for another reason
+/// does not stop the fault on the others).
+async fn on_every_node(nodes: &[String], cmd: &redis::Cmd) -> CliResult<()> {
+    let mut first_error = None;
+    let mut done = 0;
+    for node in nodes {
+        let sent = match control(node).await {
+            Ok(mut conn) => cmd.query_async::<redis::Value>(&mut conn).await,
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok(_) => done += 1,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (done, first_error) {
+        (0, Some(e)) => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// `CLIENT KILL ID` of every store's tracking connection, on every node that answers (fails if
+/// none does).
+async fn kill_tracking(nodes: &[String]) -> CliResult<()> {
+    let mut reached = 0;
+    for node in nodes {
+        let Ok(mut conn) = control(node).await else {
+            continue;
+        };
+        reached += 1;
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut conn)
+            .await?;
+        for id in tracking_clients(&clients) {
+            let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .query_async(&mut conn)
+                .await;
+        }
+    }
+    match reached {
+        0 => Err("no node answered".into()),
+        _ => Ok(()),
+    }
+}
+
 /// A fresh connection for one injection (the last one may have been killed with the server).
-async fn control(url: &str) -> CliResult<MultiplexedConnection> {
-    Ok(redis::Client::open(url)?
+async fn control(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    redis::Client::open(url)?
         .get_multiplexed_async_connection()
-        .await?)
+        .await
 }
 
 /// The ids of the stores' tracking connections in `CLIENT LIST`'s answer.
@@ -267,23 +376,51 @@ fn tracking_clients(list: &str) -> Vec<u64> {
 mod tests {
     use super::*;
 
+    fn resolved(text: &str, cluster: bool) -> Result<Vec<Fault>, String> {
+        FaultList::parse(text)?.resolve(cluster)
+    }
+
     /// Lists name faults once each, in the order given; groups and unknown names.
     #[test]
     fn fault_lists_parse() {
-        assert_eq!(Fault::parse_list("none"), Ok(vec![]));
-        assert_eq!(Fault::parse_list("all").map(|f| f.len()), Ok(9));
-        assert_eq!(Fault::parse_list("skew"), Ok(vec![Fault::Skew]));
+        assert_eq!(resolved("none", false), Ok(vec![]));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(9));
+        assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());
         assert!(unavailable(Fault::Restart, true).is_none());
         assert!(unavailable(Fault::Outage, false).is_some());
         assert!(unavailable(Fault::Outage, true).is_none());
         assert_eq!(
-            Fault::parse_list("crash,kill,crash"),
+            resolved("crash,kill,crash", false),
             Ok(vec![Fault::Crash, Fault::KillTracking, Fault::KillAll])
         );
-        let err = Fault::parse_list("reboot").expect_err("unknown");
+        let err = FaultList::parse("reboot").expect_err("unknown");
         assert!(err.contains("unknown fault `reboot`"), "{err}");
+        assert!(err.contains("kill-primary"), "{err}");
+    }
+
+    /// Under `--cluster`, `all` is the cluster's set; one server's stops and proxy are refused,
+    /// and the cluster's faults are refused without it.
+    #[test]
+    fn the_cluster_has_its_own_faults() {
+        assert_eq!(resolved("all", true), Ok(Fault::CLUSTER.to_vec()));
+        assert_eq!(
+            resolved("all,crash,skew", true).map(|f| f.len()),
+            Ok(Fault::CLUSTER.len() + 2)
+        );
+        assert_eq!(
+            resolved("kill,failover", true),
+            Ok(vec![Fault::KillTracking, Fault::KillAll, Fault::Failover])
+        );
+        for refused in ["restart", "outage", "proxy", "all,proxy"] {
+            let err = resolved(refused, true).expect_err("refused under --cluster");
+            assert!(err.contains("--cluster"), "{err}");
+        }
+        for refused in ["kill-primary", "failover", "migrate", "pause-primary"] {
+            let err = resolved(refused, false).expect_err("needs --cluster");
+            assert!(err.contains("needs --cluster"), "{err}");
+        }
     }
 
     /// Only connections named by the store's tracker are picked from `CLIENT LIST`.

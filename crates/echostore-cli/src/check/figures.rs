@@ -1,7 +1,8 @@
 //! Figures for an operator beside the verdict, which no rule judges: how hard the fleet read its
-//! source while Valkey was away (against the rate outside faults), and how long after a write
+//! source while Valkey was away (against the rate outside faults), how long after a write
 //! that failed (the source moved, the cache was not told) some process still read an older
-//! version of the id.
+//! version of the id, and how long after each fault the workers were back to normal
+//! ([`recovery_ns`]).
 
 use serde::Serialize;
 
@@ -52,6 +53,36 @@ pub(crate) fn figures(ops: &[Op], spans: &[FaultSpan]) -> Figures {
     }
 }
 
+/// A read that took longer than this is not yet back to normal, for [`recovery_ns`].
+pub(crate) const SLOW_READ_NS: u64 = 500_000_000;
+
+/// Per fault of `spans` (in the order injected), how long after it was over
+/// ([`FaultSpan::over`]: the cluster serving every slot again, the pause over, the link healed)
+/// the workers were back to normal: the end of the last call that failed, or read that took over
+/// [`SLOW_READ_NS`], among those that began after the fault was over and ended before the next
+/// fault began (a call the next fault held up is that fault's), less the moment it was over; 0
+/// if there was none.
+pub(crate) fn recovery_ns(ops: &[Op], spans: &[FaultSpan]) -> Vec<u64> {
+    spans
+        .iter()
+        .enumerate()
+        .map(|(i, span)| {
+            let over = span.over();
+            let next = spans.get(i + 1).map_or(u64::MAX, |s| s.start);
+            ops.iter()
+                .filter(|o| o.action != Action::Load && o.start >= over && o.end < next)
+                .filter(|o| {
+                    !o.ok
+                        || (o.action == Action::Read
+                            && o.end.saturating_sub(o.start) > SLOW_READ_NS)
+                })
+                .map(|o| o.end.saturating_sub(over))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
 fn per_second(count: usize, ns: u64) -> f64 {
     if ns == 0 {
         0.0
@@ -99,6 +130,7 @@ mod tests {
             version,
             ok,
             origin: String::new(),
+            batch: false,
             start: start_ms * 1_000_000,
             end: end_ms * 1_000_000,
         }
@@ -119,15 +151,35 @@ mod tests {
             op(Action::Read, 1, 1, true, 2_500, 2_501), // after the next write: not counted here
             op(Action::Load, 0, 3, true, 3_999, 4_000),
         ];
-        let spans = [FaultSpan {
-            excuses: true,
-            name: "outage".to_owned(),
-            start: 1_000_000_000,
-            end: 2_000_000_000,
-        }];
+        let spans = [FaultSpan::new("outage", 1_000_000_000, 2_000_000_000)];
         let f = figures(&ops, &spans);
         assert_eq!(f.source_reads_per_s_during_outages, Some(2.0));
         assert!((f.source_reads_per_s_outside_faults - 2.0 / 3.0).abs() < 1e-9);
         assert_eq!(f.stale_after_failed_writes_ms, 500.0);
+    }
+
+    /// Recovery runs from a fault's end (or its healing) to the end of the last failed call or
+    /// slow read begun after it, and stops at the next fault: a call it held up is its own.
+    #[test]
+    fn recovery_ends_with_the_last_failure_after_the_fault() {
+        let ops = vec![
+            op(Action::Put, 0, 1, false, 900, 1_100), // began during the fault: not counted
+            op(Action::Read, 1, 1, false, 1_200, 1_300),
+            op(Action::Read, 1, 1, true, 1_400, 2_000), // 600 ms: slow
+            op(Action::Read, 1, 1, true, 2_100, 2_150),
+            op(Action::Load, 1, 1, true, 2_200, 3_000), // a load is no call
+            op(Action::Read, 1, 1, false, 4_900, 5_100), // the next fault held it up
+            op(Action::Read, 1, 1, false, 5_100, 5_200), // during the next fault's window
+            op(Action::Read, 1, 1, true, 7_000, 7_100),
+        ];
+        let ms = |n: u64| n * 1_000_000;
+        let healed = FaultSpan {
+            healed: Some(ms(1_000)),
+            ..FaultSpan::new("kill-primary", ms(500), ms(1_800))
+        };
+        let spans = [healed, FaultSpan::new("failover", ms(5_000), ms(6_000))];
+        assert_eq!(recovery_ns(&ops, &spans), vec![ms(1_000), 0]);
+        let spans = [FaultSpan::new("pause-primary", ms(500), ms(1_000))];
+        assert_eq!(recovery_ns(&ops, &spans), vec![ms(4_200)]);
     }
 }

@@ -1,7 +1,10 @@
 //! What `echostore check` records: every operation a worker made, with its start and end on the
-//! host's monotonic clock, and every fault the controller injected. The workers are separate OS
-//! processes; `CLOCK_MONOTONIC` is one clock for every process of a host, so their timestamps
-//! merge into one history without any synchronisation.
+//! host's monotonic clock ([`Recorder`]: one JSON line each), and every fault the controller
+//! injected. The workers are separate OS processes; `CLOCK_MONOTONIC` is one clock for every
+//! process of a host, so their timestamps merge into one history without any synchronisation.
+
+use std::io::{BufWriter, Write};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -16,12 +19,16 @@ pub(crate) fn now_ns() -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Action {
-    /// `Table::fetch`: `version` is what it returned.
+    /// `Table::fetch`, or one id of a `Table::fetch_many` ([`Op::batch`]): `version` is what it
+    /// returned.
     Read,
     /// `Table::put` of `version`, after the source was moved to it.
     Put,
     /// `Table::invalidate`, after the source was moved to `version`.
     Invalidate,
+    /// `Table::delete`, after the source was moved to `version`: on the check's tables (no
+    /// `Option` values) an invalidation, so a write like [`Action::Invalidate`].
+    Delete,
     /// One call of the loader (a source read): `version` is what the source held.
     Load,
 }
@@ -32,7 +39,7 @@ pub(crate) struct Op {
     /// The worker process (0-based).
     #[serde(rename = "p")]
     pub(crate) process: u32,
-    /// Which table: an index into [`TABLES`](super::worker::TABLES).
+    /// Which table: an index into [`TABLES`](super::tables::TABLES).
     #[serde(rename = "t")]
     pub(crate) table: u8,
     /// The id within the table's hot set.
@@ -44,9 +51,14 @@ pub(crate) struct Op {
     pub(crate) version: u64,
     /// Whether the call returned `Ok`.
     pub(crate) ok: bool,
-    /// Where a read's answer came from (`Origin`'s name); empty for the others.
+    /// Where a read's answer came from (`Origin`'s name); for a call that failed, its error;
+    /// empty for the others.
     #[serde(rename = "o", default, skip_serializing_if = "String::is_empty")]
     pub(crate) origin: String,
+    /// A read answered as one id of a `fetch_many` (its start and end are the batch call's), or
+    /// a load made by the batch loader.
+    #[serde(rename = "b", default, skip_serializing_if = "is_false")]
+    pub(crate) batch: bool,
     /// The call's start and end, [`now_ns`].
     #[serde(rename = "s")]
     pub(crate) start: u64,
@@ -57,7 +69,46 @@ pub(crate) struct Op {
 impl Op {
     /// A write: it moves the source to a new version (a put also stores it).
     pub(crate) fn is_write(&self) -> bool {
-        matches!(self.action, Action::Put | Action::Invalidate)
+        matches!(
+            self.action,
+            Action::Put | Action::Invalidate | Action::Delete
+        )
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Where a worker's operations go: its history file, one JSON line each. A cheap `Clone`: clones
+/// share the file.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    process: u32,
+    out: Arc<Mutex<BufWriter<std::fs::File>>>,
+}
+
+impl Recorder {
+    /// Records worker `process`'s operations into `file`.
+    pub(crate) fn new(process: u32, file: std::fs::File) -> Recorder {
+        Recorder {
+            process,
+            out: Arc::new(Mutex::new(BufWriter::new(file))),
+        }
+    }
+
+    pub(crate) fn record(&self, mut op: Op) {
+        op.process = self.process;
+        if let (Ok(line), Ok(mut out)) = (serde_json::to_string(&op), self.out.lock()) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+
+    pub(crate) fn flush(&self) -> std::io::Result<()> {
+        match self.out.lock() {
+            Ok(mut out) => out.flush(),
+            Err(_) => Ok(()),
+        }
     }
 }
 
@@ -69,9 +120,33 @@ pub(crate) struct FaultSpan {
     pub(crate) name: String,
     pub(crate) start: u64,
     pub(crate) end: u64,
+    /// When the harm itself was over, where the injection went on tidying up after it: after
+    /// `kill-primary`, the cluster serving every slot again (the killed node's restart as a
+    /// replica came after). The recovery time is measured from here; the model excuses up to
+    /// `end`. `None`: at `end`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) healed: Option<u64>,
     /// Whether the model excuses what the fault may cause; a skewed clock causes nothing.
     #[serde(default = "excuses")]
     pub(crate) excuses: bool,
+}
+
+impl FaultSpan {
+    /// A span from `start` to `end`, healed at its end, that excuses what it may cause.
+    pub(crate) fn new(name: &str, start: u64, end: u64) -> FaultSpan {
+        FaultSpan {
+            name: name.to_owned(),
+            start,
+            end,
+            healed: None,
+            excuses: true,
+        }
+    }
+
+    /// When the fault was over, for the recovery time: [`FaultSpan::healed`], or the end.
+    pub(crate) fn over(&self) -> u64 {
+        self.healed.unwrap_or(self.end)
+    }
 }
 
 fn excuses() -> bool {

@@ -2,18 +2,19 @@
 //! processes under faults.
 //!
 //! The controller lays down a versioned source of truth ([`source`]), starts `--processes`
-//! workers ([`worker`], each its own process with its own store) against one Valkey, injects the
-//! chosen [`faults`] on a schedule while the workers make gets, puts and invalidates, then merges
-//! every worker's history ([`history`]) and checks it against the model ([`model`]); the
-//! [`report`] adds a few [`figures`] no rule judges (source reads during an outage, how long a
-//! failed write left older versions read). The verdict fails on any violation; `--coherence off` with writes across processes must fail, which
-//! `--expect fail` turns into the check's own self-test.
+//! workers ([`worker`], each its own process with its own store and [`tables`]) against one
+//! Valkey or a local cluster ([`target`]), injects the chosen [`faults`] on a schedule while the
+//! workers make the [`workload`]'s calls (single and batch reads, puts, invalidates, deletes,
+//! group writes), then merges every worker's history ([`history`]) and checks it against the
+//! model ([`model`]); the [`report`] adds a few [`figures`] no rule judges (source reads during an
+//! outage, how long a failed write left older versions read, each fault's recovery time). The
+//! verdict fails on any violation; `--coherence off` with writes across processes must fail,
+//! which `--expect fail` turns into the check's own self-test.
 
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use echostore_testkit::{Proxy, duration};
-use embedded_valkey::EmbeddedValkey;
 use rand::Rng;
 
 pub(crate) use crate::coherence::{Mode, Switch};
@@ -22,6 +23,7 @@ use faults::{Fault, Reach};
 use history::{FaultSpan, Op};
 use model::Bounds;
 use report::Report;
+use target::Target;
 
 mod faults;
 mod figures;
@@ -29,8 +31,11 @@ mod history;
 mod model;
 mod report;
 mod source;
+mod tables;
+mod target;
 pub(crate) mod worker;
 mod workers;
+mod workload;
 
 /// How long the workers run before the first fault.
 const WARM_UP: Duration = Duration::from_secs(1);
@@ -62,9 +67,15 @@ pub(crate) struct CheckArgs {
 
     /// Faults to inject, in turn: none, all, or a comma-separated list of kill-tracking,
     /// kill-all, pause-write, pause-all, restart, outage, crash, proxy, skew (`kill` and
-    /// `pause` name both).
+    /// `pause` name both), and with --cluster kill-primary, failover, migrate, pause-primary
+    /// (`all` under --cluster: those four; restart, outage and proxy are refused there).
     #[arg(long, default_value = "none", value_parser = faults::FaultList::parse)]
     faults: faults::FaultList,
+
+    /// Run against a local Valkey Cluster (3 primaries, a replica each, 1 s node timeout, full
+    /// coverage off) instead of one server, the workers' stores on `valkey_cluster`.
+    #[arg(long)]
+    cluster: bool,
 
     /// Whether the workers' stores keep their L1 coherent (off: the check must fail).
     #[arg(long, value_enum, default_value_t = Switch::On)]
@@ -83,8 +94,9 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     tasks: u32,
 
-    /// Percent of calls that are reads; the writes are puts and invalidates, 18 to 7, and one in
-    /// 200 invalidates a tag or clears the table (recorded as an invalidate of each id it covers).
+    /// Percent of calls that are reads (one in four a `fetch_many` of 2 to 8 ids); the writes are
+    /// puts, invalidates and deletes, 16 to 5 to 4, and one in 200 invalidates a tag or clears
+    /// the table (recorded as an invalidate of each id it covers).
     #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u32).range(0..=100))]
     reads: u32,
 
@@ -126,69 +138,25 @@ pub(crate) struct CheckArgs {
 
 /// Runs the check and prints its report.
 pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcome> {
-    let mut embedded = match url {
-        Some(_) => None,
-        None => Some(
-            tokio::task::spawn_blocking(EmbeddedValkey::start)
-                .await
-                .map_err(|e| format!("starting an embedded Valkey: {e}"))?
-                .map_err(|e| format!("cannot start an embedded Valkey: {e}"))?,
-        ),
-    };
-    let url = match url {
-        Some(url) => url.to_owned(),
-        None => embedded
-            .as_ref()
-            .map(EmbeddedValkey::url)
-            .ok_or("no Valkey to check against")?,
-    };
+    let asked = args.faults.resolve(args.cluster)?;
+    let mut target = Target::start(url, args.cluster).await?;
     let dir = tempfile::Builder::new()
         .prefix("echostore-check-")
         .tempdir()?;
-    source::Source::create(dir.path(), worker::TABLES.len() as u8, args.keys)?;
+    source::Source::create(dir.path(), tables::TABLES.len() as u8, args.keys)?;
 
-    let mut skipped = Vec::new();
-    let faults: Vec<Fault> = args
-        .faults
-        .0
-        .iter()
-        .copied()
-        .filter(|f| match faults::unavailable(*f, embedded.is_some()) {
-            Some(why) => {
-                skipped.push((f.name().to_owned(), why.to_owned()));
-                false
-            }
-            None => true,
-        })
-        .collect();
+    let (faults, mut skipped) = injectable(asked, &target);
     let proxy = match faults.contains(&Fault::Proxy) {
-        true => Some(Proxy::bind(&url).await?),
+        true => Some(Proxy::bind(&target.url()).await?),
         false => None,
     };
-
     let namespace = format!("check-{:016x}", rand::rng().random::<u64>());
-    let seed: u64 = rand::rng().random();
-    let worker_args: Vec<worker::WorkerArgs> = (0..args.processes)
-        .map(|process| worker::WorkerArgs {
-            process,
-            dir: dir.path().to_owned(),
-            namespace: namespace.clone(),
-            keys: args.keys,
-            tasks: args.tasks,
-            reads: args.reads,
-            ttl: args.ttl,
-            source_latency: args.source_latency,
-            unconfirmed_l1_life: args.unconfirmed_l1_life,
-            coherence: args.coherence,
-            tracking: args.tracking,
-            seed,
-        })
-        .collect();
+    let worker_args = args.workers(dir.path(), &namespace);
     // Worker 0 reaches Valkey through the proxy when the proxy fault is on.
     let urls: Vec<String> = (0..args.processes)
         .map(|p| match (&proxy, p) {
             (Some(proxy), 0) => proxy.url(),
-            _ => url.clone(),
+            _ => target.url(),
         })
         .collect();
     let mut workers = workers::Workers::spawn(&urls, &worker_args, dir.path())?;
@@ -196,10 +164,11 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
 
     let spans = {
         let mut reach = Reach {
-            url: &url,
-            embedded: embedded.as_mut(),
+            target: &mut target,
             workers: &mut workers,
             proxy: proxy.as_ref(),
+            namespace: &namespace,
+            keys: args.keys,
             next_crash: 0,
             next_skew: 1,
         };
@@ -207,25 +176,16 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
     };
     workers.stop().await?;
     let ops = histories(dir.path(), args.processes)?;
-
-    let jitter = 0.1; // the tables keep the default jitter
-    let fresh_for = args.ttl.mul_f64(1.0 - jitter).saturating_sub(FRESH_MARGIN);
-    let bounds = Bounds {
-        staleness: args.bound.as_nanos() as u64,
-        fault_grace: args.grace().as_nanos() as u64,
-        fresh_for: fresh_for.as_nanos() as u64,
-    };
-    let findings = model::check(&ops, &spans, bounds);
+    let findings = model::check(&ops, &spans, args.bounds());
     if args.keep {
         let kept = dir.keep();
         std::fs::write(kept.join("faults.json"), serde_json::to_string(&spans)?)?;
         eprintln!("check: the run's histories are in {}", kept.display());
     }
     let report = Report::new(args, &ops, &spans, skipped, findings);
-    if args.json {
-        crate::output::print_json(&report)?;
-    } else {
-        report.print();
+    match args.json {
+        true => crate::output::print_json(&report)?,
+        false => report.print(),
     }
     let wanted = args.expect.unwrap_or(Verdict::Pass);
     Ok(match report.verdict() == wanted {
@@ -235,6 +195,38 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
 }
 
 impl CheckArgs {
+    /// Each worker's flags, in a run whose directory is `dir` and namespace `namespace`.
+    fn workers(&self, dir: &std::path::Path, namespace: &str) -> Vec<worker::WorkerArgs> {
+        let seed: u64 = rand::rng().random();
+        (0..self.processes)
+            .map(|process| worker::WorkerArgs {
+                process,
+                dir: dir.to_owned(),
+                namespace: namespace.to_owned(),
+                keys: self.keys,
+                tasks: self.tasks,
+                reads: self.reads,
+                ttl: self.ttl,
+                source_latency: self.source_latency,
+                unconfirmed_l1_life: self.unconfirmed_l1_life,
+                coherence: self.coherence,
+                tracking: self.tracking,
+                seed,
+            })
+            .collect()
+    }
+
+    /// The bounds the model is checked with.
+    fn bounds(&self) -> Bounds {
+        let jitter = 0.1; // the tables keep the default jitter
+        let fresh_for = self.ttl.mul_f64(1.0 - jitter).saturating_sub(FRESH_MARGIN);
+        Bounds {
+            staleness: self.bound.as_nanos() as u64,
+            fault_grace: self.grace().as_nanos() as u64,
+            fresh_for: fresh_for.as_nanos() as u64,
+        }
+    }
+
     /// How long after a fault its effects are excused: what L1 keeps unconfirmed, and a second
     /// to notice the loss and reconnect (at least 2 s: a store's reconnect backoff and breaker
     /// cooldown after a long outage), unless `--fault-grace` says otherwise.
@@ -243,6 +235,23 @@ impl CheckArgs {
             (self.unconfirmed_l1_life + Duration::from_secs(1)).max(Duration::from_secs(2)),
         )
     }
+}
+
+/// The faults of `asked` that `target` can take, and those it cannot, with why (to be reported
+/// as skipped).
+fn injectable(asked: Vec<Fault>, target: &Target) -> (Vec<Fault>, Vec<(String, String)>) {
+    let mut skipped = Vec::new();
+    let faults = asked
+        .into_iter()
+        .filter(|f| match faults::unavailable(*f, target.is_embedded()) {
+            Some(why) => {
+                skipped.push((f.name().to_owned(), why.to_owned()));
+                false
+            }
+            None => true,
+        })
+        .collect();
+    (faults, skipped)
 }
 
 /// Runs the workers for `seconds`, injecting `faults` in turn from [`WARM_UP`] on, spaced evenly

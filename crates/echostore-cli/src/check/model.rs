@@ -392,7 +392,7 @@ impl Run<'_> {
             "read by {}..{} ({}) returned v{} ({written})",
             self.who(read),
             self.at(read.end),
-            read.origin,
+            how(read),
             read.version,
         );
         self.tally(rule, why);
@@ -402,7 +402,7 @@ impl Run<'_> {
         let why = format!(
             "read by {} ({}) returned v{} where the others settled on v{settled}",
             self.who(read),
-            read.origin,
+            how(read),
             read.version,
         );
         self.tally(Rule::Divergent, why);
@@ -446,6 +446,14 @@ impl Run<'_> {
     /// A moment of the run, in seconds from its first operation.
     fn at(&self, ns: u64) -> String {
         format!("{:.3} s", ns.saturating_sub(self.origin) as f64 / 1e9)
+    }
+}
+
+/// How a read was answered, for a description: its origin, and whether it was one id of a batch.
+fn how(read: &Op) -> String {
+    match read.batch {
+        true => format!("{}, batch", read.origin),
+        false => read.origin.clone(),
     }
 }
 

@@ -1,20 +1,26 @@
 //! What `echostore check` prints: the counts per rule, the worst staleness beside the bound, the
-//! faults injected (and skipped, with why), and the verdict; `--json` prints the same as one
-//! object.
+//! faults injected (and skipped, with why) with the workers' recovery time after each, and the
+//! verdict; `--json` prints the same as one object.
 
 use serde::Serialize;
 
-use super::figures::{Figures, figures};
+use super::figures::{Figures, SLOW_READ_NS, figures, recovery_ns};
 use super::history::{Action, FaultSpan, Op};
 use super::model::{Findings, Violations};
 use super::{CheckArgs, Verdict};
 
-/// One injected fault: when, from the first operation, and for how long.
+/// One injected fault: when, from the first operation, for how long, and how long after it the
+/// workers were back to normal ([`recovery_ns`]).
 #[derive(Debug, Serialize)]
 pub(crate) struct FaultRow {
     name: String,
     at_s: f64,
     lasted_ms: f64,
+    /// From the end of the harm (the cluster serving every slot again after `kill-primary`),
+    /// when that came before the fault's end; else equal to `lasted_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    healed_after_ms: Option<f64>,
+    recovery_ms: f64,
 }
 
 /// A fault that was asked for and not injected.
@@ -31,16 +37,25 @@ pub(crate) struct Report {
     violations: Violations,
     /// Operations recorded (calls and source reads).
     events: usize,
+    /// Reads, each id of a batch counted as one; how many of them were in batches, and the
+    /// batch calls (`fetch_many`) they made.
     reads: usize,
+    batch_reads: usize,
+    batches: usize,
     puts: usize,
     invalidates: usize,
+    deletes: usize,
     source_reads: u64,
+    /// Source reads made by the batch loader.
+    batch_source_reads: usize,
     /// Calls that returned an error (or were cut off): no rule applies to them.
     failed_calls: usize,
     processes: u32,
     seconds: f64,
     coherence: &'static str,
     tracking: &'static str,
+    /// `"server"` or `"cluster"`.
+    valkey: &'static str,
     faults: Vec<FaultRow>,
     skipped: Vec<Skipped>,
     bound_ms: f64,
@@ -63,6 +78,10 @@ impl Report {
     ) -> Report {
         let origin = ops.iter().map(|o| o.start).min().unwrap_or(0);
         let count = |action: Action| ops.iter().filter(|o| o.action == action).count();
+        let count_batch = |action: Action| {
+            let batch = ops.iter().filter(|o| o.batch && o.action == action);
+            batch.count()
+        };
         let verdict = match findings.violations.total() {
             0 => "pass",
             _ => "fail",
@@ -72,22 +91,23 @@ impl Report {
             violations: findings.violations,
             events: ops.len(),
             reads: count(Action::Read),
+            batch_reads: count_batch(Action::Read),
+            batches: batches(ops),
             puts: count(Action::Put),
             invalidates: count(Action::Invalidate),
+            deletes: count(Action::Delete),
             source_reads: findings.source_reads,
+            batch_source_reads: count_batch(Action::Load),
             failed_calls: ops.iter().filter(|o| !o.ok).count(),
             processes: args.processes,
             seconds: args.seconds.as_secs_f64(),
             coherence: args.coherence.name(),
             tracking: args.tracking.name(),
-            faults: spans
-                .iter()
-                .map(|s| FaultRow {
-                    name: s.name.clone(),
-                    at_s: s.start.saturating_sub(origin) as f64 / 1e9,
-                    lasted_ms: s.end.saturating_sub(s.start) as f64 / 1e6,
-                })
-                .collect(),
+            valkey: match args.cluster {
+                true => "cluster",
+                false => "server",
+            },
+            faults: fault_rows(ops, spans, origin),
             skipped: skipped
                 .into_iter()
                 .map(|(fault, why)| Skipped { fault, why })
@@ -112,34 +132,29 @@ impl Report {
 
     /// The readout, for a person.
     pub(crate) fn print(&self) {
+        let on = match self.valkey {
+            "cluster" => ", on a local cluster",
+            _ => "",
+        };
         println!(
-            "echostore check: {} processes, {:.0} s, coherence {} ({} tracking)",
+            "echostore check: {} processes, {:.0} s, coherence {} ({} tracking){on}",
             self.processes, self.seconds, self.coherence, self.tracking
         );
         println!(
-            "  events        {} ({} reads, {} puts, {} invalidates, {} source reads; {} calls failed)",
+            "  events        {} ({} reads, {} of them in {} batches; {} puts, {} invalidates, {} \
+             deletes; {} source reads, {} by the batch loader; {} calls failed)",
             self.events,
             self.reads,
+            self.batch_reads,
+            self.batches,
             self.puts,
             self.invalidates,
+            self.deletes,
             self.source_reads,
+            self.batch_source_reads,
             self.failed_calls
         );
-        let injected: Vec<String> = self
-            .faults
-            .iter()
-            .map(|f| format!("{} at {:.1} s ({:.0} ms)", f.name, f.at_s, f.lasted_ms))
-            .collect();
-        println!(
-            "  faults        {}",
-            match injected.is_empty() {
-                true => "none".to_owned(),
-                false => injected.join(", "),
-            }
-        );
-        for s in &self.skipped {
-            println!("  skipped       {}: {}", s.fault, s.why);
-        }
+        self.print_faults();
         let v = &self.violations;
         for (rule, n) in [
             ("stale_after_write", v.stale_after_write),
@@ -151,6 +166,47 @@ impl Report {
         ] {
             println!("  {rule:<20} {n}");
         }
+        self.print_figures();
+        for e in &self.examples {
+            println!("  e.g. {e}");
+        }
+        println!("verdict: {}", self.verdict);
+    }
+
+    /// The faults injected, one a line with its recovery time, and those skipped.
+    fn print_faults(&self) {
+        if self.faults.is_empty() {
+            println!("  faults        none");
+        }
+        for (i, f) in self.faults.iter().enumerate() {
+            let healed = f.healed_after_ms.map_or_else(String::new, |h| {
+                format!(", every slot served again at {h:.0} ms")
+            });
+            println!(
+                "  {:<14}{} at {:.1} s ({:.0} ms{healed}): recovered {:.0} ms after",
+                if i == 0 { "faults" } else { "" },
+                f.name,
+                f.at_s,
+                f.lasted_ms,
+                f.recovery_ms
+            );
+        }
+        if !self.faults.is_empty() {
+            println!(
+                "  {:<14}(recovered: from the fault's end, or every slot served again, to the end \
+                 of the last failed call, or read over {:.0} ms, that began after it and ended \
+                 before the next fault)",
+                "",
+                SLOW_READ_NS as f64 / 1e6
+            );
+        }
+        for s in &self.skipped {
+            println!("  skipped       {}: {}", s.fault, s.why);
+        }
+    }
+
+    /// The staleness, the excuses and the figures no rule judges.
+    fn print_figures(&self) {
         println!(
             "  worst staleness   {:.1} ms outside faults (B = {:.0} ms), {:.1} ms under faults",
             self.worst_staleness_ms, self.bound_ms, self.worst_staleness_under_faults_ms
@@ -173,9 +229,32 @@ impl Report {
                 f.stale_after_failed_writes_ms
             );
         }
-        for e in &self.examples {
-            println!("  e.g. {e}");
-        }
-        println!("verdict: {}", self.verdict);
     }
+}
+
+/// How many `fetch_many` calls the batch reads came from: one per process, table and start.
+fn batches(ops: &[Op]) -> usize {
+    let calls: std::collections::HashSet<(u32, u8, u64)> = ops
+        .iter()
+        .filter(|o| o.batch && o.action == Action::Read)
+        .map(|o| (o.process, o.table, o.start))
+        .collect();
+    calls.len()
+}
+
+/// The faults' rows: when each began (from the run's first operation), how long it lasted, and
+/// the recovery time after it.
+fn fault_rows(ops: &[Op], spans: &[FaultSpan], origin: u64) -> Vec<FaultRow> {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    spans
+        .iter()
+        .zip(recovery_ns(ops, spans))
+        .map(|(s, recovery)| FaultRow {
+            name: s.name.clone(),
+            at_s: s.start.saturating_sub(origin) as f64 / 1e9,
+            lasted_ms: ms(s.end.saturating_sub(s.start)),
+            healed_after_ms: s.healed.map(|h| ms(h.saturating_sub(s.start))),
+            recovery_ms: ms(recovery),
+        })
+        .collect()
 }

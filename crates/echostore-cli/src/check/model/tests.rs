@@ -22,6 +22,7 @@ fn op(process: u32, action: Action, version: u64, start: u64, end: u64) -> Op {
         version,
         ok: true,
         origin: String::new(),
+        batch: false,
         start,
         end,
     }
@@ -44,12 +45,7 @@ fn invalidate(p: u32, v: u64, start: u64, end: u64) -> Op {
 }
 
 fn fault(start: u64, end: u64) -> FaultSpan {
-    FaultSpan {
-        excuses: true,
-        name: "kill-all".into(),
-        start,
-        end,
-    }
+    FaultSpan::new("kill-all", start, end)
 }
 
 /// A process that returned v2 and then v1, where v1's write ended before v2's began.
@@ -140,6 +136,9 @@ fn an_old_version_in_the_writers_process_breaks_read_your_writes() {
     // An invalidate is a write too: after it, its own process reads the new source version.
     let ops = [invalidate(0, 1, 100, 200), read(0, 0, 201, 202)];
     assert_eq!(violations(&ops, &[]).read_your_writes, 1);
+    // So is a delete (an invalidation, on a table without `Option` values).
+    let ops = [op(0, Action::Delete, 1, 100, 200), read(0, 0, 201, 202)];
+    assert_eq!(violations(&ops, &[]).read_your_writes, 1);
 }
 
 /// A process that returned v2 and then v1, where v1's write ended before v2's began.
@@ -208,6 +207,16 @@ fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
         load(1, 1, 500, 510),
     ];
     assert_eq!(violations(&ops, &[]).extra_source_reads, 0);
+    let ops = [
+        load(0, 0, 10, 20),
+        op(2, Action::Delete, 1, 100, 200),
+        load(1, 1, 500, 510),
+    ];
+    assert_eq!(
+        violations(&ops, &[]).extra_source_reads,
+        0,
+        "a delete drops the copy"
+    );
     let expired = 20 + bounds().fresh_for + 1;
     let ops = [load(0, 0, 10, 20), load(1, 0, expired, expired + 10)];
     assert_eq!(violations(&ops, &[]).extra_source_reads, 0);

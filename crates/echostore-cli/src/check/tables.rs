@@ -1,0 +1,293 @@
+//! A worker's three tables, one per kind of key, and their one call surface: each table reads the
+//! run's shared [`Source`] through a loader and a batch loader that record every source read as
+//! a `Load`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use echostore::{Key, LoserPolicy, Store, Table};
+
+use super::history::{Action, Op, Recorder, now_ns};
+use super::source::Source;
+use crate::CliResult;
+
+/// The tables of a run, by index: a `u64` key, a `String` key, and a struct key that keeps the
+/// default `from_rendered` (so every push for it flushes the table's L1).
+pub(crate) const TABLES: [&str; 3] = ["check-u64", "check-string", "check-struct"];
+
+/// The struct table's ids from here up have an `Eq` that panics when two callers' copies of one
+/// meet: the `crash` fault, a fresh id each time (an id crashed once may be cached since).
+pub(crate) const CRASH_IDS: u32 = u32::MAX - 10_000;
+
+/// Every id carries one tag, `g<id % TAG_GROUPS>`, for the group writes (`invalidate_tag`).
+pub(crate) const TAG_GROUPS: u32 = 4;
+
+/// The struct key: a plain user type with the default `from_rendered`. `copy` tells two
+/// callers' copies apart; it takes no part in the id.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub(crate) n: u32,
+    pub(crate) copy: u8,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        // The crash fault: a user `Key` bug, met where the owner compares two callers' ids.
+        assert!(
+            !(self.n >= CRASH_IDS && self.n == other.n && self.copy != other.copy),
+            "Item::eq on the crash id"
+        );
+        self.n == other.n
+    }
+}
+
+impl Eq for Item {}
+
+impl Hash for Item {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.n.hash(state);
+    }
+}
+
+impl Key for Item {
+    fn render(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.n.to_string().into_bytes())
+    }
+}
+
+/// Id `id` of table `table`, rendered as its Valkey key's hash tag: what decides its slot.
+pub(crate) fn rendered(table: u8, id: u32) -> Vec<u8> {
+    match table {
+        0 => u64::from(id).render().into_owned(),
+        1 => name(id).render().into_owned(),
+        _ => item(id).render().into_owned(),
+    }
+}
+
+/// A read's answer: the version, and where it came from (`Origin`'s name).
+pub(crate) type Answer = echostore::Result<(u64, String)>;
+
+/// The three tables, one call surface. A cheap `Clone`, as a `Table` is.
+#[derive(Clone)]
+pub(crate) struct Tables {
+    pub(crate) numbers: Table<u64, u64>,
+    pub(crate) names: Table<String, u64>,
+    pub(crate) items: Table<Item, u64>,
+}
+
+impl Tables {
+    /// Opens the three tables on `store`.
+    pub(crate) async fn open(store: &Store, loading: &Loading) -> CliResult<Tables> {
+        Ok(Tables {
+            numbers: open(store, loading, 0, |id: &u64| *id as u32).await?,
+            names: open(store, loading, 1, |id: &String| id_of_name(id)).await?,
+            items: open(store, loading, 2, |id: &Item| id.n).await?,
+        })
+    }
+
+    pub(crate) async fn read(&self, table: u8, id: u32) -> Answer {
+        let fetched = match table {
+            0 => self.numbers.fetch(&u64::from(id)).await?,
+            1 => self.names.fetch(name(id).as_str()).await?,
+            _ => self.items.fetch(&item(id)).await?,
+        };
+        Ok((*fetched.value, fetched.origin.to_string()))
+    }
+
+    /// One `fetch_many` of `ids`: each id's own answer, in the order given (an id the table left
+    /// out of its answer is missing here too).
+    pub(crate) async fn read_many(&self, table: u8, ids: &[u32]) -> Vec<(u32, Answer)> {
+        fn answer(fetched: echostore::Result<echostore::Fetched<u64>>) -> Answer {
+            fetched.map(|f| (*f.value, f.origin.to_string()))
+        }
+        // The keys are collected before the call: a future holding a borrowing iterator's
+        // closures is not `Send` enough for `tokio::spawn`.
+        match table {
+            0 => {
+                let keys: Vec<u64> = ids.iter().copied().map(u64::from).collect();
+                let answers = self.numbers.fetch_many(keys).await;
+                answers
+                    .into_iter()
+                    .map(|(k, a)| (k as u32, answer(a)))
+                    .collect()
+            }
+            1 => {
+                let keys: Vec<String> = ids.iter().copied().map(name).collect();
+                let answers = self.names.fetch_many(keys).await;
+                answers
+                    .into_iter()
+                    .map(|(k, a)| (id_of_name(&k), answer(a)))
+                    .collect()
+            }
+            _ => {
+                let keys: Vec<Item> = ids.iter().copied().map(item).collect();
+                let answers = self.items.fetch_many(keys).await;
+                answers.into_iter().map(|(k, a)| (k.n, answer(a))).collect()
+            }
+        }
+    }
+
+    pub(crate) async fn put(&self, table: u8, id: u32, version: u64) -> echostore::Result<()> {
+        match table {
+            0 => self.numbers.put(&u64::from(id), version).await?,
+            1 => self.names.put(name(id).as_str(), version).await?,
+            _ => self.items.put(&item(id), version).await?,
+        };
+        Ok(())
+    }
+
+    pub(crate) async fn invalidate(&self, table: u8, id: u32) -> echostore::Result<()> {
+        match table {
+            0 => self.numbers.invalidate(&u64::from(id)).await,
+            1 => self.names.invalidate(name(id).as_str()).await,
+            _ => self.items.invalidate(&item(id)).await,
+        }
+    }
+
+    /// `Table::delete`: on these tables, whose values are no `Option`, an invalidation.
+    pub(crate) async fn delete(&self, table: u8, id: u32) -> echostore::Result<()> {
+        match table {
+            0 => self.numbers.delete(&u64::from(id)).await,
+            1 => self.names.delete(name(id).as_str()).await,
+            _ => self.items.delete(&item(id)).await,
+        }
+    }
+
+    /// Invalidates every entry tagged `g<group>`, or the whole table (`None`).
+    pub(crate) async fn invalidate_group(
+        &self,
+        table: u8,
+        group: Option<u32>,
+    ) -> echostore::Result<()> {
+        let Some(group) = group else {
+            return match table {
+                0 => self.numbers.clear().await,
+                1 => self.names.clear().await,
+                _ => self.items.clear().await,
+            };
+        };
+        let tag = format!("g{group}");
+        match table {
+            0 => self.numbers.invalidate_tag(&tag).await,
+            1 => self.names.invalidate_tag(&tag).await,
+            _ => self.items.invalidate_tag(&tag).await,
+        }
+    }
+}
+
+fn name(id: u32) -> String {
+    format!("id-{id}")
+}
+
+fn id_of_name(name: &str) -> u32 {
+    name.strip_prefix("id-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(crate) fn item(n: u32) -> Item {
+    Item { n, copy: 0 }
+}
+
+/// What every table's loaders share: the source, where their reads are recorded, how long a
+/// source read takes, and the tables' ttl.
+#[derive(Clone)]
+pub(crate) struct Loading {
+    pub(crate) source: Source,
+    pub(crate) recorder: Recorder,
+    pub(crate) latency: Duration,
+    pub(crate) ttl: Duration,
+}
+
+impl Loading {
+    /// One loader call: the row of `id`, recorded as a `Load`.
+    async fn one(&self, table: u8, id: u32) -> std::io::Result<u64> {
+        if id >= CRASH_IDS {
+            // The crash fault's flight: long enough for its second caller to meet it.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return Ok(0);
+        }
+        let start = now_ns();
+        // The row is read first and the answer comes after the latency: a write that lands
+        // meanwhile makes this load's value old, as a slow query's would be.
+        let version = self.source.read(table, id)?;
+        tokio::time::sleep(self.latency).await;
+        self.record(table, id, version, (start, false));
+        Ok(version)
+    }
+
+    /// One batch loader call: every row of `ids`, read as one query (each row first, then one
+    /// latency for them all), each recorded as a `Load` of its own.
+    async fn many(&self, table: u8, ids: &[u32]) -> std::io::Result<Vec<u64>> {
+        let start = now_ns();
+        let versions = ids
+            .iter()
+            .map(|&id| self.source.read(table, id))
+            .collect::<std::io::Result<Vec<u64>>>()?;
+        tokio::time::sleep(self.latency).await;
+        for (&id, &version) in ids.iter().zip(&versions) {
+            self.record(table, id, version, (start, true));
+        }
+        Ok(versions)
+    }
+
+    /// Records a load of `version` that began at `from.0`, by the batch loader if `from.1`.
+    fn record(&self, table: u8, id: u32, version: u64, from: (u64, bool)) {
+        self.recorder.record(Op {
+            process: 0,
+            table,
+            id,
+            action: Action::Load,
+            version,
+            ok: true,
+            origin: String::new(),
+            batch: from.1,
+            start: from.0,
+            end: now_ns(),
+        });
+    }
+}
+
+/// One table of the run: every loader and batch loader call reads the source and is recorded.
+async fn open<K: Key>(
+    store: &Store,
+    loading: &Loading,
+    table: u8,
+    id_of: fn(&K) -> u32,
+) -> CliResult<Table<K, u64>> {
+    let (one, many) = (loading.clone(), loading.clone());
+    let table = store
+        .table::<K, u64>(TABLES[usize::from(table)])
+        .ttl(loading.ttl)
+        .stale_for(loading.ttl)
+        // Early refresh would load before expiry on purpose; the one-read rule counts by expiry.
+        .early_refresh(0.0)
+        // The value is the source's version: writes are ordered by it, as the model compares
+        // versions (without it the last write to reach Valkey wins, which a slow put of an older
+        // version can be: docs/consistency.md, rule 6).
+        .version_by(|version: &u64| *version)
+        .tags(move |key: &K, _: &u64| [format!("g{}", id_of(key) % TAG_GROUPS)])
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(20),
+            up_to: Duration::from_secs(5),
+        })
+        .loader(move |key: K| {
+            let one = one.clone();
+            async move { one.one(table, id_of(&key)).await }
+        })
+        // Batch misses take the batch path (acquire-many, one call, write-many) on the same ids
+        // the single reads load one by one: the two paths meet on every id.
+        .batch_loader(move |keys: Vec<K>| {
+            let many = many.clone();
+            async move {
+                let ids: Vec<u32> = keys.iter().map(id_of).collect();
+                let versions = many.many(table, &ids).await?;
+                Ok::<_, std::io::Error>(keys.into_iter().zip(versions).collect::<HashMap<_, _>>())
+            }
+        })
+        .start()
+        .await?;
+    Ok(table)
+}

@@ -1,0 +1,199 @@
+//! The calls a worker's tasks make, and how each is recorded: reads (one in [`BATCH_EVERY`] a
+//! `fetch_many` of a few ids, recorded as a read of each), puts, invalidates and deletes of a
+//! small hot set of ids, and now and then a group write (a tag, or the whole table). A write moves
+//! the source on first, so its version is what a later read must return.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use echostore::Error;
+use rand::{Rng, SeedableRng};
+
+use super::history::{Action, Op, Recorder, now_ns};
+use super::source::Source;
+use super::tables::{TABLES, TAG_GROUPS, Tables};
+
+/// How long one call may take before the worker records it as failed and moves on.
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// One read in this many is a batch (`fetch_many`), the others a single `fetch`.
+const BATCH_EVERY: u32 = 4;
+
+/// How many distinct ids a batch read asks for (at most `--keys`).
+const BATCH_IDS: std::ops::RangeInclusive<usize> = 2..=8;
+
+/// One write in this many invalidates a group: a tag (three times in four), or the whole table.
+const GROUP_WRITE_EVERY: u32 = 200;
+
+/// Of every 25 single writes: this many puts, then invalidates up to the second figure, then
+/// deletes (64 %, 20 %, 16 % of the writes).
+const PUTS_OF_25: u32 = 16;
+const INVALIDATES_UP_TO: u32 = 21;
+
+/// What a worker's tasks share: the tables, the source, the history, and the mix.
+pub(crate) struct Workload {
+    pub(crate) tables: Tables,
+    pub(crate) source: Source,
+    pub(crate) recorder: Recorder,
+    /// Ids per table.
+    pub(crate) keys: u32,
+    /// Percent of calls that are reads.
+    pub(crate) reads: u32,
+}
+
+impl Workload {
+    /// One task's calls until `stop`: `reads` percent reads, the rest writes, over the hot ids.
+    pub(crate) async fn calls(self: Arc<Self>, seed: u64, stop: Arc<AtomicBool>) {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        while !stop.load(Ordering::SeqCst) {
+            let table = rng.random_range(0..TABLES.len() as u8);
+            if rng.random_range(0..100) < self.reads {
+                if rng.random_range(0..BATCH_EVERY) == 0 {
+                    let ids = self.batch_ids(&mut rng);
+                    self.read_many(table, &ids).await;
+                } else {
+                    self.read(table, rng.random_range(0..self.keys)).await;
+                }
+            } else if rng.random_range(0..GROUP_WRITE_EVERY) == 0 {
+                let group = (rng.random_range(0..4) > 0).then(|| rng.random_range(0..TAG_GROUPS));
+                self.group_write(table, group).await;
+            } else {
+                let action = match rng.random_range(0..25) {
+                    0..PUTS_OF_25 => Action::Put,
+                    PUTS_OF_25..INVALIDATES_UP_TO => Action::Invalidate,
+                    _ => Action::Delete,
+                };
+                self.write(table, rng.random_range(0..self.keys), action)
+                    .await;
+            }
+            let pause = rng.random_range(0..=2);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    /// Distinct random ids for one batch read.
+    fn batch_ids(&self, rng: &mut impl Rng) -> Vec<u32> {
+        let keys = self.keys as usize;
+        let n = rng.random_range(BATCH_IDS).min(keys);
+        rand::seq::index::sample(rng, keys, n)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect()
+    }
+
+    async fn read(&self, table: u8, id: u32) {
+        let start = now_ns();
+        let answer = bounded(self.tables.read(table, id)).await;
+        let (version, ok, origin) = match answer {
+            Ok((version, origin)) => (version, true, origin),
+            Err(e) => (0, false, e.to_string()),
+        };
+        self.recorder.record(Op {
+            version,
+            ok,
+            origin,
+            ..call(table, id, Action::Read, (start, now_ns()))
+        });
+    }
+
+    /// One `fetch_many` of `ids`, recorded as a read of each with the batch's start and end: an
+    /// id whose answer is an error, or missing (no id of the check is absent at the source), or
+    /// a batch cut off, is a failed read.
+    async fn read_many(&self, table: u8, ids: &[u32]) {
+        let start = now_ns();
+        let answers = tokio::time::timeout(CALL_LIMIT, self.tables.read_many(table, ids)).await;
+        let end = now_ns();
+        let cut_off = answers.is_err();
+        let answers = answers.unwrap_or_default();
+        for &id in ids {
+            let answer = answers.iter().find(|(a, _)| *a == id).map(|(_, a)| a);
+            let (version, ok, origin) = match answer {
+                Some(Ok((version, origin))) => (*version, true, origin.clone()),
+                Some(Err(e)) => (0, false, e.to_string()),
+                None if cut_off => (0, false, format!("cut off after {CALL_LIMIT:?}")),
+                None => (0, false, "left out of the batch's answer".to_owned()),
+            };
+            self.recorder.record(Op {
+                version,
+                ok,
+                origin,
+                batch: true,
+                ..call(table, id, Action::Read, (start, end))
+            });
+        }
+    }
+
+    /// A put, invalidate or delete of one id, after moving the source on.
+    async fn write(&self, table: u8, id: u32, action: Action) {
+        let start = now_ns();
+        let Ok(version) = self.source.bump(table, id) else {
+            return;
+        };
+        let done = match action {
+            Action::Put => bounded(self.tables.put(table, id, version)).await,
+            Action::Delete => bounded(self.tables.delete(table, id)).await,
+            _ => bounded(self.tables.invalidate(table, id)).await,
+        };
+        // A put that found a newer version on Valkey (`Superseded`) changed nothing because its
+        // version was already overtaken: what it promises (this process reads it or newer)
+        // holds, so it is a write that returned, not a failed one.
+        let (ok, origin) = match done {
+            Ok(()) => (true, String::new()),
+            Err(e) if e.is_superseded() => (true, String::new()),
+            Err(e) => (false, e.to_string()),
+        };
+        self.recorder.record(Op {
+            version,
+            ok,
+            origin,
+            ..call(table, id, action, (start, now_ns()))
+        });
+    }
+
+    /// A group write: every id of the group (those tagged `g<group>`, or every id for `None`) is
+    /// moved on at the source, then the group is invalidated in one call, recorded as an
+    /// invalidate of each id: to the model it is that many writes, made at once.
+    async fn group_write(&self, table: u8, group: Option<u32>) {
+        let start = now_ns();
+        let ids = (0..self.keys).filter(|id| group.is_none_or(|g| id % TAG_GROUPS == g));
+        let moved: Vec<(u32, u64)> = ids
+            .filter_map(|id| self.source.bump(table, id).ok().map(|v| (id, v)))
+            .collect();
+        let done = bounded(self.tables.invalidate_group(table, group)).await;
+        let end = now_ns();
+        let error = done.as_ref().err().map(ToString::to_string);
+        for (id, version) in moved {
+            self.recorder.record(Op {
+                version,
+                ok: done.is_ok(),
+                origin: error.clone().unwrap_or_default(),
+                ..call(table, id, Action::Invalidate, (start, end))
+            });
+        }
+    }
+}
+
+/// An operation of this worker on one id, from `span.0` to `span.1`, that returned `Ok` with
+/// version 0: the caller fills in the rest.
+fn call(table: u8, id: u32, action: Action, span: (u64, u64)) -> Op {
+    Op {
+        process: 0,
+        table,
+        id,
+        action,
+        version: 0,
+        ok: true,
+        origin: String::new(),
+        batch: false,
+        start: span.0,
+        end: span.1,
+    }
+}
+
+/// A call cut off after [`CALL_LIMIT`] (a black-holed link) counts as failed.
+async fn bounded<T>(call: impl Future<Output = echostore::Result<T>>) -> echostore::Result<T> {
+    tokio::time::timeout(CALL_LIMIT, call)
+        .await
+        .unwrap_or(Err(Error::WaitTimeout { waited: CALL_LIMIT }))
+}
