@@ -28,8 +28,11 @@ pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec
             let Some(this) = tracker.upgrade() else {
                 return;
             };
-            for (_, task) in running.drain(..) {
+            // An aborted task says nothing: its node is gone from the registry of key
+            // tracking's reads here, or reads of a moved slot would keep going to it.
+            for (primary, task) in running.drain(..) {
                 task.abort();
+                this.node_lost(&primary.url);
             }
             this.expect_nodes(primaries.len());
             this.flush_all("the cluster's primaries changed");
