@@ -1,10 +1,13 @@
 //! The circuit breaker in front of Valkey.
 //!
 //! When Valkey cannot be reached, every miss would otherwise pay a connect attempt or a timeout.
-//! After a connection-level failure the breaker opens for one cooldown: L2 calls fail at once
+//! After a connection-level failure the breaker opens for a cooldown: L2 calls fail at once
 //! without touching the network, and the tables serve from L1 and the loader. When the cooldown
 //! ends, exactly one call is let through as a trial (the others keep failing fast); its success
-//! closes the breaker, its failure opens it for another cooldown. Only the trial's success closes
+//! closes the breaker, its failure opens it again for twice as long, up to the store's
+//! `breaker_cooldown`. The first cooldown is short ([`FIRST_COOLDOWN`]): a connection that was
+//! reset (a killed client, a proxy that restarted) reconnects at once, and should cost a few
+//! milliseconds of in-process loads, not a whole cooldown's. Only the trial's success closes
 //! it: a call that was already in flight when the breaker opened may still succeed, and that says
 //! nothing about whether Valkey is back, so under partial failure the breaker does not flap. A dead Valkey therefore costs at
 //! most one attempt per cooldown, and a returning one is picked up without restarting anything.
@@ -18,6 +21,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The first cooldown after the breaker was closed (at most the store's `breaker_cooldown`).
+pub(crate) const FIRST_COOLDOWN: Duration = Duration::from_millis(50);
 
 /// What [`Breaker::allow`] let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +40,10 @@ fn nanos(span: Duration) -> u64 {
 
 /// A breaker shared by every table of one store.
 pub(crate) struct Breaker {
+    /// The longest cooldown (`breaker_cooldown`).
     cooldown: Duration,
+    /// The cooldown of the open breaker now, in nanoseconds: doubled by each failed trial.
+    step: AtomicU64,
     epoch: Instant,
     /// 0 when closed; otherwise nanoseconds since `epoch` (plus one) until the next trial.
     open_until: AtomicU64,
@@ -52,6 +61,7 @@ impl Breaker {
     pub(crate) fn new(cooldown: Duration) -> Self {
         Breaker {
             cooldown,
+            step: AtomicU64::new(nanos(FIRST_COOLDOWN.min(cooldown))),
             epoch: Instant::now(),
             open_until: AtomicU64::new(0),
             last_success: AtomicU64::new(0),
@@ -81,7 +91,7 @@ impl Breaker {
                 .open_until
                 .compare_exchange(
                     until,
-                    now.saturating_add(nanos(self.cooldown)),
+                    now.saturating_add(self.step.load(Ordering::Acquire)),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 )
@@ -99,20 +109,32 @@ impl Breaker {
         }
     }
 
-    /// A call that began at `began` timed out: it opens the breaker only as the second timeout in
-    /// a row of calls that saw no success while they waited (see the module's header).
-    pub(crate) fn timed_out(&self, began: Began) {
+    /// A call that began at `began`, let through with `permit`, timed out: it opens the breaker
+    /// only as the second timeout in a row of calls that saw no success while they waited (see
+    /// the module's header).
+    pub(crate) fn timed_out(&self, began: Began, permit: Permit) {
         if self.last_success.load(Ordering::Acquire) >= began.0 {
             return; // the connection answered others meanwhile: this call was only slow
         }
         if self.timeouts.fetch_add(1, Ordering::AcqRel) >= 1 {
-            self.failed();
+            self.failed(permit);
         }
     }
 
-    /// A call could not reach Valkey: open the breaker for one cooldown.
-    pub(crate) fn failed(&self) {
-        let until = self.now().saturating_add(nanos(self.cooldown));
+    /// A call let through with `permit` could not reach Valkey. A closed breaker opens for the
+    /// first cooldown; a failed trial doubles it (up to `breaker_cooldown`); a call that was in
+    /// flight when the breaker opened changes nothing.
+    pub(crate) fn failed(&self, permit: Permit) {
+        let step = match permit {
+            Permit::Trial => {
+                let doubled = self.step.load(Ordering::Acquire).saturating_mul(2);
+                doubled.min(nanos(self.cooldown))
+            }
+            Permit::Closed if self.is_open() => return,
+            Permit::Closed => nanos(FIRST_COOLDOWN.min(self.cooldown)),
+        };
+        self.step.store(step, Ordering::Release);
+        let until = self.now().saturating_add(step);
         self.open_until.store(until, Ordering::Release);
     }
 
@@ -134,7 +156,7 @@ mod tests {
             (b.allow(), b.allow()),
             (Some(Permit::Closed), Some(Permit::Closed))
         );
-        b.failed();
+        b.failed(Permit::Closed);
         assert!(b.is_open());
         assert_eq!(b.allow(), None);
     }
@@ -145,7 +167,7 @@ mod tests {
     fn only_the_trial_closes() {
         let b = Breaker::new(Duration::ZERO);
         let early = b.allow().expect("closed");
-        b.failed();
+        b.failed(early);
         b.succeeded(early);
         assert!(
             b.is_open(),
@@ -164,27 +186,50 @@ mod tests {
         let b = Breaker::new(Duration::from_secs(3600));
         let slow = b.begin();
         b.succeeded(b.allow().expect("closed"));
-        b.timed_out(slow);
-        b.timed_out(slow);
+        b.timed_out(slow, Permit::Closed);
+        b.timed_out(slow, Permit::Closed);
         assert!(
             !b.is_open(),
             "a slow call while others were answered opened the breaker"
         );
         let (first, second) = (b.begin(), b.begin());
-        b.timed_out(first);
+        b.timed_out(first, Permit::Closed);
         assert!(!b.is_open(), "one timeout opened the breaker");
-        b.timed_out(second);
+        b.timed_out(second, Permit::Closed);
         assert!(
             b.is_open(),
             "two timeouts with nothing answered left it closed"
         );
     }
 
+    /// The first cooldown is short; each failed trial doubles it up to the store's cooldown; a
+    /// call in flight when the breaker opened changes nothing; the trial's success starts over.
+    #[test]
+    fn the_cooldown_doubles_from_a_short_first_one() {
+        let b = Breaker::new(Duration::from_secs(1));
+        let in_flight = b.allow().expect("closed");
+        b.failed(Permit::Closed);
+        assert_eq!(b.step.load(Ordering::Acquire), nanos(FIRST_COOLDOWN));
+        b.failed(in_flight);
+        assert_eq!(b.step.load(Ordering::Acquire), nanos(FIRST_COOLDOWN));
+        let mut steps = Vec::new();
+        for _ in 0..6 {
+            b.failed(Permit::Trial);
+            steps.push(b.step.load(Ordering::Acquire) / 1_000_000);
+        }
+        assert_eq!(steps, [100, 200, 400, 800, 1000, 1000]);
+        b.open_until.store(1, Ordering::Release);
+        let trial = b.allow().expect("a trial");
+        b.succeeded(trial);
+        b.failed(Permit::Closed);
+        assert_eq!(b.step.load(Ordering::Acquire), nanos(FIRST_COOLDOWN));
+    }
+
     /// After the cooldown exactly one trial goes through.
     #[test]
     fn one_trial_after_the_cooldown() {
         let b = Breaker::new(Duration::ZERO);
-        b.failed();
+        b.failed(Permit::Closed);
         // A zero cooldown has passed by now; the first caller takes the trial.
         let allowed = (0..10).filter(|_| b.allow().is_some()).count();
         assert!(allowed >= 1, "the trial was never let through");

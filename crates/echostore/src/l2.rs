@@ -170,9 +170,9 @@ impl L2 {
             }
             Err(e) => {
                 if e.is_timeout() {
-                    breaker.timed_out(began);
+                    breaker.timed_out(began, permit);
                 } else if is_connection_failure(&e) {
-                    breaker.failed();
+                    breaker.failed(permit);
                 }
                 if e.is_timeout() || is_connection_failure(&e) {
                     self.conn.failed(names.map(|n| n.value.as_slice()));
