@@ -26,7 +26,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
@@ -73,8 +73,13 @@ pub const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
 pub(crate) trait Sink: Send + Sync {
     /// The value key of this rendered id changed.
     fn invalidated(&self, id: &[u8]);
-    /// Invalidations may have been missed: drop L1 and detach running flights.
-    fn flush(&self);
+    /// Invalidations may have been missed: drop L1 and detach running flights. Counted in
+    /// `coherence_flushes` unless `when_held` and the table holds nothing to drop.
+    fn flush(&self, when_held: bool);
+    /// A tracking connection is lost, and was last known healthy at `since`: invalidations may
+    /// have been missed from then on. Detach running flights, and keep what L1 holds for at most
+    /// the unconfirmed life from `since`, as what it takes from now on.
+    fn cap(&self, since: Instant);
     /// The table's marks changed (a clear or a tag invalidation somewhere).
     fn marks_changed(&self);
     /// Key tracking read the value key of this rendered id for an entry made from
@@ -302,13 +307,43 @@ impl Tracker {
     }
 
     /// Tracking went down or came back: flush every table, wake every loser.
+    /// A tracking connection was lost: every table keeps what its L1 holds for at most the
+    /// store's `unconfirmed_l1_life`, as it keeps what it loads until tracking is back (which
+    /// then flushes). The staleness bound is the same as a flush's and the cost half of it:
+    /// no id is loaded twice while Valkey is away.
+    pub(crate) fn cap_all(&self, why: &str, since: Instant) {
+        tracing::info!(
+            why,
+            "coherence: every L1 of the store keeps its entries briefly"
+        );
+        if let Some(registry) = &self.keys {
+            registry.forget();
+        }
+        for sink in self.all_sinks() {
+            sink.cap(since);
+        }
+        for notify in lock(&self.waiters).values().filter_map(Weak::upgrade) {
+            notify.notify_one();
+        }
+    }
+
     pub(crate) fn flush_all(&self, why: &str) {
+        self.flush_sinks(why, false);
+    }
+
+    /// A tracking connection is up and subscribed: what was held while it was not may be out of
+    /// date, and is dropped (a table that holds nothing has nothing to count).
+    pub(crate) fn flush_established(&self, why: &str) {
+        self.flush_sinks(why, true);
+    }
+
+    fn flush_sinks(&self, why: &str, when_held: bool) {
         tracing::info!(why, "coherence: flushing every L1 of the store");
         if let Some(registry) = &self.keys {
             registry.forget();
         }
         for sink in self.all_sinks() {
-            sink.flush();
+            sink.flush(when_held);
         }
         for notify in lock(&self.waiters).values().filter_map(Weak::upgrade) {
             notify.notify_one();

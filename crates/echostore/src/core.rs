@@ -332,6 +332,25 @@ impl<K: crate::key::Key, V: crate::key::Value> TableCore<K, V> {
         });
     }
 
+    /// Coherence is lost, and was last known good at `since`: every entry of L1 is kept for at
+    /// most the unconfirmed life from then (a push missed since is at most that old when its
+    /// entry goes), and none waiting for key tracking's confirmation will get it.
+    pub(crate) fn cap_l1(&self, since: std::time::Instant) {
+        self.unconfirmed.clear();
+        let left = self.unconfirmed_l1_life.saturating_sub(since.elapsed());
+        self.l1.cap(left);
+    }
+
+    /// Whether anything of this table is held here (entries in L1, flights): what a flush drops.
+    pub(crate) fn holds_anything(&self) -> bool {
+        let in_flight = self.stats.in_flight.iter();
+        self.l1.len() > 0
+            || in_flight
+                .map(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+                .sum::<u64>()
+                > 0
+    }
+
     /// Puts `entry` into L1 as `id`'s, for as long as L1 may keep it ([`Self::keepable`]).
     /// `fingerprint`: the bytes it was read from or written as, when known.
     ///

@@ -51,6 +51,8 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
     fn clear(&self);
     /// Keeps only the entries for which `keep` is `true` (a tag was invalidated).
     fn retain(&self, keep: impl Fn(&K, &V) -> bool);
+    /// Keeps every entry for at most `life` from now (coherence lost: none can be confirmed).
+    fn cap(&self, life: std::time::Duration);
     /// Entries held now.
     fn len(&self) -> u64;
 }
@@ -146,6 +148,15 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         }
     }
 
+    fn cap(&self, life: std::time::Duration) {
+        match self {
+            L1::QuickCache(l1) => l1.cap(life),
+            L1::QuickCacheWeighed(l1) => l1.cap(life),
+            #[cfg(feature = "moka")]
+            L1::Moka(l1) => l1.cap(life),
+        }
+    }
+
     fn len(&self) -> u64 {
         match self {
             L1::QuickCache(l1) => l1.len(),
@@ -190,6 +201,12 @@ where
         self.0.retain(|id, entry| keep(id, &entry.value));
     }
 
+    fn cap(&self, life: std::time::Duration) {
+        for (id, entry) in self.0.iter() {
+            self.0.insert(id, entry.capped(life));
+        }
+    }
+
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
@@ -227,6 +244,12 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
             if !keep(&id, &entry.value) {
                 self.0.invalidate(&*id);
             }
+        }
+    }
+
+    fn cap(&self, life: std::time::Duration) {
+        for (id, entry) in self.0.iter() {
+            self.0.insert(K::clone(&id), entry.capped(life));
         }
     }
 

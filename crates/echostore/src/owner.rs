@@ -114,6 +114,9 @@ pub(crate) enum OwnerMsg<K, V> {
         reply: Option<RpcReplyPort<Result<()>>>,
         counted: Arc<EveryShard<K, V>>,
     },
+    /// A tracking connection was lost: every running flight is overtaken, and L1 keeps its
+    /// entries briefly (the last shard's share caps it, [`EveryShard::cap`]).
+    Cap(Arc<EveryShard<K, V>>),
     /// Valkey pushed a change of the table's marks: read what changed (`full`: all of them).
     MarksChanged { full: bool },
     /// This owner replaced one that crashed: every id is unknown (see `owner_ref.rs`).
@@ -239,6 +242,10 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 }
                 // Counted once every shard is done: whoever sees the count finds L1 flushed.
                 drop(flushed);
+            }
+            OwnerMsg::Cap(capped) => {
+                state.overtake_for_cap();
+                drop(capped);
             }
             OwnerMsg::Marked {
                 scope,

@@ -49,7 +49,7 @@ pub(crate) struct OwnerRef<K, V> {
 /// what is left to do once for the whole table runs (a tag's sweep of L1, which is the table's).
 pub(crate) struct EveryShard<K, V> {
     core: Arc<TableCore<K, V>>,
-    counter: Counter,
+    counter: Option<Counter>,
     then: Option<Once>,
 }
 
@@ -64,7 +64,16 @@ impl<K, V> EveryShard<K, V> {
     pub(crate) fn new(core: Arc<TableCore<K, V>>, counter: Counter) -> Arc<Self> {
         Arc::new(EveryShard {
             core,
-            counter,
+            counter: Some(counter),
+            then: None,
+        })
+    }
+
+    /// An event of `core`'s table that counts in no counter.
+    pub(crate) fn uncounted(core: Arc<TableCore<K, V>>) -> Arc<Self> {
+        Arc::new(EveryShard {
+            core,
+            counter: None,
             then: None,
         })
     }
@@ -84,8 +93,20 @@ impl<K: Key, V: Value> EveryShard<K, V> {
         };
         Arc::new(EveryShard {
             core,
-            counter: |c| &c.marks_taken,
+            counter: Some(|c| &c.marks_taken),
             then,
+        })
+    }
+
+    /// A tracking connection lost (last known healthy at `since`), counted in `coherence_caps`:
+    /// once every shard has overtaken its flights, L1 keeps each entry for at most the unconfirmed
+    /// life from `since` (once for the table).
+    pub(crate) fn cap(core: Arc<TableCore<K, V>>, since: std::time::Instant) -> Arc<Self> {
+        let cap = Arc::clone(&core);
+        Arc::new(EveryShard {
+            core,
+            counter: Some(|c| &c.coherence_caps),
+            then: Some(Box::new(move || cap.cap_l1(since))),
         })
     }
 }
@@ -95,7 +116,9 @@ impl<K, V> Drop for EveryShard<K, V> {
         if let Some(then) = self.then.take() {
             then();
         }
-        bump((self.counter)(&self.core.stats.counters));
+        if let Some(counter) = self.counter {
+            bump(counter(&self.core.stats.counters));
+        }
     }
 }
 
@@ -219,13 +242,23 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
                     .cast(OwnerMsg::Invalidated { id, checked: false });
             }
             // An id this key type cannot parse back: every shard drops all of L1.
-            None => self.flush(),
+            None => self.flush(false),
         }
     }
 
-    fn flush(&self) {
-        let flushed = EveryShard::new(Arc::clone(&self.core), |c| &c.coherence_flushes);
+    fn flush(&self, when_held: bool) {
+        // A tracking connection's subscription of a table that holds nothing drops nothing.
+        let flushed = if !when_held || self.core.holds_anything() {
+            EveryShard::new(Arc::clone(&self.core), |c| &c.coherence_flushes)
+        } else {
+            EveryShard::uncounted(Arc::clone(&self.core))
+        };
         self.cast_all(|| OwnerMsg::Flush(Arc::clone(&flushed)));
+    }
+
+    fn cap(&self, since: std::time::Instant) {
+        let capped = EveryShard::cap(Arc::clone(&self.core), since);
+        self.cast_all(|| OwnerMsg::Cap(Arc::clone(&capped)));
     }
 
     fn marks_changed(&self) {

@@ -237,9 +237,13 @@ counters! {
     /// Invalidation pushes from Valkey (another process, a script or an expiry changed a value
     /// key) that reached this table.
     invalidations,
-    /// Times this table's L1 was flushed because the store's tracking connection was lost or
-    /// re-established (invalidations may have been missed).
+    /// Times this table's L1 was flushed because the store's tracking connection was
+    /// re-established (invalidations may have been missed meanwhile), or the database was
+    /// flushed; a flush of an empty table is not counted.
     coherence_flushes,
+    /// Times a tracking connection of the store was lost and this table's L1 kept its entries
+    /// for at most `unconfirmed_l1_life` from then on.
+    coherence_caps,
     /// Polling losers woken by a push (the winner's write, or its lock going away) rather than
     /// by their safety poll.
     push_wakeups,

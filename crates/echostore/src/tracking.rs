@@ -68,10 +68,12 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String, slots: Ve
     let mut pause = first;
     loop {
         let mut established = false;
+        let mut healthy_at = std::time::Instant::now();
         let life = Life {
             url: &url,
             slots: &slots,
             established: &mut established,
+            healthy_at: &mut healthy_at,
         };
         let Some(lost) = track(&tracker, &endpoint, &mut tables, life).await else {
             return; // the tracker is gone
@@ -84,7 +86,7 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String, slots: Ve
         // never got that far missed nothing more (L1 was flushed when tracking was lost, and
         // keeps entries only briefly meanwhile); the flush when tracking is back follows.
         if established {
-            this.flush_all(lost);
+            this.cap_all(lost, healthy_at);
         }
         drop(this);
         pause = if established {
@@ -103,6 +105,8 @@ struct Life<'a> {
     slots: &'a [(u16, u16)],
     /// Set once the connection tracked the store's tables.
     established: &'a mut bool,
+    /// The last time the connection was known to deliver: a push, or a health PING answered.
+    healthy_at: &'a mut std::time::Instant,
 }
 
 /// One life of a tracking connection; returns why it ended (`None`: the tracker is gone).
@@ -161,7 +165,7 @@ async fn track(
         let this = tracker.upgrade()?;
         // Flush before announcing: a table waiting in `add_table` starts only after this, so the
         // flush reaches its owner before any value the table loads next.
-        this.flush_all("tracking established");
+        this.flush_established("tracking established");
         if let Some(registry) = this.keys() {
             let (tx, rx) = mpsc::unbounded_channel();
             registry.node_up(url, life.slots.to_vec(), tx);
@@ -177,6 +181,7 @@ async fn track(
             push = pushes.recv() => match push {
                 Some(push) if push.kind == PushKind::Disconnection => return Some("disconnected"),
                 Some(push) => {
+                    *life.healthy_at = std::time::Instant::now();
                     let this = tracker.upgrade()?;
                     if by_keys {
                         reread_marks(&mut conn, &this, &push).await;
@@ -211,12 +216,15 @@ async fn track(
                 tracker.upgrade()?.node_tracks(url, &subscribed);
             },
             _ = health.tick() => {
+                // Its answer says every push Valkey sent before it came: healthy when sent.
+                let sent = std::time::Instant::now();
                 let cmd = redis::cmd("PING");
                 let ping = cmd.query_async::<String>(&mut conn);
                 let limit = HEALTH_TIMEOUT.min(endpoint.timeout);
                 if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
                     return Some("health PING failed");
                 }
+                *life.healthy_at = sent;
             }
         }
     }

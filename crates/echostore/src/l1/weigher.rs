@@ -100,6 +100,13 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for WeighedL1<K, V> {
             .retain(|id, weighed| keep(id, &weighed.entry.value));
     }
 
+    fn cap(&self, life: std::time::Duration) {
+        for (id, weighed) in self.cache.iter() {
+            let entry = weighed.entry.capped(life);
+            self.cache.insert(id, Weighed { entry, ..weighed });
+        }
+    }
+
     fn len(&self) -> u64 {
         self.cache.len() as u64
     }

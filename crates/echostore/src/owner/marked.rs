@@ -35,6 +35,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.overtake_writes();
     }
 
+    /// A tracking connection was lost: no running flight or write on the wire stores what it
+    /// read or wrote (a push may have been missed); L1 itself is capped once for the table.
+    pub(super) fn overtake_for_cap(&mut self) {
+        self.flights.overtake_all();
+        self.overtake_writes();
+    }
+
     /// The writes on their way to Valkey keep nothing in L1 when they land.
     fn overtake_writes(&mut self) {
         self.flights.overtake_writes();

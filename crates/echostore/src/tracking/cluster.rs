@@ -35,7 +35,7 @@ pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec
                 this.node_lost(&primary.url);
             }
             this.expect_nodes(primaries.len());
-            this.flush_all("the cluster's primaries changed");
+            this.cap_all("the cluster's primaries changed", std::time::Instant::now());
             drop(this);
             for primary in primaries {
                 let (url, slots) = (primary.url.clone(), primary.slots.clone());
