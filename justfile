@@ -34,7 +34,7 @@ purge *ARGS:
 check *ARGS:
     cargo run --release -p echostore-cli -- check {{ARGS}}
 
-# The same for five minutes with every fault in turn: the long run beside `just soak`.
+# The same for five minutes with every fault in turn: the long run.
 check-long *ARGS:
     cargo run --release -p echostore-cli -- check --faults all --seconds 300 {{ARGS}}
 
@@ -42,20 +42,11 @@ check-long *ARGS:
 ci:
     bash .ci/run
 
-# 60 s of random faults over 4 stores (Valkey restarts, loader errors, panics, slow loads); not in CI.
-soak *ARGS:
-    cargo run --release -p echostore-benches --bin soak -- {{ARGS}}
-
 # A million distinct ids through one table: L1 stays bounded; prints peak RSS per backend.
 storm *ARGS:
     cargo run --release -p echostore-benches --bin storm -- {{ARGS}}
 
 # Valkey's cost per write against tracking connections, BCAST vs default tracking (docs/scale.md);
-# writes docs/scale/measured.csv. Pass flags, e.g. `just scale-bench --conns 1,64,512 --seconds 5`.
+# writes docs/scale/measured.csv and its plots. Pass flags, e.g. `just scale-bench --conns 1,64,512 --seconds 5`.
 scale-bench *ARGS:
     cargo run --release -p echostore-benches --bin scale_bench -- {{ARGS}}
-
-# The fleet model calibrated with docs/scale/measured.csv: predictions, the check against the
-# small fleets measured, and the plots of docs/scale.md.
-scale-model *ARGS:
-    cargo run --release -p echostore-benches --bin scale_model -- {{ARGS}}

@@ -72,7 +72,7 @@ fn l2_get(c: &mut Criterion) {
     let raw = Samples::default();
     let through_table = Samples::default();
     // Each round trip's own time too: criterion's figure is a mean per sample, which a few slow
-    // wake-ups pull up; the median round trip is the figure `echostore hit-cost` and the seed give.
+    // wake-ups pull up; the median round trip is the figure the seed gives.
     let mut raw_trips = Latencies::default();
     let mut table_trips = Latencies::default();
     let l1 = Samples::default();

@@ -2,8 +2,7 @@
 //!
 //! Each subcommand is one readout of the seed page, run for real against a Valkey: `race` (the
 //! regeneration-lock race and what its losers do), `release` (the token-checked release of the
-//! lock), `hit-cost` (the L1 hit against the L2 round trip, and the in-process herd), `coherence`
-//! (how long a write in one process takes to reach every other process's L1), `early-refresh`
+//! lock), `coherence` (how long a write in one process takes to reach every other process's L1), `early-refresh`
 //! (a hot key rebuilt before it expires, against readers waiting at each expiry), `check` (the
 //! consistency model verified across worker processes under faults), and `valkey` (an
 //! embedded Valkey kept running for other tools). Without `--valkey URL` the readouts start a
@@ -13,7 +12,6 @@ mod check;
 mod children;
 mod coherence;
 mod early_refresh;
-mod hit_cost;
 mod inspect;
 mod keyspace;
 mod output;
@@ -33,8 +31,8 @@ pub(crate) type CliError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// The result type of the readouts.
 pub(crate) type CliResult<T> = Result<T, CliError>;
 
-/// Live readouts of EchoStore's stampede defence: the lock race, the token-checked release and
-/// the hit cost, measured against a real Valkey.
+/// Live readouts of EchoStore's stampede defence: the lock race, the token-checked release,
+/// coherence and early refresh, measured against a real Valkey; and the consistency check.
 #[derive(Debug, Parser)]
 #[command(name = "echostore", version, about, long_about = None)]
 struct Cli {
@@ -52,8 +50,6 @@ enum Command {
     Race(race::RaceArgs),
     /// The token-checked release: compare-and-delete the lock, owned or re-acquired by another.
     Release(release::ReleaseArgs),
-    /// The cache hit cost: L1 hit against the L2 GET round trip, and the in-process herd.
-    HitCost(hit_cost::HitCostArgs),
     /// Coherence: writes in one store reach the L1 of reader stores in other processes; the lag.
     Coherence(coherence::CoherenceArgs),
     /// Early refresh (XFetch): steady readers over several expiries of one hot key, off and on.
@@ -120,7 +116,6 @@ async fn run(cli: Cli) -> CliResult<Outcome> {
             }
             Command::Race(args) => race::run(&valkey::Target::open(url).await?, args).await,
             Command::Release(args) => release::run(&valkey::Target::open(url).await?, args).await,
-            Command::HitCost(args) => hit_cost::run(&valkey::Target::open(url).await?, args).await,
             Command::Coherence(args) => {
                 coherence::run(&valkey::Target::open(url).await?, args).await
             }

@@ -1,4 +1,4 @@
-//! Durations on the command line of every tool (the `echostore` readouts, the soak): `50ms`,
+//! Durations on the command line of every tool (the `echostore` readouts and `check`): `50ms`,
 //! `1s`, `250us`, `1.5s`, `2m`.
 //!
 //! A number (integer or decimal) followed by a unit: `ns`, `us` (or `µs`), `ms`, `s`, `m`. The

@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use echostore::{Key, L1Backend, Store, Table, Value};
 use futures::StreamExt;
-use rand::Rng;
-use rand::distr::Alphanumeric;
 
 /// `true` when the `CI` environment variable is set: benches then run smaller and shorter.
 pub fn under_ci() -> bool {
@@ -78,20 +76,6 @@ pub async fn filled_table<K: Key, V: Value>(
 /// `n` ids drawn uniformly from `0..keys`, in a fixed order for the whole bench.
 pub fn random_ids(keys: u64, n: usize) -> Vec<u64> {
     (0..n).map(|_| rand::random_range(0..keys)).collect()
-}
-
-/// `n` random 14-character ids, like the seed's `EMS0ODMggk1d5N`.
-pub fn seed_like_ids(n: usize) -> Vec<String> {
-    let mut rng = rand::rng();
-    (0..n)
-        .map(|_| {
-            (&mut rng)
-                .sample_iter(Alphanumeric)
-                .take(14)
-                .map(char::from)
-                .collect()
-        })
-        .collect()
 }
 
 /// Bytes of the values the L2 benches read; the raw `GET` reads the same envelopes.

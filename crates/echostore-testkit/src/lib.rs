@@ -1,10 +1,10 @@
 //! What EchoStore is tested and measured with, in one place: the integration tests
-//! (`crates/echostore/tests`), the criterion benches and the soak and storm binaries (`benches/`)
+//! (`crates/echostore/tests`), the criterion benches and the storm and scale binaries (`benches/`)
 //! and the `echostore` readouts and check (`crates/echostore-cli`) all call these modules instead
 //! of keeping copies.
 //!
 //! - [`source`]: the counting source, gated or timed, and the loaders built from it.
-//! - [`herd`]: many concurrent misses on one id: tasks released by one barrier, or a timed herd
+//! - [`herd`](mod@herd): many concurrent misses on one id: tasks released by one barrier, or a timed herd
 //!   through tables, the baseline or moka.
 //! - [`proxy`]: a TCP forwarder in front of Valkey that can hold one store's requests or replies,
 //!   or slow and silence the whole link (`echostore check`'s `proxy` fault).

@@ -1,5 +1,5 @@
 //! The bare single-flight: the least one tokio allows, a mutex over a map of parked callers. It is
-//! the baseline the table's owner is measured against (the `herd` bench and `echostore hit-cost`),
+//! the baseline the table's owner is measured against (the `herd` and `peers` benches),
 //! so it has no expiry, no L2, no lock and no error path of its own.
 
 use std::collections::HashMap;

