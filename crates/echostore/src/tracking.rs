@@ -40,7 +40,7 @@ pub const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEO
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);
 
 /// The longest pause between reconnect attempts.
-const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(2);
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// Starts the tracking tasks of a store.
 pub(crate) fn start(tracker: Weak<Tracker>, endpoint: Endpoint) {

@@ -227,13 +227,13 @@ impl CheckArgs {
         }
     }
 
-    /// How long after a fault its effects are excused: what L1 keeps unconfirmed, and a second
-    /// to notice the loss and reconnect (at least 2 s: a store's reconnect backoff and breaker
-    /// cooldown after a long outage), unless `--fault-grace` says otherwise.
+    /// How long after a fault its effects are excused, unless `--fault-grace` says otherwise: a
+    /// store is whole again at most a breaker cooldown (1 s, after a long outage) and a tracking
+    /// reconnect pause (0.5 s) after Valkey is, and what its L1 took meanwhile lives one
+    /// `unconfirmed_l1_life` more.
     fn grace(&self) -> Duration {
-        self.fault_grace.unwrap_or(
-            (self.unconfirmed_l1_life + Duration::from_secs(1)).max(Duration::from_secs(2)),
-        )
+        self.fault_grace
+            .unwrap_or(self.unconfirmed_l1_life + Duration::from_millis(1_500))
     }
 }
 
