@@ -385,7 +385,7 @@ fn peers(c: &mut Criterion) {
                 Some(n) => table.shards(n),
                 None => table,
             };
-            table.start().await.expect("a table without Valkey")
+            table.build().await.expect("a table without Valkey")
         })
     };
     // The default shards (the cores), and one owner for the whole table as before sharding.

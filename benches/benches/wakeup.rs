@@ -85,7 +85,7 @@ impl Mode {
                         Ok::<_, std::io::Error>(value)
                     }
                 })
-                .start()
+                .build()
                 .await
                 .expect("table");
             tables.push(table);

@@ -96,7 +96,7 @@ async fn storm(backend: L1Backend, ids: u64, capacity: u64) -> Result<bool, echo
         .l1_backend(backend)
         .l1_capacity(capacity as usize)
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
-        .start()
+        .build()
         .await?;
     let (elapsed, s) = run(&table, ids).await?;
     let peak = peak_rss_kib().unwrap_or(0);
@@ -129,7 +129,7 @@ async fn storm_bytes(
         .l1_capacity_bytes(budget)
         .l1_weigher(|_: &u64, value: &Vec<u8>| value.len() as u64)
         .loader(move |id: u64| async move { Ok::<_, std::io::Error>(vec![id as u8; value_bytes]) })
-        .start()
+        .build()
         .await?;
     let (elapsed, s) = run(&table, ids).await?;
     let peak_mib = peak_rss_kib().unwrap_or(0) as f64 / 1024.0;

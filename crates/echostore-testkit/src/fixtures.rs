@@ -61,7 +61,7 @@ pub async fn filled_table<K: Key, V: Value>(
         .l1_backend(backend)
         .l1_capacity(ids.len() * 2 + 1024)
         .loader(move |id: K| async move { Ok::<_, std::io::Error>(value(id)) })
-        .start()
+        .build()
         .await?;
     let mut fills = futures::stream::iter(ids)
         .map(|id| table.get(id))
@@ -109,7 +109,7 @@ pub async fn l2_only_table(
         .table::<u64, String>(name)
         .ttl(Duration::from_secs(3600))
         .loader(|_id: u64| async move { Err::<String, _>(std::io::Error::other("never loaded")) })
-        .start()
+        .build()
         .await?;
     for id in 0..keys {
         filler.put(&id, value_of(id)).await?;
@@ -126,6 +126,6 @@ pub async fn l2_only_table(
                 Err::<String, _>(std::io::Error::other("an L2 bench must never load"))
             }
         })
-        .start()
+        .build()
         .await
 }

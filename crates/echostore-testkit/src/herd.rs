@@ -94,7 +94,7 @@ pub async fn herd_table(
         .table::<u64, String>(name)
         .ttl(Duration::from_secs(60))
         .loader(source.loader())
-        .start()
+        .build()
         .await
 }
 

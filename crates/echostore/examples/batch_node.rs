@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, redis::RedisError>(rows.collect::<HashMap<_, _>>())
             }
         })
-        .start()
+        .build()
         .await?;
 
     let mut conn = support::connect(url).await?;

@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, redis::RedisError>(value.unwrap_or_default())
             }
         })
-        .start()
+        .build()
         .await?;
     tracked(&table, &mut conn).await?;
     let base = table.stats().invalidations;

@@ -64,7 +64,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, redis::RedisError>(format!("{id} read #{read}"))
             }
         })
-        .start()
+        .build()
         .await?;
 
     // Check in, then wait for the other nodes so the herds overlap.

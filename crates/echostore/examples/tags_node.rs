@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, redis::RedisError>(format!("row {id} v{}", row.unwrap_or(1)))
             }
         })
-        .start()
+        .build()
         .await?;
 
     let mut conn = support::connect(url).await?;

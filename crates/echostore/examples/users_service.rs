@@ -252,7 +252,7 @@ async fn main() -> anyhow::Result<()> {
                 async move { db.user(id).await }
             }
         })
-        .start()
+        .build()
         .await?;
     let app = App { db, users };
     let router = Router::new()

@@ -59,7 +59,7 @@ impl<K: Key, V: Value> Table<K, V> {
     ///     .batch_loader(|ids: Vec<String>| async move {
     ///         Ok::<_, std::io::Error>(ids.into_iter().map(|id| (id.clone(), id.to_uppercase())).collect::<HashMap<_, _>>())
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let found = names.get_many(["ann", "bob"]).await?;
     /// assert_eq!(*found["bob"], "BOB");

@@ -1,4 +1,4 @@
-//! How a table is configured: [`TableBuilder`], its defaults, and the checks `start()` makes.
+//! How a table is configured: [`TableBuilder`], its defaults, and the checks `build()` makes.
 //!
 //! | setting | default | meaning |
 //! | --- | --- | --- |
@@ -20,7 +20,7 @@
 //! | `shards` | the cores | owner actors sharing the table's ids by hash, each ordering its ids' misses and writes |
 //!
 //! Every duration is at most [`MAX_DURATION`] and every count has a range, so no setting can make
-//! later arithmetic overflow: `start()` answers [`Error::InvalidConfig`] naming the setting.
+//! later arithmetic overflow: `build()` answers [`Error::InvalidConfig`] naming the setting.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -43,7 +43,7 @@ mod sharding;
 mod start;
 mod tagging;
 
-/// The longest duration any setting accepts (a year): longer ones are refused at `start()`.
+/// The longest duration any setting accepts (a year): longer ones are refused at `build()`.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The largest `max_value_bytes` (Valkey's own limit for one string is 512 MiB).
@@ -67,7 +67,7 @@ const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// `K` is the id ([`Key`]: `String`, `u64`, …); `V` is the cached value, any type serde can
 /// encode and decode ([`Value`]): derive `serde::Serialize` and `serde::Deserialize` on it,
 /// since Valkey holds values encoded. Every setting has a default but the
-/// [`loader`](Self::loader); each is checked by `start()`.
+/// [`loader`](Self::loader); each is checked by `build()`.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -85,7 +85,7 @@ const DEFAULT_LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 ///     .table::<u64, User>("users")
 ///     .ttl(Duration::from_secs(60))
 ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(User { name: format!("user {id}") }) })
-///     .start()
+///     .build()
 ///     .await?;
 /// assert_eq!(users.get(&1).await?.name, "user 1");
 /// # Ok(())

@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 
 use crate::board::Board;
 use crate::coherence::Tracker;
-use crate::envelope::{self, Envelope, Fingerprint, Marking};
+use crate::envelope::{self, Envelope, Fingerprint, Marking, Stamp};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1, L1Cache, Unconfirmed};
 use crate::l2::L2;
@@ -36,7 +36,7 @@ pub(crate) type BatchLoader<K, V> = Arc<
         + Sync,
 >;
 
-/// Settings of a started table, checked by `start()` (see [`crate::TableBuilder`]).
+/// Settings of a started table, checked by `build()` (see [`crate::TableBuilder`]).
 pub(crate) struct TableConfig<V> {
     pub(crate) ttl: Duration,
     pub(crate) jitter: f64,
@@ -174,10 +174,12 @@ impl Life {
         let fresh_until_ms = self.written_at_ms.saturating_add(millis(self.fresh_for));
         envelope::encode(
             value,
-            fresh_until_ms,
-            self.written_at_ms,
-            self.delta,
-            config.version_of(value),
+            &Stamp {
+                fresh_until_ms,
+                written_at_ms: self.written_at_ms,
+                delta: self.delta,
+                version: config.version_of(value),
+            },
             marking,
             config.max_value_bytes,
         )
@@ -189,12 +191,12 @@ impl Life {
     }
 }
 
-/// `delta·beta`, saturating (beta is checked at `start()`: finite, within `0..=MAX_EARLY_BETA`).
+/// `delta·beta`, saturating (beta is checked at `build()`: finite, within `0..=MAX_EARLY_BETA`).
 fn scaled(delta: Duration, beta: f64) -> Duration {
     Duration::try_from_secs_f64(delta.as_secs_f64() * beta).unwrap_or(Duration::MAX)
 }
 
-/// A duration in whole milliseconds, saturating (settings are bounded at `start()`).
+/// A duration in whole milliseconds, saturating (settings are bounded at `build()`).
 pub(crate) fn millis(span: Duration) -> u64 {
     u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
 }

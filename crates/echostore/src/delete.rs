@@ -38,7 +38,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// let users = store
     ///     .table::<u64, Option<String>>("users")
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Some(format!("user {id}"))) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// users.get(&7).await?;
     /// users.delete(&7).await?; // DELETE FROM users WHERE id = 7, then this

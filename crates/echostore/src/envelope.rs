@@ -117,18 +117,30 @@ pub(crate) enum DecodeError {
     Payload(#[from] postcard::Error),
 }
 
+/// What a header says of the value behind it: its life, how long its load took, its version.
+#[derive(Clone, Copy)]
+pub(crate) struct Stamp {
+    pub(crate) fresh_until_ms: u64,
+    pub(crate) written_at_ms: u64,
+    /// Stored in whole microseconds, saturating at `u32::MAX` (about 71 minutes).
+    pub(crate) delta: Duration,
+    pub(crate) version: Option<u64>,
+}
+
 /// Encodes `value` behind its header (format 3 when it has a `version`, 4 or 5 when `marking`
-/// is not blank); refuses encodings over `max_bytes` with [`Error::TooLarge`]. `delta` is stored
-/// in whole microseconds, saturating at `u32::MAX` (about 71 minutes).
+/// is not blank); refuses encodings over `max_bytes` with [`Error::TooLarge`].
 pub(crate) fn encode<V: Serialize>(
     value: &V,
-    fresh_until_ms: u64,
-    written_at_ms: u64,
-    delta: Duration,
-    version: Option<u64>,
+    stamp: &Stamp,
     marking: &Marking,
     max_bytes: usize,
 ) -> Result<Vec<u8>> {
+    let Stamp {
+        fresh_until_ms,
+        written_at_ms,
+        delta,
+        version,
+    } = *stamp;
     let marked = !marking.is_blank();
     let mut out = Vec::with_capacity(64);
     out.push(match (version.is_some(), marked) {

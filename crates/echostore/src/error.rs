@@ -137,7 +137,7 @@ impl Error {
     /// let users = store
     ///     .table::<u64, String>("users")
     ///     .loader(|id: u64| async move { Err::<String, _>(NoSuchUser(id)) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let err = users.get(&7).await.expect_err("the loader fails");
     /// assert!(matches!(err.source_as::<NoSuchUser>(), Some(NoSuchUser(7))));

@@ -43,7 +43,7 @@ use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
 use crate::load::Load;
 use crate::lock::{self, Fenced};
-use crate::losers::{self, LoserPolicy, Lost, PollEnd};
+use crate::losers::{self, LoserPolicy, Lost, PollEnd, Wait};
 use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
 use crate::unsettled::Repair;
@@ -74,6 +74,13 @@ pub(crate) struct Fill<'a, K, V> {
 struct OnValkey<'a> {
     l2: &'a L2,
     names: KeyNames,
+}
+
+/// How a lost contention ended: with the flight's landing, or with the lock gone and the copy
+/// the key holds now, to contend again.
+enum Losing<V> {
+    Done(Result<Landing<V>>),
+    Again(Option<Stale<V>>),
 }
 
 impl<'a, K: Key, V: Value> Fill<'a, K, V> {
@@ -202,34 +209,46 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 // Another process is rebuilding the id: its write will reach us.
                 return Ok(Landing::Skipped);
             }
-            let policy = self.losers.as_ref().unwrap_or(&config.losers);
-            let (every, up_to) =
-                match policy.on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl) {
-                    Lost::Answer(answer) => return answer.map(Landing::Filled),
-                    Lost::Poll { every, up_to } => (every, up_to),
-                };
-            let until = *deadline.get_or_insert_with(|| Instant::now() + up_to);
-            let polled = losers::poll(
-                at.l2,
-                &at.names,
-                max,
-                every,
-                until,
-                wake.as_deref(),
-                || (self.signals)(Signal::Reading),
-                &self.core.stats,
-                |bytes| self.decode(bytes),
-            )
-            .await;
-            match polled {
-                Ok(PollEnd::Fresh(env)) => return Ok(Landing::Filled(self.l2_hit(env))),
-                // The holder finished, died or gave up, or the id was invalidated: contend again
-                // with what the key holds now (never an older copy that was since removed).
-                Ok(PollEnd::LockFree(seen)) => stale = seen.and_then(|env| self.stale(env)),
-                Ok(PollEnd::TimedOut) => return Err(Error::WaitTimeout { waited: up_to }),
-                Err(e) => return self.degraded(at, e).await,
+            match self.lose(at, stale, &mut deadline, wake.as_deref()).await {
+                Losing::Done(landing) => return landing,
+                Losing::Again(seen) => stale = seen,
             }
         }
+    }
+
+    /// Another process holds the lock: the loser policy answers, or this flight polls until a
+    /// fresh value appears, the lock goes (contend again with what the key holds then: never an
+    /// older copy that was since removed), or `deadline` (set by the first loss) passes.
+    async fn lose(
+        &self,
+        at: &OnValkey<'_>,
+        stale: Option<Stale<V>>,
+        deadline: &mut Option<Instant>,
+        wake: Option<&tokio::sync::Notify>,
+    ) -> Losing<V> {
+        let config = &self.core.config;
+        let policy = self.losers.as_ref().unwrap_or(&config.losers);
+        let (every, up_to) = match policy.on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl)
+        {
+            Lost::Answer(answer) => return Losing::Done(answer.map(Landing::Filled)),
+            Lost::Poll { every, up_to } => (every, up_to),
+        };
+        let wait = Wait {
+            l2: at.l2,
+            names: &at.names,
+            max_bytes: config.max_value_bytes,
+            every,
+            deadline: *deadline.get_or_insert_with(|| Instant::now() + up_to),
+            wake,
+        };
+        let reading = || (self.signals)(Signal::Reading);
+        let polled = losers::poll(wait, reading, &self.core.stats, |b| self.decode(b)).await;
+        Losing::Done(match polled {
+            Ok(PollEnd::Fresh(env)) => Ok(Landing::Filled(self.l2_hit(env))),
+            Ok(PollEnd::LockFree(seen)) => return Losing::Again(seen.and_then(|e| self.stale(e))),
+            Ok(PollEnd::TimedOut) => Err(Error::WaitTimeout { waited: up_to }),
+            Err(e) => self.degraded(at, e).await,
+        })
     }
 
     /// This flight holds the lock: read the source under the lease, write fenced (stamped with
@@ -269,13 +288,23 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 return Err(e);
             }
         };
-        let counters = &self.core.stats.counters;
         let fingerprint = envelope::fingerprint(&bytes);
         (self.signals)(Signal::Writing(fingerprint));
-        // The script releases the lock when it holds our token: counted as a release would be.
-        let keep = match lock::fenced_write(at.l2, &at.names, token, bytes, life.physical_ms())
-            .await
-        {
+        let keep = self
+            .write_fenced(at, token, bytes, life.physical_ms())
+            .await;
+        Ok(if keep {
+            Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
+        } else {
+            Filled::answer_only(value, Origin::Loaded)
+        })
+    }
+
+    /// The winner's write of `bytes`, fenced by `token`, which releases the lock in the same
+    /// script (counted as a release would be); whether L1 may keep the value.
+    async fn write_fenced(&self, at: &OnValkey<'_>, token: &str, bytes: Vec<u8>, px: u64) -> bool {
+        let counters = &self.core.stats.counters;
+        match lock::fenced_write(at.l2, &at.names, token, bytes, px).await {
             Ok(Fenced::Written) => {
                 bump(&counters.released);
                 true
@@ -300,12 +329,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 self.release(at, token).await;
                 true
             }
-        };
-        Ok(if keep {
-            Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
-        } else {
-            Filled::answer_only(value, Origin::Loaded)
-        })
+        }
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this

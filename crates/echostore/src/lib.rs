@@ -94,7 +94,7 @@
 //!     .stale_for(Duration::from_secs(300))
 //!     .losers(LoserPolicy::ServeStale)
 //!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-//!     .start()
+//!     .build()
 //!     .await?;
 //! let name = users.get(&42).await?;
 //! # Ok(()) }

@@ -133,22 +133,35 @@ pub(crate) enum PollEnd<V> {
     TimedOut,
 }
 
+/// What a losing flight waits on: an id's keys (their value read up to `max_bytes`), polled every
+/// `every` until `deadline`, and the wake-up coherence gives it (`None`: tracking is down).
+pub(crate) struct Wait<'a> {
+    pub(crate) l2: &'a L2,
+    pub(crate) names: &'a KeyNames,
+    pub(crate) max_bytes: usize,
+    pub(crate) every: Duration,
+    pub(crate) deadline: Instant,
+    pub(crate) wake: Option<&'a Notify>,
+}
+
 /// Polls a value key and its lock until the value is fresh, the lock vanishes, or `deadline`
 /// passes. With a `wake` (coherence up), a push for the value or lock key re-reads at once and
 /// `every` is only the safety interval. A failed poll is counted and retried with backoff; only
 /// [`Error::ValkeyUnavailable`] (the breaker open) ends the poll with an error.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn poll<V>(
-    l2: &L2,
-    names: &KeyNames,
-    max_bytes: usize,
-    every: Duration,
-    deadline: Instant,
-    wake: Option<&Notify>,
+    wait: Wait<'_>,
     reading: impl Fn(),
     stats: &Stats,
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
 ) -> Result<PollEnd<V>> {
+    let Wait {
+        l2,
+        names,
+        max_bytes,
+        every,
+        deadline,
+        wake,
+    } = wait;
     let mut pause = every;
     loop {
         let now = Instant::now();

@@ -232,39 +232,15 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
-            OwnerMsg::Flush(flushed) => {
-                state.drop_all();
-                state.own.clear();
-                // A mark set while pushes were lost would otherwise be heard of only at the next;
-                // one shard reads the marks for all (`read_marks` casts what it finds to each).
-                if state.shard == 0 {
-                    state.read_marks(&myself, true);
-                }
-                // Counted once every shard is done: whoever sees the count finds L1 flushed.
-                drop(flushed);
-            }
-            OwnerMsg::Cap(capped) => {
-                state.overtake_for_cap();
-                drop(capped);
-            }
+            OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),
+            OwnerMsg::Cap(capped) => state.overtake_for_cap(capped),
             OwnerMsg::Marked {
                 scope,
                 reply,
                 counted,
-            } => {
-                state.marked(&scope);
-                // Counted once every shard is done, and before this shard answers: whoever sees
-                // the count, or has its `clear` answered, finds L1 without what the mark covers.
-                drop(counted);
-                if let Some(reply) = reply {
-                    let _ = reply.send(Ok(()));
-                }
-            }
+            } => state.took_mark(&scope, reply, counted),
             OwnerMsg::MarksChanged { full } => state.read_marks(&myself, full),
-            OwnerMsg::Restarted => {
-                state.drop_all();
-                state.read_marks(&myself, true);
-            }
+            OwnerMsg::Restarted => state.restarted(&myself),
         }
         state.publish_in_flight();
         Ok(())

@@ -62,7 +62,7 @@ impl<V> ReadOptions<V> {
         self
     }
 
-    /// Checks the options as `start()` checks the table's.
+    /// Checks the options as `build()` checks the table's.
     fn checked(self) -> Result<Checked<V>> {
         let too_long = |d: Duration| d > MAX_DURATION;
         let poll_too_long = matches!(
@@ -91,7 +91,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// let users = store
     ///     .table::<u64, String>("users")
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// // A health check must not wait on another process's rebuild, nor for long at all.
     /// let fast = ReadOptions::new()

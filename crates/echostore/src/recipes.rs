@@ -41,7 +41,7 @@
 //!             async move { Ok::<_, std::io::Error>(row) }
 //!         }
 //!     })
-//!     .start()
+//!     .build()
 //!     .await?;
 //!
 //! assert_eq!(*users.get(&1).await?, Some(User { name: "alice".into() }));
@@ -66,7 +66,7 @@
 //! let greetings = store
 //!     .table::<String, String>("greetings")
 //!     .loader(|name: String| async move { Ok::<_, std::io::Error>(format!("hello, {name}")) })
-//!     .start()
+//!     .build()
 //!     .await?;
 //! assert_eq!(*greetings.get("alice").await?, "hello, alice");
 //! let owned = String::from("alice");
@@ -99,7 +99,7 @@
 //! let users = store
 //!     .table::<u64, String>("users")
 //!     .loader(|_id: u64| async { Err::<String, _>(DbError::Down) })
-//!     .start()
+//!     .build()
 //!     .await?;
 //! match users.get(&1).await {
 //!     Err(e) if matches!(e.source_as::<DbError>(), Some(DbError::Down)) => { /* 503 */ }
@@ -126,7 +126,7 @@
 //! let rows = store
 //!     .table::<u64, Option<String>>("rows")
 //!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Some(format!("row {id}"))) })
-//!     .start()
+//!     .build()
 //!     .await?;
 //! rows.put(&1, Some("row 1, edited".into())).await?; // UPDATE rows SET … WHERE id = 1
 //! rows.delete(&2).await?;                             // DELETE FROM rows WHERE id = 2
@@ -154,7 +154,7 @@
 //!     .table::<u64, Invoice>("invoices")
 //!     .tags(|_id: &u64, i: &Invoice| [format!("tenant:{}", i.tenant)])
 //!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Invoice { tenant: (id % 3) as u32, total: id }) })
-//!     .start()
+//!     .build()
 //!     .await?;
 //! invoices.get(&3).await?; // tenant 0
 //! invoices.get(&4).await?; // tenant 1
@@ -191,7 +191,7 @@
 //! let squares = store
 //!     .table::<u64, u64>("squares")
 //!     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id * id) })
-//!     .start()
+//!     .build()
 //!     .await?;
 //! for _ in 0..3 {
 //!     squares.get(&7).await?;

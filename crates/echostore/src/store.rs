@@ -245,44 +245,9 @@ impl StoreBuilder {
     /// With an unreachable Valkey this succeeds in degraded mode (logged) unless
     /// [`require_valkey`](Self::require_valkey) is set; a malformed URL is always an error.
     pub async fn build(self) -> Result<Store> {
-        let invalid = |what: &str| Err(Error::InvalidConfig(format!("store: {what}")));
-        if self.timeout.is_zero() || self.timeout > MAX_DURATION {
-            return invalid("valkey_timeout must be above zero and at most MAX_DURATION");
-        }
-        if self.cooldown > MAX_DURATION {
-            return invalid("breaker_cooldown must be at most MAX_DURATION");
-        }
-        if self.unconfirmed_l1_life > MAX_DURATION {
-            return invalid("unconfirmed_l1_life must be at most MAX_DURATION");
-        }
-        let namespace = match &self.namespace {
-            Some(ns) => {
-                validate_table_name(ns).map_err(|_| {
-                    Error::InvalidConfig(format!(
-                        "store: namespace {ns:?} must be 1 to 64 characters from [A-Za-z0-9_.-]"
-                    ))
-                })?;
-                if ns == LOCK_PREFIX {
-                    return invalid(
-                        "namespace \"lock\" would make this store's value keys (lock:<table>:{id}) \
-                         the lock keys of a store without a namespace",
-                    );
-                }
-                format!("{ns}:")
-            }
-            None => String::new(),
-        };
-        let ca = match &self.ca {
-            Some(path) => Some(std::fs::read(path).map_err(|e| {
-                Error::InvalidConfig(format!("store: valkey_ca {}: {e}", path.display()))
-            })?),
-            None => None,
-        };
-        let endpoint = self.valkey.clone().map(|kind| Endpoint {
-            kind,
-            ca,
-            timeout: self.timeout,
-        });
+        self.check()?;
+        let namespace = self.namespace_prefix()?;
+        let endpoint = self.endpoint()?;
         let l2 = match &endpoint {
             Some(endpoint) => Some(
                 L2::connect(
@@ -316,5 +281,55 @@ impl StoreBuilder {
                 supervisor,
             }),
         })
+    }
+
+    /// The durations within their ranges.
+    fn check(&self) -> Result<()> {
+        let invalid = |what: &str| Err(Error::InvalidConfig(format!("store: {what}")));
+        if self.timeout.is_zero() || self.timeout > MAX_DURATION {
+            return invalid("valkey_timeout must be above zero and at most MAX_DURATION");
+        }
+        if self.cooldown > MAX_DURATION {
+            return invalid("breaker_cooldown must be at most MAX_DURATION");
+        }
+        if self.unconfirmed_l1_life > MAX_DURATION {
+            return invalid("unconfirmed_l1_life must be at most MAX_DURATION");
+        }
+        Ok(())
+    }
+
+    /// What precedes every key: `""`, or the namespace and a colon.
+    fn namespace_prefix(&self) -> Result<String> {
+        let Some(ns) = &self.namespace else {
+            return Ok(String::new());
+        };
+        validate_table_name(ns).map_err(|_| {
+            Error::InvalidConfig(format!(
+                "store: namespace {ns:?} must be 1 to 64 characters from [A-Za-z0-9_.-]"
+            ))
+        })?;
+        if ns == LOCK_PREFIX {
+            return Err(Error::InvalidConfig(
+                "store: namespace \"lock\" would make this store's value keys \
+                 (lock:<table>:{id}) the lock keys of a store without a namespace"
+                    .into(),
+            ));
+        }
+        Ok(format!("{ns}:"))
+    }
+
+    /// Where the Valkey is, with the CA its TLS connections trust; `None` without one.
+    fn endpoint(&self) -> Result<Option<Endpoint>> {
+        let ca = match &self.ca {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                Error::InvalidConfig(format!("store: valkey_ca {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
+        Ok(self.valkey.clone().map(|kind| Endpoint {
+            kind,
+            ca,
+            timeout: self.timeout,
+        }))
     }
 }

@@ -161,7 +161,7 @@ impl<K: Key, V: Value> Table<K, V> {
     ///             Ok::<_, std::io::Error>(id * id)
     ///         }
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     ///
     /// // A hundred concurrent misses on one id: one load, one shared answer.
@@ -197,7 +197,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// let names = store
     ///     .table::<String, String>("names")
     ///     .loader(|id: String| async move { Ok::<_, std::io::Error>(id.to_uppercase()) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let first = names.fetch("alice").await?; // a borrowed key, as with HashMap::get
     /// assert_eq!((first.value.as_str(), first.origin), ("ALICE", Origin::Loaded));
@@ -235,7 +235,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// let users = store
     ///     .table::<u64, String>("users")
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let stored: Arc<String> = users.put(&42, "Alice".to_owned()).await?;
     /// let read = users.fetch(&42).await?;
@@ -290,7 +290,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// let names = store
     ///     .table::<String, String>("names")
     ///     .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("{id} from the source")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// names.put("bob", "Bob, edited".to_owned()).await?;
     /// names.invalidate("bob").await?;

@@ -31,7 +31,7 @@ impl<K: Key, V: Value> Table<K, V> {
     ///     .table::<String, u64>("prices")
     ///     .tags(|sku: &String, _price: &u64| [format!("brand:{}", &sku[..3])])
     ///     .loader(|sku: String| async move { Ok::<_, std::io::Error>(sku.len() as u64) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// prices.get("acme-1").await?;
     /// prices.get("zeta-1").await?;
@@ -65,7 +65,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// let users = store
     ///     .table::<u64, String>("users")
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// users.get(&1).await?;
     /// users.clear().await?;

@@ -15,12 +15,13 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use futures::StreamExt;
+use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::coherence::Tracker;
 use crate::connect::{Endpoint, Kind};
-use keys::Read;
+use keys::{Answer, Read};
 use subscribe::{Mode, reread_marks, subscribe};
 
 /// How often each tracking connection is checked with a PING.
@@ -116,117 +117,218 @@ async fn track(
     tables: &mut watch::Receiver<Vec<String>>,
     life: Life<'_>,
 ) -> Option<&'static str> {
-    let url = life.url;
-    let client = match resp3_client(endpoint, url) {
-        Ok(client) => client,
-        Err(e) => {
-            tracing::warn!(error = %e, "coherence: cannot make a tracking client");
-            return Some("no client");
-        }
+    let (conn, pushes) = match connect(endpoint, life.url).await {
+        Ok(connected) => connected,
+        Err(why) => return Some(why),
     };
-    let (pushes_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    let mut reads: Option<mpsc::UnboundedReceiver<Read>> = None;
-    // Key tracking's reads on their way, answered in the order they were sent.
-    let mut reading = futures::stream::FuturesOrdered::new();
+    let (namespace, by_keys) = {
+        let this = tracker.upgrade()?;
+        (this.namespace().to_owned(), this.keys().is_some())
+    };
+    let mut session = Session {
+        tracker,
+        endpoint,
+        conn,
+        pushes,
+        reads: None,
+        reading: futures::stream::FuturesOrdered::new(),
+        namespace,
+        by_keys,
+        subscribed: HashSet::new(),
+    };
+    if let Some(why) = session.establish(tables, &life).await? {
+        return Some(why);
+    }
+    *life.established = true;
+    session.serve(tables, life).await
+}
+
+/// A RESP3 connection to `url` whose pushes arrive on the receiver, named
+/// `echostore-tracking`; or why there is none.
+async fn connect(
+    endpoint: &Endpoint,
+    url: &str,
+) -> Result<(MultiplexedConnection, mpsc::UnboundedReceiver<PushInfo>), &'static str> {
+    let client = resp3_client(endpoint, url).map_err(|e| {
+        tracing::warn!(error = %e, "coherence: cannot make a tracking client");
+        "no client"
+    })?;
+    let (pushes_tx, pushes) = mpsc::unbounded_channel::<PushInfo>();
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(endpoint.timeout))
         .set_response_timeout(Some(endpoint.timeout))
         .set_push_sender(pushes_tx);
-    let mut conn = match client
+    let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-    {
-        Ok(conn) => conn,
-        Err(e) => {
+        .map_err(|e| {
             tracing::debug!(error = %e, "coherence: tracking connection failed; retrying");
-            return Some("connect failed");
-        }
-    };
+            "connect failed"
+        })?;
     let _: redis::RedisResult<()> = redis::cmd("CLIENT")
         .arg("SETNAME")
         .arg("echostore-tracking")
         .query_async(&mut conn)
         .await;
-    let (namespace, by_keys) = {
-        let this = tracker.upgrade()?;
-        (this.namespace().to_owned(), this.keys().is_some())
-    };
-    let mode = Mode {
-        namespace: &namespace,
-        by_keys,
-    };
-    let mut subscribed: HashSet<String> = HashSet::new();
-    let wanted = tables.borrow_and_update().clone();
-    if let Err(e) = subscribe(&mut conn, mode, &wanted, &mut subscribed).await {
-        tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
-        return Some("CLIENT TRACKING refused");
-    }
-    {
-        let this = tracker.upgrade()?;
+    Ok((conn, pushes))
+}
+
+/// Key tracking's reads on their way, answered in the order they were sent.
+type Reading =
+    futures::stream::FuturesOrdered<futures::future::BoxFuture<'static, (Vec<Read>, Vec<Answer>)>>;
+
+/// A connected tracking connection, what it subscribed, and key tracking's reads.
+struct Session<'a> {
+    tracker: &'a Weak<Tracker>,
+    endpoint: &'a Endpoint,
+    conn: MultiplexedConnection,
+    pushes: mpsc::UnboundedReceiver<PushInfo>,
+    /// Under key tracking, the reads the store asks this connection for.
+    reads: Option<mpsc::UnboundedReceiver<Read>>,
+    reading: Reading,
+    namespace: String,
+    by_keys: bool,
+    subscribed: HashSet<String>,
+}
+
+impl Session<'_> {
+    /// Subscribes the tables wanted now, flushes, and announces the connection. `None`: the
+    /// tracker is gone; `Some(Some(why))`: refused.
+    async fn establish(
+        &mut self,
+        tables: &mut watch::Receiver<Vec<String>>,
+        life: &Life<'_>,
+    ) -> Option<Option<&'static str>> {
+        let wanted = tables.borrow_and_update().clone();
+        let (mode, conn) = (
+            Mode {
+                namespace: &self.namespace,
+                by_keys: self.by_keys,
+            },
+            &mut self.conn,
+        );
+        if let Err(e) = subscribe(conn, mode, &wanted, &mut self.subscribed).await {
+            tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
+            return Some(Some("CLIENT TRACKING refused"));
+        }
+        let this = self.tracker.upgrade()?;
         // Flush before announcing: a table waiting in `add_table` starts only after this, so the
         // flush reaches its owner before any value the table loads next.
         this.flush_established("tracking established");
         if let Some(registry) = this.keys() {
             let (tx, rx) = mpsc::unbounded_channel();
-            registry.node_up(url, life.slots.to_vec(), tx);
-            reads = Some(rx);
+            registry.node_up(life.url, life.slots.to_vec(), tx);
+            self.reads = Some(rx);
         }
-        this.node_tracks(url, &subscribed);
-        *life.established = true;
+        this.node_tracks(life.url, &self.subscribed);
+        Some(None)
     }
-    let mut health = tokio::time::interval(HEALTH_EVERY);
-    health.tick().await;
-    loop {
-        tokio::select! {
-            push = pushes.recv() => match push {
-                Some(push) if push.kind == PushKind::Disconnection => return Some("disconnected"),
-                Some(push) => {
-                    *life.healthy_at = std::time::Instant::now();
-                    let this = tracker.upgrade()?;
-                    if by_keys {
-                        reread_marks(&mut conn, &this, &push).await;
+
+    /// Routes pushes, runs key tracking's reads, follows the tables wanted and checks the
+    /// connection's health, until it fails (why) or the tracker is gone (`None`).
+    async fn serve(
+        mut self,
+        tables: &mut watch::Receiver<Vec<String>>,
+        mut life: Life<'_>,
+    ) -> Option<&'static str> {
+        let mut health = tokio::time::interval(HEALTH_EVERY);
+        health.tick().await;
+        loop {
+            tokio::select! {
+                push = self.pushes.recv() => {
+                    if let Some(why) = self.pushed(push, &mut life).await? {
+                        return Some(why);
                     }
-                    route(&this, push);
-                }
-                None => return Some("push channel closed"),
-            },
-            Some(read) = next_read(&mut reads) => {
-                if let (Some(queued), Some(registry)) = (reads.as_mut(), tracker.upgrade()?.keys()) {
-                    let batch = keys::batch(read, queued);
-                    registry.sent(&batch);
-                    reading.push_back(keys::query(conn.clone(), batch));
-                }
-            },
-            Some((batch, answers)) = reading.next(), if !reading.is_empty() => {
-                keys::answered(&*tracker.upgrade()?, batch, answers);
-            },
-            changed = tables.changed() => {
-                // The tracker is gone (its store was dropped, and its tables with it): nothing
-                // to track, and the server may be going away too.
-                if changed.is_err() || tracker.strong_count() == 0 {
-                    return None;
-                }
-                let wanted = tables.borrow_and_update().clone();
-                if let Err(e) = subscribe(&mut conn, mode, &wanted, &mut subscribed).await {
-                    if tracker.strong_count() == 0 {
-                        return None; // the store went away meanwhile, its connection with it
+                },
+                Some(read) = next_read(&mut self.reads) => self.read(read)?,
+                Some((batch, answers)) = self.reading.next(), if !self.reading.is_empty() => {
+                    keys::answered(&*self.tracker.upgrade()?, batch, answers);
+                },
+                changed = tables.changed() => {
+                    // The tracker is gone (its store was dropped, and its tables with it):
+                    // nothing to track, and the server may be going away too.
+                    if changed.is_err() || self.tracker.strong_count() == 0 {
+                        return None;
                     }
-                    return Some(subscribe_failed(&e));
+                    if let Some(why) = self.resubscribe(tables, &life).await? {
+                        return Some(why);
+                    }
+                },
+                _ = health.tick() => {
+                    // Its answer says every push Valkey sent before it came: healthy when sent.
+                    let sent = std::time::Instant::now();
+                    let cmd = redis::cmd("PING");
+                    let ping = cmd.query_async::<String>(&mut self.conn);
+                    let limit = HEALTH_TIMEOUT.min(self.endpoint.timeout);
+                    if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
+                        return Some("health PING failed");
+                    }
+                    *life.healthy_at = sent;
                 }
-                tracker.upgrade()?.node_tracks(url, &subscribed);
-            },
-            _ = health.tick() => {
-                // Its answer says every push Valkey sent before it came: healthy when sent.
-                let sent = std::time::Instant::now();
-                let cmd = redis::cmd("PING");
-                let ping = cmd.query_async::<String>(&mut conn);
-                let limit = HEALTH_TIMEOUT.min(endpoint.timeout);
-                if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
-                    return Some("health PING failed");
-                }
-                *life.healthy_at = sent;
             }
         }
+    }
+
+    /// A push (or the channel's end). `None`: the tracker is gone; `Some(Some(why))`: the
+    /// connection is lost.
+    async fn pushed(
+        &mut self,
+        push: Option<PushInfo>,
+        life: &mut Life<'_>,
+    ) -> Option<Option<&'static str>> {
+        let push = match push {
+            None => return Some(Some("push channel closed")),
+            Some(push) if push.kind == PushKind::Disconnection => {
+                return Some(Some("disconnected"));
+            }
+            Some(push) => push,
+        };
+        *life.healthy_at = std::time::Instant::now();
+        let this = self.tracker.upgrade()?;
+        if self.by_keys {
+            reread_marks(&mut self.conn, &this, &push).await;
+        }
+        route(&this, push);
+        Some(None)
+    }
+
+    /// Sends a round trip of key tracking's reads. `None`: the tracker is gone.
+    fn read(&mut self, read: Read) -> Option<()> {
+        if let (Some(queued), Some(registry)) =
+            (self.reads.as_mut(), self.tracker.upgrade()?.keys())
+        {
+            let batch = keys::batch(read, queued);
+            registry.sent(&batch);
+            self.reading
+                .push_back(Box::pin(keys::query(self.conn.clone(), batch)));
+        }
+        Some(())
+    }
+
+    /// The tables wanted changed: subscribe them. `None`: the tracker is gone.
+    async fn resubscribe(
+        &mut self,
+        tables: &mut watch::Receiver<Vec<String>>,
+        life: &Life<'_>,
+    ) -> Option<Option<&'static str>> {
+        let wanted = tables.borrow_and_update().clone();
+        let (mode, conn) = (
+            Mode {
+                namespace: &self.namespace,
+                by_keys: self.by_keys,
+            },
+            &mut self.conn,
+        );
+        if let Err(e) = subscribe(conn, mode, &wanted, &mut self.subscribed).await {
+            if self.tracker.strong_count() == 0 {
+                return None; // the store went away meanwhile, its connection with it
+            }
+            return Some(Some(subscribe_failed(&e)));
+        }
+        self.tracker
+            .upgrade()?
+            .node_tracks(life.url, &self.subscribed);
+        Some(None)
     }
 }
 

@@ -287,7 +287,7 @@ async fn open<K: Key>(
                 Ok::<_, std::io::Error>(keys.into_iter().zip(versions).collect::<HashMap<_, _>>())
             }
         })
-        .start()
+        .build()
         .await?;
     Ok(table)
 }

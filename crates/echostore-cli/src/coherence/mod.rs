@@ -210,7 +210,7 @@ pub(crate) async fn coherence_table(
                 })
             }
         })
-        .start()
+        .build()
         .await?;
     Ok((store, table))
 }

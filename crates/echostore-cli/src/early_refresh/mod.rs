@@ -230,7 +230,7 @@ async fn open(
                 Ok::<_, std::io::Error>(loads.started.load(SeqCst))
             }
         })
-        .start()
+        .build()
         .await?;
     Ok(table)
 }

@@ -226,7 +226,7 @@ async fn prefill(target: &Target, key: &str) -> CliResult<()> {
         .loader(|_id: String| async {
             Err::<Payload, _>(std::io::Error::other("the prefill table never loads"))
         })
-        .start()
+        .build()
         .await?;
     let previous = Payload {
         body: Payload::PREVIOUS.to_owned(),
@@ -323,7 +323,7 @@ async fn start_node(
                 })
             }
         })
-        .start()
+        .build()
         .await
         .map_err(|e| format!("starting node {node}'s table: {e}"))?;
     Ok(table)

@@ -74,7 +74,7 @@ async fn users(url: &str, namespace: Option<&str>) -> (Store, Table<u64, User>) 
                 name: format!("user {id}"),
             })
         })
-        .start()
+        .build()
         .await
         .expect("a table");
     (store, table)

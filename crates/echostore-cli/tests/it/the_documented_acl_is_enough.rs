@@ -65,7 +65,7 @@ fn a_store_runs_under_the_documented_acl() {
             .table::<u64, String>("users")
             .ttl(Duration::from_secs(60))
             .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-            .start()
+            .build()
             .await
             .expect("a table");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -29,6 +29,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::join_all;
@@ -245,29 +246,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
             envelopes.push(envelope);
             lives.push(life);
         }
-        let members = &members;
-        let (envelopes, lives_now) = (&envelopes, &lives);
-        let groups = groups_of(l2, members);
-        let written = join_all(groups.iter().map(|group| {
-            let writes: Vec<ToWrite<'_>> = group
-                .iter()
-                .filter(|&&i| members[i].won)
-                .map(|&i| ToWrite {
-                    names: &members[i].names,
-                    token: &members[i].token,
-                    envelope: envelopes[i].as_deref(),
-                    px: lives_now[i]
-                        .as_ref()
-                        .map_or(1, |(life, _)| life.physical_ms()),
-                })
-                .collect();
-            async move {
-                let indices: Vec<usize> =
-                    group.iter().copied().filter(|&i| members[i].won).collect();
-                (indices, on_valkey::write_many(l2, &writes).await)
-            }
-        }))
-        .await;
+        let written = self.write_groups(l2, &members, &envelopes, &lives).await;
         for (indices, wrote) in written {
             for (n, &i) in indices.iter().enumerate() {
                 let wrote = wrote
@@ -287,6 +266,32 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 self.report.landed(m.id.clone(), m.flight, landing);
             }
         }
+    }
+
+    /// The write-many of every group, at once: for each group, the members it wrote for (those
+    /// whose lock was won) and what each write did.
+    async fn write_groups(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+        envelopes: &[Option<Vec<u8>>],
+        lives: &[Option<(crate::core::Life, Arc<V>)>],
+    ) -> Vec<(Vec<usize>, Result<Vec<Wrote>>)> {
+        let groups = groups_of(l2, members);
+        join_all(groups.iter().map(|group| {
+            let won: Vec<usize> = group.iter().copied().filter(|&i| members[i].won).collect();
+            let writes: Vec<ToWrite<'_>> = won
+                .iter()
+                .map(|&i| ToWrite {
+                    names: &members[i].names,
+                    token: &members[i].token,
+                    envelope: envelopes[i].as_deref(),
+                    px: lives[i].as_ref().map_or(1, |(life, _)| life.physical_ms()),
+                })
+                .collect();
+            async move { (won, on_valkey::write_many(l2, &writes).await) }
+        }))
+        .await
     }
 
     /// Decodes what Valkey held for one id; oversized or undecodable bytes are a counted miss.

@@ -30,7 +30,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///         let rows = ids.into_iter().filter(|&id| id <= 100).map(|id| (id, format!("user {id}")));
     ///         Ok::<_, std::io::Error>(rows.collect::<HashMap<_, _>>())
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let found = users.get_many([1, 2, 500]).await?;
     /// assert_eq!(found.len(), 2); // 500 is absent

@@ -19,7 +19,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .ttl(Duration::from_millis(100))
     ///     .jitter(0.0) // exactly 100 ms, for the example
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// assert_eq!(users.fetch(&1).await?.origin, Origin::Loaded);
     /// assert_eq!(users.fetch(&1).await?.origin, Origin::L1);
@@ -58,7 +58,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     })
     ///     .jitter(0.0)
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(Product { price: 10, on_sale: id == 1 }) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// products.get(&1).await?; // on sale: 50 ms
     /// products.get(&2).await?; // 5 min
@@ -88,13 +88,13 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .ttl(Duration::from_secs(60))
     ///     .jitter(0.25) // each value lives 45 to 75 s
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let too_wide = store
     ///     .table::<u64, String>("too_wide")
     ///     .jitter(0.8)
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await;
     /// assert!(matches!(too_wide, Err(Error::InvalidConfig(_))));
     /// # Ok(())
@@ -128,7 +128,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///             false => Err("the database is down"),
     ///         }
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// users.get(&1).await?;
     /// DB_UP.store(false, Ordering::SeqCst);
@@ -157,7 +157,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .table::<u64, String>("users")
     ///     .l1_capacity(100)
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// for id in 0..1_000 {
     ///     users.get(&id).await?;
@@ -184,7 +184,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .table::<u64, String>("users")
     ///     .l1_backend(L1Backend::Moka)
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// users.get(&1).await?;
     /// assert_eq!(users.fetch(&1).await?.origin, Origin::L1);
@@ -211,7 +211,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .l1_capacity_bytes(64 << 20) // 64 MiB of pages
     ///     .l1_weigher(|id: &String, page: &String| (id.len() + page.len()) as u64)
     ///     .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("<h1>{id}</h1>")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// # Ok(())
     /// # }
@@ -245,7 +245,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .table::<u64, String>("notes")
     ///     .max_value_bytes(1024)
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("note {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// notes.put(&1, "short".to_owned()).await?;
     /// let err = notes.put(&2, "x".repeat(4096)).await.expect_err("too large");
@@ -281,14 +281,14 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .ttl(Duration::from_secs(30))
     ///     .early_refresh(2.0) // rebuild hot prices a little sooner than the default
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id * 100) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// assert_eq!(*prices.get(&3).await?, 300);
     /// let negative = store
     ///     .table::<u64, u64>("negative")
     ///     .early_refresh(-1.0)
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
-    ///     .start()
+    ///     .build()
     ///     .await;
     /// assert!(matches!(negative, Err(Error::InvalidConfig(_))));
     /// # Ok(())

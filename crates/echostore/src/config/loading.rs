@@ -20,13 +20,13 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .table::<u64, String>("users")
     ///     .lock_ttl(Duration::from_secs(10))
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let too_short = store
     ///     .table::<u64, String>("too_short")
     ///     .lock_ttl(Duration::from_millis(1))
     ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
-    ///     .start()
+    ///     .build()
     ///     .await;
     /// assert!(matches!(too_short, Err(Error::InvalidConfig(_))));
     /// # Ok(())
@@ -68,7 +68,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///             }
     ///         }
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let winner = tokio::spawn({
     ///     let rebuilding = rebuilding.clone();
@@ -85,7 +85,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .table::<u64, String>("reports")
     ///     .losers(LoserPolicy::FailFast)
     ///     .loader(never)
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// assert!(matches!(fail_fast.get(&1).await, Err(Error::LockBusy)));
     ///
@@ -94,7 +94,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .table::<u64, String>("reports")
     ///     .losers(LoserPolicy::Default("(being prepared)".to_owned()))
     ///     .loader(never)
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let answer = placeholder.fetch(&1).await?;
     /// assert_eq!((answer.value.as_str(), answer.origin), ("(being prepared)", Origin::Default));
@@ -129,7 +129,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///         tokio::time::sleep(Duration::from_secs(10)).await; // a hung query
     ///         Ok::<_, std::io::Error>(format!("user {id}"))
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// let err = users.get(&1).await.expect_err("cut off");
     /// assert!(matches!(err, Error::LoadTimeout(_)) && err.is_source());
@@ -159,7 +159,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///         tokio::time::sleep(Duration::from_millis(20)).await;
     ///         Ok::<_, std::io::Error>(format!("report {id}"))
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// assert_eq!(*reports.get(&1).await?, "report 1");
     /// # Ok(())
@@ -193,7 +193,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///         }
     ///         Ok::<_, std::io::Error>(format!("user {id}"))
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// users.get(&1).await?;
     /// SLOW.store(true, Ordering::SeqCst);
@@ -231,7 +231,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///             _ => Err(std::io::Error::other("the pricing service is down")),
     ///         }
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// assert_eq!(*prices.get(&3).await?, 300);
     /// tokio::time::sleep(Duration::from_millis(100)).await;
@@ -278,7 +278,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///         let db = Arc::clone(&db); // one clone per load: the future owns it
     ///         async move { db.name_of(id).await }
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// assert_eq!(*users.get(&7).await?, "user 7");
     /// # Ok(())
@@ -316,7 +316,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .loader(|id: u64| async move {
     ///         Ok::<_, std::io::Error>(Product { name: format!("product {id}"), updated_at_ms: 1 })
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// # let _ = products;
     /// # Ok(())

@@ -29,9 +29,9 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///
     /// let store = Store::builder().build().await?;
     /// let loader = |id: u64| async move { Ok::<_, std::io::Error>(id * 2) };
-    /// let doubled = store.table::<u64, u64>("doubled").shards(4).loader(loader).start().await?;
+    /// let doubled = store.table::<u64, u64>("doubled").shards(4).loader(loader).build().await?;
     /// assert_eq!(*doubled.get(&21).await?, 42);
-    /// let none = store.table::<u64, u64>("none").shards(0).loader(loader).start().await;
+    /// let none = store.table::<u64, u64>("none").shards(0).loader(loader).build().await;
     /// assert!(matches!(none, Err(Error::InvalidConfig(_))));
     /// # Ok(())
     /// # }

@@ -1,37 +1,55 @@
-//! `start()`: every setting checked against its range (none can make later arithmetic overflow),
-//! then the table's shared state built and its owner started.
+//! `build()`: every setting checked against its range (none can make later arithmetic
+//! overflow), then the table's shared state built and its owner started.
 
 use super::*;
 
 impl<K: Key, V: Value> TableBuilder<K, V> {
-    /// Checks the settings and starts the table's owner under the store's supervisor.
+    /// Checks the settings and starts the table's owner under the store's supervisor: the verb
+    /// both builders finish with (`Store::builder()…build()`).
     ///
     /// Fails with [`Error::InvalidName`] for a name outside `[A-Za-z0-9_.-]{1,64}` and with
     /// [`Error::InvalidConfig`] for a missing loader or a setting out of its range.
-    pub async fn start(self) -> Result<Table<K, V>> {
+    pub async fn build(mut self) -> Result<Table<K, V>> {
         validate_table_name(&self.name)?;
-        let marks_kept_for = marks_kept_for(&self);
-        let invalid = |what: String| Error::InvalidConfig(format!("table {:?}: {what}", self.name));
+        let name = self.name.clone();
+        let invalid = move |what: String| Error::InvalidConfig(format!("table {name:?}: {what}"));
         if self.loader.is_none() && self.batch_loader.is_none() {
             return Err(invalid("no loader (set loader or batch_loader)".into()));
         }
-        let l1_bound = match (self.l1_capacity_bytes, self.l1_weigher) {
-            (None, None) => Bound::Entries(self.l1_capacity),
-            (Some(capacity), Some(weigher)) if capacity > 0 => Bound::Bytes { capacity, weigher },
-            (Some(_), Some(_)) => {
-                return Err(invalid("l1_capacity_bytes must be at least 1".into()));
+        self.check_durations().map_err(&invalid)?;
+        let shards = self.check_ranges().map_err(&invalid)?;
+        let l1_bound = self.l1_bound().map_err(&invalid)?;
+        let store = self.store.clone();
+        let core = self.into_core(l1_bound, shards);
+        Table::start(store, core).await
+    }
+
+    /// The old name of [`build`](Self::build).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `build()`, the verb both builders finish with"
+    )]
+    pub async fn start(self) -> Result<Table<K, V>> {
+        self.build().await
+    }
+
+    /// L1's bound: a count of entries, or bytes as the weigher counts them.
+    fn l1_bound(&mut self) -> std::result::Result<Bound<K, V>, String> {
+        match (self.l1_capacity_bytes, self.l1_weigher.take()) {
+            (None, None) => Ok(Bound::Entries(self.l1_capacity)),
+            (Some(capacity), Some(weigher)) if capacity > 0 => {
+                Ok(Bound::Bytes { capacity, weigher })
             }
-            (Some(_), None) => {
-                return Err(invalid(
-                    "l1_capacity_bytes needs an l1_weigher to weigh entries".into(),
-                ));
-            }
+            (Some(_), Some(_)) => Err("l1_capacity_bytes must be at least 1".into()),
+            (Some(_), None) => Err("l1_capacity_bytes needs an l1_weigher to weigh entries".into()),
             (None, Some(_)) => {
-                return Err(invalid(
-                    "l1_weigher needs l1_capacity_bytes, the bound it weighs against".into(),
-                ));
+                Err("l1_weigher needs l1_capacity_bytes, the bound it weighs against".into())
             }
-        };
+        }
+    }
+
+    /// Every duration within [`MAX_DURATION`], so that no later arithmetic on it overflows.
+    fn check_durations(&self) -> std::result::Result<(), String> {
         let durations = [
             ("ttl", Some(self.ttl)),
             ("stale_for", Some(self.stale_for)),
@@ -49,11 +67,16 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             if let Some(value) = value
                 && value > MAX_DURATION
             {
-                return Err(invalid(format!(
+                return Err(format!(
                     "{setting} {value:?} is over the limit of {MAX_DURATION:?}"
-                )));
+                ));
             }
         }
+        Ok(())
+    }
+
+    /// Every other setting within its range; the number of shards.
+    fn check_ranges(&self) -> std::result::Result<usize, String> {
         let shards = self.shards.unwrap_or_else(sharding::default_shards);
         let checks = [
             (
@@ -84,38 +107,66 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 (1..=MAX_VALUE_BYTES_LIMIT).contains(&self.max_value_bytes),
                 format!("max_value_bytes must be within 1..={MAX_VALUE_BYTES_LIMIT}"),
             ),
+        ];
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, what)) => Err(what),
+            None => self.check_timeouts().map(|()| shards),
+        }
+    }
+
+    /// The timeouts and the poll interval: above zero, the soft one below the hard one.
+    fn check_timeouts(&self) -> std::result::Result<(), String> {
+        let checks = [
             (
                 self.load_timeout.is_none_or(|t| !t.is_zero()),
-                "load_timeout must be above zero".into(),
+                "load_timeout must be above zero",
             ),
             (
                 self.soft_timeout.is_none_or(|soft| {
                     !soft.is_zero() && self.load_timeout.is_none_or(|hard| soft < hard)
                 }),
-                "soft_timeout must be above zero and below load_timeout".into(),
+                "soft_timeout must be above zero and below load_timeout",
             ),
             (
                 !matches!(self.losers, LoserPolicy::Poll { every, .. } if every.is_zero()),
-                "LoserPolicy::Poll needs every > 0".into(),
+                "LoserPolicy::Poll needs every > 0",
             ),
         ];
-        if let Some((_, what)) = checks.into_iter().find(|(ok, _)| !ok) {
-            return Err(invalid(what));
+        match checks.into_iter().find(|(ok, _)| !ok) {
+            Some((_, what)) => Err(what.into()),
+            None => Ok(()),
         }
-        let losers = self.losers.shared();
+    }
+
+    /// The table's shared state, from settings already checked.
+    fn into_core(self, l1_bound: Bound<K, V>, shards: usize) -> TableCore<K, V> {
         let marks = crate::marks::Marks::new(
             crate::key::marks_key_under(self.store.namespace(), &self.name),
-            marks_kept_for,
+            marks_kept_for(&self),
         );
-        let core = TableCore {
+        TableCore {
             name: Arc::from(self.name.as_str()),
             namespace: Arc::from(self.store.namespace()),
+            l1: L1::new(self.l1_backend, l1_bound),
+            unconfirmed: crate::l1::Unconfirmed::new(),
+            l2: self.store.l2().cloned(),
+            stats: Stats::new(shards),
+            tracker: self.store.tracker().cloned(),
+            unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
+            board: Arc::new(crate::board::Board::new()),
+            unsettled: crate::unsettled::Unsettled::new(),
+            marks,
+            shards,
+            owners: std::sync::OnceLock::new(),
+            loader: self.loader,
+            batch_loader: self.batch_loader,
+            tags: self.tags,
             config: TableConfig {
                 ttl: self.ttl,
                 jitter: self.jitter,
                 stale_for: self.stale_for,
                 lock_ttl: self.lock_ttl,
-                losers,
+                losers: self.losers.shared(),
                 load_timeout: self.load_timeout,
                 soft_timeout: self.soft_timeout,
                 fail_safe: self.fail_safe,
@@ -125,22 +176,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 has_none: crate::delete::absent::<V>().is_some(),
                 ttl_for: self.ttl_for,
             },
-            l1: L1::new(self.l1_backend, l1_bound),
-            unconfirmed: crate::l1::Unconfirmed::new(),
-            l2: self.store.l2().cloned(),
-            loader: self.loader,
-            batch_loader: self.batch_loader,
-            stats: Stats::new(shards),
-            tracker: self.store.tracker().cloned(),
-            unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
-            board: Arc::new(crate::board::Board::new()),
-            unsettled: crate::unsettled::Unsettled::new(),
-            tags: self.tags,
-            marks,
-            shards,
-            owners: std::sync::OnceLock::new(),
-        };
-        Table::start(self.store, core).await
+        }
     }
 }
 
@@ -159,7 +195,6 @@ fn marks_kept_for<K, V>(builder: &TableBuilder<K, V>) -> Option<Duration> {
         .load_timeout
         .unwrap_or(NO_LOAD_TIMEOUT)
         .saturating_add(builder.lock_ttl.saturating_mul(2));
-    // Taken before the settings are checked: saturating, whatever they hold.
     let spread = Duration::try_from_secs_f64(longest.as_secs_f64() * (1.0 + builder.jitter))
         .unwrap_or(MAX_DURATION);
     Some(

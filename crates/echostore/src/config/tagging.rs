@@ -26,7 +26,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     ///     .loader(|id: u64| async move {
     ///         Ok::<_, std::io::Error>(Product { tenant: (id % 2) as u32, name: format!("product {id}") })
     ///     })
-    ///     .start()
+    ///     .build()
     ///     .await?;
     /// products.get(&1).await?;
     /// products.get(&2).await?;

@@ -14,10 +14,12 @@ fn encode<V: Serialize>(
     let blank = Marking::default();
     super::encode(
         value,
-        fresh_until_ms,
-        written_at_ms,
-        delta,
-        version,
+        &Stamp {
+            fresh_until_ms,
+            written_at_ms,
+            delta,
+            version,
+        },
         &blank,
         max_bytes,
     )
@@ -34,10 +36,12 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
     for (version, format) in [(None, 4), (Some(9), 5)] {
         let bytes = super::encode(
             &"v",
-            2_000,
-            1_000,
-            Duration::ZERO,
-            version,
+            &Stamp {
+                fresh_until_ms: 2_000,
+                written_at_ms: 1_000,
+                delta: Duration::ZERO,
+                version,
+            },
             &marking,
             1 << 10,
         )
@@ -53,10 +57,12 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
     }
     let blank = super::encode(
         &"v",
-        2,
-        1,
-        Duration::ZERO,
-        None,
+        &Stamp {
+            fresh_until_ms: 2,
+            written_at_ms: 1,
+            delta: Duration::ZERO,
+            version: None,
+        },
         &Marking::default(),
         1 << 10,
     );
@@ -72,8 +78,18 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
         generation: 0,
         tags: vec!["t".into()],
     };
-    let bytes =
-        super::encode(&"v", 2, 1, Duration::ZERO, None, &tagged_only, 1 << 10).expect("encodes");
+    let bytes = super::encode(
+        &"v",
+        &Stamp {
+            fresh_until_ms: 2,
+            written_at_ms: 1,
+            delta: Duration::ZERO,
+            version: None,
+        },
+        &tagged_only,
+        1 << 10,
+    )
+    .expect("encodes");
     assert_eq!(
         decode::<String>(&bytes).expect("decodes").marking,
         tagged_only

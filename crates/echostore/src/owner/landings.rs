@@ -44,17 +44,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 Some(hit) => hit,
                 None => self.answered_own(id, &landed, filled.fetched),
             }),
-            Err(e) => {
-                if refresh {
-                    bump(&self.core.stats.counters.early_refresh_failures);
-                    tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
-                }
-                // An id the batch loader left out is an answer ("no such row"), not a fault.
-                if (!refresh || landed.flight.waiters() > 0) && !e.is_absent() {
-                    bump(&self.core.stats.counters.errors);
-                }
-                Err(e)
-            }
+            Err(e) => Err(self.load_failed(id, refresh, landed.flight.waiters(), e)),
         };
         tracing::debug!(
             table = %self.core.name,
@@ -68,6 +58,21 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         if let Some(queued) = landed.launch {
             self.launch_queued(myself, id.clone(), queued);
         }
+    }
+
+    /// A flight failed with `e`: counted (an early refresh's failure apart, logged: the current
+    /// value stays until its freshness ends), unless it is an id the batch loader left out, which
+    /// is an answer ("no such row"), not a fault.
+    fn load_failed(&self, id: &K, refresh: bool, waiters: usize, e: Error) -> Error {
+        let counters = &self.core.stats.counters;
+        if refresh {
+            bump(&counters.early_refresh_failures);
+            tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
+        }
+        if (!refresh || waiters > 0) && !e.is_absent() {
+            bump(&counters.errors);
+        }
+        e
     }
 
     /// A flight's callers take what it read. If it had been overtaken, the id's current flight

@@ -27,6 +27,38 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
     }
 
+    /// A flush (tracking back, or the database flushed): drop everything, and, on one shard for
+    /// all, read the marks (one set while pushes were lost would otherwise be heard of only at
+    /// the next). Counted once every shard is done: whoever sees the count finds L1 flushed.
+    pub(super) fn flushed(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        flushed: Arc<EveryShard<K, V>>,
+    ) {
+        self.drop_all();
+        self.own.clear();
+        if self.shard == 0 {
+            self.read_marks(myself, true);
+        }
+        drop(flushed);
+    }
+
+    /// A mark taken: drop what it covers, counted once every shard is done and before this
+    /// shard answers, so that whoever sees the count, or has its `clear` answered, finds L1
+    /// without what the mark covers.
+    pub(super) fn took_mark(
+        &mut self,
+        scope: &Scope,
+        reply: Option<RpcReplyPort<Result<()>>>,
+        counted: Arc<EveryShard<K, V>>,
+    ) {
+        self.marked(scope);
+        drop(counted);
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(()));
+        }
+    }
+
     /// Every entry may be stale (pushes lost, or the table cleared): drop all of L1.
     pub(super) fn drop_all(&mut self) {
         self.flights.overtake_all(); // before L1 changes: no read settles after
@@ -37,9 +69,17 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 
     /// A tracking connection was lost: no running flight or write on the wire stores what it
     /// read or wrote (a push may have been missed); L1 itself is capped once for the table.
-    pub(super) fn overtake_for_cap(&mut self) {
+    pub(super) fn overtake_for_cap(&mut self, capped: Arc<EveryShard<K, V>>) {
         self.flights.overtake_all();
         self.overtake_writes();
+        drop(capped); // the last shard's share caps L1
+    }
+
+    /// This owner replaced one that crashed: nothing it held is known, and a mark may have
+    /// come meanwhile.
+    pub(super) fn restarted(&mut self, myself: &ActorRef<OwnerMsg<K, V>>) {
+        self.drop_all();
+        self.read_marks(myself, true);
     }
 
     /// The writes on their way to Valkey keep nothing in L1 when they land.

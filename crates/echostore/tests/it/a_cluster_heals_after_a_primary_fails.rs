@@ -40,7 +40,7 @@ async fn table(seeds: &[String]) -> Table<u64, String> {
             )
         })
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("row {id}")) })
-        .start()
+        .build()
         .await
         .expect("table")
 }

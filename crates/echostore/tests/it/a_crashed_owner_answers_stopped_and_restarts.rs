@@ -55,7 +55,7 @@ async fn dropping_the_table_stops_its_owner() {
                 async move { Ok::<_, std::io::Error>(id) }
             }
         })
-        .start()
+        .build()
         .await
         .expect("table");
     let clone = table.clone();
@@ -89,7 +89,7 @@ async fn tables_dropped_at_once_are_freed() {
                 let _held = &held;
                 async move { Ok::<_, std::io::Error>(id) }
             })
-            .start()
+            .build()
             .await
             .expect("table");
         drop(table);

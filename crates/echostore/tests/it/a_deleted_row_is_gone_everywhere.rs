@@ -21,7 +21,7 @@ async fn optional(store: &Store, source: &Source) -> Table<u64, Option<String>> 
                 Ok::<_, std::io::Error>(Some(format!("row {id}")))
             }
         })
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -84,7 +84,7 @@ async fn versioned(store: &Store, none_is: u64) -> Table<u64, Option<Row>> {
         .ttl(Duration::from_secs(60))
         .version_by(move |row: &Option<Row>| row.as_ref().map_or(none_is, |r| r.updated_at))
         .loader(|_id: u64| async { Ok::<_, std::io::Error>(None) })
-        .start()
+        .build()
         .await
         .expect("table")
 }

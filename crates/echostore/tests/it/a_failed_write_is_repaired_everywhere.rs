@@ -25,7 +25,7 @@ async fn rows_table(store: &Store, row: &Row) -> Table<u64, String> {
             let row = Arc::clone(&row);
             async move { Ok::<_, std::io::Error>(row.lock().expect("row").clone()) }
         })
-        .start()
+        .build()
         .await
         .expect("table")
 }

@@ -35,7 +35,7 @@ async fn four_stores_share_one_load_four_times_slower_than_the_lock() {
                 up_to: Duration::from_secs(30),
             })
             .loader(source.answering(|id, n| Ok(format!("value-{id}-read-{n}"))))
-            .start()
+            .build()
             .await
             .expect("table");
         tables.push(table);

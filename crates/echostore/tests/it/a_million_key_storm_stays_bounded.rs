@@ -21,7 +21,7 @@ async fn l1_and_the_flights_stay_bounded_under_a_million_distinct_ids() {
             .l1_backend(backend)
             .l1_capacity(CAPACITY)
             .loader(|id: u64| async move { Ok::<_, std::io::Error>(id) })
-            .start()
+            .build()
             .await
             .expect("table");
         let streams: Vec<_> = (0..STREAMS)

@@ -108,7 +108,7 @@ async fn table(store: &Store) -> Table<Id, u64> {
         .ttl(Duration::from_secs(60))
         .jitter(0.0)
         .loader(|_id: Id| async { Ok::<_, std::io::Error>(0) })
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -192,7 +192,7 @@ async fn an_overtaken_flight_that_read_a_newer_row_answers_l1() {
                 }
             }
         })
-        .start()
+        .build()
         .await
         .expect("table");
     let other = coherent_store(&valkey.url(), None)
@@ -200,7 +200,7 @@ async fn an_overtaken_flight_that_read_a_newer_row_answers_l1() {
         .table::<u64, String>("overtaken")
         .ttl(Duration::from_secs(60))
         .loader(|_id: u64| async move { Ok::<_, std::io::Error>("never".to_owned()) })
-        .start()
+        .build()
         .await
         .expect("table");
 

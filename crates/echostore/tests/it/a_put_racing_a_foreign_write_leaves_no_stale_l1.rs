@@ -27,7 +27,7 @@ async fn table(url: &str) -> Table<String, u64> {
         .ttl(Duration::from_secs(60))
         .jitter(0.0)
         .loader(|_id: String| async { Ok::<_, std::io::Error>(0) })
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -128,7 +128,7 @@ async fn a_flush_overtakes_a_put_on_the_wire() {
             .table::<Sku, String>("sku")
             .ttl(Duration::from_secs(60))
             .loader(|_: Sku| async { Ok::<_, std::io::Error>("from the source".to_owned()) })
-            .start()
+            .build()
             .await
             .expect("table")
     };

@@ -15,7 +15,7 @@ async fn text_table(url: &str, name: &str) -> Table<String, String> {
         .table::<String, String>(name)
         .max_value_bytes(4096)
         .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("v:{id}")) })
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -96,7 +96,7 @@ async fn values_over_the_limit_are_refused_and_nothing_is_written() {
         .table::<String, String>("big")
         .max_value_bytes(256)
         .loader(|_id: String| async move { Ok::<_, std::io::Error>("y".repeat(1000)) })
-        .start()
+        .build()
         .await
         .expect("table");
     let err = huge.get(&id).await.expect_err("too large");

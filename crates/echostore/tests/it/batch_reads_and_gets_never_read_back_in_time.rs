@@ -59,7 +59,7 @@ async fn table(store: &Store, source: &Versions) -> Table<u64, u64> {
                 Ok::<_, std::io::Error>(read)
             }
         })
-        .start()
+        .build()
         .await
         .expect("table")
 }

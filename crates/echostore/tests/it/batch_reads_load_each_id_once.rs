@@ -82,7 +82,7 @@ impl Rows {
                         .collect::<HashMap<_, _>>())
                 }
             });
-        tune(builder).start().await.expect("table")
+        tune(builder).build().await.expect("table")
     }
 }
 

@@ -25,7 +25,7 @@ async fn names(
                 Ok::<_, std::io::Error>(format!("loaded {id}"))
             }
         })
-        .start()
+        .build()
         .await
         .expect("table")
 }

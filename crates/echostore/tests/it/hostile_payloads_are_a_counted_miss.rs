@@ -35,7 +35,7 @@ async fn nest_table(url: &str) -> Table<u64, Nest> {
         .table::<u64, Nest>("deep")
         .jitter(0.0)
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(Nest::of(LEGIT, id as u32)) })
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -103,7 +103,7 @@ async fn a_value_over_the_limit_on_valkey_is_a_counted_miss() {
         .ttl(Duration::from_secs(60))
         .max_value_bytes(256)
         .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("small {id}")) })
-        .start()
+        .build()
         .await
         .expect("table");
 
@@ -143,7 +143,7 @@ async fn a_deserialize_that_panics_is_an_error_not_a_panic() {
         .await
         .table::<u64, Grumpy>("grumpy")
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(Grumpy(id)) })
-        .start()
+        .build()
         .await
         .expect("table");
     let planted = envelope(unix_ms() + 3_600_000, unix_ms(), &13u64);
@@ -179,7 +179,7 @@ async fn a_planted_life_is_cut_to_the_tables_ttl() {
         .table::<u64, String>("planted")
         .ttl(Duration::from_secs(1))
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("loaded {id}")) })
-        .start()
+        .build()
         .await
         .expect("table");
     let now = unix_ms();

@@ -30,7 +30,7 @@ async fn hot(
     tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
 ) -> Table<u64, String> {
     tune(store.table::<u64, String>("hot").loader(loader))
-        .start()
+        .build()
         .await
         .expect("table")
 }

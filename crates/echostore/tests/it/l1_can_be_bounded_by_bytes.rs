@@ -29,7 +29,7 @@ async fn l1_keeps_no_more_bytes_than_its_bound() {
                 let load = loader(id);
                 async move { load.await.map(|v| format!("{v:<VALUE_BYTES$}")) }
             })
-            .start()
+            .build()
             .await
             .expect("table");
         for id in 0..100 {
@@ -46,7 +46,7 @@ async fn l1_keeps_no_more_bytes_than_its_bound() {
             .table::<u64, String>("counted")
             .l1_backend(backend)
             .loader(source.loader())
-            .start()
+            .build()
             .await
             .expect("table");
         for id in 0..100 {
@@ -68,14 +68,14 @@ async fn the_byte_bound_and_the_weigher_go_together() {
         .table::<u64, String>("a")
         .l1_capacity_bytes(1 << 20)
         .loader(source.loader())
-        .start()
+        .build()
         .await;
     assert!(matches!(no_weigher, Err(Error::InvalidConfig(e)) if e.contains("l1_weigher")));
     let no_bound = store
         .table::<u64, String>("b")
         .l1_weigher(|_: &u64, v: &String| v.len() as u64)
         .loader(source.loader())
-        .start()
+        .build()
         .await;
     assert!(matches!(no_bound, Err(Error::InvalidConfig(e)) if e.contains("l1_capacity_bytes")));
 }
@@ -97,7 +97,7 @@ async fn weighed(
         .l1_capacity_bytes(bytes)
         .l1_weigher(weigher)
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("{id:<VALUE_BYTES$}")) })
-        .start()
+        .build()
         .await
         .expect("table")
 }

@@ -36,7 +36,7 @@ where
     store
         .table::<u64, String>("failing")
         .loader(move |id: u64| async move { Err::<String, _>(fail(id)) })
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -77,7 +77,7 @@ async fn every_waiter_can_downcast_the_one_error() {
                 Err::<String, _>(DbError::Down { host: "db2".into() })
             }
         })
-        .start()
+        .build()
         .await
         .expect("table");
     let waiters = herd(&table, 5, 1);
@@ -186,7 +186,7 @@ async fn valkey_errors_are_wrapped() {
     let table = store
         .table::<u64, String>("typed")
         .loader(|id: u64| async move { Ok::<_, std::io::Error>(id.to_string()) })
-        .start()
+        .build()
         .await
         .expect("table");
     for (setting, value) in [("maxmemory-policy", "noeviction"), ("maxmemory", "1")] {

@@ -68,7 +68,7 @@ async fn a_panicking_loader_fails_its_waiters_and_the_table_keeps_serving() {
             }
             Ok::<_, std::io::Error>(id * 2)
         })
-        .start()
+        .build()
         .await
         .expect("table");
 
@@ -97,7 +97,7 @@ async fn a_loader_panicking_synchronously_is_caught() {
                 std::future::ready(Ok(id))
             },
         )
-        .start()
+        .build()
         .await
         .expect("table");
     let err = table.get(&13).await.expect_err("panicked");

@@ -32,7 +32,7 @@ async fn table(url: &str, native: bool, loader: SourceLoader) -> Table<u64, Stri
         .table::<u64, String>("native")
         .lock_ttl(Duration::from_millis(300))
         .loader(loader)
-        .start()
+        .build()
         .await
         .expect("table")
 }

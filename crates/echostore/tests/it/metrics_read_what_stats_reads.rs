@@ -72,7 +72,7 @@ async fn squares(store: &Store, name: &str, source: &Source) -> Table<u64, u64> 
                 Ok::<_, std::io::Error>(id * id)
             }
         })
-        .start()
+        .build()
         .await
         .expect("table")
 }

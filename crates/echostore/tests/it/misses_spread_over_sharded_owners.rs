@@ -83,7 +83,7 @@ async fn two_shards(source: &Source) -> Table<Touchy, String> {
         .table::<Touchy, String>("touchy")
         .shards(2)
         .loader(move |id: Touchy| loader(id.0))
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -164,7 +164,7 @@ async fn a_batch_spanning_shards_is_one_source_call() {
                 Ok::<_, std::io::Error>(rows.collect::<HashMap<_, _>>())
             }
         })
-        .start()
+        .build()
         .await
         .expect("table");
     let ids: Vec<u64> = (1..=64).collect();

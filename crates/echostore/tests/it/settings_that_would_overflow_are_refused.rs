@@ -47,7 +47,7 @@ async fn settings_over_their_limits_are_refused_and_the_limits_work() {
     let source = Source::open();
     for (setting, tune) in REFUSED {
         let builder = store.table::<u64, String>("big").loader(source.loader());
-        let err = tune(builder).start().await.expect_err(setting);
+        let err = tune(builder).build().await.expect_err(setting);
         assert!(
             matches!(&err, Error::InvalidConfig(m) if m.contains(setting)),
             "{setting}: {err}"
@@ -70,7 +70,7 @@ async fn settings_over_their_limits_are_refused_and_the_limits_work() {
             up_to: MAX_DURATION,
         })
         .loader(source.loader())
-        .start()
+        .build()
         .await
         .expect("the limits themselves are accepted");
 

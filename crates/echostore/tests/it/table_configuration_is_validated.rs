@@ -25,7 +25,7 @@ async fn invalid_table_names_are_refused() {
         let err = store
             .table::<u64, u64>(bad)
             .loader(ok)
-            .start()
+            .build()
             .await
             .expect_err("refused");
         assert!(
@@ -38,7 +38,7 @@ async fn invalid_table_names_are_refused() {
         store
             .table::<u64, u64>(good)
             .loader(ok)
-            .start()
+            .build()
             .await
             .expect(good);
     }
@@ -50,7 +50,7 @@ async fn missing_loader_and_bad_settings_are_refused() {
     let store = Store::builder().build().await.expect("store");
     let err = store
         .table::<u64, u64>("t")
-        .start()
+        .build()
         .await
         .expect_err("no loader");
     assert!(
@@ -63,7 +63,7 @@ async fn missing_loader_and_bad_settings_are_refused() {
             .table::<u64, u64>("t")
             .jitter(jitter)
             .loader(ok)
-            .start()
+            .build()
             .await
             .expect_err("bad jitter");
         assert!(
@@ -81,7 +81,7 @@ async fn missing_loader_and_bad_settings_are_refused() {
         store.table::<u64, u64>("t").losers(zero_poll),
     ] {
         assert!(matches!(
-            builder.loader(ok).start().await,
+            builder.loader(ok).build().await,
             Err(Error::InvalidConfig(_))
         ));
     }

@@ -47,7 +47,7 @@ async fn rows(store: &Store, source: &Source, version: u64) -> Table<u64, Row> {
                 Ok::<_, std::io::Error>(row(version))
             }
         })
-        .start()
+        .build()
         .await
         .expect("table")
 }

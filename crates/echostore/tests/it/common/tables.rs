@@ -70,7 +70,7 @@ pub async fn table_on(
     tune: impl FnOnce(TableBuilder<u64, String>) -> TableBuilder<u64, String>,
 ) -> Table<u64, String> {
     tune(store.table::<u64, String>(name).loader(source.loader()))
-        .start()
+        .build()
         .await
         .expect("table")
 }
@@ -120,7 +120,7 @@ pub async fn set_table(
         .stale_for(Duration::from_secs(300))
         .jitter(0.0)
         .loader(move |_id: String| loader(1));
-    tune(builder).start().await.expect("table")
+    tune(builder).build().await.expect("table")
 }
 
 /// Whether the envelope under `key` is past its logical life: its `fresh_until` (unix ms, bytes

@@ -43,7 +43,7 @@ pub async fn touchy(store: &Store, source: &Source) -> Table<Touchy, String> {
     store
         .table::<Touchy, String>("touchy")
         .loader(move |id: Touchy| loader(id.0))
-        .start()
+        .build()
         .await
         .expect("table")
 }
