@@ -35,6 +35,7 @@
 //!   batch misses, gathered from every shard into one batch); `owner_ref` — where the handles
 //!   find each shard's owner across restarts, which shard an id is in, and what every shard does
 //!   once for the table (a flush, a mark: counted once, `owner_ref::EveryShard`).
+//! - `peek` — `peek_local` and `peek`: cache-only reads, never the loader nor the lock.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
 //! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere
@@ -141,6 +142,7 @@ mod natives;
 mod own_writes;
 mod owner;
 mod owner_ref;
+mod peek;
 mod read_options;
 mod scripts;
 mod server_clock;

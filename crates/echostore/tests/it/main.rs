@@ -54,6 +54,7 @@ mod misses_spread_over_sharded_owners;
 mod newer_writes_win;
 mod on_a_cluster;
 mod one_source_read_per_expiry_across_stores;
+mod peeks_never_load_nor_lock;
 mod read_options_apply_to_one_call;
 mod release_never_deletes_another_holders_lock;
 mod settings_that_would_overflow_are_refused;
