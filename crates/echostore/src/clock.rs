@@ -51,6 +51,17 @@ impl Moment {
     }
 }
 
+/// The coarse clock now, in its own ticks: a plain memory read, for stamps a few ms may blur (when
+/// an L1 entry was last read).
+pub(crate) fn coarse_ticks() -> u64 {
+    coarse_now()
+}
+
+/// `span` in coarse-clock ticks (saturating).
+pub(crate) fn ticks_of(span: Duration) -> u64 {
+    coarsetime::Duration::from(span).as_ticks()
+}
+
 fn nanos(span: Duration) -> u64 {
     u64::try_from(span.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -56,6 +56,8 @@ pub(crate) struct TableConfig<V> {
     pub(crate) has_none: bool,
     /// A value's own ttl (`.ttl_for`), else `ttl`.
     pub(crate) ttl_for: Option<TtlFor<V>>,
+    /// How long an L1 entry may go unread (`.l1_idle`).
+    pub(crate) l1_idle: Option<Duration>,
 }
 
 /// A table's `.tags`: the tags of an entry, for `invalidate_tag`.
@@ -325,6 +327,16 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
 }
 
 impl<K: crate::key::Key, V: crate::key::Value> TableCore<K, V> {
+    /// A snapshot of the table's counters and gauges.
+    pub(crate) fn stats_now(&self) -> crate::TableStats {
+        let mut stats = self
+            .stats
+            .snapshot(self.l1.len(), self.connections_replaced());
+        // Counted where the entries leave: in L1, on the reader's task or moka's upkeep.
+        stats.l1_idle_evictions = self.l1.idled();
+        stats
+    }
+
     /// Drops from L1 every entry that carries one of `tags`; an entry whose tags cannot be told
     /// (`.tags` panics) is dropped too: it may carry one.
     pub(crate) fn drop_tagged(&self, tags: &std::collections::HashSet<String>) {

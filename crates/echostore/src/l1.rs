@@ -10,14 +10,17 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::time::Duration;
 
 use crate::key::Key;
 
 mod entry;
+mod idle;
 mod unconfirmed;
 mod weigher;
 
 pub(crate) use entry::{Entry, Freshness};
+use idle::IdleL1;
 pub(crate) use unconfirmed::Unconfirmed;
 use weigher::WeighedL1;
 pub(crate) use weigher::{Bound, Weigher};
@@ -64,35 +67,49 @@ pub(crate) enum L1<K, V> {
     QuickCache(QuickCacheL1<K, V>),
     /// quick_cache bounded by the table's weigher (`l1/weigher.rs`).
     QuickCacheWeighed(WeighedL1<K, V>),
+    /// quick_cache whose entries leave once idle (`.l1_idle`, `l1/idle.rs`), by entries or bytes.
+    QuickCacheIdle(IdleL1<K, V>),
     #[cfg(feature = "moka")]
     Moka(MokaL1<K, V>),
 }
 
 impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
-    /// An empty L1 on `backend`, holding up to `bound` entries or bytes.
-    pub(crate) fn new(backend: L1Backend, bound: Bound<K, V>) -> Self {
-        match (backend, bound) {
-            (L1Backend::QuickCache, Bound::Entries(capacity)) => {
+    /// An empty L1 on `backend`, holding up to `bound` entries or bytes; with `idle`, an entry not
+    /// read for that long leaves.
+    pub(crate) fn new(backend: L1Backend, bound: Bound<K, V>, idle: Option<Duration>) -> Self {
+        match (backend, bound, idle) {
+            (L1Backend::QuickCache, bound, Some(idle)) => {
+                L1::QuickCacheIdle(IdleL1::new(bound, idle))
+            }
+            (L1Backend::QuickCache, Bound::Entries(capacity), None) => {
                 L1::QuickCache(QuickCacheL1(quick_cache::sync::Cache::new(capacity)))
             }
-            (L1Backend::QuickCache, Bound::Bytes { capacity, weigher }) => {
+            (L1Backend::QuickCache, Bound::Bytes { capacity, weigher }, None) => {
                 L1::QuickCacheWeighed(WeighedL1::new(capacity, weigher))
             }
             #[cfg(feature = "moka")]
-            (L1Backend::Moka, Bound::Entries(capacity)) => {
-                L1::Moka(MokaL1(moka::sync::Cache::new(capacity as u64)))
-            }
+            (L1Backend::Moka, bound, idle) => L1::Moka(MokaL1::new(bound, idle)),
+        }
+    }
+
+    /// Drops the entries idle past the table's `l1_idle` now, rather than at their next read or
+    /// the backend's next upkeep; a no-op without idle expiry.
+    pub(crate) fn sweep_idle(&self) {
+        match self {
+            L1::QuickCacheIdle(l1) => l1.sweep(),
             #[cfg(feature = "moka")]
-            (L1Backend::Moka, Bound::Bytes { capacity, weigher }) => {
-                let cache = moka::sync::Cache::builder()
-                    .max_capacity(capacity)
-                    .weigher(move |key: &K, entry: &Entry<V>| {
-                        u32::try_from(weigher::weigh(&weigher, key, &entry.value))
-                            .unwrap_or(u32::MAX)
-                    })
-                    .build();
-                L1::Moka(MokaL1(cache))
-            }
+            L1::Moka(l1) => l1.0.run_pending_tasks(),
+            _ => {}
+        }
+    }
+
+    /// How many entries left L1 for idleness.
+    pub(crate) fn idled(&self) -> u64 {
+        match self {
+            L1::QuickCacheIdle(l1) => l1.idled(),
+            #[cfg(feature = "moka")]
+            L1::Moka(l1) => l1.1.load(std::sync::atomic::Ordering::Relaxed),
+            _ => 0,
         }
     }
 }
@@ -107,6 +124,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.get(id),
             L1::QuickCacheWeighed(l1) => l1.get(id),
+            L1::QuickCacheIdle(l1) => l1.get(id),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.get(id),
         }
@@ -116,6 +134,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.insert(id, entry),
             L1::QuickCacheWeighed(l1) => l1.insert(id, entry),
+            L1::QuickCacheIdle(l1) => l1.insert(id, entry),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.insert(id, entry),
         }
@@ -125,6 +144,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.remove(id),
             L1::QuickCacheWeighed(l1) => l1.remove(id),
+            L1::QuickCacheIdle(l1) => l1.remove(id),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.remove(id),
         }
@@ -134,6 +154,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.clear(),
             L1::QuickCacheWeighed(l1) => l1.clear(),
+            L1::QuickCacheIdle(l1) => l1.clear(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.clear(),
         }
@@ -143,6 +164,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.retain(keep),
             L1::QuickCacheWeighed(l1) => l1.retain(keep),
+            L1::QuickCacheIdle(l1) => l1.retain(keep),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.retain(keep),
         }
@@ -152,6 +174,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.cap(life),
             L1::QuickCacheWeighed(l1) => l1.cap(life),
+            L1::QuickCacheIdle(l1) => l1.cap(life),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.cap(life),
         }
@@ -161,6 +184,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         match self {
             L1::QuickCache(l1) => l1.len(),
             L1::QuickCacheWeighed(l1) => l1.len(),
+            L1::QuickCacheIdle(l1) => l1.len(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.len(),
         }
@@ -212,9 +236,42 @@ where
     }
 }
 
-/// moka's sync cache.
+/// moka's sync cache, and how many of its entries left for idleness (its time-to-idle).
 #[cfg(feature = "moka")]
-pub(crate) struct MokaL1<K, V>(moka::sync::Cache<K, Entry<V>>);
+pub(crate) struct MokaL1<K, V>(
+    moka::sync::Cache<K, Entry<V>>,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+);
+
+#[cfg(feature = "moka")]
+impl<K: Key, V: Send + Sync + 'static> MokaL1<K, V> {
+    fn new(bound: Bound<K, V>, idle: Option<Duration>) -> Self {
+        let builder = match bound {
+            Bound::Entries(capacity) => moka::sync::Cache::builder().max_capacity(capacity as u64),
+            Bound::Bytes { capacity, weigher } => moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .weigher(move |key: &K, entry: &Entry<V>| {
+                    u32::try_from(weigher::weigh(&weigher, key, &entry.value)).unwrap_or(u32::MAX)
+                }),
+        };
+        let idled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let cache = match idle {
+            None => builder.build(),
+            Some(idle) => {
+                let counter = std::sync::Arc::clone(&idled);
+                builder
+                    .time_to_idle(idle)
+                    .eviction_listener(move |_, _, cause| {
+                        if cause == moka::notification::RemovalCause::Expired {
+                            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    })
+                    .build()
+            }
+        };
+        MokaL1(cache, idled)
+    }
+}
 
 #[cfg(feature = "moka")]
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {

@@ -67,15 +67,10 @@ pub(crate) fn export(table: &Arc<str>, stats: &TableStats) {
 pub(crate) fn spawn_exporter<K: Key, V: Value>(core: &Arc<TableCore<K, V>>) {
     #[cfg(feature = "metrics")]
     {
-        use crate::l1::L1Cache;
-
         let weak = Arc::downgrade(core);
         let snapshot = move || {
             let core = weak.upgrade()?;
-            Some(
-                core.stats
-                    .snapshot(core.l1.len(), core.connections_replaced()),
-            )
+            Some(core.stats_now())
         };
         tokio::spawn(on::exporter(
             Arc::clone(&core.name),

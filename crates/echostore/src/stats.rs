@@ -262,6 +262,8 @@ counters! {
     marks_taken,
     /// Copies read from Valkey that a clear or a tag invalidation had made a miss.
     marked_misses,
+    /// L1 entries dropped because no read touched them for the table's `l1_idle`.
+    l1_idle_evictions,
     }
     gauges {
         /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey

@@ -13,7 +13,6 @@ use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 use crate::key::{Key, Value};
-use crate::l1::L1Cache;
 use crate::lookup::Lookup;
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
@@ -99,6 +98,7 @@ impl<K: Key, V: Value> Table<K, V> {
             tracing::warn!(table = %core.name, error = %e, "reading the table's marks failed");
         }
         crate::owner::poll_marks(&core, Arc::downgrade(&owner));
+        sweep_idle(&core);
         for (shard, restart) in restarts.into_iter().enumerate() {
             let id = owner.current(shard).get_id();
             supervisor
@@ -324,8 +324,25 @@ impl<K: Key, V: Value> Table<K, V> {
 
     /// A snapshot of the table's counters.
     pub fn stats(&self) -> TableStats {
-        let core = &self.inner.core;
-        core.stats
-            .snapshot(core.l1.len(), core.connections_replaced())
+        self.inner.core.stats_now()
     }
+}
+
+/// With `.l1_idle`, drops L1's idle entries every quarter of it (an entry leaves at most that
+/// late) until the table is gone; hits drop the idle entries they meet meanwhile.
+fn sweep_idle<K: Key, V: Value>(core: &Arc<TableCore<K, V>>) {
+    let Some(idle) = core.config.l1_idle else {
+        return;
+    };
+    let every = (idle / 4).max(std::time::Duration::from_millis(1));
+    let weak = Arc::downgrade(core);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(core) = weak.upgrade() else { return };
+            core.l1.sweep_idle();
+        }
+    });
 }

@@ -229,6 +229,33 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// An L1 entry not read for `idle` leaves this process's L1 (Valkey's copy is unchanged), on
+    /// either backend, counted in `l1_idle_evictions`: memory goes to what this process reads.
+    /// Without it (the default) an entry stays until it expires, is evicted for room or is
+    /// invalidated. At least 1 ms.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use std::time::Duration;
+    /// use echostore::Store;
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let sessions = store
+    ///     .table::<u64, String>("sessions")
+    ///     .ttl(Duration::from_secs(3600))
+    ///     .l1_idle(Duration::from_secs(60)) // an hour on Valkey, a minute unread in memory
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("session {id}")) })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn l1_idle(mut self, idle: Duration) -> Self {
+        self.l1_idle = Some(idle);
+        self
+    }
+
     /// Largest encoded value accepted (default 16 MiB, at most 512 MiB). With a Valkey, a `put`
     /// of a larger one fails with `Error::TooLarge` and writes nothing, and a fill that loads one
     /// answers its waiters with `TooLarge` and caches nothing; a larger value found on Valkey is a

@@ -56,6 +56,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             ("lock_ttl", Some(self.lock_ttl)),
             ("load_timeout", self.load_timeout),
             ("soft_timeout", self.soft_timeout),
+            ("l1_idle", self.l1_idle),
         ];
         let poll = match &self.losers {
             LoserPolicy::Poll { every, up_to } => {
@@ -88,6 +89,11 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 format!("jitter {} is outside 0.0..=0.5", self.jitter),
             ),
             (!self.ttl.is_zero(), "ttl must be above zero".into()),
+            (
+                self.l1_idle
+                    .is_none_or(|idle| idle >= Duration::from_millis(1)),
+                "l1_idle must be at least 1 ms".into(),
+            ),
             (
                 (0.0..=MAX_EARLY_REFRESH_BETA).contains(&self.early_refresh),
                 format!(
@@ -147,7 +153,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         TableCore {
             name: Arc::from(self.name.as_str()),
             namespace: Arc::from(self.store.namespace()),
-            l1: L1::new(self.l1_backend, l1_bound),
+            l1: L1::new(self.l1_backend, l1_bound, self.l1_idle),
             unconfirmed: crate::l1::Unconfirmed::new(),
             l2: self.store.l2().cloned(),
             stats: Stats::new(shards),
@@ -175,6 +181,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 version_by: self.version_by,
                 has_none: crate::delete::absent::<V>().is_some(),
                 ttl_for: self.ttl_for,
+                l1_idle: self.l1_idle,
             },
         }
     }

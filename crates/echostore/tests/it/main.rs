@@ -38,6 +38,7 @@ mod four_processes_read_the_source_once;
 mod hostile_payloads_are_a_counted_miss;
 mod hot_keys_are_refreshed_before_they_expire;
 mod hung_loads_are_bounded;
+mod idle_entries_leave_l1;
 mod key_tracking_confirms_what_l1_keeps;
 mod keys_and_envelopes_on_the_wire;
 mod l1_can_be_bounded_by_bytes;
