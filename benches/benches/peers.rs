@@ -8,7 +8,7 @@
 //!    single-flight and against moka's `future::Cache::get_with`;
 //! 3. **an L1 hit** in a plain async loop on a runtime worker, over 100k random `u64` keys with
 //!    64-byte values, against a bare quick_cache lookup of an `Arc` and moka's
-//!    `future::Cache::get`;
+//!    `future::Cache::get`, and against the same table with an events subscriber (`Table::events`);
 //! 4. **misses on distinct ids**: 8 tasks each `get` ids nobody has asked for, through a table
 //!    without Valkey whose loader answers at once (the owners' flights, spread over the table's
 //!    shards), against moka's `future::Cache::get_with` doing the same, and against the same
@@ -335,6 +335,18 @@ fn peers(c: &mut Criterion) {
             value_of,
         ))
         .expect("a filled table");
+    // The same table again, with an events subscriber kept for the whole run: a hit sends no
+    // event, and a subscriber must not make it slower.
+    let subscribed = rt
+        .block_on(filled_table(
+            &store,
+            "peers-l1-subscribed",
+            L1Backend::QuickCache,
+            &all,
+            value_of,
+        ))
+        .expect("a filled table");
+    let _events = subscribed.events();
     let bare = Arc::new(quick_cache::sync::Cache::<u64, Arc<String>>::new(
         l1_keys as usize * 2,
     ));
@@ -349,6 +361,9 @@ fn peers(c: &mut Criterion) {
         let echostore = async_loop!(&rt, &l1_ids, table.clone(), |table, id| {
             black_box(table.get(&id).await.expect("an L1 hit"))
         });
+        let with_events = async_loop!(&rt, &l1_ids, subscribed.clone(), |table, id| {
+            black_box(table.get(&id).await.expect("an L1 hit"))
+        });
         let quick = async_loop!(&rt, &l1_ids, Arc::clone(&bare), |bare, id| {
             black_box(bare.get(&id).expect("in the cache"))
         });
@@ -360,6 +375,7 @@ fn peers(c: &mut Criterion) {
             batch: size(400_000, 20_000) as u64,
             contenders: vec![
                 ("echostore L1 hit", echostore),
+                ("echostore L1 hit with a subscriber", with_events),
                 ("bare quick_cache", quick),
                 ("moka::future get", moka),
             ],

@@ -210,6 +210,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) namespace: Arc<str>,
     pub(crate) config: TableConfig<V>,
     pub(crate) l1: L1<K, V>,
+    /// What happened to the table's ids, for its subscribers (`Table::events`).
+    pub(crate) events: Arc<crate::events::Events<K>>,
     /// Under key tracking, L1's entries that wait for Valkey to confirm them.
     pub(crate) unconfirmed: Unconfirmed<K, V>,
     pub(crate) l2: Option<L2>,

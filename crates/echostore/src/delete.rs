@@ -19,6 +19,7 @@ use std::borrow::Borrow;
 use serde::de::{self, Deserializer, Visitor};
 
 use crate::error::Result;
+use crate::events::InvalidatedBy;
 use crate::key::{Key, Value};
 use crate::table::Table;
 
@@ -52,9 +53,10 @@ impl<K: Key, V: Value> Table<K, V> {
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
     {
+        let (id, by) = (id.to_owned(), InvalidatedBy::Delete);
         match absent::<V>() {
-            Some(none) => self.put(id, none).await.map(drop),
-            None => self.invalidate(id).await,
+            Some(none) => self.write(id, none, by).await.map(drop),
+            None => self.drop_id(id, by).await,
         }
     }
 }

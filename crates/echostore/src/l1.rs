@@ -10,8 +10,12 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "moka")]
+use crate::events::{EventKind, EvictionCause};
+use crate::events::{Events, Evictions};
 use crate::key::Key;
 
 mod entry;
@@ -64,11 +68,12 @@ pub(crate) trait L1Cache<K, V>: Send + Sync + 'static {
 ///
 /// An enum rather than a trait object, so that the hit path is a direct, inlinable call.
 pub(crate) enum L1<K, V> {
-    QuickCache(QuickCacheL1<K, V>),
+    /// quick_cache bounded by a count of entries: the default.
+    Entries(QuickCacheL1<K, V>),
     /// quick_cache bounded by the table's weigher (`l1/weigher.rs`).
-    QuickCacheWeighed(WeighedL1<K, V>),
+    Weighed(WeighedL1<K, V>),
     /// quick_cache whose entries leave once idle (`.l1_idle`, `l1/idle.rs`), by entries or bytes.
-    QuickCacheIdle(IdleL1<K, V>),
+    Idle(IdleL1<K, V>),
     #[cfg(feature = "moka")]
     Moka(MokaL1<K, V>),
 }
@@ -76,19 +81,32 @@ pub(crate) enum L1<K, V> {
 impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
     /// An empty L1 on `backend`, holding up to `bound` entries or bytes; with `idle`, an entry not
     /// read for that long leaves.
-    pub(crate) fn new(backend: L1Backend, bound: Bound<K, V>, idle: Option<Duration>) -> Self {
+    /// Evictions for room, and for idleness, are sent to `events`.
+    pub(crate) fn new(
+        backend: L1Backend,
+        bound: Bound<K, V>,
+        idle: Option<Duration>,
+        events: &Arc<Events<K>>,
+    ) -> Self {
+        let evictions = Evictions(Arc::clone(events));
         match (backend, bound, idle) {
             (L1Backend::QuickCache, bound, Some(idle)) => {
-                L1::QuickCacheIdle(IdleL1::new(bound, idle))
+                L1::Idle(IdleL1::new(bound, idle, evictions))
             }
             (L1Backend::QuickCache, Bound::Entries(capacity), None) => {
-                L1::QuickCache(QuickCacheL1(quick_cache::sync::Cache::new(capacity)))
+                L1::Entries(QuickCacheL1(quick_cache::sync::Cache::with(
+                    capacity,
+                    capacity as u64,
+                    quick_cache::UnitWeighter,
+                    quick_cache::DefaultHashBuilder::default(),
+                    evictions,
+                )))
             }
             (L1Backend::QuickCache, Bound::Bytes { capacity, weigher }, None) => {
-                L1::QuickCacheWeighed(WeighedL1::new(capacity, weigher))
+                L1::Weighed(WeighedL1::new(capacity, weigher, evictions))
             }
             #[cfg(feature = "moka")]
-            (L1Backend::Moka, bound, idle) => L1::Moka(MokaL1::new(bound, idle)),
+            (L1Backend::Moka, bound, idle) => L1::Moka(MokaL1::new(bound, idle, evictions)),
         }
     }
 
@@ -96,7 +114,7 @@ impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
     /// the backend's next upkeep; a no-op without idle expiry.
     pub(crate) fn sweep_idle(&self) {
         match self {
-            L1::QuickCacheIdle(l1) => l1.sweep(),
+            L1::Idle(l1) => l1.sweep(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.0.run_pending_tasks(),
             _ => {}
@@ -106,7 +124,7 @@ impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
     /// How many entries left L1 for idleness.
     pub(crate) fn idled(&self) -> u64 {
         match self {
-            L1::QuickCacheIdle(l1) => l1.idled(),
+            L1::Idle(l1) => l1.idled(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.1.load(std::sync::atomic::Ordering::Relaxed),
             _ => 0,
@@ -122,9 +140,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         match self {
-            L1::QuickCache(l1) => l1.get(id),
-            L1::QuickCacheWeighed(l1) => l1.get(id),
-            L1::QuickCacheIdle(l1) => l1.get(id),
+            L1::Entries(l1) => l1.get(id),
+            L1::Weighed(l1) => l1.get(id),
+            L1::Idle(l1) => l1.get(id),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.get(id),
         }
@@ -132,9 +150,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
     fn insert(&self, id: K, entry: Entry<V>) {
         match self {
-            L1::QuickCache(l1) => l1.insert(id, entry),
-            L1::QuickCacheWeighed(l1) => l1.insert(id, entry),
-            L1::QuickCacheIdle(l1) => l1.insert(id, entry),
+            L1::Entries(l1) => l1.insert(id, entry),
+            L1::Weighed(l1) => l1.insert(id, entry),
+            L1::Idle(l1) => l1.insert(id, entry),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.insert(id, entry),
         }
@@ -142,9 +160,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
     fn remove(&self, id: &K) {
         match self {
-            L1::QuickCache(l1) => l1.remove(id),
-            L1::QuickCacheWeighed(l1) => l1.remove(id),
-            L1::QuickCacheIdle(l1) => l1.remove(id),
+            L1::Entries(l1) => l1.remove(id),
+            L1::Weighed(l1) => l1.remove(id),
+            L1::Idle(l1) => l1.remove(id),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.remove(id),
         }
@@ -152,9 +170,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
     fn clear(&self) {
         match self {
-            L1::QuickCache(l1) => l1.clear(),
-            L1::QuickCacheWeighed(l1) => l1.clear(),
-            L1::QuickCacheIdle(l1) => l1.clear(),
+            L1::Entries(l1) => l1.clear(),
+            L1::Weighed(l1) => l1.clear(),
+            L1::Idle(l1) => l1.clear(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.clear(),
         }
@@ -162,9 +180,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
     fn retain(&self, keep: impl Fn(&K, &V) -> bool) {
         match self {
-            L1::QuickCache(l1) => l1.retain(keep),
-            L1::QuickCacheWeighed(l1) => l1.retain(keep),
-            L1::QuickCacheIdle(l1) => l1.retain(keep),
+            L1::Entries(l1) => l1.retain(keep),
+            L1::Weighed(l1) => l1.retain(keep),
+            L1::Idle(l1) => l1.retain(keep),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.retain(keep),
         }
@@ -172,9 +190,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
     fn cap(&self, life: std::time::Duration) {
         match self {
-            L1::QuickCache(l1) => l1.cap(life),
-            L1::QuickCacheWeighed(l1) => l1.cap(life),
-            L1::QuickCacheIdle(l1) => l1.cap(life),
+            L1::Entries(l1) => l1.cap(life),
+            L1::Weighed(l1) => l1.cap(life),
+            L1::Idle(l1) => l1.cap(life),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.cap(life),
         }
@@ -182,9 +200,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
     fn len(&self) -> u64 {
         match self {
-            L1::QuickCache(l1) => l1.len(),
-            L1::QuickCacheWeighed(l1) => l1.len(),
-            L1::QuickCacheIdle(l1) => l1.len(),
+            L1::Entries(l1) => l1.len(),
+            L1::Weighed(l1) => l1.len(),
+            L1::Idle(l1) => l1.len(),
             #[cfg(feature = "moka")]
             L1::Moka(l1) => l1.len(),
         }
@@ -193,7 +211,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
 
 /// quick_cache's sync cache.
 pub(crate) struct QuickCacheL1<K, V, W = quick_cache::UnitWeighter>(
-    quick_cache::sync::Cache<K, Entry<V>, W>,
+    quick_cache::sync::Cache<K, Entry<V>, W, quick_cache::DefaultHashBuilder, Evictions<K>>,
 );
 
 impl<K: Key, V: Send + Sync + 'static, W> L1Cache<K, V> for QuickCacheL1<K, V, W>
@@ -240,12 +258,12 @@ where
 #[cfg(feature = "moka")]
 pub(crate) struct MokaL1<K, V>(
     moka::sync::Cache<K, Entry<V>>,
-    std::sync::Arc<std::sync::atomic::AtomicU64>,
+    Arc<std::sync::atomic::AtomicU64>,
 );
 
 #[cfg(feature = "moka")]
 impl<K: Key, V: Send + Sync + 'static> MokaL1<K, V> {
-    fn new(bound: Bound<K, V>, idle: Option<Duration>) -> Self {
+    fn new(bound: Bound<K, V>, idle: Option<Duration>, evictions: Evictions<K>) -> Self {
         let builder = match bound {
             Bound::Entries(capacity) => moka::sync::Cache::builder().max_capacity(capacity as u64),
             Bound::Bytes { capacity, weigher } => moka::sync::Cache::builder()
@@ -254,20 +272,26 @@ impl<K: Key, V: Send + Sync + 'static> MokaL1<K, V> {
                     u32::try_from(weigher::weigh(&weigher, key, &entry.value)).unwrap_or(u32::MAX)
                 }),
         };
-        let idled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let idled = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = Arc::clone(&idled);
+        let builder = builder.eviction_listener(move |id: Arc<K>, _, removal| {
+            use moka::notification::RemovalCause;
+            let cause = match removal {
+                RemovalCause::Size => EvictionCause::Size,
+                // Idle expiry is the only expiry this cache is given.
+                RemovalCause::Expired => {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    EvictionCause::Idle
+                }
+                RemovalCause::Explicit | RemovalCause::Replaced => return,
+            };
+            evictions
+                .0
+                .emit_owned(K::clone(&id), EventKind::Evicted { cause });
+        });
         let cache = match idle {
             None => builder.build(),
-            Some(idle) => {
-                let counter = std::sync::Arc::clone(&idled);
-                builder
-                    .time_to_idle(idle)
-                    .eviction_listener(move |_, _, cause| {
-                        if cause == moka::notification::RemovalCause::Expired {
-                            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    })
-                    .build()
-            }
+            Some(idle) => builder.time_to_idle(idle).build(),
         };
         MokaL1(cache, idled)
     }

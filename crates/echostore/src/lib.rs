@@ -35,6 +35,7 @@
 //!   batch misses, gathered from every shard into one batch); `owner_ref` — where the handles
 //!   find each shard's owner across restarts, which shard an id is in, and what every shard does
 //!   once for the table (a flush, a mark: counted once, `owner_ref::EveryShard`).
+//! - `events` — [`Event`]: what happened to a table's ids, on a bounded broadcast (`Table::events`).
 //! - `peek` — `peek_local` and `peek`: cache-only reads, never the loader nor the lock.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
@@ -123,6 +124,7 @@ mod delete;
 mod depth;
 mod envelope;
 mod error;
+mod events;
 mod fetched;
 mod fill;
 mod flights;
@@ -162,6 +164,7 @@ pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use coherence::{DOWN_L1_LIFE, Tracking};
 pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};
+pub use events::{EVENTS_CAPACITY, Event, EventKind, EvictionCause, InvalidatedBy};
 pub use fetched::{Fetched, Origin};
 pub use key::{IntoId, Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;

@@ -17,6 +17,7 @@ use futures::future::BoxFuture;
 
 use crate::core::TableCore;
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::fetched::Origin;
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
@@ -106,7 +107,14 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     /// how long the read took (`delta`, for early refresh).
     pub(crate) async fn load(&self) -> Result<(V, Duration)> {
         bump(&self.core.stats.counters.source_reads);
-        guarded(self.core, || self.source_read()).await
+        let loaded = guarded(self.core, || self.source_read()).await;
+        let kind = match &loaded {
+            Ok(_) => EventKind::Loaded,
+            Err(e) if e.is_absent() => return loaded,
+            Err(_) => EventKind::LoadFailed,
+        };
+        self.core.events.emit(Some(self.id), kind);
+        loaded
     }
 
     /// The id's source read: the per-id loader, or else a batch of this one id (an id the batch

@@ -147,7 +147,10 @@ where
     match entry.freshness() {
         Freshness::Fresh => {}
         Freshness::Refresh => ask_refresh(owner, id, &entry.value),
-        Freshness::Expired => return None,
+        Freshness::Expired => {
+            expired(core, id);
+            return None;
+        }
     }
     core.stats.l1_hits.incr();
     Some(Fetched::new(entry.value, Origin::L1))
@@ -165,4 +168,20 @@ where
     let (id, value) = (id.to_owned(), Arc::clone(value));
     // A stopped owner refreshes nothing; the value stays until its freshness ends.
     let _ = owner.of(&id).cast(OwnerMsg::Refresh { id, value });
+}
+
+/// An `Evicted { Expired }` event, for subscribers; off the hot path.
+#[cold]
+#[inline(never)]
+fn expired<K, V, Q>(core: &TableCore<K, V>, id: &Q)
+where
+    K: Key,
+    V: Value,
+    Q: ToOwned<Owned = K> + ?Sized,
+{
+    if core.events.heard() {
+        let cause = crate::events::EvictionCause::Expired;
+        let kind = crate::events::EventKind::Evicted { cause };
+        core.events.emit_owned(id.to_owned(), kind);
+    }
 }

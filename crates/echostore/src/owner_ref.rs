@@ -14,6 +14,7 @@ use crate::coherence::Sink;
 use crate::core::TableCore;
 use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
+use crate::events::{EventKind, InvalidatedBy};
 use crate::key::{Key, Value};
 use crate::marks::Scope;
 use crate::owner::{Owner, OwnerArgs, OwnerMsg};
@@ -60,12 +61,12 @@ type Once = Box<dyn FnOnce() + Send + Sync>;
 pub(crate) type Counter = fn(&Counters) -> &AtomicU64;
 
 impl<K, V> EveryShard<K, V> {
-    /// An event of `core`'s table, to count in `counter`.
-    pub(crate) fn new(core: Arc<TableCore<K, V>>, counter: Counter) -> Arc<Self> {
+    /// An event of `core`'s table, to count in `counter`, then to finish with `then`.
+    pub(crate) fn new(core: Arc<TableCore<K, V>>, counter: Counter, then: Once) -> Arc<Self> {
         Arc::new(EveryShard {
             core,
             counter: Some(counter),
-            then: None,
+            then: Some(then),
         })
     }
 
@@ -84,13 +85,20 @@ impl<K: Key, V: Value> EveryShard<K, V> {
     /// shard has overtaken its flights and writes (so none of them stores what it covers):
     /// L1 is the table's, and `.tags` is asked once per entry, however many shards there are.
     pub(crate) fn mark(core: Arc<TableCore<K, V>>, scope: &Scope) -> Arc<Self> {
-        let then: Option<Once> = match scope {
-            Scope::All => None,
+        let (core_then, scope) = (Arc::clone(&core), scope.clone());
+        let then: Option<Once> = Some(Box::new(move || match scope {
+            Scope::All => core_then
+                .events
+                .emit(None, invalidated(InvalidatedBy::Clear)),
             Scope::Tags(tags) => {
-                let (core, tags) = (Arc::clone(&core), tags.clone());
-                Some(Box::new(move || core.drop_tagged(&tags)))
+                core_then.drop_tagged(&tags);
+                for tag in tags {
+                    core_then
+                        .events
+                        .emit(None, invalidated(InvalidatedBy::Tag(tag)));
+                }
             }
-        };
+        }));
         Arc::new(EveryShard {
             core,
             counter: Some(|c| &c.marks_taken),
@@ -226,6 +234,11 @@ impl<K: Key, V: Value> OwnerRef<K, V> {
     }
 }
 
+/// An `Invalidated` event's kind.
+pub(crate) fn invalidated(by: InvalidatedBy) -> EventKind {
+    EventKind::Invalidated { by }
+}
+
 fn answer<T>(outcome: std::result::Result<CallResult<Result<T>>, impl Sized>) -> Result<T> {
     match outcome {
         Ok(CallResult::Success(answer)) => answer,
@@ -249,7 +262,13 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     fn flush(&self, when_held: bool) {
         // A tracking connection's subscription of a table that holds nothing drops nothing.
         let flushed = if !when_held || self.core.holds_anything() {
-            EveryShard::new(Arc::clone(&self.core), |c| &c.coherence_flushes)
+            let core = Arc::clone(&self.core);
+            let then = move || core.events.emit(None, invalidated(InvalidatedBy::Flush));
+            EveryShard::new(
+                Arc::clone(&self.core),
+                |c| &c.coherence_flushes,
+                Box::new(then),
+            )
         } else {
             EveryShard::uncounted(Arc::clone(&self.core))
         };

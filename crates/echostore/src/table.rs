@@ -11,11 +11,14 @@ use std::sync::{Arc, Weak};
 use crate::coherence::Sink;
 use crate::core::TableCore;
 use crate::error::{Error, Result};
+use crate::events::{EventKind, InvalidatedBy};
 use crate::fetched::Fetched;
 use crate::key::{Key, Value};
+use crate::l1::L1Cache;
 use crate::lookup::Lookup;
 use crate::owner::OwnerMsg;
 use crate::owner_ref::OwnerRef;
+use crate::owner_ref::invalidated;
 use crate::stats::TableStats;
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
@@ -249,8 +252,14 @@ impl<K: Key, V: Value> Table<K, V> {
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
     {
+        self.write(id.to_owned(), value, InvalidatedBy::Put).await
+    }
+
+    /// A put's work, for `put` (`by` [`InvalidatedBy::Put`]) and `delete` (`Delete`): both order
+    /// the write through the id's owner; they tell subscribers apart.
+    pub(crate) async fn write(&self, id: K, value: V, by: InvalidatedBy) -> Result<Arc<V>> {
         let core = &self.inner.core;
-        let id = id.to_owned();
+        let held = core.events.heard() && core.l1.get(&id).is_some();
         let life = core.config.life(&value, core.now_ms());
         let write = match &core.l2 {
             None => None,
@@ -267,13 +276,22 @@ impl<K: Key, V: Value> Table<K, V> {
         let entry = life.entry(Arc::clone(&value));
         self.inner
             .owner
-            .call(&id.clone(), move |reply| OwnerMsg::Put {
-                id,
-                entry,
-                write,
-                reply,
+            .call(&id.clone(), {
+                let id = id.clone();
+                move |reply| OwnerMsg::Put {
+                    id,
+                    entry,
+                    write,
+                    reply,
+                }
             })
             .await?;
+        match by {
+            InvalidatedBy::Put if held => core.events.emit(Some(&id), invalidated(by)),
+            InvalidatedBy::Put => {}
+            _ => core.events.emit(Some(&id), invalidated(by)),
+        }
+        core.events.emit_owned(id, EventKind::Written);
         Ok(value)
     }
 
@@ -304,8 +322,12 @@ impl<K: Key, V: Value> Table<K, V> {
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
     {
+        self.drop_id(id.to_owned(), InvalidatedBy::Invalidate).await
+    }
+
+    /// An invalidation's work, for `invalidate` and `delete` (told apart by `by`).
+    pub(crate) async fn drop_id(&self, id: K, by: InvalidatedBy) -> Result<()> {
         let core = &self.inner.core;
-        let id = id.to_owned();
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Invalidate {
@@ -314,12 +336,44 @@ impl<K: Key, V: Value> Table<K, V> {
         };
         self.inner
             .owner
-            .call(&id.clone(), move |reply| OwnerMsg::Invalidate {
-                id,
-                write,
-                reply,
+            .call(&id.clone(), {
+                let id = id.clone();
+                move |reply| OwnerMsg::Invalidate { id, write, reply }
             })
-            .await
+            .await?;
+        core.events.emit_owned(id, invalidated(by));
+        Ok(())
+    }
+
+    /// A subscription to what happens to this table's ids in this process, from now on: loads,
+    /// failed loads, writes, invalidations (by a put, `invalidate`, `delete`, a push, a tag,
+    /// `clear`, a flush) and L1 evictions (for room, on expiry, for idleness).
+    ///
+    /// The channel holds [`EVENTS_CAPACITY`](crate::EVENTS_CAPACITY) events: a subscriber that
+    /// falls further behind loses the oldest, and its next `recv` says how many
+    /// (`RecvError::Lagged(n)`); it never slows a read. Until the first subscription no event is
+    /// made at all.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{EventKind, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let names = store
+    ///     .table::<u64, String>("names")
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("name {id}")) })
+    ///     .build()
+    ///     .await?;
+    /// let mut events = names.events();
+    /// names.get(&7).await?;
+    /// let event = events.recv().await.expect("an event");
+    /// assert_eq!((event.id, event.kind), (Some(7), EventKind::Loaded));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<crate::Event<K>> {
+        self.inner.core.events.subscribe()
     }
 
     /// A snapshot of the table's counters.

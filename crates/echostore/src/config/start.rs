@@ -150,10 +150,12 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             crate::key::marks_key_under(self.store.namespace(), &self.name),
             marks_kept_for(&self),
         );
+        let events = Arc::new(crate::events::Events::new());
         TableCore {
             name: Arc::from(self.name.as_str()),
             namespace: Arc::from(self.store.namespace()),
-            l1: L1::new(self.l1_backend, l1_bound, self.l1_idle),
+            l1: L1::new(self.l1_backend, l1_bound, self.l1_idle, &events),
+            events,
             unconfirmed: crate::l1::Unconfirmed::new(),
             l2: self.store.l2().cloned(),
             stats: Stats::new(shards),

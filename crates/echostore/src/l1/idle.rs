@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::weigher::{Bound, Weigher, weigh};
 use super::{Entry, L1Cache};
 use crate::clock::{coarse_ticks, ticks_of};
+use crate::events::{EventKind, EvictionCause, Evictions};
 use crate::key::Key;
 
 /// An entry, its weight (1 when L1 counts entries), and when it was last read.
@@ -45,16 +46,18 @@ impl<K, V> quick_cache::Weighter<K, Slot<V>> for BySlot {
 
 /// quick_cache whose entries leave once idle for `idle`.
 pub(crate) struct IdleL1<K, V> {
-    cache: quick_cache::sync::Cache<K, Slot<V>, BySlot>,
+    cache:
+        quick_cache::sync::Cache<K, Slot<V>, BySlot, quick_cache::DefaultHashBuilder, Evictions<K>>,
     weigher: Option<Weigher<K, V>>,
     idle_ticks: u64,
     /// Entries dropped for idleness, by a hit or a sweep.
     idled: AtomicU64,
+    evictions: Evictions<K>,
 }
 
 impl<K: Key, V: Send + Sync + 'static> IdleL1<K, V> {
     /// Up to `bound` entries (or bytes), each leaving once not read for `idle`.
-    pub(crate) fn new(bound: Bound<K, V>, idle: Duration) -> Self {
+    pub(crate) fn new(bound: Bound<K, V>, idle: Duration, evictions: Evictions<K>) -> Self {
         let (entries, capacity, weigher) = match bound {
             Bound::Entries(n) => (n, n as u64, None),
             Bound::Bytes { capacity, weigher } => {
@@ -63,10 +66,17 @@ impl<K: Key, V: Send + Sync + 'static> IdleL1<K, V> {
             }
         };
         IdleL1 {
-            cache: quick_cache::sync::Cache::with_weighter(entries, capacity, BySlot),
+            cache: quick_cache::sync::Cache::with(
+                entries,
+                capacity,
+                BySlot,
+                quick_cache::DefaultHashBuilder::default(),
+                evictions.clone(),
+            ),
             weigher,
             idle_ticks: ticks_of(idle),
             idled: AtomicU64::new(0),
+            evictions,
         }
     }
 
@@ -77,13 +87,21 @@ impl<K: Key, V: Send + Sync + 'static> IdleL1<K, V> {
     /// Drops every entry idle for longer than the table's `l1_idle`.
     pub(crate) fn sweep(&self) {
         let now = coarse_ticks();
-        self.cache.retain(|_, slot| {
+        self.cache.retain(|id, slot| {
             let idle = self.is_idle(slot, now);
             if idle {
-                self.idled.fetch_add(1, Relaxed);
+                self.left_idle(id);
             }
             !idle
         });
+    }
+
+    fn left_idle(&self, id: &K) {
+        self.idled.fetch_add(1, Relaxed);
+        let cause = EvictionCause::Idle;
+        self.evictions
+            .0
+            .emit(Some(id), EventKind::Evicted { cause });
     }
 
     /// How many entries left L1 for idleness so far.
@@ -117,8 +135,8 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for IdleL1<K, V> {
             let dropped = self
                 .cache
                 .remove_if(id, |s| Arc::ptr_eq(&s.read_at, &slot.read_at));
-            if dropped.is_some() {
-                self.idled.fetch_add(1, Relaxed);
+            if let Some((id, _)) = dropped {
+                self.left_idle(&id);
             }
             return None;
         }

@@ -56,18 +56,34 @@ impl<K, V> quick_cache::Weighter<K, Weighed<V>> for ByWeight {
 
 /// quick_cache bounded by the table's weigher.
 pub(crate) struct WeighedL1<K, V> {
-    cache: quick_cache::sync::Cache<K, Weighed<V>, ByWeight>,
+    cache: quick_cache::sync::Cache<
+        K,
+        Weighed<V>,
+        ByWeight,
+        quick_cache::DefaultHashBuilder,
+        crate::events::Evictions<K>,
+    >,
     weigher: Weigher<K, V>,
 }
 
 impl<K: Key, V: Send + Sync + 'static> WeighedL1<K, V> {
     /// Up to `capacity` bytes as `weigher` counts them.
-    pub(crate) fn new(capacity: u64, weigher: Weigher<K, V>) -> Self {
+    pub(crate) fn new(
+        capacity: u64,
+        weigher: Weigher<K, V>,
+        evictions: crate::events::Evictions<K>,
+    ) -> Self {
         // quick_cache sizes its tables by an estimate of the entries: one per KiB.
         let entries = usize::try_from(capacity / 1024)
             .unwrap_or(usize::MAX)
             .max(16);
-        let cache = quick_cache::sync::Cache::with_weighter(entries, capacity, ByWeight);
+        let cache = quick_cache::sync::Cache::with(
+            entries,
+            capacity,
+            ByWeight,
+            quick_cache::DefaultHashBuilder::default(),
+            evictions,
+        );
         WeighedL1 { cache, weigher }
     }
 }

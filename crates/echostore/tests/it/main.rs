@@ -33,6 +33,7 @@ mod batch_reads_load_each_id_once;
 mod borrowed_keys_read_like_a_hashmap;
 mod cancelled_callers_leave_the_flight_running;
 mod concurrent_misses_read_the_source_once;
+mod events_tell_what_happened;
 mod expiry_is_jittered;
 mod four_processes_read_the_source_once;
 mod hostile_payloads_are_a_counted_miss;

@@ -13,6 +13,7 @@ use super::super::on_valkey;
 use super::{BatchFill, Member};
 use crate::core::millis;
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::fetched::Origin;
 use crate::flights::FlightId;
 use crate::key::{Key, KeyNames, Value};
@@ -74,15 +75,23 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             Box::pin(async move { call.await.map_err(Error::Source) })
         })
         .await;
+        let events = &self.core.events;
         match outcome {
             Ok((mut found, delta)) => asked
                 .into_iter()
                 .filter_map(|id| {
                     let value = found.remove(&id)?;
+                    events.emit(Some(&id), EventKind::Loaded);
                     Some((id, Ok((value, delta))))
                 })
                 .collect(),
-            Err(e) => asked.into_iter().map(|id| (id, Err(e.clone()))).collect(),
+            Err(e) => asked
+                .into_iter()
+                .map(|id| {
+                    events.emit(Some(&id), EventKind::LoadFailed);
+                    (id, Err(e.clone()))
+                })
+                .collect(),
         }
     }
 
