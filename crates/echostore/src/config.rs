@@ -11,6 +11,7 @@
 //! | `losers` | `Poll { every: 10 ms, up_to: 5 s }` | what a request does when another process holds the lock |
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
+//! | `codec`, `compress_above` | postcard, never | how values are coded on Valkey; LZ4 above the size |
 //! | `l1_idle` | none | an L1 entry not read for this long leaves L1 |
 //! | `l1_capacity_bytes`, `l1_weigher` | none | L1 bounded by bytes, each entry weighed by the weigher, instead of by `l1_capacity` entries |
 //! | `load_timeout` | 30 s (`no_load_timeout()` for none) | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
@@ -114,6 +115,7 @@ pub struct TableBuilder<K, V> {
     l1_capacity_bytes: Option<u64>,
     l1_weigher: Option<crate::l1::Weigher<K, V>>,
     l1_idle: Option<Duration>,
+    coding: crate::codec::Coding,
     loader: Option<Loader<K, V>>,
     batch_loader: Option<BatchLoader<K, V>>,
     shards: Option<usize>,
@@ -143,6 +145,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_capacity_bytes: None,
             l1_weigher: None,
             l1_idle: None,
+            coding: crate::codec::Coding::default(),
             loader: None,
             batch_loader: None,
             shards: None,

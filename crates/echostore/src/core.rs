@@ -58,6 +58,8 @@ pub(crate) struct TableConfig<V> {
     pub(crate) ttl_for: Option<TtlFor<V>>,
     /// How long an L1 entry may go unread (`.l1_idle`).
     pub(crate) l1_idle: Option<Duration>,
+    /// How values are coded on Valkey (`.codec`, `.compress_above`).
+    pub(crate) coding: crate::codec::Coding,
 }
 
 /// A table's `.tags`: the tags of an entry, for `invalidate_tag`.
@@ -183,6 +185,7 @@ impl Life {
                 version: config.version_of(value),
             },
             marking,
+            &config.coding,
             config.max_value_bytes,
         )
     }

@@ -8,8 +8,11 @@
 //! bytes 21..29 formats 3 and 5: the value's version from the source (`.version_by`), little-endian u64
 //! 8 bytes      formats 4 and 5: the table's generation when the write's data was read (`crate::marks`)
 //! then         formats 4 and 5: the entry's tags (`.tags`), a postcard `Vec<String>`
-//! then         the value, serde-encoded with postcard
+//! then         the value, serde-encoded with postcard (or JSON), LZ4-compressed or not
 //! ```
+//!
+//! The format byte's high bits say how the value was coded (`crate::codec`): `0x10` JSON,
+//! `0x20` LZ4-compressed; its low four bits are the layout above.
 //!
 //! A write is **marked** (format 4 or 5) when it has tags or a generation above zero: what a
 //! `clear` or an `invalidate_tag` is checked against when the copy is read back.
@@ -38,7 +41,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::depth::{Budget, Limited};
+use crate::codec::Coding;
 use crate::error::{Error, Result};
 use crate::header::{
     FORMAT, FORMAT_MARKED, FORMAT_VERSIONED, FORMAT_VERSIONED_MARKED, HEADER_1, HeaderError,
@@ -115,6 +118,10 @@ pub(crate) enum DecodeError {
     TooDeep(usize),
     #[error("payload: {0}")]
     Payload(#[from] postcard::Error),
+    #[error("JSON payload: {0}")]
+    Json(String),
+    #[error("compressed payload: {0}")]
+    Compressed(String),
 }
 
 /// What a header says of the value behind it: its life, how long its load took, its version.
@@ -133,6 +140,7 @@ pub(crate) fn encode<V: Serialize>(
     value: &V,
     stamp: &Stamp,
     marking: &Marking,
+    coding: &Coding,
     max_bytes: usize,
 ) -> Result<Vec<u8>> {
     let Stamp {
@@ -161,7 +169,9 @@ pub(crate) fn encode<V: Serialize>(
         out.extend_from_slice(&marking.generation.to_le_bytes());
         out = postcard::to_extend(&marking.tags, out).map_err(codec)?;
     }
-    let out = postcard::to_extend(value, out).map_err(codec)?;
+    let (payload, bits) = coding.encode(value)?;
+    out[0] |= bits;
+    out.extend_from_slice(&payload);
     if out.len() > max_bytes {
         return Err(Error::TooLarge {
             size: out.len(),
@@ -198,27 +208,22 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
     }
 }
 
-/// Decodes bytes read from a value key.
-pub(crate) fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<Envelope<V>, DecodeError> {
+/// Decodes bytes read from a value key; a compressed payload may grow to at most `max_bytes`.
+pub(crate) fn decode<V: DeserializeOwned>(
+    bytes: &[u8],
+    max_bytes: usize,
+) -> Result<Envelope<V>, DecodeError> {
     let header = decode_header(bytes)?;
-    let budget = Budget::new(MAX_DEPTH);
-    let mut de = postcard::Deserializer::from_bytes(&bytes[header.len..]);
+    let mut payload = &bytes[header.len..];
     let marking = match header.generation {
-        Some(generation) => Marking {
-            generation,
-            tags: serde::Deserialize::deserialize(&mut de)?,
-        },
+        Some(generation) => {
+            let (tags, rest) = postcard::take_from_bytes(payload)?;
+            payload = rest;
+            Marking { generation, tags }
+        }
         None => Marking::default(),
     };
-    let value = match V::deserialize(Limited::new(&mut de, &budget)) {
-        Ok(value) => value,
-        Err(_) if budget.exceeded() => return Err(DecodeError::TooDeep(MAX_DEPTH)),
-        Err(e) => return Err(e.into()),
-    };
-    let rest = de.finalize()?;
-    if !rest.is_empty() {
-        return Err(DecodeError::Trailing(rest.len()));
-    }
+    let value = crate::codec::decode(header.coding, payload, max_bytes)?;
     Ok(Envelope {
         fresh_until_ms: header.fresh_until_ms,
         written_at_ms: header.written_at_ms,

@@ -13,11 +13,16 @@
 //! then         formats 4 and 5: the tags, a postcard `Vec<String>`; then the value, postcard-encoded
 //! ```
 //!
+//! The format byte's high four bits say how the value is coded: `0x10` JSON rather than postcard,
+//! `0x20` LZ4-compressed (`crate::codec`); the layout above is the low four.
+//!
 //! Formats 4 and 5 are written only when there is something to carry: a table that has never
 //! been cleared or had a tag invalidated, and whose entries carry no tags, writes 2 and 3 as
 //! before, so older processes still read its values.
 
 use std::time::Duration;
+
+use crate::codec::{CODING_MASK, JSON, LZ4};
 
 /// The format byte this version writes for a table without `.version_by`.
 pub(crate) const FORMAT: u8 = 2;
@@ -44,8 +49,11 @@ pub const LONGEST_HEADER: usize = HEADER_3 + 8;
 /// An envelope's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    /// The format byte: 1 to 5.
+    /// The layout: 1 to 5 (the format byte's low four bits).
     pub format: u8,
+    /// How the payload is coded (the format byte's high bits): `0x10` JSON rather than postcard,
+    /// `0x20` LZ4-compressed.
+    pub coding: u8,
     /// End of the logical life, unix ms.
     pub fresh_until_ms: u64,
     /// When the value landed on Valkey, unix ms.
@@ -84,16 +92,20 @@ pub enum HeaderError {
 /// Decodes the header at the start of `bytes` (at least [`LONGEST_HEADER`] of them when the
 /// value is that long).
 pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
-    let format = *bytes.first().ok_or(HeaderError::Short {
+    let byte = *bytes.first().ok_or(HeaderError::Short {
         len: 0,
         need: HEADER_1,
     })?;
+    let (format, coding) = (byte & !CODING_MASK, byte & CODING_MASK);
+    if coding & !(JSON | LZ4) != 0 {
+        return Err(HeaderError::Format(byte));
+    }
     let len = match format {
         FORMAT_VERSIONED_MARKED => LONGEST_HEADER,
         FORMAT_MARKED | FORMAT_VERSIONED => HEADER_3,
         FORMAT => HEADER_2,
         FORMAT_1 => HEADER_1,
-        other => return Err(HeaderError::Format(other)),
+        _ => return Err(HeaderError::Format(byte)),
     };
     if bytes.len() < len {
         return Err(HeaderError::Short {
@@ -113,6 +125,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
     });
     Ok(Header {
         format,
+        coding,
         fresh_until_ms: word(1),
         written_at_ms: word(WRITTEN_AT),
         delta,
@@ -147,6 +160,7 @@ mod tests {
             decode_header(&bytes),
             Ok(Header {
                 format: 1,
+                coding: 0,
                 fresh_until_ms: 2000,
                 written_at_ms: 1000,
                 delta: None,

@@ -116,6 +116,7 @@ mod batch;
 mod board;
 mod breaker;
 mod clock;
+mod codec;
 mod coherence;
 mod config;
 mod connect;
@@ -161,6 +162,7 @@ mod writes;
 pub mod recipes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
+pub use codec::Codec;
 pub use coherence::{DOWN_L1_LIFE, Tracking};
 pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};

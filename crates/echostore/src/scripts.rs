@@ -44,13 +44,13 @@ local function u64_at(v, first)
 end
 local function written_at(v)
   if type(v) ~= 'string' or #v < 17 then return nil end
-  local format = string.byte(v, 1)
+  local format = string.byte(v, 1) % 16
   if format < 1 or format > 5 then return nil end
   return u64_at(v, 10)
 end
 local function version(v)
   if type(v) ~= 'string' or #v < 29 then return nil end
-  local format = string.byte(v, 1)
+  local format = string.byte(v, 1) % 16
   if format ~= 3 and format ~= 5 then return nil end
   return v
 end

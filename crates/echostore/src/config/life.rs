@@ -256,6 +256,39 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// How this table encodes values on Valkey: [`Codec::Postcard`](crate::Codec::Postcard)
+    /// (the default, compact) or [`Codec::Json`](crate::Codec::Json). Every envelope records its
+    /// codec, so a table reads values written with any codec: processes may differ.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{Codec, Store};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let pages = store
+    ///     .table::<u64, String>("pages")
+    ///     .codec(Codec::Json)
+    ///     .compress_above(4096) // LZ4 for encodings over 4 KiB
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("page {id}")) })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn codec(mut self, codec: crate::Codec) -> Self {
+        self.coding.codec = codec;
+        self
+    }
+
+    /// Compress (LZ4) a value whose encoding is over `bytes`, when that makes it smaller. Every
+    /// envelope records whether it is compressed; a reader decompresses at most
+    /// `max_value_bytes`, so a planted "decompression bomb" is a counted miss, not an allocation.
+    pub fn compress_above(mut self, bytes: usize) -> Self {
+        self.coding.compress_above = Some(bytes);
+        self
+    }
+
     /// Largest encoded value accepted (default 16 MiB, at most 512 MiB). With a Valkey, a `put`
     /// of a larger one fails with `Error::TooLarge` and writes nothing, and a fill that loads one
     /// answers its waiters with `TooLarge` and caches nothing; a larger value found on Valkey is a

@@ -184,6 +184,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 has_none: crate::delete::absent::<V>().is_some(),
                 ttl_for: self.ttl_for,
                 l1_idle: self.l1_idle,
+                coding: self.coding,
             },
         }
     }

@@ -21,6 +21,7 @@ fn encode<V: Serialize>(
             version,
         },
         &blank,
+        &Coding::default(),
         max_bytes,
     )
 }
@@ -43,6 +44,7 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
                 version,
             },
             &marking,
+            &Coding::default(),
             1 << 10,
         )
         .expect("encodes");
@@ -52,7 +54,7 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
             (header.version, header.generation),
             (version, Some(marking.generation))
         );
-        let env: Envelope<String> = decode(&bytes).expect("decodes");
+        let env: Envelope<String> = decode(&bytes, 1 << 24).expect("decodes");
         assert_eq!((env.value.as_str(), &env.marking), ("v", &marking));
     }
     let blank = super::encode(
@@ -64,6 +66,7 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
             version: None,
         },
         &Marking::default(),
+        &Coding::default(),
         1 << 10,
     );
     assert_eq!(
@@ -87,11 +90,12 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
             version: None,
         },
         &tagged_only,
+        &Coding::default(),
         1 << 10,
     )
     .expect("encodes");
     assert_eq!(
-        decode::<String>(&bytes).expect("decodes").marking,
+        decode::<String>(&bytes, 1 << 24).expect("decodes").marking,
         tagged_only
     );
 }
@@ -120,7 +124,7 @@ fn round_trips() {
     let value = ("hello".to_string(), 7u32);
     let bytes = encode(&value, 2000, 1000, delta, None, 1 << 20).expect("encodes");
     assert_eq!(bytes[0], 2);
-    let env: Envelope<(String, u32)> = decode(&bytes).expect("decodes");
+    let env: Envelope<(String, u32)> = decode(&bytes, 1 << 24).expect("decodes");
     assert_eq!(env.value, ("hello".to_string(), 7));
     assert_eq!((env.fresh_until_ms, env.written_at_ms), (2000, 1000));
     assert_eq!(env.delta, delta);
@@ -128,7 +132,7 @@ fn round_trips() {
     let versioned = encode(&value, 2000, 1000, delta, Some(9), 1 << 20).expect("encodes");
     assert_eq!(versioned[0], 3);
     assert_eq!(decode_header(&versioned).expect("header").version, Some(9));
-    let env: Envelope<(String, u32)> = decode(&versioned).expect("decodes");
+    let env: Envelope<(String, u32)> = decode(&versioned, 1 << 24).expect("decodes");
     assert_eq!((env.value, env.delta), (value, delta));
 }
 
@@ -140,7 +144,7 @@ fn format_1_decodes_and_delta_saturates() {
     old.extend_from_slice(&2000u64.to_le_bytes());
     old.extend_from_slice(&1000u64.to_le_bytes());
     old.extend(postcard::to_allocvec(&"old".to_string()).expect("encodes"));
-    let env: Envelope<String> = decode(&old).expect("format 1 decodes");
+    let env: Envelope<String> = decode(&old, 1 << 24).expect("format 1 decodes");
     assert_eq!(
         (
             env.value.as_str(),
@@ -151,7 +155,7 @@ fn format_1_decodes_and_delta_saturates() {
         ("old", 2000, 1000, Duration::ZERO)
     );
     let long = encode(&1u8, 2, 1, Duration::from_secs(1 << 40), None, 1 << 20).expect("encodes");
-    let env: Envelope<u8> = decode(&long).expect("decodes");
+    let env: Envelope<u8> = decode(&long, 1 << 24).expect("decodes");
     assert_eq!(env.delta, Duration::from_micros(u64::from(u32::MAX)));
 }
 
@@ -168,25 +172,25 @@ fn bad_bytes_are_errors() {
     )
     .expect("encodes");
     for cut in 0..bytes.len() {
-        let _ = decode::<String>(&bytes[..cut]);
+        let _ = decode::<String>(&bytes[..cut], 1 << 24);
     }
     assert!(matches!(
-        decode::<String>(&bytes[..5]),
+        decode::<String>(&bytes[..5], 1 << 24),
         Err(DecodeError::Header(HeaderError::Short { len: 5, .. }))
     ));
     let mut foreign = bytes.clone();
     foreign[0] = 9;
     assert!(matches!(
-        decode::<String>(&foreign),
+        decode::<String>(&foreign, 1 << 24),
         Err(DecodeError::Header(HeaderError::Format(9)))
     ));
     let number = encode(&300u32, 1, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert!(
-        decode::<String>(&number).is_err(),
+        decode::<String>(&number, 1 << 24).is_err(),
         "a number is not a string"
     );
     assert!(matches!(
-        decode::<u8>(&bytes),
+        decode::<u8>(&bytes, 1 << 24),
         Err(DecodeError::Trailing(_))
     ));
 }
@@ -203,12 +207,14 @@ fn nesting_past_the_limit_is_too_deep() {
         |levels: usize| (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)));
     let at_limit = encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert_eq!(
-        decode::<Nest>(&at_limit).expect("at the limit").value,
+        decode::<Nest>(&at_limit, 1 << 24)
+            .expect("at the limit")
+            .value,
         nest(MAX_DEPTH)
     );
     let over = encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert!(matches!(
-        decode::<Nest>(&over),
+        decode::<Nest>(&over, 1 << 24),
         Err(DecodeError::TooDeep(MAX_DEPTH))
     ));
     // Planted bytes a million levels deep: refused, no overflow.
@@ -216,7 +222,7 @@ fn nesting_past_the_limit_is_too_deep() {
     planted.extend(std::iter::repeat_n(1u8, 999_999));
     planted.push(0);
     assert!(matches!(
-        decode::<Nest>(&planted),
+        decode::<Nest>(&planted, 1 << 24),
         Err(DecodeError::TooDeep(MAX_DEPTH))
     ));
 }
@@ -229,4 +235,54 @@ fn over_the_limit_is_too_large() {
         encode(&big, 1, 1, Duration::ZERO, None, 50),
         Err(Error::TooLarge { size, max: 50 }) if size > 100
     ));
+}
+
+/// JSON and LZ4 are recorded in the format byte's high bits and read back whatever the reader's
+/// own settings; a compressed payload that declares more than the reader's limit is refused.
+#[test]
+fn coded_payloads_round_trip_and_bombs_are_refused() {
+    let value = ("a row".repeat(500), 7u32);
+    for (codec, compress_above, bits) in [
+        (crate::Codec::Postcard, None, 0),
+        (crate::Codec::Json, None, crate::codec::JSON),
+        (crate::Codec::Postcard, Some(16), crate::codec::LZ4),
+        (
+            crate::Codec::Json,
+            Some(16),
+            crate::codec::JSON | crate::codec::LZ4,
+        ),
+    ] {
+        let coding = Coding {
+            codec,
+            compress_above,
+        };
+        let stamp = Stamp {
+            fresh_until_ms: 2,
+            written_at_ms: 1,
+            delta: Duration::ZERO,
+            version: Some(3),
+        };
+        let bytes =
+            super::encode(&value, &stamp, &Marking::default(), &coding, 1 << 20).expect("encodes");
+        assert_eq!(bytes[0], 3 | bits, "{codec:?} {compress_above:?}");
+        let header = decode_header(&bytes).expect("header");
+        assert_eq!(
+            (header.format, header.coding, header.version),
+            (3, bits, Some(3))
+        );
+        let env: Envelope<(String, u32)> = decode(&bytes, 1 << 20).expect("decodes");
+        assert_eq!(env.value, value);
+        if bits & crate::codec::LZ4 != 0 {
+            assert!(matches!(
+                decode::<(String, u32)>(&bytes, 100),
+                Err(DecodeError::Compressed(_))
+            ));
+        }
+    }
+    let mut unknown = encode(&"v", 2, 1, Duration::ZERO, None, 1 << 10).expect("encodes");
+    unknown[0] |= 0x40;
+    assert!(
+        decode::<String>(&unknown, 1 << 10).is_err(),
+        "an unknown coding bit"
+    );
 }

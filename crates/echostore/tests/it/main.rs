@@ -68,6 +68,7 @@ mod tracking_loss_flushes_and_recovers;
 mod valkey_cluster_keeps_the_guarantees;
 mod valkey_outages_degrade_to_l1_and_the_loader;
 mod valkey_over_tls;
+mod values_are_read_whatever_codec_wrote_them;
 mod versions_from_the_source_order_writes;
 mod writes_anywhere_reach_every_l1;
 mod writes_during_a_fill;
