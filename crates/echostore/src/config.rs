@@ -12,6 +12,7 @@
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
 //! | `codec`, `compress_above` | postcard, never | how values are coded on Valkey; LZ4 above the size |
+//! | `reloader` | none | called instead of the loader with a copy in its stale window; may answer "unchanged" |
 //! | `l1_idle` | none | an L1 entry not read for this long leaves L1 |
 //! | `l1_capacity_bytes`, `l1_weigher` | none | L1 bounded by bytes, each entry weighed by the weigher, instead of by `l1_capacity` entries |
 //! | `load_timeout` | 30 s (`no_load_timeout()` for none) | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
@@ -41,6 +42,7 @@ use crate::table::Table;
 mod batching;
 mod life;
 mod loading;
+mod reloading;
 mod sharding;
 mod start;
 mod tagging;
@@ -117,6 +119,7 @@ pub struct TableBuilder<K, V> {
     l1_idle: Option<Duration>,
     coding: crate::codec::Coding,
     loader: Option<Loader<K, V>>,
+    reloader: Option<crate::reload::Reloader<K, V>>,
     batch_loader: Option<BatchLoader<K, V>>,
     shards: Option<usize>,
     _key: PhantomData<fn() -> K>,
@@ -147,6 +150,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_idle: None,
             coding: crate::codec::Coding::default(),
             loader: None,
+            reloader: None,
             batch_loader: None,
             shards: None,
             _key: PhantomData,

@@ -220,6 +220,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) l2: Option<L2>,
     /// The per-id loader; when only a batch loader is set, a one-id batch stands in for it.
     pub(crate) loader: Option<Loader<K, V>>,
+    /// `.reloader`: called instead of the loader with a copy in its stale window.
+    pub(crate) reloader: Option<crate::reload::Reloader<K, V>>,
     pub(crate) batch_loader: Option<BatchLoader<K, V>>,
     pub(crate) stats: Stats,
     /// The store's coherence, when on.

@@ -50,6 +50,7 @@ use crate::unsettled::Repair;
 
 mod copies;
 mod lease;
+mod reload;
 
 pub(crate) use copies::decode_counted;
 
@@ -251,8 +252,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         })
     }
 
-    /// This flight holds the lock: read the source under the lease, write fenced (stamped with
-    /// the generation `stamp`) and release in one script.
+    /// This flight holds the lock: read the source under the lease (or ask the reloader about
+    /// the stale copy), write fenced (stamped with the generation `stamp`) and release in one
+    /// script.
     async fn win(
         &self,
         at: &OnValkey<'_>,
@@ -260,12 +262,19 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         stamp: u64,
         stale: Option<Stale<V>>,
     ) -> Result<Filled<V>> {
+        let stale = match self.reload(at, token, stale).await {
+            reload::Reloaded::NotAsked(stale) => stale,
+            reload::Reloaded::Changed(value, delta) => {
+                return self.store(at, token, stamp, (Arc::new(value), delta)).await;
+            }
+            reload::Reloaded::Done(answer) => return answer,
+        };
         let still_ours = || async { self.extend(at, token).await };
         let leased = self
             .load
             .leased(self.lease(at, token), stale.as_ref(), still_ours);
-        let (value, delta) = match leased.await {
-            Ok((value, delta)) => (Arc::new(value), delta),
+        match leased.await {
+            Ok((value, delta)) => self.store(at, token, stamp, (Arc::new(value), delta)).await,
             Err(e) => {
                 // Serve a stale copy only if the lock was still ours: then no put or invalidate
                 // (which drop the lock) and no other winner replaced the copy in the meantime.
@@ -273,9 +282,19 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 if self.refreshing.is_some() {
                     return Err(e); // the current value stays in L1 until its freshness ends
                 }
-                return self.load.fail_safe(e, stale.filter(|_| ours), ours);
+                self.load.fail_safe(e, stale.filter(|_| ours), ours)
             }
-        };
+        }
+    }
+
+    /// The winner's loaded value (and how long the load took), written fenced and released.
+    async fn store(
+        &self,
+        at: &OnValkey<'_>,
+        token: &str,
+        stamp: u64,
+        (value, delta): (Arc<V>, Duration),
+    ) -> Result<Filled<V>> {
         let life = self.core.loaded_life(&value, delta);
         let encoded = self
             .core

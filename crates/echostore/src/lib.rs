@@ -53,6 +53,7 @@
 //!   waits for (`flights::writes`); the per-id ordering rule lives here.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
 //!   `fill::copies` — what it makes of the bytes it reads.
+//! - `reload` — [`Reload`]: refresh with the old value, "unchanged" renewing the copy in place.
 //! - `load` — the source read: loader, timeouts, soft timeout, fail-safe.
 //! - `stale` — what a flight answers with, and stale copies within their window.
 //! - `losers` — [`LoserPolicy`], its decision and the poll loop.
@@ -147,6 +148,7 @@ mod owner;
 mod owner_ref;
 mod peek;
 mod read_options;
+mod reload;
 mod scripts;
 mod server_clock;
 mod stale;
@@ -173,6 +175,7 @@ pub use l1::L1Backend;
 pub use losers::LoserPolicy;
 pub use marks::MAX_TAG_BYTES;
 pub use read_options::ReadOptions;
+pub use reload::Reload;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;
@@ -201,7 +204,7 @@ pub mod protocol {
     pub use crate::scripts::{
         ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_MANY_SCRIPT, EXTEND_SCRIPT,
         FENCED_WRITE_SCRIPT, MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_MANY_SCRIPT, POLL_SCRIPT,
-        PUT_SCRIPT, RELEASE_SCRIPT, WRITE_MANY_SCRIPT,
+        PUT_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, WRITE_MANY_SCRIPT,
     };
     #[doc(hidden)]
     pub use crate::server_clock::offset_wall_clock;

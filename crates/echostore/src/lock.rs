@@ -133,6 +133,34 @@ pub(crate) async fn fenced_write(
     })
 }
 
+/// The reloader's answer for the copy written at `written_at_ms`: renew its life (`Some(fresh)`:
+/// fresh for that long, kept `px` ms) or delete it (`None`), fenced by `token`, releasing the lock.
+pub(crate) async fn renew(
+    l2: &L2,
+    names: &KeyNames,
+    token: &str,
+    written_at_ms: u64,
+    life: Option<(u64, u64)>,
+) -> Result<Fenced> {
+    let mut inv = SCRIPTS.renew.prepare_invoke();
+    inv.key(&names.value)
+        .key(&names.lock)
+        .arg(token)
+        .arg(written_at_ms.to_le_bytes().to_vec());
+    match life {
+        Some((fresh_ms, px)) => inv.arg(fresh_ms).arg(px),
+        None => inv.arg("gone").arg(0),
+    };
+    let renewed: i64 = l2
+        .script("renew (SETRANGE life, PEXPIRE)", names, inv)
+        .await?;
+    Ok(match renewed {
+        1 => Fenced::Written,
+        -1 => Fenced::Superseded,
+        _ => Fenced::NotOurs,
+    })
+}
+
 /// Write-through unless a newer value is stored or the put arrives after its deadline (the
 /// server's time as estimated when sent, plus the timeout its caller waits: [`ServerClock`]);
 /// drops the lock when it writes. The reply's server time refreshes the estimate.

@@ -125,6 +125,35 @@ return 1
 "#
 );
 
+/// The reloader's "unchanged": while the lock holds this attempt's token and the value key still
+/// holds the copy the reloader was given (its `written_at`, bytes 10..17), restamp that copy's
+/// life on the server's clock (`fresh_until` = now + the fresh life, `written_at` = now: 16 bytes,
+/// no value bytes sent) and its `PX`, and release the lock; ARGV[3] = `gone` deletes the copy
+/// instead. Returns 1 (renewed or deleted, released), 0 (fenced out: not our lock, nothing done)
+/// or -1 (the copy changed meanwhile: released, nothing written).
+pub const RENEW_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = the copy's written_at
+-- (8 bytes, little-endian), ARGV[3] = fresh life ms or 'gone', ARGV[4] = px ms
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local at = redis.pcall('GETRANGE', KEYS[1], 9, 16)
+if type(at) ~= 'string' or at ~= ARGV[2] or not written_at(redis.call('GETRANGE', KEYS[1], 0, 16)) then
+  redis.call('DEL', KEYS[2])
+  return -1
+end
+if ARGV[3] == 'gone' then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
+local now = server_ms()
+redis.call('SETRANGE', KEYS[1], 1, le(now + tonumber(ARGV[3])) .. le(now))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('DEL', KEYS[2])
+return 1
+"#
+);
+
 /// Write-through: set the value unless a newer one is stored or the put's deadline (server ms,
 /// 0 for none) has passed, and drop the lock of any fill in flight so that its fenced write
 /// cannot land over this value. Returns `{1, now}` (written), `{0, now}` (superseded: a newer
@@ -287,6 +316,7 @@ pub(crate) struct Scripts {
     pub(crate) poll: Lua,
     pub(crate) extend: Lua,
     pub(crate) fenced_write: Lua,
+    pub(crate) renew: Lua,
     pub(crate) put: Lua,
     pub(crate) release: Lua,
     pub(crate) acquire_many: Lua,
@@ -305,6 +335,7 @@ impl Scripts {
             poll: Lua::new(POLL_SCRIPT),
             extend: Lua::new(EXTEND_SCRIPT),
             fenced_write: Lua::new(FENCED_WRITE_SCRIPT),
+            renew: Lua::new(RENEW_SCRIPT),
             put: Lua::new(PUT_SCRIPT),
             release: Lua::new(RELEASE_SCRIPT),
             acquire_many: Lua::new(ACQUIRE_MANY_SCRIPT),

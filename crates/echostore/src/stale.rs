@@ -94,6 +94,9 @@ pub(crate) struct Stale<V> {
     since: Moment,
     /// When it stops being servable: `since + stale_for`.
     until: Moment,
+    /// The copy on Valkey this was read from (its `written_at` and fingerprint), for a reloader
+    /// that may renew it there; `None` for L1's copy.
+    on_valkey: Option<(u64, Option<Fingerprint>)>,
 }
 
 impl<V> Stale<V> {
@@ -108,6 +111,7 @@ impl<V> Stale<V> {
         let left = stale_for.checked_sub(past).filter(|left| !left.is_zero())?;
         let now = Moment::now();
         Some(Stale {
+            on_valkey: Some((env.written_at_ms, env.read_as)),
             value: Arc::new(env.value),
             since: now.before(past),
             until: now.after(left),
@@ -121,10 +125,17 @@ impl<V> Stale<V> {
             value: entry.value,
             since,
             until,
+            on_valkey: None,
         })
     }
 
     /// The answer with this copy, if it is still within its window now.
+    /// The value, and the copy on Valkey it was read from (`written_at`, fingerprint).
+    pub(crate) fn on_valkey(&self) -> Option<(&Arc<V>, u64, Option<Fingerprint>)> {
+        let (written_at, fingerprint) = self.on_valkey?;
+        Some((&self.value, written_at, fingerprint))
+    }
+
     pub(crate) fn answer(&self) -> Option<Filled<V>> {
         let now = Moment::now();
         if now >= self.until {

@@ -264,6 +264,8 @@ counters! {
     marked_misses,
     /// L1 entries dropped because no read touched them for the table's `l1_idle`.
     l1_idle_evictions,
+    /// Reloader calls that answered `Unchanged`: the copy's life renewed, no value rewritten.
+    reloads_unchanged,
     }
     gauges {
         /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey

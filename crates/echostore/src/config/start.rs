@@ -167,6 +167,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             shards,
             owners: std::sync::OnceLock::new(),
             loader: self.loader,
+            reloader: self.reloader,
             batch_loader: self.batch_loader,
             tags: self.tags,
             config: TableConfig {

@@ -24,7 +24,8 @@ pub(crate) fn decode_counted<K: Key, V: Value>(
         }
         Ok(mut env) => {
             let longest = core.config.longest_life(&env.value);
-            if core.tracks_keys() {
+            // A reloader's renewal keeps the copy's fingerprint: its push is known as our own.
+            if core.tracks_keys() || core.reloader.is_some() {
                 env.read_as = Some(envelope::fingerprint(bytes));
             }
             Some(env.capped(longest))

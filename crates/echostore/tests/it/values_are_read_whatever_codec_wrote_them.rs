@@ -124,7 +124,11 @@ async fn a_decompression_bomb_is_a_counted_miss() {
     let mut conn = raw(&valkey.url()).await;
     let mib = 1 << 20;
     let small = lz4_flex::block::decompress_size_prepended(&lz4_bomb(mib, mib as u32));
-    assert_eq!(small.expect("a valid block"), vec![0u8; mib], "the bomb's shape is real");
+    assert_eq!(
+        small.expect("a valid block"),
+        vec![0u8; mib],
+        "the bomb's shape is real"
+    );
     let gib = 1 << 30;
     for (id, declared) in [(1u64, gib as u32), (2, 1 << 20)] {
         let bytes = planted(&lz4_bomb(gib, declared));
