@@ -1,26 +1,21 @@
 //! How a value's bytes are made: the table's [`Codec`] (postcard or JSON), then LZ4 compression
 //! above the table's `compress_above`. The envelope's format byte records both in its high bits
-//! ([`CODING_MASK`]), so any process decodes any other's values whatever its own settings.
+//! (`crate::header::CODING_MASK`), so any process decodes any other's values whatever its own settings.
 //!
 //! Decoding is bounded after decompression as before it: a compressed payload declares its
 //! decompressed size up front, and one over the table's `max_value_bytes` is refused before any
 //! allocation (a decompression bomb is a [`DecodeError`], a counted miss); postcard payloads are
-//! decoded within [`MAX_DEPTH`](crate::envelope::MAX_DEPTH) levels, JSON within serde_json's own
+//! decoded within [`MAX_DEPTH`] levels, JSON within serde_json's own
 //! recursion limit (128).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::depth::{Budget, Limited};
-use crate::envelope::{DecodeError, MAX_DEPTH};
 use crate::error::{Error, Result};
+use crate::header::HeaderError;
 
-/// The format byte's bit for a JSON payload (postcard without it).
-pub(crate) const JSON: u8 = 0x10;
-/// The format byte's bit for an LZ4-compressed payload.
-pub(crate) const LZ4: u8 = 0x20;
-/// The format byte's bits that say how the payload is coded; the low four are the layout.
-pub(crate) const CODING_MASK: u8 = 0xF0;
+pub(crate) use crate::header::{JSON, LZ4};
 
 /// How a table encodes its values on Valkey (`.codec`). Whatever a table writes, it reads every
 /// codec: processes with different settings share values.
@@ -62,6 +57,30 @@ impl Coding {
         bits |= LZ4;
         Ok((compressed, bits))
     }
+}
+
+/// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
+/// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
+/// a counted miss. 128 levels is far beyond the shape of a cached record and a few hundred
+/// kilobytes of stack at most, well within a Tokio worker's 2 MiB. A value that legitimately
+/// nests deeper encodes, but never reads back: every read of it is a miss.
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// Why stored bytes are not a value of this table.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    #[error("{0} bytes left over after the payload (a value of another type?)")]
+    Trailing(usize),
+    #[error("the payload nests deeper than {0} levels")]
+    TooDeep(usize),
+    #[error("payload: {0}")]
+    Payload(#[from] postcard::Error),
+    #[error("JSON payload: {0}")]
+    Json(String),
+    #[error("compressed payload: {0}")]
+    Compressed(String),
 }
 
 fn codec_error(e: impl std::fmt::Display) -> Error {

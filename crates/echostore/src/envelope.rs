@@ -26,14 +26,14 @@
 //! (1.0) and no unsafe code; it keeps small values small, which matters when a herd of processes
 //! reads them. The key's `PX` carries the physical life (`ttl + stale_for`); between `fresh_until`
 //! and that expiry the copy is stale. Bytes that do not decode — a foreign format byte, a short
-//! header, a payload of another type, a value nested deeper than [`MAX_DEPTH`] — are a
+//! header, a payload of another type, a value nested deeper than [`MAX_DEPTH`](crate::codec::MAX_DEPTH) — are a
 //! [`DecodeError`], which the fill counts and treats as a miss; they never panic.
 //!
 //! Decoding is bounded whatever the value type: the bytes come from whoever can write to Valkey,
 //! and serde decodes nested values by recursion, so a type that nests through itself (an enum that
 //! boxes itself) would let a few megabytes of planted bytes overflow the stack and abort the
 //! process. postcard's deserializer is wrapped by [`crate::depth`], which refuses nesting past
-//! [`MAX_DEPTH`] while decoding, before the deep value exists (a value a million deep could not
+//! [`MAX_DEPTH`](crate::codec::MAX_DEPTH) while decoding, before the deep value exists (a value a million deep could not
 //! even be dropped without overflowing the stack).
 
 use std::time::Duration;
@@ -44,16 +44,10 @@ use serde::de::DeserializeOwned;
 use crate::codec::Coding;
 use crate::error::{Error, Result};
 use crate::header::{
-    FORMAT, FORMAT_MARKED, FORMAT_VERSIONED, FORMAT_VERSIONED_MARKED, HEADER_1, HeaderError,
-    decode_header,
+    FORMAT, FORMAT_MARKED, FORMAT_VERSIONED, FORMAT_VERSIONED_MARKED, HEADER_1, decode_header,
 };
 
-/// How deeply a value read from Valkey may nest: every sequence, tuple, map, struct, enum,
-/// newtype and `Some` inside another is one level. Deeper bytes are a [`DecodeError::TooDeep`],
-/// a counted miss. 128 levels is far beyond the shape of a cached record and a few hundred
-/// kilobytes of stack at most, well within a Tokio worker's 2 MiB. A value that legitimately
-/// nests deeper encodes, but never reads back: every read of it is a miss.
-pub(crate) const MAX_DEPTH: usize = 128;
+pub(crate) use crate::codec::DecodeError;
 
 /// A value read back from Valkey with its timestamps.
 #[derive(Debug)]
@@ -105,23 +99,6 @@ impl Marking {
     fn is_blank(&self) -> bool {
         self.generation == 0 && self.tags.is_empty()
     }
-}
-
-/// Why stored bytes are not a value of this table.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DecodeError {
-    #[error(transparent)]
-    Header(#[from] HeaderError),
-    #[error("{0} bytes left over after the payload (a value of another type?)")]
-    Trailing(usize),
-    #[error("the payload nests deeper than {0} levels")]
-    TooDeep(usize),
-    #[error("payload: {0}")]
-    Payload(#[from] postcard::Error),
-    #[error("JSON payload: {0}")]
-    Json(String),
-    #[error("compressed payload: {0}")]
-    Compressed(String),
 }
 
 /// What a header says of the value behind it: its life, how long its load took, its version.

@@ -22,8 +22,6 @@
 
 use std::time::Duration;
 
-use crate::codec::{CODING_MASK, JSON, LZ4};
-
 /// The format byte this version writes for a table without `.version_by`.
 pub(crate) const FORMAT: u8 = 2;
 /// The format byte of an envelope that carries the source's version.
@@ -32,6 +30,12 @@ pub(crate) const FORMAT_VERSIONED: u8 = 3;
 pub(crate) const FORMAT_MARKED: u8 = 4;
 /// Format 3 with the generation and the tags.
 pub(crate) const FORMAT_VERSIONED_MARKED: u8 = 5;
+/// The format byte's bit for a JSON payload (postcard without it).
+pub(crate) const JSON: u8 = 0x10;
+/// The format byte's bit for an LZ4-compressed payload.
+pub(crate) const LZ4: u8 = 0x20;
+/// The format byte's bits that say how the payload is coded; the low four are the layout.
+pub(crate) const CODING_MASK: u8 = 0xF0;
 /// The layout without `delta`, still read.
 pub(crate) const FORMAT_1: u8 = 1;
 /// Format 1's header: format, `fresh_until`, `written_at`.

@@ -128,7 +128,7 @@ return 1
 /// The reloader's "unchanged": while the lock holds this attempt's token and the value key still
 /// holds the copy the reloader was given (its `written_at`, bytes 10..17), restamp that copy's
 /// life on the server's clock (`fresh_until` = now + the fresh life, `written_at` = now: 16 bytes,
-/// no value bytes sent) and its `PX`, and release the lock; ARGV[3] = `gone` deletes the copy
+/// no value bytes sent) and its `PX`, and release the lock; `ARGV[3]` = `gone` deletes the copy
 /// instead. Returns 1 (renewed or deleted, released), 0 (fenced out: not our lock, nothing done)
 /// or -1 (the copy changed meanwhile: released, nothing written).
 pub const RENEW_SCRIPT: &str = concat!(

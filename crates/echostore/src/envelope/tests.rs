@@ -1,6 +1,7 @@
 //! Unit tests of `envelope`.
 use super::*;
-use crate::header::{LONGEST_HEADER, WRITTEN_AT};
+use crate::codec::MAX_DEPTH;
+use crate::header::{HeaderError, LONGEST_HEADER, WRITTEN_AT};
 
 /// An unmarked write, as most of these tests make.
 fn encode<V: Serialize>(
