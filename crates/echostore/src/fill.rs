@@ -156,6 +156,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
 
     /// The fill without a Valkey (none, or unreachable): the loader in this process.
     async fn here(&self) -> Result<Landing<V>> {
+        if self.core.l2.is_none() {
+            crate::spans::record("echostore.lock", "none");
+        }
         let filled = match self.refreshing {
             Some(_) => self.load.refresh_here().await,
             None => self.load.here().await,
@@ -199,6 +202,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 None => {}
             }
             if acquired.won {
+                crate::spans::record("echostore.lock", "won");
                 bump(&self.core.stats.counters.lock_won);
                 return self
                     .win(at, &token, stamp, stale)
@@ -206,6 +210,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                     .map(Landing::Filled);
             }
             bump(&self.core.stats.counters.lock_lost);
+            crate::spans::record("echostore.lock", "lost");
             if self.refreshing.is_some() {
                 // Another process is rebuilding the id: its write will reach us.
                 return Ok(Landing::Skipped);
@@ -360,6 +365,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// would go back — and every other process hears the delete.
     async fn degraded(&self, at: &OnValkey<'_>, error: Error) -> Result<Landing<V>> {
         bump(&self.core.stats.counters.l2_errors);
+        crate::spans::record("echostore.lock", "unreachable");
         tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
         let life = self.core.unconfirmed_l1_life;
         let landing = self.here().await?;

@@ -76,6 +76,7 @@
 //!   bound (`depth`).
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends);
 //!   `metrics` — the same figures exported through the `metrics` facade.
+//! - `spans` — the tracing spans' stable names and attributes (OpenTelemetry through `tracing-opentelemetry`).
 //! - `supervisor` — restarts a crashed owner.
 //! - `key` — [`Key`], [`Value`] and the Valkey key names `<table>:{<id>}`, `lock:<table>:{<id>}`,
 //!   `<table>:{}marks`.
@@ -151,6 +152,7 @@ mod read_options;
 mod reload;
 mod scripts;
 mod server_clock;
+mod spans;
 mod stale;
 mod stats;
 mod store;

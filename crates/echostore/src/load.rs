@@ -175,11 +175,14 @@ pub(crate) async fn guarded<K, V, T>(
     start: impl FnOnce() -> BoxFuture<'static, Result<T>>,
 ) -> Result<(T, Duration)> {
     let _timing = crate::metrics::Timing::load(&core.name);
+    let fill = tracing::Span::current();
+    let span = tracing::info_span!("echostore.load", echostore.table = %core.name);
     let began = Instant::now();
     let future = match std::panic::catch_unwind(AssertUnwindSafe(start)) {
         Ok(future) => AssertUnwindSafe(future).catch_unwind(),
         Err(panic) => return Err(Error::LoaderPanicked(panic_message(&*panic))),
     };
+    let future = tracing::Instrument::instrument(future, span);
     let finished = match core.config.load_timeout {
         Some(limit) => match tokio::time::timeout(limit, future).await {
             Ok(finished) => finished,
@@ -190,6 +193,7 @@ pub(crate) async fn guarded<K, V, T>(
         },
         None => future.await,
     };
+    fill.record("echostore.load_ms", began.elapsed().as_millis() as u64);
     match finished {
         Ok(Ok(value)) => Ok((value, began.elapsed())),
         Ok(Err(e)) => Err(e),

@@ -91,7 +91,7 @@ fn launch<K: Key, V: Value>(core: &Arc<TableCore<K, V>>, mut started: Vec<Starte
         return spawn_fill(Arc::clone(core), owner, id, flight, Start::default());
     }
     let core = Arc::clone(core);
-    let span = tracing::debug_span!("batch fill", table = %core.name, ids = started.len());
+    let span = tracing::info_span!("echostore.batch_fill", echostore.table = %core.name, echostore.ids = started.len());
     tokio::spawn(
         async move {
             let report = ToOwners(

@@ -50,7 +50,14 @@ pub(super) fn spawn_fill<K: Key, V: Value>(
         losers,
         read,
     } = start;
-    let span = tracing::debug_span!("fill", table = %core.name, id = ?id);
+    let span = tracing::info_span!(
+        "echostore.fill",
+        echostore.table = %core.name,
+        echostore.id_hash = %crate::spans::id_hash(&id),
+        echostore.lock = tracing::field::Empty,
+        echostore.origin = tracing::field::Empty,
+        echostore.load_ms = tracing::field::Empty,
+    );
     tokio::spawn(
         async move {
             let signals = {
@@ -75,6 +82,7 @@ pub(super) fn spawn_fill<K: Key, V: Value>(
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
+            crate::spans::record("echostore.origin", landed_as(&outcome));
             // If the owner is gone, its waiters were already answered `Stopped`.
             let _ = owner.cast(OwnerMsg::Landed {
                 id,
@@ -85,4 +93,13 @@ pub(super) fn spawn_fill<K: Key, V: Value>(
         }
         .instrument(span),
     );
+}
+
+/// What a fill landed as, for its span's `echostore.origin`.
+fn landed_as<V>(outcome: &Result<Landing<V>>) -> &'static str {
+    match outcome {
+        Ok(Landing::Filled(filled)) => filled.fetched.origin.as_str(),
+        Ok(Landing::Skipped) => "skipped",
+        Err(_) => "error",
+    }
 }

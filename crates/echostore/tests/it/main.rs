@@ -9,6 +9,7 @@
 mod common;
 
 mod a_cluster_heals_after_a_primary_fails;
+mod a_cold_miss_is_traced;
 mod a_cold_miss_makes_three_round_trips;
 mod a_crashed_owner_answers_stopped_and_restarts;
 mod a_crashed_owner_leaves_l1_agreeing_with_valkey;
