@@ -160,6 +160,24 @@ impl<K: Eq + Hash, V> Board<K, V> {
         std::panic::catch_unwind(AssertUnwindSafe(enter)).unwrap_or(Entered::Owner)
     }
 
+    /// `true` when nothing is listed for `id` and no write of it is on its way or running: a copy
+    /// read from Valkey now cannot be older than what a landing of this process would serve next.
+    pub(crate) fn quiet<Q>(&self, id: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let quiet = || {
+            let lists = self.lists();
+            !(lists.listed.contains_key(id)
+                || lists.writing.contains(id)
+                || lists.detached.contains(id)
+                || lists.running.contains_key(id))
+        };
+        // A key whose `Hash` or `Eq` panics: not quiet (the peek answers nothing).
+        std::panic::catch_unwind(AssertUnwindSafe(quiet)).unwrap_or(false)
+    }
+
     /// The read `read` of `id` found a fresh value: if it is still listed, `keep` runs (the L1
     /// insert) under the board's lock and the read is withdrawn; `false` if it was not listed (a
     /// write, a push or a flush overtook it, or a flight replaced it).

@@ -55,8 +55,9 @@ impl<K: Key, V: Value> Table<K, V> {
     ///
     /// Valkey's copy is refused (`None`) as a read would refuse it: past its freshness on Valkey's
     /// clock, made a miss by a `clear` or a tag invalidation, oversized, undecodable — and while
-    /// this process's own failed write of `id` is not yet repaired on Valkey. A Valkey error is
-    /// the error.
+    /// this process's own failed write of `id` is not yet repaired on Valkey, or a load or write
+    /// of `id` is under way in this process (it may land an older value than Valkey's, and a
+    /// process never answers newer than what it serves next). A Valkey error is the error.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -107,7 +108,9 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
     let Some(l2) = &core.l2 else {
         return Ok(None);
     };
-    if core.unsettled.holds(id) {
+    // A flight or a write of the id in this process may still land an older value than Valkey
+    // holds now: a peek then answers nothing rather than something newer than the next read.
+    if core.unsettled.holds(id) || !core.board.quiet(id) {
         return Ok(None);
     }
     let names = core.names(id)?;
@@ -129,7 +132,7 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
     };
     let longest = core.config.longest_life(&env.value);
     let env = env.capped(longest);
-    if !env.is_fresh(core.now_ms()) {
+    if !env.is_fresh(core.now_ms()) || !core.board.quiet(id) {
         return Ok(None);
     }
     Ok(Some(Fetched::new(Arc::new(env.value), Origin::L2)))

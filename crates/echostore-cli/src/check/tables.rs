@@ -96,6 +96,20 @@ impl Tables {
         Ok((*fetched.value, fetched.origin.to_string()))
     }
 
+    /// One `peek` of `id` (cache only): its version and origin, or `None` when no cache holds it.
+    pub(crate) async fn peek(
+        &self,
+        table: u8,
+        id: u32,
+    ) -> echostore::Result<Option<(u64, String)>> {
+        let fetched = match table {
+            0 => self.numbers.peek(&u64::from(id)).await?,
+            1 => self.names.peek(name(id).as_str()).await?,
+            _ => self.items.peek(&item(id)).await?,
+        };
+        Ok(fetched.map(|f| (*f.value, f.origin.to_string())))
+    }
+
     /// One `fetch_many` of `ids`: each id's own answer, in the order given (an id the table left
     /// out of its answer is missing here too).
     pub(crate) async fn read_many(&self, table: u8, ids: &[u32]) -> Vec<(u32, Answer)> {

@@ -1,5 +1,6 @@
 //! The calls a worker's tasks make, and how each is recorded: reads (one in [`BATCH_EVERY`] a
-//! `fetch_many` of a few ids, recorded as a read of each), puts, invalidates and deletes of a
+//! `fetch_many` of a few ids, recorded as a read of each; of the others one in [`PEEK_EVERY`] a
+//! cache-only `peek`), puts, invalidates and deletes of a
 //! small hot set of ids, and now and then a group write (a tag, or the whole table). A write moves
 //! the source on first, so its version is what a later read must return.
 
@@ -19,6 +20,9 @@ const CALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// One read in this many is a batch (`fetch_many`), the others a single `fetch`.
 const BATCH_EVERY: u32 = 4;
+
+/// One single read in this many is a `peek` (cache only, never the loader).
+const PEEK_EVERY: u32 = 8;
 
 /// How many distinct ids a batch read asks for (at most `--keys`).
 const BATCH_IDS: std::ops::RangeInclusive<usize> = 2..=8;
@@ -52,6 +56,8 @@ impl Workload {
                 if rng.random_range(0..BATCH_EVERY) == 0 {
                     let ids = self.batch_ids(&mut rng);
                     self.read_many(table, &ids).await;
+                } else if rng.random_range(0..PEEK_EVERY) == 0 {
+                    self.peek(table, rng.random_range(0..self.keys)).await;
                 } else {
                     self.read(table, rng.random_range(0..self.keys)).await;
                 }
@@ -87,6 +93,23 @@ impl Workload {
         let answer = bounded(self.tables.read(table, id)).await;
         let (version, ok, origin) = match answer {
             Ok((version, origin)) => (version, true, origin),
+            Err(e) => (0, false, e.to_string()),
+        };
+        self.recorder.record(Op {
+            version,
+            ok,
+            origin,
+            ..call(table, id, Action::Read, (start, now_ns()))
+        });
+    }
+
+    /// One `peek`, recorded as a read when it found a copy (what it answers must obey every rule
+    /// a read's does); a peek that found nothing promises nothing and is not recorded.
+    async fn peek(&self, table: u8, id: u32) {
+        let start = now_ns();
+        let (version, ok, origin) = match bounded(self.tables.peek(table, id)).await {
+            Ok(Some((version, origin))) => (version, true, origin),
+            Ok(None) => return,
             Err(e) => (0, false, e.to_string()),
         };
         self.recorder.record(Op {
