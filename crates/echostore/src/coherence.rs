@@ -5,7 +5,7 @@
 //! By default ([`Tracking::Broadcast`]) the connection runs
 //! `CLIENT TRACKING ON BCAST PREFIX <table>: PREFIX lock:<table>:` for every table of the store, registered as tables start. With
 //! [`Tracking::Keys`] it runs `CLIENT TRACKING ON`, and Valkey pushes only the keys it read
-//! (`crate::tracking::keys`): each value L1 takes is read there once more before it lives its
+//! (`crate::coherence::tracking::keys`): each value L1 takes is read there once more before it lives its
 //! full life. An invalidation of a **value key** reaches the
 //! table's owner, which drops the id from L1 and detaches a running flight for it (a fill that read
 //! the old bytes cannot store them): ordered with fills and writes, like a local `invalidate`. An
@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 
+use crate::coherence::tracking::keys::{Found, Read, Registry};
 use crate::envelope::Fingerprint;
 use crate::key::{KeyKind, parse_key};
-use crate::tracking::keys::{Found, Read, Registry};
 
 /// How Valkey tells a store which keys changed ([`StoreBuilder::tracking`](crate::StoreBuilder::tracking)).
 /// Both keep the guarantees of `docs/consistency.md`; they differ in what they cost Valkey and
@@ -356,3 +356,5 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+pub(crate) mod tracking;

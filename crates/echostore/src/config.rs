@@ -13,6 +13,7 @@
 //! | `l1_backend` | quick_cache | or moka |
 //! | `codec`, `compress_above` | postcard, never | how values are coded on Valkey; LZ4 above the size |
 //! | `reloader` | none | called instead of the loader with a copy in its stale window; may answer "unchanged" |
+//! | `audit_sample` | none | compare this fraction of L1 hits with Valkey, off the hit path |
 //! | `l1_idle` | none | an L1 entry not read for this long leaves L1 |
 //! | `l1_capacity_bytes`, `l1_weigher` | none | L1 bounded by bytes, each entry weighed by the weigher, instead of by `l1_capacity` entries |
 //! | `load_timeout` | 30 s (`no_load_timeout()` for none) | waiters get `LoadTimeout` and the lock is released when the loader runs longer |
@@ -117,6 +118,7 @@ pub struct TableBuilder<K, V> {
     l1_capacity_bytes: Option<u64>,
     l1_weigher: Option<crate::l1::Weigher<K, V>>,
     l1_idle: Option<Duration>,
+    audit_sample: Option<f64>,
     coding: crate::codec::Coding,
     loader: Option<Loader<K, V>>,
     reloader: Option<crate::reload::Reloader<K, V>>,
@@ -148,6 +150,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_capacity_bytes: None,
             l1_weigher: None,
             l1_idle: None,
+            audit_sample: None,
             coding: crate::codec::Coding::default(),
             loader: None,
             reloader: None,

@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 
 use crate::board::Board;
 use crate::coherence::Tracker;
+use crate::coherence::tracking::keys::Read;
 use crate::envelope::{self, Envelope, Fingerprint, Marking, Stamp};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1, L1Cache, Unconfirmed};
@@ -21,7 +22,6 @@ use crate::losers::LoserPolicy;
 use crate::marks::Marks;
 use crate::server_clock::wall_ms;
 use crate::stats::Stats;
-use crate::tracking::keys::Read;
 use crate::unsettled::Unsettled;
 
 /// The source of truth for one table: called once per id per expiry.
@@ -213,6 +213,8 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) namespace: Arc<str>,
     pub(crate) config: TableConfig<V>,
     pub(crate) l1: L1<K, V>,
+    /// The staleness audit of a sample of hits (`.audit_sample`).
+    pub(crate) audit: Option<crate::audit::Audit<K, V>>,
     /// What happened to the table's ids, for its subscribers (`Table::events`).
     pub(crate) events: Arc<crate::events::Events<K>>,
     /// Under key tracking, L1's entries that wait for Valkey to confirm them.
@@ -376,7 +378,7 @@ impl<K: crate::key::Key, V: crate::key::Value> TableCore<K, V> {
     /// `fingerprint`: the bytes it was read from or written as, when known.
     ///
     /// Under key tracking the entry lives at most the unconfirmed life until the tracking
-    /// connection has read the key and found those bytes (`crate::tracking::keys`): before that
+    /// connection has read the key and found those bytes (`crate::coherence::tracking::keys`): before that
     /// read, Valkey would push no change of the key to this store. An entry with no fingerprint
     /// never lives longer.
     pub(crate) fn keep(&self, id: K, entry: Entry<V>, fingerprint: Option<Fingerprint>) {

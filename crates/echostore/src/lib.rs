@@ -65,8 +65,8 @@
 //!   and early refresh; `l1::unconfirmed` — under key tracking, the entries waiting for Valkey
 //!   to confirm them; `clock` tells its entries' freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
-//! - `tracking` — coherence's tracking connections (one per server or cluster primary);
-//!   `tracking::keys` — under key tracking, the keys they read and what they found there.
+//! - `coherence::tracking` — coherence's tracking connections (one per server or cluster primary);
+//!   `coherence::tracking::keys` — under key tracking, the keys they read and what they found there.
 //! - `l2` — the shared Valkey connection, behind the circuit breaker (`breaker`);
 //!   `server_clock` — Valkey's clock as estimated here: the "now" every envelope's life is read
 //!   against, and a put's deadline.
@@ -74,6 +74,7 @@
 //!   `written_at`, the load's `delta`, the source's version, the generation; published in
 //!   [`protocol`]), then the entry's tags and the postcard payload, decoded within a nesting
 //!   bound (`depth`).
+//! - `audit` — the online staleness audit: a sample of L1 hits compared with Valkey off the hit path.
 //! - `stats` — counters and the [`TableStats`] snapshot (the `:coalesced` counter and friends);
 //!   `metrics` — the same figures exported through the `metrics` facade.
 //! - `spans` — the tracing spans' stable names and attributes (OpenTelemetry through `tracing-opentelemetry`).
@@ -114,6 +115,7 @@
 //! counters; each with an example that runs as a doc test.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+mod audit;
 mod batch;
 mod board;
 mod breaker;
@@ -159,7 +161,6 @@ mod store;
 mod supervisor;
 mod table;
 mod tags;
-mod tracking;
 mod unsettled;
 mod writes;
 
@@ -167,6 +168,7 @@ pub mod recipes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use codec::Codec;
+pub use coherence::tracking::SILENT_LINK_BOUND;
 pub use coherence::{DOWN_L1_LIFE, Tracking};
 pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use error::{Error, Result, SharedError, ValkeyError};
@@ -181,7 +183,6 @@ pub use reload::Reload;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;
-pub use tracking::SILENT_LINK_BOUND;
 
 /// The README's Rust snippets, compiled as doctests so that they keep up with the API.
 #[cfg(doctest)]

@@ -153,6 +153,9 @@ where
         }
     }
     core.stats.l1_hits.incr();
+    if let Some(audit) = &core.audit {
+        audit.hit(core, id, &entry.value);
+    }
     Some(Fetched::new(entry.value, Origin::L1))
 }
 

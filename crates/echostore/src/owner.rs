@@ -22,6 +22,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use crate::clock::Moment;
+use crate::coherence::tracking::keys::Found;
 use crate::core::TableCore;
 use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
@@ -36,7 +37,6 @@ use crate::own_writes::OwnWrites;
 use crate::owner_ref::EveryShard;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
-use crate::tracking::keys::Found;
 use crate::writes::{L2Write, PendingWrite};
 
 /// What the owner is asked to do.

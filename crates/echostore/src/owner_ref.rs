@@ -11,6 +11,7 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 
 use crate::coherence::Sink;
+use crate::coherence::tracking::keys::Found;
 use crate::core::TableCore;
 use crate::envelope::Fingerprint;
 use crate::error::{Error, Result};
@@ -20,7 +21,6 @@ use crate::marks::Scope;
 use crate::owner::{Owner, OwnerArgs, OwnerMsg};
 use crate::stats::{Counters, bump};
 use crate::supervisor::Restart;
-use crate::tracking::keys::Found;
 use std::sync::atomic::AtomicU64;
 
 /// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and

@@ -266,6 +266,12 @@ counters! {
     l1_idle_evictions,
     /// Reloader calls that answered `Unchanged`: the copy's life renewed, no value rewritten.
     reloads_unchanged,
+    /// L1 hits the staleness audit (`audit_sample`) compared with a fresh copy on Valkey.
+    audited_hits,
+    /// Audited hits that served another value than Valkey held, written before the hit.
+    stale_hits,
+    /// The largest staleness an audit found, ms: how long before the hit Valkey held the newer value.
+    audit_max_staleness_ms,
     }
     gauges {
         /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey

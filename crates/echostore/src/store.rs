@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 
+use crate::coherence::tracking;
 use crate::coherence::{DOWN_L1_LIFE, Tracker, Tracking};
 use crate::config::{MAX_DURATION, TableBuilder};
 use crate::connect::{Endpoint, Kind};
@@ -13,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::key::{Key, LOCK_PREFIX, Value, validate_table_name};
 use crate::l2::L2;
 use crate::supervisor::{Supervisor, SupervisorMsg};
-use crate::tracking;
 
 struct StoreInner {
     /// `""`, or `"<namespace>:"`.

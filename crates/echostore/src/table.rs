@@ -102,6 +102,7 @@ impl<K: Key, V: Value> Table<K, V> {
         }
         crate::owner::poll_marks(&core, Arc::downgrade(&owner));
         sweep_idle(&core);
+        crate::audit::Audit::start(&core);
         for (shard, restart) in restarts.into_iter().enumerate() {
             let id = owner.current(shard).get_id();
             supervisor

@@ -289,6 +289,16 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// Audit this fraction of L1 hits (`0.0..=1.0`; `0.001` is one in a thousand) against Valkey's
+    /// copy, off the hit path: `audited_hits`, `stale_hits` and `audit_max_staleness_ms` say
+    /// whether what this process serves is what Valkey holds — in production, where a proxy, a
+    /// failover or a bug could make L1 stale unseen. A sampled hit costs one random draw and a
+    /// queue send; the comparison is a Valkey read on a task of its own. With a Valkey only.
+    pub fn audit_sample(mut self, fraction: f64) -> Self {
+        self.audit_sample = Some(fraction);
+        self
+    }
+
     /// Largest encoded value accepted (default 16 MiB, at most 512 MiB). With a Valkey, a `put`
     /// of a larger one fails with `Error::TooLarge` and writes nothing, and a fill that loads one
     /// answers its waiters with `TooLarge` and caches nothing; a larger value found on Valkey is a

@@ -90,6 +90,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             ),
             (!self.ttl.is_zero(), "ttl must be above zero".into()),
             (
+                self.audit_sample.is_none_or(|f| (0.0..=1.0).contains(&f)),
+                "audit_sample must be within 0.0..=1.0".into(),
+            ),
+            (
                 self.l1_idle
                     .is_none_or(|idle| idle >= Duration::from_millis(1)),
                 "l1_idle must be at least 1 ms".into(),
@@ -152,6 +156,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         );
         let events = Arc::new(crate::events::Events::new());
         TableCore {
+            audit: self.audit_sample.map(crate::audit::Audit::new),
             name: Arc::from(self.name.as_str()),
             namespace: Arc::from(self.store.namespace()),
             l1: L1::new(self.l1_backend, l1_bound, self.l1_idle, &events),

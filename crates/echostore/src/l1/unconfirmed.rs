@@ -1,7 +1,7 @@
 //! Under key tracking, the L1 entries waiting for Valkey to confirm them: each with the
 //! fingerprint of the bytes it was read or written as, and the entry at its full life. L1 holds
 //! the entry capped at `unconfirmed_l1_life` meanwhile; once the tracking connection has read the
-//! key and found those bytes (`crate::tracking::keys`), the owner gives L1 the full entry.
+//! key and found those bytes (`crate::coherence::tracking::keys`), the owner gives L1 the full entry.
 
 use std::collections::HashMap;
 use std::hash::Hash;

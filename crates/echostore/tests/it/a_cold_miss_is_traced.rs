@@ -30,13 +30,22 @@ async fn a_cold_miss_exports_a_fill_and_a_load_span() {
         .build();
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("echostore-test"));
     let _traced = tracing_subscriber::registry().with(layer).set_default();
+    // Other tests of this binary, on other threads and with no subscriber, may have met the spans'
+    // callsites first and cached "never": ask every callsite again, now that this thread listens.
+    tracing::callsite::rebuild_interest_cache();
 
     let valkey = valkey();
     let source = Source::open();
     let table = table_on(&store_on(&valkey.url()).await, "traced", &source, |t| t).await;
     table.get(&7).await.expect("cold miss");
     table.get(&7).await.expect("L1 hit");
-    provider.force_flush().expect("flush");
+    // The fill's task ends (and its span closes) just after it answered: wait for both spans.
+    common::until_async("the fill and load spans closed", async || {
+        provider.force_flush().expect("flush");
+        tokio::task::yield_now().await;
+        exporter.get_finished_spans().expect("spans").len() >= 2
+    })
+    .await;
 
     let spans = exporter.get_finished_spans().expect("spans");
     let named =

@@ -28,6 +28,7 @@ mod a_reloader_renews_unchanged_values_in_place;
 mod a_skewed_clock_changes_no_life;
 mod a_slot_migration_delays_no_write;
 mod a_values_own_ttl_is_its_life_everywhere;
+mod an_audit_sees_stale_hits;
 mod bad_input_gets_a_clear_error_and_loses_nothing;
 mod batch_reads_across_processes;
 mod batch_reads_and_gets_never_read_back_in_time;

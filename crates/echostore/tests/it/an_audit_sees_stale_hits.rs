@@ -1,0 +1,62 @@
+//! `.audit_sample(f)`: a sample of L1 hits compared with Valkey's copy off the hit path. With
+//! coherence off, a write elsewhere leaves this process's L1 stale and the audit finds it; with
+//! coherence on, the push retires the old copy and the audit finds nothing stale.
+
+use crate::common;
+
+use common::{Source, builder_on, coherent_store, table_on, until, until_stats, valkey};
+use echostore::Table;
+
+async fn audited(store: &echostore::Store, source: &Source) -> Table<u64, String> {
+    table_on(store, "audited", source, |t| t.audit_sample(1.0)).await
+}
+
+/// Coherence off: store A keeps serving its L1 copy after store B's put, and every audited hit
+/// of it is stale, by at least the time since the put landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_coherence_the_audit_finds_stale_hits() {
+    let valkey = valkey();
+    let source = Source::open();
+    let deaf = builder_on(&valkey.url())
+        .coherence(false)
+        .build()
+        .await
+        .expect("store");
+    let a = audited(&deaf, &source).await;
+    let b = audited(&coherent_store(&valkey.url(), None).await, &source).await;
+    a.get(&1).await.expect("load");
+    b.put(&1, "newer".to_owned()).await.expect("put");
+    for _ in 0..50 {
+        assert_eq!(
+            *a.get(&1).await.expect("hit"),
+            "value-1-1",
+            "L1 is stale: no coherence"
+        );
+    }
+    until_stats(&a, "the audit found stale hits", |s| s.stale_hits > 0).await;
+    let s = a.stats();
+    assert!(s.audited_hits >= s.stale_hits);
+}
+
+/// Coherence on: once the push has reached A, its hits are of the new value, and a hundred
+/// audited hits find none stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_coherence_the_audit_finds_none() {
+    let valkey = valkey();
+    let source = Source::open();
+    let a = audited(&coherent_store(&valkey.url(), None).await, &source).await;
+    let b = audited(&coherent_store(&valkey.url(), None).await, &source).await;
+    a.get(&1).await.expect("load");
+    b.put(&1, "newer".to_owned()).await.expect("put");
+    // Watched without a read (a peek is not audited): A's only read so far was its load.
+    until("the push reached A", || a.peek_local(&1).is_none()).await;
+    assert_eq!(*a.get(&1).await.expect("read"), "newer");
+    for _ in 0..100 {
+        assert_eq!(*a.get(&1).await.expect("hit"), "newer");
+    }
+    until("the hundred hits were audited", || {
+        a.stats().audited_hits >= 100
+    })
+    .await;
+    assert_eq!(a.stats().stale_hits, 0, "no stale hit after the push");
+}
