@@ -9,21 +9,21 @@
 //! after the hit, no copy, or an unreadable one audits nothing.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use crate::core::TableCore;
 use crate::envelope;
-use crate::key::{Key, Value};
-use crate::stats::bump;
+use crate::key::{Key, KeyNames, Value};
+use crate::l2::L2;
+use crate::stats::{Counters, bump};
 
 /// Sampled hits waiting for the auditor; more are dropped.
 const QUEUE: usize = 1024;
 
 /// One sampled hit: what L1 served for `id`, at `served_ms` on Valkey's clock.
-struct Sampled<K, V> {
-    id: K,
+pub(crate) struct Sampled<K, V> {
+    pub(crate) id: K,
     value: Arc<V>,
     served_ms: u64,
 }
@@ -47,9 +47,10 @@ impl<K: Key, V: Value> Audit<K, V> {
         }
     }
 
-    /// A hit of `id` served `value`: sampled with the audit's chance.
+    /// A hit of `id` served `value` at `served_ms` (Valkey's clock, read only when sampled):
+    /// sampled with the audit's chance.
     #[inline(never)]
-    pub(crate) fn hit<Q>(&self, core: &TableCore<K, V>, id: &Q, value: &Arc<V>)
+    pub(crate) fn hit<Q>(&self, id: &Q, value: &Arc<V>, served_ms: impl FnOnce() -> u64)
     where
         Q: ToOwned<Owned = K> + ?Sized,
     {
@@ -59,38 +60,35 @@ impl<K: Key, V: Value> Audit<K, V> {
         let sampled = Sampled {
             id: id.to_owned(),
             value: Arc::clone(value),
-            served_ms: core.now_ms(),
+            served_ms: served_ms(),
         };
         let _ = self.queue.try_send(sampled);
     }
 
-    /// Starts the auditor of `core`'s table; it ends with the table.
-    pub(crate) fn start(core: &Arc<TableCore<K, V>>) {
-        let Some(audit) = &core.audit else { return };
-        let pending = audit
-            .pending
+    /// The sampled hits, for the table's auditor task (once).
+    pub(crate) fn samples(&self) -> Option<mpsc::Receiver<Sampled<K, V>>> {
+        self.pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let Some(mut samples) = pending else { return };
-        let weak: Weak<TableCore<K, V>> = Arc::downgrade(core);
-        tokio::spawn(async move {
-            while let Some(sampled) = samples.recv().await {
-                let Some(core) = weak.upgrade() else { return };
-                check(&core, sampled).await;
-            }
-        });
+            .take()
     }
 }
 
-/// Compares one sampled hit with Valkey's copy, counting what it finds.
-async fn check<K: Key, V: Value>(core: &TableCore<K, V>, sampled: Sampled<K, V>) {
-    let Some(l2) = &core.l2 else { return };
-    let Ok(names) = core.names(&sampled.id) else {
-        return;
-    };
-    let max = core.config.max_value_bytes;
-    let Ok(Some(bytes)) = l2.get(&names, max).await else {
+/// Where an audit reads and counts: the table's Valkey, its value limit and its counters.
+pub(crate) struct Auditor<'a> {
+    pub(crate) l2: &'a L2,
+    pub(crate) max_bytes: usize,
+    pub(crate) counters: &'a Counters,
+}
+
+/// Compares one sampled hit with Valkey's copy under `names`, counting what it finds.
+pub(crate) async fn check<K: Key, V: Value>(
+    at: &Auditor<'_>,
+    names: &KeyNames,
+    sampled: Sampled<K, V>,
+) {
+    let max = at.max_bytes;
+    let Ok(Some(bytes)) = at.l2.get(names, max).await else {
         return;
     };
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes, max)));
@@ -100,14 +98,13 @@ async fn check<K: Key, V: Value>(core: &TableCore<K, V>, sampled: Sampled<K, V>)
     if !env.is_fresh(sampled.served_ms) || env.written_at_ms > sampled.served_ms {
         return; // no fresh copy then, or written after the hit: nothing to hold the hit to
     }
-    let counters = &core.stats.counters;
-    bump(&counters.audited_hits);
+    bump(&at.counters.audited_hits);
     let same =
         postcard::to_allocvec(&env.value).ok() == postcard::to_allocvec(&*sampled.value).ok();
     if !same {
-        bump(&counters.stale_hits);
+        bump(&at.counters.stale_hits);
         let staleness = sampled.served_ms - env.written_at_ms;
-        counters
+        at.counters
             .audit_max_staleness_ms
             .fetch_max(staleness, std::sync::atomic::Ordering::Relaxed);
     }

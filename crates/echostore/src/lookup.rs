@@ -154,7 +154,7 @@ where
     }
     core.stats.l1_hits.incr();
     if let Some(audit) = &core.audit {
-        audit.hit(core, id, &entry.value);
+        audit.hit(id, &entry.value, || core.now_ms());
     }
     Some(Fetched::new(entry.value, Origin::L1))
 }

@@ -102,7 +102,7 @@ impl<K: Key, V: Value> Table<K, V> {
         }
         crate::owner::poll_marks(&core, Arc::downgrade(&owner));
         sweep_idle(&core);
-        crate::audit::Audit::start(&core);
+        audit_hits(&core);
         for (shard, restart) in restarts.into_iter().enumerate() {
             let id = owner.current(shard).get_id();
             supervisor
@@ -398,6 +398,29 @@ fn sweep_idle<K: Key, V: Value>(core: &Arc<TableCore<K, V>>) {
             tick.tick().await;
             let Some(core) = weak.upgrade() else { return };
             core.l1.sweep_idle();
+        }
+    });
+}
+
+/// With `.audit_sample`, compares the sampled hits with Valkey on a task of its own, until the
+/// table is gone.
+fn audit_hits<K: Key, V: Value>(core: &Arc<TableCore<K, V>>) {
+    let Some(mut samples) = core.audit.as_ref().and_then(|a| a.samples()) else {
+        return;
+    };
+    let weak = Arc::downgrade(core);
+    tokio::spawn(async move {
+        while let Some(sampled) = samples.recv().await {
+            let Some(core) = weak.upgrade() else { return };
+            let (Some(l2), Ok(names)) = (&core.l2, core.names(&sampled.id)) else {
+                continue;
+            };
+            let at = crate::audit::Auditor {
+                l2,
+                max_bytes: core.config.max_value_bytes,
+                counters: &core.stats.counters,
+            };
+            crate::audit::check(&at, &names, sampled).await;
         }
     });
 }

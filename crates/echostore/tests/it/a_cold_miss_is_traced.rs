@@ -5,7 +5,7 @@ use crate::common;
 
 use std::collections::HashMap;
 
-use common::{Source, store_on, table_on, valkey};
+use common::{Source, in_a_process_of_its_own, store_on, table_on, valkey};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_subscriber::prelude::*;
@@ -21,18 +21,20 @@ fn attributes(span: &SpanData) -> HashMap<String, String> {
 /// One cold miss on a table with Valkey: an `echostore.fill` span (table, id hash, lock won,
 /// origin loaded, load time) and, inside it, an `echostore.load` span; a second read, an L1 hit,
 /// opens no span.
-// current_thread: the subscriber is this thread's default, and every task the miss spawns runs here.
-#[tokio::test(flavor = "current_thread")]
+// The subscriber is the process's global default (every thread's, as in a service): so the test
+// runs in a process of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_miss_exports_a_fill_and_a_load_span() {
+    if !in_a_process_of_its_own("a_cold_miss_is_traced::a_cold_miss_exports_a_fill_and_a_load_span")
+    {
+        return;
+    }
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("echostore-test"));
-    let _traced = tracing_subscriber::registry().with(layer).set_default();
-    // Other tests of this binary, on other threads and with no subscriber, may have met the spans'
-    // callsites first and cached "never": ask every callsite again, now that this thread listens.
-    tracing::callsite::rebuild_interest_cache();
+    tracing_subscriber::registry().with(layer).init();
 
     let valkey = valkey();
     let source = Source::open();
