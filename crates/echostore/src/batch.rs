@@ -15,9 +15,6 @@
 //! L1 is answered from a read made here, and whatever was not goes to the owner's flights, so the
 //! one source read per id stays the owner's (and the lock's) to admit.
 
-pub(crate) mod fill;
-pub(crate) mod on_valkey;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -31,8 +28,8 @@ use crate::flights::Admitted;
 use crate::flights::Reply;
 use crate::key::{IntoId, Key, KeyNames, Value};
 use crate::miss::{Reading, follow};
+use crate::owner::owner_ref::OwnerRef;
 use crate::owner::{Gather, OwnerMsg};
-use crate::owner_ref::OwnerRef;
 use crate::table::Table;
 
 impl<K: Key, V: Value> Table<K, V> {
@@ -187,10 +184,10 @@ async fn read_here<'a, K: Key, V: Value>(
         }
     }
     let names: Vec<&KeyNames> = readable.iter().map(|(_, names)| names).collect();
-    let groups = on_valkey::groups(l2, &names);
+    let groups = crate::batch_fill::on_valkey::groups(l2, &names);
     let read = join_all(groups.iter().map(|group| {
         let keys: Vec<&KeyNames> = group.iter().map(|&g| names[g]).collect();
-        async move { on_valkey::mget(l2, &keys).await }
+        async move { crate::batch_fill::on_valkey::mget(l2, &keys).await }
     }));
     let read = crate::metrics::time_l2(&core.name, read).await;
     let now_ms = core.now_ms();

@@ -48,8 +48,7 @@ mod sharding;
 mod start;
 mod tagging;
 
-/// The longest duration any setting accepts (a year): longer ones are refused at `build()`.
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) use crate::core::MAX_DURATION;
 
 /// The largest `max_value_bytes` (Valkey's own limit for one string is 512 MiB).
 const MAX_VALUE_BYTES_LIMIT: usize = 512 << 20;
@@ -125,6 +124,13 @@ pub struct TableBuilder<K, V> {
     batch_loader: Option<BatchLoader<K, V>>,
     shards: Option<usize>,
     _key: PhantomData<fn() -> K>,
+}
+
+impl Store {
+    /// Starts configuring a table named `name` with ids `K` and values `V`.
+    pub fn table<K: Key, V: Value>(&self, name: &str) -> TableBuilder<K, V> {
+        TableBuilder::new(self.clone(), name)
+    }
 }
 
 impl<K: Key, V: Value> TableBuilder<K, V> {

@@ -24,6 +24,27 @@ use crate::server_clock::wall_ms;
 use crate::stats::Stats;
 use crate::unsettled::Unsettled;
 
+/// The longest duration any setting accepts (a year): longer ones are refused at `build()`.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and
+/// `str` hash alike), and the same in every run, so it can be reasoned about in tests.
+pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(id: &Q, shards: usize) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    if shards <= 1 {
+        return 0;
+    }
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(id);
+    (hash % shards as u64) as usize
+}
+
+/// Every shard's owner of a table, as a shard that read a new mark reaches them all (the owners'
+/// handle implements it; the table's core only holds it).
+pub(crate) trait EveryOwner: Send + Sync {
+    /// Has every shard drop what a mark of `scope` covers.
+    fn marked(&self, scope: crate::marks::Scope) -> futures::future::BoxFuture<'_, ()>;
+}
+
 /// The source of truth for one table: called once per id per expiry.
 pub(crate) type Loader<K, V> =
     Arc<dyn Fn(K) -> BoxFuture<'static, Result<V, SharedError>> + Send + Sync>;
@@ -80,7 +101,7 @@ impl<V> TableConfig<V> {
         };
         let ttl = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ttl_for(value)));
         match ttl {
-            Ok(ttl) => ttl.clamp(Duration::from_millis(1), crate::config::MAX_DURATION),
+            Ok(ttl) => ttl.clamp(Duration::from_millis(1), MAX_DURATION),
             Err(_) => {
                 tracing::warn!("ttl_for panicked: the value gets the table's ttl");
                 self.ttl
@@ -120,7 +141,7 @@ impl<V> TableConfig<V> {
         V: serde::Serialize,
     {
         let version_by = self.version_by.as_ref()?;
-        if self.has_none && crate::delete::is_none(value) {
+        if self.has_none && crate::absence::is_none(value) {
             return None;
         }
         let version = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| version_by(value)));
@@ -241,13 +262,13 @@ pub(crate) struct TableCore<K, V> {
     /// How many owners share the table's ids (`.shards`).
     pub(crate) shards: usize,
     /// The owners, once started: where a mark one shard read reaches every shard.
-    pub(crate) owners: std::sync::OnceLock<std::sync::Weak<crate::owner_ref::OwnerRef<K, V>>>,
+    pub(crate) owners: std::sync::OnceLock<std::sync::Weak<dyn EveryOwner>>,
 }
 
 impl<K: crate::key::Key, V> TableCore<K, V> {
     /// The shard whose owner orders `id`'s misses and writes.
     pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> usize {
-        crate::owner_ref::shard_of(id, self.shards)
+        shard_of(id, self.shards)
     }
 
     /// The Valkey names of `id`'s value and lock in this table.

@@ -24,19 +24,27 @@
 //!   message, each flight's cell, and the ids being written (`board::running`: a running write's
 //!   mark, held by its own task).
 //! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one `MGET` per
-//!   slot group, the rest to the owner in one message; `batch::fill` — the flights a batch
+//!   slot group, the rest to the owner in one message; `batch_fill` — the flights a batch
 //!   started, run together (one acquire-many, one batch loader call, one write-many), with the
-//!   source call and its lease in `batch::fill::source` and each loaded id's write and landing in
-//!   `batch::fill::landing`; `batch::on_valkey` — those round trips.
+//!   source call and its lease in `batch_fill::source` and each loaded id's write and landing in
+//!   `batch_fill::landing`; `batch_fill::on_valkey` — those round trips.
 //! - `owner` — the table's actors (the table GenServer), one per shard of its ids (`.shards`,
 //!   `config::sharding`): each orders its ids' misses, puts and invalidations
 //!   (`owner::launches` starts flights, `owner::landings` takes them back, `owner::writes` runs
 //!   the Valkey writes and takes pushes, `owner::marked` clears and tag marks, `owner::batches`
-//!   batch misses, gathered from every shard into one batch); `owner_ref` — where the handles
-//!   find each shard's owner across restarts, which shard an id is in, and what every shard does
-//!   once for the table (a flush, a mark: counted once, `owner_ref::EveryShard`).
+//!   batch misses, gathered from every shard into one batch); `owner::owner_ref` — where the
+//!   handles find each shard's owner across restarts, and what every shard does once for the
+//!   table (a flush, a mark: counted once, `owner_ref::EveryShard`).
+//!
+//! The modules import downwards only (`../shared/tools/module-cycles`: no cycle): the handles
+//! (`table`, `config`, `store`, `lookup`, `miss`, `batch`, `peek`, `delete`, `tags`) call the
+//! shard layer (`owner`, `flights`, `board`), which runs the protocol (`fill`, `batch_fill`,
+//! `load`, `lock`, `losers`) over the wire (`l2`, `connect`, `breaker`, `scripts`); `core` is
+//! the state they share, below all of them, and reaches the owners only through a trait it
+//! defines (`core::EveryOwner`).
 //! - `events` — [`Event`]: what happened to a table's ids, on a bounded broadcast (`Table::events`).
 //! - `peek` — `peek_local` and `peek`: cache-only reads, never the loader nor the lock.
+//! - `absence` — a value type's own "not found" (`None`), asked of the type through serde.
 //! - `delete` — `delete`, for a row gone at the source: `None` written everywhere for an
 //!   `Option` value, else an invalidation.
 //! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere
@@ -115,8 +123,10 @@
 //! counters; each with an example that runs as a doc test.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+mod absence;
 mod audit;
 mod batch;
+mod batch_fill;
 mod board;
 mod breaker;
 mod clock;
@@ -148,7 +158,6 @@ mod miss;
 mod natives;
 mod own_writes;
 mod owner;
-mod owner_ref;
 mod peek;
 mod read_options;
 mod reload;
@@ -170,7 +179,8 @@ pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use codec::Codec;
 pub use coherence::tracking::SILENT_LINK_BOUND;
 pub use coherence::{DOWN_L1_LIFE, Tracking};
-pub use config::{MAX_DURATION, MAX_EARLY_REFRESH_BETA, TableBuilder};
+pub use config::{MAX_EARLY_REFRESH_BETA, TableBuilder};
+pub use core::MAX_DURATION;
 pub use error::{Error, Result, SharedError, ValkeyError};
 pub use events::{EVENTS_CAPACITY, Event, EventKind, EvictionCause, InvalidatedBy};
 pub use fetched::{Fetched, Origin};

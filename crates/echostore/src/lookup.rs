@@ -29,7 +29,7 @@ use crate::fetched::{Fetched, Origin};
 use crate::key::{Key, Value};
 use crate::l1::{Freshness, L1Cache};
 use crate::owner::OwnerMsg;
-use crate::owner_ref::OwnerRef;
+use crate::owner::owner_ref::OwnerRef;
 
 /// What a read answers with: the value alone (`get`) or the value and its origin (`fetch`).
 pub(crate) trait Answer<V>: Sized {

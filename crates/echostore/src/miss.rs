@@ -49,7 +49,7 @@ use crate::flights::Admitted;
 use crate::key::{Key, Value};
 use crate::losers::LoserPolicy;
 use crate::owner::OwnerMsg;
-use crate::owner_ref::OwnerRef;
+use crate::owner::owner_ref::OwnerRef;
 use crate::stats::bump;
 
 /// The miss path of a read of `id` (owned from here on: the board and the owner keep it).

@@ -34,7 +34,7 @@ use crate::l1::{Entry, L1Cache};
 use crate::losers::LoserPolicy;
 use crate::marks::Scope;
 use crate::own_writes::OwnWrites;
-use crate::owner_ref::EveryShard;
+use crate::owner::owner_ref::EveryShard;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 use crate::writes::{L2Write, PendingWrite};
@@ -127,6 +127,7 @@ mod batches;
 mod landings;
 mod launches;
 mod marked;
+pub(crate) mod owner_ref;
 mod writes;
 
 pub(crate) use batches::Gather;

@@ -6,7 +6,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::MAX_DURATION;
+use crate::core::MAX_DURATION;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 use crate::key::{Key, Value};

@@ -8,10 +8,10 @@ use ractor::{Actor, ActorRef};
 
 use crate::coherence::tracking;
 use crate::coherence::{DOWN_L1_LIFE, Tracker, Tracking};
-use crate::config::{MAX_DURATION, TableBuilder};
 use crate::connect::{Endpoint, Kind};
+use crate::core::MAX_DURATION;
 use crate::error::{Error, Result};
-use crate::key::{Key, LOCK_PREFIX, Value, validate_table_name};
+use crate::key::{LOCK_PREFIX, validate_table_name};
 use crate::l2::L2;
 use crate::supervisor::{Supervisor, SupervisorMsg};
 
@@ -65,11 +65,6 @@ impl Store {
             namespace: None,
             native_lock_commands: true,
         }
-    }
-
-    /// Starts configuring a table named `name` with ids `K` and values `V`.
-    pub fn table<K: Key, V: Value>(&self, name: &str) -> TableBuilder<K, V> {
-        TableBuilder::new(self.clone(), name)
     }
 
     /// `true` when a Valkey is configured but currently unreachable (the breaker is open): tables

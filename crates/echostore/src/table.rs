@@ -17,8 +17,8 @@ use crate::key::{Key, Value};
 use crate::l1::L1Cache;
 use crate::lookup::Lookup;
 use crate::owner::OwnerMsg;
-use crate::owner_ref::OwnerRef;
-use crate::owner_ref::invalidated;
+use crate::owner::owner_ref::OwnerRef;
+use crate::owner::owner_ref::invalidated;
 use crate::stats::TableStats;
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
@@ -84,7 +84,8 @@ impl<K: Key, V: Value> Table<K, V> {
         let core = Arc::new(core);
         let supervisor = store.supervisor();
         let (owner, restarts) = OwnerRef::start(&core, supervisor.get_cell()).await?;
-        let _ = core.owners.set(Arc::downgrade(&owner));
+        let every: Arc<dyn crate::core::EveryOwner> = owner.clone();
+        let _ = core.owners.set(Arc::downgrade(&every));
         let mut sink = None;
         if let Some(tracker) = store.tracker() {
             let owner: Arc<dyn Sink> = owner.clone();

@@ -187,7 +187,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 max_value_bytes: self.max_value_bytes,
                 early_beta: self.early_refresh,
                 version_by: self.version_by,
-                has_none: crate::delete::absent::<V>().is_some(),
+                has_none: crate::absence::absent::<V>().is_some(),
                 ttl_for: self.ttl_for,
                 l1_idle: self.l1_idle,
                 coding: self.coding,

@@ -1,6 +1,6 @@
 //! How the owners take a batch read: each id joins its running flight or starts one, as a single
 //! miss does, in the owner of its shard; the flights started for one batch read, whichever
-//! shards they are in, run as one batch ([`crate::batch::fill`]), with one source call.
+//! shards they are in, run as one batch ([`crate::batch_fill`]), with one source call.
 //!
 //! A batch read sends each shard it spans one [`OwnerMsg::FillMany`], all sharing one
 //! [`Gather`]. Each owner adds the flights it started to it; the last share to be dropped —
@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use super::launches::spawn_fill;
 use super::*;
-use crate::batch::fill::{BatchFill, Report};
+use crate::batch_fill::{BatchFill, Report};
 
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// This shard's misses of one batch read: an L1 hit (won since the caller looked) answers at

@@ -11,7 +11,7 @@
 use std::sync::Weak;
 
 use super::*;
-use crate::owner_ref::{EveryShard, OwnerRef};
+use crate::owner::owner_ref::{EveryShard, OwnerRef};
 
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// A mark of `scope` is known: drop what it makes stale.
@@ -98,9 +98,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             match core.marks.refresh(&l2, full).await {
                 // Every shard drops what the mark covers; one shard's read found it.
                 Ok(Some(scope)) => match core.owners.get().and_then(Weak::upgrade) {
-                    Some(owners) => {
-                        let _ = owners.marked(&scope, false).await;
-                    }
+                    Some(owners) => owners.marked(scope).await,
                     None => {
                         let counted = EveryShard::mark(Arc::clone(&core), &scope);
                         let _ = myself.cast(OwnerMsg::Marked {

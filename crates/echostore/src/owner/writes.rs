@@ -133,7 +133,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.flights.overtake_write(&id);
         // Counted once done: whoever sees the count finds the id already gone from L1.
         bump(&self.core.stats.counters.invalidations);
-        let pushed = crate::owner_ref::invalidated(crate::events::InvalidatedBy::Push);
+        let pushed = crate::owner::owner_ref::invalidated(crate::events::InvalidatedBy::Push);
         self.core.events.emit_owned(id, pushed);
     }
 

@@ -3,7 +3,7 @@
 //! by its hash ([`shard_of`]): calls and pushes about it reach the owner of its shard that is
 //! current, and what concerns every id (a flush, a mark, a stop) reaches every shard.
 
-use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher, Hash};
+use std::hash::Hash;
 use std::sync::{Arc, RwLock, Weak};
 
 use futures::future::join_all;
@@ -23,15 +23,7 @@ use crate::stats::{Counters, bump};
 use crate::supervisor::Restart;
 use std::sync::atomic::AtomicU64;
 
-/// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and
-/// `str` hash alike), and the same in every run, so it can be reasoned about in tests.
-pub(crate) fn shard_of<Q: Hash + ?Sized>(id: &Q, shards: usize) -> usize {
-    if shards <= 1 {
-        return 0;
-    }
-    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(id);
-    (hash % shards as u64) as usize
-}
+pub(crate) use crate::core::shard_of;
 
 /// Where the handles find the current owner of one shard.
 type Slot<K, V> = RwLock<ActorRef<OwnerMsg<K, V>>>;
@@ -330,4 +322,12 @@ fn restarter<K: Key, V: Value>(
             Some(fresh.get_cell())
         })
     })
+}
+
+impl<K: Key, V: Value> crate::core::EveryOwner for OwnerRef<K, V> {
+    fn marked(&self, scope: Scope) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = OwnerRef::marked(self, &scope, false).await;
+        })
+    }
 }

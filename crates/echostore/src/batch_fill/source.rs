@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::future::join_all;
 
-use super::super::on_valkey;
+use super::on_valkey;
 use super::{BatchFill, Member};
 use crate::core::millis;
 use crate::error::{Error, Result};

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::join_all;
 
-use super::on_valkey::{self, ToWrite, Wrote};
+use self::on_valkey::{ToWrite, Wrote};
 use crate::core::{TableCore, millis};
 use crate::envelope::{self, Envelope};
 use crate::error::{Error, Result};
@@ -48,6 +48,7 @@ use crate::stats::bump;
 
 mod landing;
 mod losers;
+pub(crate) mod on_valkey;
 mod source;
 
 /// Where a batch sends each id's landing, and each id's signals (as the owner's flights do).

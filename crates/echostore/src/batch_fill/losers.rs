@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::super::on_valkey;
+use super::on_valkey;
 use super::{BatchFill, Member};
 use crate::error::{Error, Result};
 use crate::flights::FlightId;

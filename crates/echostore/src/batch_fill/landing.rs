@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{BatchFill, Member};
-use crate::batch::on_valkey::Wrote;
+use crate::batch_fill::on_valkey::Wrote;
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
