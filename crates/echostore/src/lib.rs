@@ -113,6 +113,15 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Traces
+//!
+//! A miss that reaches the table's owner opens INFO spans with stable names and attributes:
+//! `echostore.fill` (`echostore.table`, `echostore.id_hash`, `echostore.lock`, `echostore.origin`,
+//! `echostore.load_ms`), `echostore.batch_fill` and, inside a fill, `echostore.load` (the source
+//! read); an L1 hit opens none. A `tracing-opentelemetry` layer exports them as OpenTelemetry
+//! spans: the recipe is in `docs/guide.md` ("Traces"), and the test `a_cold_miss_is_traced` runs
+//! it against a real Valkey with an in-memory exporter.
+//!
 //! A whole service, an axum handler whose loader queries SQLite, is
 //! `examples/users_service.rs` (`cargo run -p echostore --example users_service -- --self-check`).
 //!
