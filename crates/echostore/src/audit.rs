@@ -79,6 +79,8 @@ pub(crate) struct Auditor<'a> {
     pub(crate) l2: &'a L2,
     pub(crate) max_bytes: usize,
     pub(crate) counters: &'a Counters,
+    /// The table's custom codec, if any.
+    pub(crate) custom: Option<&'a crate::codec::CustomCodec>,
 }
 
 /// Compares one sampled hit with Valkey's copy under `names`, counting what it finds.
@@ -91,7 +93,9 @@ pub(crate) async fn check<K: Key, V: Value>(
     let Ok(Some(bytes)) = at.l2.get(names, max).await else {
         return;
     };
-    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes, max)));
+    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        envelope::decode::<V>(&bytes, max, at.custom)
+    }));
     let Some(env) = decoded.ok().and_then(Result::ok) else {
         return;
     };

@@ -185,10 +185,12 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> Fingerprint {
     }
 }
 
-/// Decodes bytes read from a value key; a compressed payload may grow to at most `max_bytes`.
+/// Decodes bytes read from a value key; a compressed payload may grow to at most `max_bytes`;
+/// a custom-coded one needs the table's `custom` codec.
 pub(crate) fn decode<V: DeserializeOwned>(
     bytes: &[u8],
     max_bytes: usize,
+    custom: Option<&crate::codec::CustomCodec>,
 ) -> Result<Envelope<V>, DecodeError> {
     let header = decode_header(bytes)?;
     let mut payload = &bytes[header.len..];
@@ -200,7 +202,7 @@ pub(crate) fn decode<V: DeserializeOwned>(
         }
         None => Marking::default(),
     };
-    let value = crate::codec::decode(header.coding, payload, max_bytes)?;
+    let value = crate::codec::decode(header.coding, payload, max_bytes, custom)?;
     Ok(Envelope {
         fresh_until_ms: header.fresh_until_ms,
         written_at_ms: header.written_at_ms,

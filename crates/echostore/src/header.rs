@@ -34,6 +34,8 @@ pub(crate) const FORMAT_VERSIONED_MARKED: u8 = 5;
 pub(crate) const JSON: u8 = 0x10;
 /// The format byte's bit for an LZ4-compressed payload.
 pub(crate) const LZ4: u8 = 0x20;
+/// The format byte's bit for a payload of the table's custom codec.
+pub(crate) const CUSTOM: u8 = 0x40;
 /// The format byte's bits that say how the payload is coded; the low four are the layout.
 pub(crate) const CODING_MASK: u8 = 0xF0;
 /// The layout without `delta`, still read.
@@ -56,7 +58,7 @@ pub struct Header {
     /// The layout: 1 to 5 (the format byte's low four bits).
     pub format: u8,
     /// How the payload is coded (the format byte's high bits): `0x10` JSON rather than postcard,
-    /// `0x20` LZ4-compressed.
+    /// `0x40` a custom codec, `0x20` LZ4-compressed.
     pub coding: u8,
     /// End of the logical life, unix ms.
     pub fresh_until_ms: u64,
@@ -101,7 +103,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, HeaderError> {
         need: HEADER_1,
     })?;
     let (format, coding) = (byte & !CODING_MASK, byte & CODING_MASK);
-    if coding & !(JSON | LZ4) != 0 {
+    if coding & !(JSON | LZ4 | CUSTOM) != 0 {
         return Err(HeaderError::Format(byte));
     }
     let len = match format {

@@ -185,7 +185,7 @@ mod writes;
 pub mod recipes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
-pub use codec::Codec;
+pub use codec::{Codec, CodecError, CustomCodec};
 pub use coherence::tracking::SILENT_LINK_BOUND;
 pub use coherence::{DOWN_L1_LIFE, Tracking};
 pub use config::{MAX_EARLY_REFRESH_BETA, TableBuilder};

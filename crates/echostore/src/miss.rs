@@ -204,7 +204,11 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
         // them again inside its own guard, and answers the error.
         let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            envelope::decode::<V>(&bytes, core.config.max_value_bytes)
+            envelope::decode::<V>(
+                &bytes,
+                core.config.max_value_bytes,
+                core.config.coding.custom(),
+            )
         }));
         let env = decoded
             .ok()

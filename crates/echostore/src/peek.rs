@@ -122,7 +122,9 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
         return Ok(None);
     }
     // A user `Deserialize` may panic on bytes planted on Valkey: a peek answers nothing then.
-    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| envelope::decode::<V>(&bytes, max)));
+    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        envelope::decode::<V>(&bytes, max, core.config.coding.custom())
+    }));
     let Some(env) = decoded
         .ok()
         .and_then(std::result::Result::ok)

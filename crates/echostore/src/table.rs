@@ -420,6 +420,7 @@ fn audit_hits<K: Key, V: Value>(core: &Arc<TableCore<K, V>>) {
                 l2,
                 max_bytes: core.config.max_value_bytes,
                 counters: &core.stats.counters,
+                custom: core.config.coding.custom(),
             };
             crate::audit::check(&at, &names, sampled).await;
         }

@@ -257,8 +257,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     }
 
     /// How this table encodes values on Valkey: [`Codec::Postcard`](crate::Codec::Postcard)
-    /// (the default, compact) or [`Codec::Json`](crate::Codec::Json). Every envelope records its
-    /// codec, so a table reads values written with any codec: processes may differ.
+    /// (the default, compact), [`Codec::Json`](crate::Codec::Json), or one of your own
+    /// ([`Codec::custom`](crate::Codec::custom)). Every envelope records its codec, so a table
+    /// reads postcard and JSON whatever its own setting: processes may differ; a custom codec's
+    /// values are read by the tables that have it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

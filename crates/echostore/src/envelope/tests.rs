@@ -55,7 +55,7 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
             (header.version, header.generation),
             (version, Some(marking.generation))
         );
-        let env: Envelope<String> = decode(&bytes, 1 << 24).expect("decodes");
+        let env: Envelope<String> = decode(&bytes, 1 << 24, None).expect("decodes");
         assert_eq!((env.value.as_str(), &env.marking), ("v", &marking));
     }
     let blank = super::encode(
@@ -96,7 +96,9 @@ fn marked_writes_round_trip_and_blank_ones_keep_the_old_formats() {
     )
     .expect("encodes");
     assert_eq!(
-        decode::<String>(&bytes, 1 << 24).expect("decodes").marking,
+        decode::<String>(&bytes, 1 << 24, None)
+            .expect("decodes")
+            .marking,
         tagged_only
     );
 }
@@ -125,7 +127,7 @@ fn round_trips() {
     let value = ("hello".to_string(), 7u32);
     let bytes = encode(&value, 2000, 1000, delta, None, 1 << 20).expect("encodes");
     assert_eq!(bytes[0], 2);
-    let env: Envelope<(String, u32)> = decode(&bytes, 1 << 24).expect("decodes");
+    let env: Envelope<(String, u32)> = decode(&bytes, 1 << 24, None).expect("decodes");
     assert_eq!(env.value, ("hello".to_string(), 7));
     assert_eq!((env.fresh_until_ms, env.written_at_ms), (2000, 1000));
     assert_eq!(env.delta, delta);
@@ -133,7 +135,7 @@ fn round_trips() {
     let versioned = encode(&value, 2000, 1000, delta, Some(9), 1 << 20).expect("encodes");
     assert_eq!(versioned[0], 3);
     assert_eq!(decode_header(&versioned).expect("header").version, Some(9));
-    let env: Envelope<(String, u32)> = decode(&versioned, 1 << 24).expect("decodes");
+    let env: Envelope<(String, u32)> = decode(&versioned, 1 << 24, None).expect("decodes");
     assert_eq!((env.value, env.delta), (value, delta));
 }
 
@@ -145,7 +147,7 @@ fn format_1_decodes_and_delta_saturates() {
     old.extend_from_slice(&2000u64.to_le_bytes());
     old.extend_from_slice(&1000u64.to_le_bytes());
     old.extend(postcard::to_allocvec(&"old".to_string()).expect("encodes"));
-    let env: Envelope<String> = decode(&old, 1 << 24).expect("format 1 decodes");
+    let env: Envelope<String> = decode(&old, 1 << 24, None).expect("format 1 decodes");
     assert_eq!(
         (
             env.value.as_str(),
@@ -156,7 +158,7 @@ fn format_1_decodes_and_delta_saturates() {
         ("old", 2000, 1000, Duration::ZERO)
     );
     let long = encode(&1u8, 2, 1, Duration::from_secs(1 << 40), None, 1 << 20).expect("encodes");
-    let env: Envelope<u8> = decode(&long, 1 << 24).expect("decodes");
+    let env: Envelope<u8> = decode(&long, 1 << 24, None).expect("decodes");
     assert_eq!(env.delta, Duration::from_micros(u64::from(u32::MAX)));
 }
 
@@ -173,25 +175,25 @@ fn bad_bytes_are_errors() {
     )
     .expect("encodes");
     for cut in 0..bytes.len() {
-        let _ = decode::<String>(&bytes[..cut], 1 << 24);
+        let _ = decode::<String>(&bytes[..cut], 1 << 24, None);
     }
     assert!(matches!(
-        decode::<String>(&bytes[..5], 1 << 24),
+        decode::<String>(&bytes[..5], 1 << 24, None),
         Err(DecodeError::Header(HeaderError::Short { len: 5, .. }))
     ));
     let mut foreign = bytes.clone();
     foreign[0] = 9;
     assert!(matches!(
-        decode::<String>(&foreign, 1 << 24),
+        decode::<String>(&foreign, 1 << 24, None),
         Err(DecodeError::Header(HeaderError::Format(9)))
     ));
     let number = encode(&300u32, 1, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert!(
-        decode::<String>(&number, 1 << 24).is_err(),
+        decode::<String>(&number, 1 << 24, None).is_err(),
         "a number is not a string"
     );
     assert!(matches!(
-        decode::<u8>(&bytes, 1 << 24),
+        decode::<u8>(&bytes, 1 << 24, None),
         Err(DecodeError::Trailing(_))
     ));
 }
@@ -208,14 +210,14 @@ fn nesting_past_the_limit_is_too_deep() {
         |levels: usize| (1..levels).fold(Nest::Leaf, |inner, _| Nest::Deeper(Box::new(inner)));
     let at_limit = encode(&nest(MAX_DEPTH), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert_eq!(
-        decode::<Nest>(&at_limit, 1 << 24)
+        decode::<Nest>(&at_limit, 1 << 24, None)
             .expect("at the limit")
             .value,
         nest(MAX_DEPTH)
     );
     let over = encode(&nest(MAX_DEPTH + 1), 2, 1, Duration::ZERO, None, 1 << 20).expect("encodes");
     assert!(matches!(
-        decode::<Nest>(&over, 1 << 24),
+        decode::<Nest>(&over, 1 << 24, None),
         Err(DecodeError::TooDeep(MAX_DEPTH))
     ));
     // Planted bytes a million levels deep: refused, no overflow.
@@ -223,7 +225,7 @@ fn nesting_past_the_limit_is_too_deep() {
     planted.extend(std::iter::repeat_n(1u8, 999_999));
     planted.push(0);
     assert!(matches!(
-        decode::<Nest>(&planted, 1 << 24),
+        decode::<Nest>(&planted, 1 << 24, None),
         Err(DecodeError::TooDeep(MAX_DEPTH))
     ));
 }
@@ -254,7 +256,7 @@ fn coded_payloads_round_trip_and_bombs_are_refused() {
         ),
     ] {
         let coding = Coding {
-            codec,
+            codec: codec.clone(),
             compress_above,
         };
         let stamp = Stamp {
@@ -271,19 +273,19 @@ fn coded_payloads_round_trip_and_bombs_are_refused() {
             (header.format, header.coding, header.version),
             (3, bits, Some(3))
         );
-        let env: Envelope<(String, u32)> = decode(&bytes, 1 << 20).expect("decodes");
+        let env: Envelope<(String, u32)> = decode(&bytes, 1 << 20, None).expect("decodes");
         assert_eq!(env.value, value);
         if bits & crate::codec::LZ4 != 0 {
             assert!(matches!(
-                decode::<(String, u32)>(&bytes, 100),
+                decode::<(String, u32)>(&bytes, 100, None),
                 Err(DecodeError::Compressed(_))
             ));
         }
     }
     let mut unknown = encode(&"v", 2, 1, Duration::ZERO, None, 1 << 10).expect("encodes");
-    unknown[0] |= 0x40;
+    unknown[0] |= 0x80;
     assert!(
-        decode::<String>(&unknown, 1 << 10).is_err(),
+        decode::<String>(&unknown, 1 << 10, None).is_err(),
         "an unknown coding bit"
     );
 }

@@ -15,7 +15,7 @@ pub(crate) fn decode_counted<K: Key, V: Value>(
     let decoded = if bytes.len() > max {
         Err(format!("over the table's max_value_bytes ({max})"))
     } else {
-        envelope::decode(bytes, max).map_err(|e| e.to_string())
+        envelope::decode(bytes, max, core.config.coding.custom()).map_err(|e| e.to_string())
     };
     match decoded {
         Ok(env) if !core.is_current(&env) => {

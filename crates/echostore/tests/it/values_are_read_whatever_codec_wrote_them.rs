@@ -146,3 +146,33 @@ async fn a_decompression_bomb_is_a_counted_miss() {
     let s = t.stats();
     assert_eq!((s.decode_errors, s.source_reads), (2, 2));
 }
+
+/// A codec of one's own (here JSON behind a `v1:` prefix): two stores with it share values; a
+/// store without it counts those bytes as a decode error (a miss) and loads the value instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_codec_is_read_by_the_stores_that_have_it() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let prefixed = || {
+        Codec::custom(
+            |tree| Ok([b"v1:".as_slice(), &serde_json::to_vec(tree)?].concat()),
+            |bytes| {
+                let json = bytes.strip_prefix(b"v1:").ok_or("no v1: prefix")?;
+                Ok(serde_json::from_slice(json)?)
+            },
+        )
+    };
+    let a = pages(&valkey.url(), |t| t.codec(prefixed())).await;
+    let b = pages(&valkey.url(), |t| t.codec(prefixed())).await;
+    let plain = pages(&valkey.url(), |t| t).await;
+
+    a.put(&1, page(1)).await.expect("put");
+    let stored: Vec<u8> = conn.get("pages:{1}").await.expect("GET");
+    assert_eq!(stored[0] & 0xF0, 0x40, "the custom bit in the format byte");
+    let read = b.fetch(&1).await.expect("read");
+    assert_eq!((read.origin, &*read.value), (Origin::L2, &page(1)));
+    let other = plain.fetch(&1).await.expect("loaded instead");
+    assert_eq!((other.origin, &*other.value), (Origin::Loaded, &page(1)));
+    assert_eq!(plain.stats().decode_errors, 1);
+    assert_eq!(b.stats().decode_errors, 0);
+}
