@@ -282,12 +282,17 @@ impl ValkeyError {
         self.0.is_io_error() || self.0.is_timeout() || self.0.is_connection_dropped()
     }
 
-    /// `true` for a cluster's `TRYAGAIN`: a multi-key command over a slot that is being
-    /// migrated, with some of its keys moved and some not.
-    pub(crate) fn is_try_again(&self) -> bool {
+    /// `true` for what a slot being migrated answers a command that was not run: `TRYAGAIN` (a
+    /// multi-key command with some of its keys moved and some not), or `MOVED` / `ASK` once the
+    /// cluster client's own retries (spent on the `TRYAGAIN`s) are used up as the slot moves.
+    pub(crate) fn is_migrating(&self) -> bool {
         matches!(
             self.0.kind(),
-            redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::Moved
+                    | redis::ServerErrorKind::Ask
+            )
         )
     }
 }

@@ -199,8 +199,10 @@ impl L2 {
     /// A cluster slot being migrated refuses a script over an id's two keys with `TRYAGAIN`
     /// while one key has moved and the other has not: a pause of that slot, not a failure, so the
     /// script is sent again every [`TRY_AGAIN_EVERY`] until the call's timeout (the client's own
-    /// retries, a few ms apart, come first). `TRYAGAIN` is an error reply from a live server,
-    /// which never counts against the breaker.
+    /// retries, a few ms apart, come first). When the slot has moved by the time those retries
+    /// are spent, the last answer is `MOVED` (or `ASK`): the script was not run, and is sent
+    /// again the same way, to the slot's new node. These are error replies from a live server,
+    /// which never count against the breaker.
     pub(crate) async fn script<T: redis::FromRedisValue>(
         &self,
         context: &'static str,
@@ -217,7 +219,7 @@ impl L2 {
                 .await;
             match ran {
                 Err(Error::Valkey { source, .. })
-                    if source.is_try_again()
+                    if source.is_migrating()
                         && tokio::time::Instant::now() + TRY_AGAIN_EVERY < until =>
                 {
                     tokio::time::sleep(TRY_AGAIN_EVERY).await;
