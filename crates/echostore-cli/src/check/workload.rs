@@ -91,25 +91,31 @@ impl Workload {
     async fn read(&self, table: u8, id: u32) {
         let start = now_ns();
         let answer = bounded(self.tables.read(table, id)).await;
-        let (version, ok, origin) = match answer {
-            Ok((version, origin)) => (version, true, origin),
-            Err(e) => (0, false, e.to_string()),
-        };
-        self.recorder.record(Op {
-            version,
-            ok,
-            origin,
-            ..call(table, id, Action::Read, (start, now_ns()))
-        });
+        self.record_read(table, id, start, answer);
     }
 
     /// One `peek`, recorded as a read when it found a copy (what it answers must obey every rule
     /// a read's does); a peek that found nothing promises nothing and is not recorded.
     async fn peek(&self, table: u8, id: u32) {
         let start = now_ns();
-        let (version, ok, origin) = match bounded(self.tables.peek(table, id)).await {
-            Ok(Some((version, origin))) => (version, true, origin),
+        let answer = match bounded(self.tables.peek(table, id)).await {
+            Ok(Some(found)) => Ok(found),
             Ok(None) => return,
+            Err(e) => Err(e),
+        };
+        self.record_read(table, id, start, answer);
+    }
+
+    /// Records one single read of `id`, begun at `start`, that answered `answer`.
+    fn record_read(
+        &self,
+        table: u8,
+        id: u32,
+        start: u64,
+        answer: echostore::Result<(u64, String)>,
+    ) {
+        let (version, ok, origin) = match answer {
+            Ok((version, origin)) => (version, true, origin),
             Err(e) => (0, false, e.to_string()),
         };
         self.recorder.record(Op {
