@@ -9,6 +9,7 @@
 //! | `stale_for` | 0 | kept past `ttl` (Valkey `PX` = life + `stale_for`) for serve-stale and fail-safe |
 //! | `lock_ttl` | 5 s | `PX` of the regeneration lock |
 //! | `losers` | `Poll { every: 10 ms, up_to: 5 s }` | what a request does when another process holds the lock |
+//! | `source_budget` | none | at most this many source reads of the table at once across every process on the Valkey |
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
 //! | `codec`, `compress_above` | postcard, never | how values are coded on Valkey; LZ4 above the size |
@@ -118,6 +119,7 @@ pub struct TableBuilder<K, V> {
     l1_weigher: Option<crate::l1::Weigher<K, V>>,
     l1_idle: Option<Duration>,
     audit_sample: Option<f64>,
+    source_budget: Option<u32>,
     coding: crate::codec::Coding,
     loader: Option<Loader<K, V>>,
     reloader: Option<crate::reload::Reloader<K, V>>,
@@ -157,6 +159,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_weigher: None,
             l1_idle: None,
             audit_sample: None,
+            source_budget: None,
             coding: crate::codec::Coding::default(),
             loader: None,
             reloader: None,

@@ -241,6 +241,8 @@ pub(crate) struct TableCore<K, V> {
     /// Under key tracking, L1's entries that wait for Valkey to confirm them.
     pub(crate) unconfirmed: Unconfirmed<K, V>,
     pub(crate) l2: Option<L2>,
+    /// `.source_budget`: the leases every source read of the table holds.
+    pub(crate) budget: Option<crate::budget::Budget>,
     /// The per-id loader; when only a batch loader is set, a one-id batch stands in for it.
     pub(crate) loader: Option<Loader<K, V>>,
     /// `.reloader`: called instead of the loader with a copy in its stale window.

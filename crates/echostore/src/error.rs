@@ -25,6 +25,13 @@ pub enum Error {
     /// [`LoserPolicy::FailFast`](crate::LoserPolicy::FailFast).
     LockBusy,
 
+    /// The table's `source_budget` was spent across the fleet: no lease came within `waited`
+    /// (zero when the loser policy is `FailFast`), so the source was not read.
+    BudgetExhausted {
+        /// How long the load waited for a lease.
+        waited: Duration,
+    },
+
     /// A polling loser waited `waited` without seeing a fresh value.
     WaitTimeout {
         /// How long the loser polled.
@@ -213,6 +220,10 @@ impl std::fmt::Display for Error {
             Error::LockBusy => {
                 f.write_str("another process is regenerating this key (the table fails fast)")
             }
+            Error::BudgetExhausted { waited } => write!(
+                f,
+                "the table's source budget was spent: no load could start within {waited:?}"
+            ),
             Error::WaitTimeout { waited } => write!(
                 f,
                 "no fresh value appeared within {waited:?} while another process held the lock"

@@ -138,6 +138,7 @@ mod batch;
 mod batch_fill;
 mod board;
 mod breaker;
+mod budget;
 mod clock;
 mod codec;
 mod coherence;

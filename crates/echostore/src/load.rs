@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use crate::budget::{Budget, Permit};
 use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::fetched::Origin;
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
+use crate::losers::{LoserPolicy, Lost};
 use crate::stale::{Filled, Signal, Signals, Stale};
 use crate::stats::bump;
 
@@ -51,6 +53,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     /// there is no stale copy to serve early, and a failure is the refresh's (the current value
     /// stays until its freshness ends).
     pub(crate) async fn refresh_here(&self) -> Result<Filled<V>> {
+        let _lease = waiting(self.core).await?;
         Ok(self.keep_here(self.load().await?))
     }
 
@@ -83,6 +86,7 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         F: Fn() -> Fut,
         Fut: Future<Output = Option<bool>>,
     {
+        let _lease = self.admitted(stale).await?;
         let load = self.load();
         let (Some(soft), Some(stale)) = (self.core.config.soft_timeout, stale) else {
             return load.await;
@@ -101,6 +105,41 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
                 load.await
             }
         }
+    }
+
+    /// A lease of the table's source budget, if it has one. Over budget, the loser policy
+    /// decides what the waiters get while the load waits for a lease: the stale copy if there is
+    /// one, else the placeholder, else nothing (they wait too); `FailFast` fails the load at once.
+    async fn admitted(&self, stale: Option<&Stale<V>>) -> Result<Option<Permit>> {
+        let Some(budget) = &self.core.budget else {
+            return Ok(None);
+        };
+        if let Some(permit) = budget.try_admit(self.core.l2.as_ref()).await {
+            return Ok(Some(permit));
+        }
+        let counters = &self.core.stats.counters;
+        let config = &self.core.config;
+        let early = match config
+            .losers
+            .on_lost(&self.core.stats, stale, config.lock_ttl)
+        {
+            Lost::Answer(Ok(filled)) => Some(filled.fetched),
+            Lost::Answer(Err(_)) => {
+                bump(&counters.budget_exhausted);
+                return Err(Error::BudgetExhausted {
+                    waited: Duration::ZERO,
+                });
+            }
+            Lost::Poll { .. } => stale.and_then(Stale::answer).map(|served| {
+                bump(&counters.stale_served);
+                served.fetched
+            }),
+        };
+        bump(&counters.budget_waits);
+        if let Some(answer) = early {
+            (self.signals)(Signal::Early(answer));
+        }
+        leased(self.core, budget).await.map(Some)
     }
 
     /// One source read, with the table's timeout, a panic turned into an error; the value and
@@ -165,6 +204,33 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     fn l1_stale(&self) -> Option<Stale<V>> {
         Stale::from_entry(self.core.l1.get(self.id)?)
     }
+}
+
+/// A lease of the table's source budget for a read with no one to answer early (a batch, a
+/// reload, an early refresh): waits for one as long as the loser policy waits.
+pub(crate) async fn waiting<K, V>(core: &TableCore<K, V>) -> Result<Option<Permit>> {
+    let Some(budget) = &core.budget else {
+        return Ok(None);
+    };
+    if let Some(permit) = budget.try_admit(core.l2.as_ref()).await {
+        return Ok(Some(permit));
+    }
+    bump(&core.stats.counters.budget_waits);
+    leased(core, budget).await.map(Some)
+}
+
+/// Waits for a lease of `budget` as long as the loser policy waits (`lock_ttl` for a policy that
+/// does not poll).
+async fn leased<K, V>(core: &TableCore<K, V>, budget: &Budget) -> Result<Permit> {
+    let up_to = match &core.config.losers {
+        LoserPolicy::Poll { up_to, .. } => *up_to,
+        _ => core.config.lock_ttl,
+    };
+    let waited = budget.wait(core.l2.as_ref(), up_to).await;
+    if waited.is_err() {
+        bump(&core.stats.counters.budget_exhausted);
+    }
+    waited
 }
 
 /// A call of the source (`start` makes its future): timed, under the table's `load_timeout`, a

@@ -310,6 +310,26 @@ end
 return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'WITHSCORES')
 "#;
 
+/// A source-budget lease (`budget.rs`): drop the leases that ended on the server's clock, then
+/// renew `ARGV[1]`'s if it is live, or grant it if fewer than `ARGV[2]` are; the key lives as
+/// long as its newest lease. Returns 1 (held) or 0 (the budget is spent).
+pub(crate) const BUDGET_SCRIPT: &str = r#"
+-- KEYS[1] = the table's budget; ARGV[1] = token, ARGV[2] = limit, ARGV[3] = lease, ms
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ends = now + tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1])
+    and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ends, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"#;
+
 /// The scripts, hashed once per process.
 pub(crate) struct Scripts {
     pub(crate) acquire_or_read: Lua,
@@ -324,6 +344,7 @@ pub(crate) struct Scripts {
     pub(crate) extend_many: Lua,
     pub(crate) write_many: Lua,
     pub(crate) mark: Lua,
+    pub(crate) budget: Lua,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
@@ -343,6 +364,7 @@ impl Scripts {
             extend_many: Lua::new(EXTEND_MANY_SCRIPT),
             write_many: Lua::new(WRITE_MANY_SCRIPT),
             mark: Lua::new(MARK_SCRIPT),
+            budget: Lua::new(BUDGET_SCRIPT),
         }
     }
 }

@@ -266,6 +266,12 @@ counters! {
     l1_idle_evictions,
     /// Reloader calls that answered `Unchanged`: the copy's life renewed, no value rewritten.
     reloads_unchanged,
+    /// Source reads that found the table's `source_budget` spent and waited for a lease (their
+    /// callers took the stale copy or the placeholder meanwhile, where the loser policy gives one).
+    budget_waits,
+    /// Source reads that got no lease of the `source_budget` in time (or at once, failing fast):
+    /// their callers got `Error::BudgetExhausted`.
+    budget_exhausted,
     /// L1 hits the staleness audit (`audit_sample`) compared with a fresh copy on Valkey.
     audited_hits,
     /// Audited hits that served another value than Valkey held, written before the hit.

@@ -54,7 +54,10 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         let Some(batch) = &self.core.batch_loader else {
             let each = futures::stream::iter(ids)
                 .map(|id| async move {
-                    let loaded = Load::new(self.core, &id, &|_| {}).load().await;
+                    let loaded = match crate::load::waiting(self.core).await {
+                        Ok(_lease) => Load::new(self.core, &id, &|_| {}).load().await,
+                        Err(e) => Err(e),
+                    };
                     (id, loaded)
                 })
                 .buffer_unordered(LOADS_AT_ONCE);
@@ -70,11 +73,16 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             .source_reads
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         let asked = ids.clone();
-        let outcome = crate::load::guarded(self.core, || {
-            let call = batch(ids);
-            Box::pin(async move { call.await.map_err(Error::Source) })
-        })
-        .await;
+        let outcome = match crate::load::waiting(self.core).await {
+            Ok(_lease) => {
+                crate::load::guarded(self.core, || {
+                    let call = batch(ids);
+                    Box::pin(async move { call.await.map_err(Error::Source) })
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
         let events = &self.core.events;
         match outcome {
             Ok((mut found, delta)) => asked

@@ -112,6 +112,40 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// At most `n` source reads of this table at once across every process on the Valkey (a
+    /// batch loader's call counts as one, whatever its ids): after a `clear()`, a tag over many
+    /// entries, a fleet's cold start or a mass expiry, the source sees `n` loads at a time, not
+    /// every key at once. Each read holds a lease on Valkey that lives `lock_ttl` unless renewed,
+    /// so a process that crashes leaks none. A read over budget follows the loser policy: its
+    /// callers take the stale copy at once if there is one (whatever the policy), or the
+    /// `Default` placeholder, while the load waits for a lease; `FailFast` answers
+    /// [`Error::BudgetExhausted`](crate::Error::BudgetExhausted) at once; otherwise the callers
+    /// wait with the load, for up to the policy's `up_to` (`lock_ttl` for `ServeStale`). Without
+    /// Valkey the budget bounds this process's reads alone. Counted in `budget_waits` and
+    /// `budget_exhausted`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::Store;
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .source_budget(16)
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .build()
+    ///     .await?;
+    /// let all = users.get_many(&(0..100).collect::<Vec<u64>>()).await?;
+    /// assert_eq!(all.len(), 100);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn source_budget(mut self, n: u32) -> Self {
+        self.source_budget = Some(n);
+        self
+    }
+
     /// Cut a load off after `limit` (default 30 s): its waiters get `Error::LoadTimeout`, the
     /// lock is released, and the next miss starts a new load.
     ///

@@ -90,6 +90,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             ),
             (!self.ttl.is_zero(), "ttl must be above zero".into()),
             (
+                self.source_budget != Some(0),
+                "source_budget must be at least 1".into(),
+            ),
+            (
                 self.audit_sample.is_none_or(|f| (0.0..=1.0).contains(&f)),
                 "audit_sample must be within 0.0..=1.0".into(),
             ),
@@ -163,6 +167,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             events,
             unconfirmed: crate::l1::Unconfirmed::new(),
             l2: self.store.l2().cloned(),
+            budget: self.source_budget.map(|limit| {
+                let key = crate::budget::budget_key(self.store.namespace(), &self.name);
+                crate::budget::Budget::new(key, limit, self.lock_ttl)
+            }),
             stats: Stats::new(shards),
             tracker: self.store.tracker().cloned(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),

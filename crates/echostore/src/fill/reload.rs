@@ -38,7 +38,10 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
             Box::pin(async move { reload.await.map_err(Error::Source) })
         };
         let answered = tokio::select! {
-            answered = crate::load::guarded(self.core, call) => answered,
+            answered = async {
+                let _lease = crate::load::waiting(self.core).await?;
+                crate::load::guarded(self.core, call).await
+            } => answered,
             never = self.lease(at, token) => match never {},
         };
         let events = &self.core.events;

@@ -27,6 +27,8 @@ mod a_read_takes_effect_when_it_is_made;
 mod a_reloader_renews_unchanged_values_in_place;
 mod a_skewed_clock_changes_no_life;
 mod a_slot_migration_delays_no_write;
+mod a_source_budget_bounds_the_fleets_loads;
+mod a_spent_source_budget_follows_the_loser_policy;
 mod a_values_own_ttl_is_its_life_everywhere;
 mod an_audit_sees_stale_hits;
 mod bad_input_gets_a_clear_error_and_loses_nothing;

@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::common::TARGET_ENV;
 
 /// The suites whose promises must hold on a cluster as on one server.
-const SUITES: [&str; 14] = [
+const SUITES: [&str; 16] = [
     "one_source_read_per_expiry_across_stores",
     "loser_policies",
     "release_never_deletes_another_holders_lock",
@@ -23,6 +23,8 @@ const SUITES: [&str; 14] = [
     "batch_reads_across_processes",
     "tags_and_clear_reach_every_process",
     "tags_and_clear_across_processes",
+    "a_source_budget_bounds_the_fleets_loads",
+    "a_spent_source_budget_follows_the_loser_policy",
 ];
 
 /// Every test of the lock and coherence suites passes against a cluster.
