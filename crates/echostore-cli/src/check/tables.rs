@@ -264,6 +264,9 @@ impl Loading {
     }
 }
 
+/// Source reads of one table at once across the workers (`source_budget`).
+const SOURCE_BUDGET: u32 = 4;
+
 /// One table of the run: every loader and batch loader call reads the source and is recorded.
 async fn open<K: Key>(
     store: &Store,
@@ -287,6 +290,9 @@ async fn open<K: Key>(
             every: Duration::from_millis(20),
             up_to: Duration::from_secs(5),
         })
+        // Small enough that a clear's or a tag's reloads spend it: reads then wait for a lease
+        // (or take their stale copy), under every fault.
+        .source_budget(SOURCE_BUDGET)
         .loader(move |key: K| {
             let one = one.clone();
             async move { one.one(table, id_of(&key)).await }
