@@ -32,6 +32,13 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// A read with [`ReadOptions::at_least`](crate::ReadOptions::at_least) found no copy of at
+    /// least `wanted` within its bounds: the source itself answered an older version.
+    VersionUnavailable {
+        /// The version the read had to see.
+        wanted: crate::Version,
+    },
+
     /// A polling loser waited `waited` without seeing a fresh value.
     WaitTimeout {
         /// How long the loser polled.
@@ -223,6 +230,10 @@ impl std::fmt::Display for Error {
             Error::BudgetExhausted { waited } => write!(
                 f,
                 "the table's source budget was spent: no load could start within {waited:?}"
+            ),
+            Error::VersionUnavailable { wanted } => write!(
+                f,
+                "no copy of at least version {wanted} could be had within the read's bounds"
             ),
             Error::WaitTimeout { waited } => write!(
                 f,

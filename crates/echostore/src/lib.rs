@@ -133,6 +133,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod absence;
+mod at_least;
 mod audit;
 mod batch;
 mod batch_fill;
@@ -181,6 +182,7 @@ mod supervisor;
 mod table;
 mod tags;
 mod unsettled;
+mod version;
 mod writes;
 
 pub mod recipes;
@@ -203,6 +205,7 @@ pub use reload::Reload;
 pub use stats::TableStats;
 pub use store::{Store, StoreBuilder};
 pub use table::Table;
+pub use version::{Version, VersionParseError, Written};
 
 /// The README's Rust snippets, compiled as doctests so that they keep up with the API.
 #[cfg(doctest)]

@@ -38,8 +38,8 @@ pub(crate) struct Acquired {
 /// How a put ended on Valkey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Put {
-    /// The value is stored.
-    Written,
+    /// The value is stored, stamped with Valkey's clock then (unix ms; none for a `DEL`).
+    Written { at_ms: Option<u64> },
     /// A newer value is stored: nothing written.
     Superseded,
     /// It arrived after its deadline: nothing written.
@@ -185,7 +185,9 @@ pub(crate) async fn versioned_put(
         .await?;
     clock.read(sent, server_ms);
     Ok(match written {
-        1 => Put::Written,
+        1 => Put::Written {
+            at_ms: Some(server_ms),
+        },
         0 => Put::Superseded,
         _ => Put::TooLate,
     })

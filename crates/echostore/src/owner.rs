@@ -37,7 +37,7 @@ use crate::own_writes::OwnWrites;
 use crate::owner::owner_ref::EveryShard;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
-use crate::writes::{L2Write, PendingWrite};
+use crate::writes::{L2Write, PendingWrite, Stamp};
 
 /// What the owner is asked to do.
 pub(crate) enum OwnerMsg<K, V> {
@@ -80,13 +80,13 @@ pub(crate) enum OwnerMsg<K, V> {
         id: K,
         entry: Entry<V>,
         write: Option<L2Write>,
-        reply: RpcReplyPort<Result<()>>,
+        reply: RpcReplyPort<Result<Stamp>>,
     },
     /// Drop `id` from L1 now, then from Valkey (if any).
     Invalidate {
         id: K,
         write: Option<L2Write>,
-        reply: RpcReplyPort<Result<()>>,
+        reply: RpcReplyPort<Result<Stamp>>,
     },
     /// The Valkey write at the head of `id`'s queue finished; `entry` is what it leaves in L1,
     /// `written_as` the fingerprint of the envelope it wrote.
@@ -98,6 +98,12 @@ pub(crate) enum OwnerMsg<K, V> {
     /// Valkey pushed an invalidation of `id`'s value key (coherence); `checked`: it was read
     /// back and is not this process's own write.
     Invalidated { id: K, checked: bool },
+    /// A read that must see at least a version could not tell that L1's copy of `id` is that
+    /// recent: drop it and overtake a running flight, as a push would; `reply` once done.
+    Behind {
+        id: K,
+        reply: RpcReplyPort<Result<()>>,
+    },
     /// Key tracking read `id`'s value key for the L1 entry made from `fingerprint`'s bytes.
     Confirmed {
         id: K,
@@ -233,6 +239,10 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
+            OwnerMsg::Behind { id, reply } => {
+                state.behind(&id);
+                let _ = reply.send(Ok(()));
+            }
             OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),
             OwnerMsg::Cap(capped) => state.overtake_for_cap(capped),
             OwnerMsg::Marked {

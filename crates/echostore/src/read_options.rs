@@ -12,6 +12,7 @@ use crate::fetched::Fetched;
 use crate::key::{Key, Value};
 use crate::losers::LoserPolicy;
 use crate::table::Table;
+use crate::version::Version;
 
 /// How one read may differ from the table's settings; an option left unset is the table's.
 ///
@@ -22,6 +23,8 @@ use crate::table::Table;
 ///   with the table's policy.
 /// - [`wait_at_most`](Self::wait_at_most): this read answers within the bound, or fails with
 ///   [`Error::WaitTimeout`]; the flight goes on for its other callers and fills the cache.
+/// - [`at_least`](Self::at_least): this read never answers a copy older than a version a write
+///   returned ([`Table::put_versioned`]), here or in another process.
 ///
 /// There is no option to skip Valkey for one read: a value loaded here that Valkey never saw
 /// would be newer than Valkey's copy, and this process's next read could go back to that copy
@@ -30,16 +33,23 @@ use crate::table::Table;
 pub struct ReadOptions<V> {
     losers: Option<LoserPolicy<V>>,
     wait: Option<Duration>,
+    at_least: Option<Version>,
 }
 
-/// Checked options: the flight's loser policy, if the read's own, and its wait bound.
-type Checked<V> = (Option<LoserPolicy<Arc<V>>>, Option<Duration>);
+/// Checked options: the flight's loser policy, if the read's own, its wait bound, and the
+/// version it must see.
+struct Checked<V> {
+    losers: Option<LoserPolicy<Arc<V>>>,
+    wait: Option<Duration>,
+    at_least: Option<Version>,
+}
 
 impl<V> Default for ReadOptions<V> {
     fn default() -> Self {
         ReadOptions {
             losers: None,
             wait: None,
+            at_least: None,
         }
     }
 }
@@ -62,6 +72,21 @@ impl<V> ReadOptions<V> {
         self
     }
 
+    /// Never answer a copy older than `version` (a [`Written`](crate::Written)'s, from this
+    /// process or another): the read skips an L1 copy it cannot show is that recent and reads on,
+    /// from Valkey, then from the source under the lock, as a miss does. With `.version_by` the
+    /// answer's own version is checked: an older one drops Valkey's copy (its value, never the
+    /// lock) and the read tries again (every 10 ms), from the source, while it still answers an
+    /// older one, failing with [`Error::VersionUnavailable`] past its bound
+    /// ([`wait_at_most`](Self::wait_at_most), else the loser policy's `up_to`, else `lock_ttl`).
+    /// A `None` (a deletion) is at least every version. Without `.version_by` an L1 copy's
+    /// version is not known, so such a read always goes past L1 (one Valkey read, and this
+    /// process's copy is replaced by what it reads).
+    pub fn at_least(mut self, version: Version) -> Self {
+        self.at_least = Some(version);
+        self
+    }
+
     /// Checks the options as `build()` checks the table's.
     fn checked(self) -> Result<Checked<V>> {
         let too_long = |d: Duration| d > MAX_DURATION;
@@ -74,7 +99,11 @@ impl<V> ReadOptions<V> {
                 "read options: durations must be within 0..={MAX_DURATION:?} (a poll's `every` above zero)"
             )));
         }
-        Ok((self.losers.map(LoserPolicy::shared), self.wait))
+        Ok(Checked {
+            losers: self.losers.map(LoserPolicy::shared),
+            wait: self.wait,
+            at_least: self.at_least,
+        })
     }
 }
 
@@ -115,8 +144,15 @@ impl<K: Key, V: Value> Table<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
     {
-        let (losers, wait) = options.checked()?;
+        let Checked {
+            losers,
+            wait,
+            at_least,
+        } = options.checked()?;
         let (core, owner) = self.parts();
+        if let Some(wanted) = at_least {
+            return crate::at_least::read(core, owner, id, wanted, (losers, wait)).await;
+        }
         if let Some(hit) = crate::lookup::hit(core, owner, id) {
             return Ok(hit);
         }

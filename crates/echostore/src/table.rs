@@ -254,12 +254,52 @@ impl<K: Key, V: Value> Table<K, V> {
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
     {
+        let written = self.write(id.to_owned(), value, InvalidatedBy::Put).await?;
+        Ok(written.value)
+    }
+
+    /// A put that also answers its [`Version`](crate::Version): carried to another replica (a
+    /// cookie, a header), it makes that replica's read with
+    /// [`ReadOptions::at_least`](crate::ReadOptions::at_least) return this value or a newer
+    /// one, even before the replica hears of the write. The version is the value's own with
+    /// `.version_by`, else the instant Valkey's clock stamped the write (without Valkey, this
+    /// process's clock).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::{ReadOptions, Store, Version};
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, String>("users")
+    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .build()
+    ///     .await?;
+    /// let written = users.put_versioned(&42, "Alice".to_owned()).await?;
+    /// let token = written.version.to_string(); // to a cookie or a header
+    /// let wanted: Version = token.parse().expect("a token this table issued");
+    /// let read = users.get_with(&42, ReadOptions::new().at_least(wanted)).await?;
+    /// assert_eq!(*read, "Alice");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put_versioned<Q>(&self, id: &Q, value: V) -> Result<crate::Written<V>>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
         self.write(id.to_owned(), value, InvalidatedBy::Put).await
     }
 
     /// A put's work, for `put` (`by` [`InvalidatedBy::Put`]) and `delete` (`Delete`): both order
     /// the write through the id's owner; they tell subscribers apart.
-    pub(crate) async fn write(&self, id: K, value: V, by: InvalidatedBy) -> Result<Arc<V>> {
+    pub(crate) async fn write(
+        &self,
+        id: K,
+        value: V,
+        by: InvalidatedBy,
+    ) -> Result<crate::Written<V>> {
         let core = &self.inner.core;
         let held = core.events.heard() && core.l1.get(&id).is_some();
         let life = core.config.life(&value, core.now_ms());
@@ -274,9 +314,11 @@ impl<K: Key, V: Value> Table<K, V> {
                 })
             }
         };
+        let source_version = core.config.version_of(&value);
         let value = Arc::new(value);
         let entry = life.entry(Arc::clone(&value));
-        self.inner
+        let stamp = self
+            .inner
             .owner
             .call(&id.clone(), {
                 let id = id.clone();
@@ -294,7 +336,11 @@ impl<K: Key, V: Value> Table<K, V> {
             _ => core.events.emit(Some(&id), invalidated(by)),
         }
         core.events.emit_owned(id, EventKind::Written);
-        Ok(value)
+        let version = match source_version {
+            Some(n) => crate::Version::source(n),
+            None => crate::Version::written(stamp.unwrap_or_else(|| core.now_ms())),
+        };
+        Ok(crate::Written { value, version })
     }
 
     /// Drops `id` from L1 and Valkey, and drops its lock, so that a fill in flight cannot write

@@ -12,6 +12,10 @@ use crate::lock::{self, Put};
 use crate::stats::bump;
 use crate::unsettled::Repair;
 
+/// What a landed write answers its caller: Valkey's clock when a put was stored (unix ms), none
+/// for an invalidation or without Valkey.
+pub(crate) type Stamp = Option<u64>;
+
 /// A write to Valkey that a `put` or `invalidate` asked for.
 pub(crate) enum L2Write {
     /// Set the value (envelope, physical life in ms) unless Valkey holds a newer one; drop the lock.
@@ -28,7 +32,7 @@ pub(crate) enum L2Write {
 pub(crate) struct PendingWrite<V> {
     pub(crate) write: L2Write,
     pub(crate) entry: Option<Entry<V>>,
-    pub(crate) reply: RpcReplyPort<Result<()>>,
+    pub(crate) reply: RpcReplyPort<Result<Stamp>>,
 }
 
 impl<V> PendingWrite<V> {
@@ -53,7 +57,7 @@ impl<V> PendingWrite<V> {
             reply,
         } = self;
         let Some(l2) = &core.l2 else {
-            let _ = reply.send(Ok(()));
+            let _ = reply.send(Ok(None));
             return entry;
         };
         let names = match &write {
@@ -65,12 +69,15 @@ impl<V> PendingWrite<V> {
                 envelope,
                 px,
             } => lock::versioned_put(l2, &names, envelope, px).await,
-            L2Write::Invalidate { names } => l2.invalidate(&names).await.map(|()| Put::Written),
+            L2Write::Invalidate { names } => l2
+                .invalidate(&names)
+                .await
+                .map(|()| Put::Written { at_ms: None }),
         };
         let (keep, answer) = match applied {
-            Ok(Put::Written) => {
+            Ok(Put::Written { at_ms }) => {
                 core.unsettled.settle(id);
-                (entry, Ok(()))
+                (entry, Ok(at_ms))
             }
             Ok(Put::Superseded) => {
                 bump(&core.stats.counters.writes_superseded);

@@ -20,7 +20,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         id: K,
         entry: Option<Entry<V>>,
         write: Option<L2Write>,
-        reply: RpcReplyPort<Result<()>>,
+        reply: RpcReplyPort<Result<Stamp>>,
     ) {
         let Some(write) = write else {
             self.flights.overtake(&id);
@@ -28,7 +28,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 Some(entry) => self.core.l1.insert(id, entry),
                 None => self.core.l1.remove(&id),
             }
-            let _ = reply.send(Ok(()));
+            let _ = reply.send(Ok(None));
             return;
         };
         let replaces = entry.is_some();
@@ -135,6 +135,14 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         bump(&self.core.stats.counters.invalidations);
         let pushed = crate::owner::owner_ref::invalidated(crate::events::InvalidatedBy::Push);
         self.core.events.emit_owned(id, pushed);
+    }
+
+    /// A read with `at_least` found L1's copy of `id` possibly older than it must see: the copy
+    /// goes, and a running flight (which may have read before the write the read must see) is
+    /// overtaken, so the read's miss reads Valkey or the source afresh.
+    pub(super) fn behind(&mut self, id: &K) {
+        self.flights.overtake(id); // before L1 changes: a read of the id can no longer settle
+        self.core.l1.remove(id);
     }
 
     /// Key tracking read `id`'s value key for the L1 entry made from `fingerprint`'s bytes. Found

@@ -1,0 +1,122 @@
+//! Read-your-writes across replicas: a write's version, carried as a token from the store that
+//! wrote to another store, makes that store's read return the write (or a newer one) although
+//! it never hears the write's push (its coherence is off: the push held back for good).
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::valkey;
+use echostore::{Error, LoserPolicy, ReadOptions, Store, Table, Version};
+
+/// The source: one row's version, which a write moves on before it puts.
+#[derive(Clone, Default)]
+struct Row(Arc<AtomicU64>);
+
+/// A table of `name` on `store` whose loader reads `row`; ordered by the value's own version
+/// when `by_version`.
+async fn table(store: &Store, name: &str, row: &Row, by_version: bool) -> Table<u64, u64> {
+    let row = row.clone();
+    let mut builder = store
+        .table::<u64, u64>(name)
+        .ttl(Duration::from_secs(60))
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_millis(300),
+        });
+    if by_version {
+        builder = builder.version_by(|v: &u64| *v);
+    }
+    builder
+        .loader(move |_id: u64| {
+            let row = row.clone();
+            async move { Ok::<_, std::io::Error>(row.0.load(SeqCst)) }
+        })
+        .build()
+        .await
+        .expect("table")
+}
+
+/// Store A, coherent, and store B, which hears no push.
+async fn replicas(url: &str) -> (Store, Store) {
+    let a = common::coherent_store(url, None).await;
+    let b = common::builder_on(url)
+        .require_valkey(true)
+        .coherence(false)
+        .build()
+        .await
+        .expect("store B");
+    (a, b)
+}
+
+/// A writes version 2 over the version 1 B holds in L1; B's plain read still answers 1, its
+/// read at least the token A's write returned answers 2, and so does every read after it.
+async fn carried(by_version: bool) {
+    let valkey = valkey();
+    let (a, b) = replicas(&valkey.url()).await;
+    let row = Row(Arc::new(AtomicU64::new(1)));
+    let name = if by_version { "by_version" } else { "by_clock" };
+    let (on_a, on_b) = (
+        table(&a, name, &row, by_version).await,
+        table(&b, name, &row, by_version).await,
+    );
+    assert_eq!(*on_b.get(&7).await.expect("B's first read"), 1);
+
+    row.0.store(2, SeqCst);
+    let written = on_a.put_versioned(&7, 2).await.expect("A's put");
+    let token = written.version.to_string();
+    assert_eq!(
+        *on_b.get(&7).await.expect("B's plain read"),
+        1,
+        "B heard the push after all"
+    );
+
+    let wanted: Version = token.parse().expect("the token parses back");
+    let read = on_b
+        .get_with(&7, ReadOptions::new().at_least(wanted))
+        .await
+        .expect("B's read at least A's version");
+    assert_eq!(*read, 2, "B answered a copy older than the token");
+    assert_eq!(
+        *on_b.get(&7).await.expect("B's next read"),
+        2,
+        "B went back in time"
+    );
+}
+
+#[tokio::test]
+async fn a_token_from_a_put_is_read_on_a_replica_that_missed_the_push() {
+    carried(false).await;
+}
+
+#[tokio::test]
+async fn a_token_from_a_versioned_put_is_read_on_a_replica_that_missed_the_push() {
+    carried(true).await;
+}
+
+/// A version the source never reaches: the read reads on until its bound, then says so.
+#[tokio::test]
+async fn a_version_the_source_cannot_give_is_unavailable() {
+    let valkey = valkey();
+    let store = common::coherent_store(&valkey.url(), None).await;
+    let row = Row(Arc::new(AtomicU64::new(1)));
+    let t = table(&store, "unreached", &row, true).await;
+    let ahead: Version = "s64".parse().expect("a token");
+    let refused = t
+        .get_with(&7, ReadOptions::new().at_least(ahead))
+        .await
+        .expect_err("the source is behind the token");
+    assert!(
+        matches!(refused, Error::VersionUnavailable { wanted } if wanted == ahead),
+        "{refused}"
+    );
+    // And once the source catches up, the same read answers.
+    row.0.store(0x64, SeqCst);
+    let read = t
+        .get_with(&7, ReadOptions::new().at_least(ahead))
+        .await
+        .expect("caught up");
+    assert_eq!(*read, 0x64);
+}
