@@ -37,6 +37,13 @@ pub(crate) enum Kind {
 }
 
 impl Version {
+    /// The version of a value whose `.version_by` is `n`: a token a service can hand out for a
+    /// row it changed at the source without a put (a database's row version after an `UPDATE`),
+    /// for a table ordered by that version.
+    pub fn from_source(n: u64) -> Self {
+        Self::source(n)
+    }
+
     pub(crate) fn source(n: u64) -> Self {
         Version {
             kind: Kind::Source,

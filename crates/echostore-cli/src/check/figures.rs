@@ -131,6 +131,7 @@ mod tests {
             ok,
             origin: String::new(),
             batch: false,
+            at_least: 0,
             start: start_ms * 1_000_000,
             end: end_ms * 1_000_000,
         }

@@ -59,6 +59,10 @@ pub(crate) struct Op {
     /// a load made by the batch loader.
     #[serde(rename = "b", default, skip_serializing_if = "is_false")]
     pub(crate) batch: bool,
+    /// For a read made with `ReadOptions::at_least`: the version it had to see (the source's
+    /// when it began); 0 for the others.
+    #[serde(rename = "l", default, skip_serializing_if = "is_zero")]
+    pub(crate) at_least: u64,
     /// The call's start and end, [`now_ns`].
     #[serde(rename = "s")]
     pub(crate) start: u64,
@@ -78,6 +82,10 @@ impl Op {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where a worker's operations go: its history file, one JSON line each. A cheap `Clone`: clones

@@ -7,6 +7,8 @@
 //! and counted under the first it breaks:
 //!
 //! - `phantom`: the version was never written, or its write began after the read ended;
+//! - `at_least`: a read made with `ReadOptions::at_least(v)` returned a version older than `v`
+//!   (the source's version when it began: whatever the caches hold, such a read must see it);
 //! - `read_your_writes`: older than a write of the reader's own process that ended before the
 //!   read began;
 //! - `non_monotonic`: older than what an earlier read of the same process (ended before this one
@@ -53,6 +55,7 @@ pub(crate) struct Violations {
     pub(crate) non_monotonic: u64,
     pub(crate) phantom: u64,
     pub(crate) read_your_writes: u64,
+    pub(crate) at_least: u64,
     pub(crate) extra_source_reads: u64,
 }
 
@@ -64,6 +67,7 @@ impl Violations {
             + self.non_monotonic
             + self.phantom
             + self.read_your_writes
+            + self.at_least
             + self.extra_source_reads
     }
 }
@@ -92,6 +96,7 @@ const EXAMPLES_PER_RULE: usize = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rule {
     Phantom,
+    AtLeast,
     ReadYourWrites,
     NonMonotonic,
     StaleAfterWrite,
@@ -103,6 +108,7 @@ impl Rule {
     fn name(self) -> &'static str {
         match self {
             Rule::Phantom => "phantom",
+            Rule::AtLeast => "at_least",
             Rule::ReadYourWrites => "read_your_writes",
             Rule::NonMonotonic => "non_monotonic",
             Rule::StaleAfterWrite => "stale_after_write",
@@ -241,6 +247,9 @@ impl Run<'_> {
         };
         if made_start > read.end {
             return Some(Rule::Phantom);
+        }
+        if read.version < read.at_least {
+            return Some(Rule::AtLeast);
         }
         if let Some(at) = superseders
             .get(&read.process)
@@ -413,6 +422,7 @@ impl Run<'_> {
         let v = &mut self.findings.violations;
         match rule {
             Rule::Phantom => v.phantom += 1,
+            Rule::AtLeast => v.at_least += 1,
             Rule::ReadYourWrites => v.read_your_writes += 1,
             Rule::NonMonotonic => v.non_monotonic += 1,
             Rule::StaleAfterWrite => v.stale_after_write += 1,

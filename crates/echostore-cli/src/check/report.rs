@@ -42,6 +42,8 @@ pub(crate) struct Report {
     reads: usize,
     batch_reads: usize,
     batches: usize,
+    /// Reads made with `at_least` (the source's version when they began).
+    at_least_reads: usize,
     puts: usize,
     invalidates: usize,
     deletes: usize,
@@ -93,6 +95,7 @@ impl Report {
             reads: count(Action::Read),
             batch_reads: count_batch(Action::Read),
             batches: batches(ops),
+            at_least_reads: ops.iter().filter(|o| o.at_least > 0).count(),
             puts: count(Action::Put),
             invalidates: count(Action::Invalidate),
             deletes: count(Action::Delete),
@@ -141,12 +144,14 @@ impl Report {
             self.processes, self.seconds, self.coherence, self.tracking
         );
         println!(
-            "  events        {} ({} reads, {} of them in {} batches; {} puts, {} invalidates, {} \
-             deletes; {} source reads, {} by the batch loader; {} calls failed)",
+            "  events        {} ({} reads, {} of them in {} batches, {} at least a version; {} \
+             puts, {} invalidates, {} deletes; {} source reads, {} by the batch loader; {} calls \
+             failed)",
             self.events,
             self.reads,
             self.batch_reads,
             self.batches,
+            self.at_least_reads,
             self.puts,
             self.invalidates,
             self.deletes,
@@ -162,6 +167,7 @@ impl Report {
             ("non_monotonic", v.non_monotonic),
             ("phantom", v.phantom),
             ("read_your_writes", v.read_your_writes),
+            ("at_least", v.at_least),
             ("extra_source_reads", v.extra_source_reads),
         ] {
             println!("  {rule:<20} {n}");

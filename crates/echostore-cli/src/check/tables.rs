@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use echostore::{Key, LoserPolicy, Store, Table};
+use echostore::{Key, LoserPolicy, ReadOptions, Store, Table, Version};
 
 use super::history::{Action, Op, Recorder, now_ns};
 use super::source::Source;
@@ -92,6 +92,18 @@ impl Tables {
             0 => self.numbers.fetch(&u64::from(id)).await?,
             1 => self.names.fetch(name(id).as_str()).await?,
             _ => self.items.fetch(&item(id)).await?,
+        };
+        Ok((*fetched.value, fetched.origin.to_string()))
+    }
+
+    /// One read of `id` that must see at least `version` (`ReadOptions::at_least`; the tables
+    /// are ordered by the value, which is the source's version).
+    pub(crate) async fn read_at_least(&self, table: u8, id: u32, version: u64) -> Answer {
+        let wanted = || ReadOptions::new().at_least(Version::from_source(version));
+        let fetched = match table {
+            0 => self.numbers.fetch_with(&u64::from(id), wanted()).await?,
+            1 => self.names.fetch_with(name(id).as_str(), wanted()).await?,
+            _ => self.items.fetch_with(&item(id), wanted()).await?,
         };
         Ok((*fetched.value, fetched.origin.to_string()))
     }
@@ -258,6 +270,7 @@ impl Loading {
             ok: true,
             origin: String::new(),
             batch: from.1,
+            at_least: 0,
             start: from.0,
             end: now_ns(),
         });

@@ -24,6 +24,10 @@ const BATCH_EVERY: u32 = 4;
 /// One single read in this many is a `peek` (cache only, never the loader).
 const PEEK_EVERY: u32 = 8;
 
+/// Of the other single reads, one in this many must see at least the source's version when it
+/// begins (`ReadOptions::at_least`), as a replica given a session token does.
+const AT_LEAST_EVERY: u32 = 8;
+
 /// How many distinct ids a batch read asks for (at most `--keys`).
 const BATCH_IDS: std::ops::RangeInclusive<usize> = 2..=8;
 
@@ -58,6 +62,9 @@ impl Workload {
                     self.read_many(table, &ids).await;
                 } else if rng.random_range(0..PEEK_EVERY) == 0 {
                     self.peek(table, rng.random_range(0..self.keys)).await;
+                } else if rng.random_range(0..AT_LEAST_EVERY) == 0 {
+                    self.read_at_least(table, rng.random_range(0..self.keys))
+                        .await;
                 } else {
                     self.read(table, rng.random_range(0..self.keys)).await;
                 }
@@ -92,6 +99,27 @@ impl Workload {
         let start = now_ns();
         let answer = bounded(self.tables.read(table, id)).await;
         self.record_read(table, id, start, answer);
+    }
+
+    /// One read that must see at least the source's version of `id` when it began, recorded with
+    /// that version (the model's `at_least` rule).
+    async fn read_at_least(&self, table: u8, id: u32) {
+        let start = now_ns();
+        let Ok(wanted) = self.source.read(table, id) else {
+            return;
+        };
+        let answer = bounded(self.tables.read_at_least(table, id, wanted)).await;
+        let (version, ok, origin) = match answer {
+            Ok((version, origin)) => (version, true, origin),
+            Err(e) => (0, false, e.to_string()),
+        };
+        self.recorder.record(Op {
+            version,
+            ok,
+            origin,
+            at_least: wanted,
+            ..call(table, id, Action::Read, (start, now_ns()))
+        });
     }
 
     /// One `peek`, recorded as a read when it found a copy (what it answers must obey every rule
@@ -215,6 +243,7 @@ fn call(table: u8, id: u32, action: Action, span: (u64, u64)) -> Op {
         ok: true,
         origin: String::new(),
         batch: false,
+        at_least: 0,
         start: span.0,
         end: span.1,
     }

@@ -23,6 +23,7 @@ fn op(process: u32, action: Action, version: u64, start: u64, end: u64) -> Op {
         ok: true,
         origin: String::new(),
         batch: false,
+        at_least: 0,
         start,
         end,
     }
@@ -262,4 +263,16 @@ fn each_id_is_checked_on_its_own() {
     other.id = 2;
     let ops = [other, read(1, 0, 200 + 2 * B, 200 + 2 * B + 1)];
     assert_eq!(violations(&ops, &[]).total(), 0);
+}
+
+/// A read that had to see at least version 2 (the source's when it began) and returned 1:
+/// `at_least`, whatever the other rules say of version 1 (still current to them).
+#[test]
+fn a_read_below_its_at_least_version_breaks_at_least() {
+    let mut below = read(1, 1, 300, 310);
+    below.at_least = 2;
+    let mut met = read(1, 2, 320, 330);
+    met.at_least = 2;
+    let ops = vec![put(0, 1, 100, 110), put(0, 2, 290, 400), below, met];
+    only(&ops, "at_least", |v| v.at_least);
 }
