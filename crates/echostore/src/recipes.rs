@@ -205,6 +205,57 @@
 //! # }
 //! ```
 //!
+//! # Read your writes across replicas: a session token
+//!
+//! A user saves a form on replica A; the next request lands on replica B, which may not have
+//! heard of the write yet (its push is milliseconds away, longer under faults). A's
+//! [`Table::put_versioned`] answers the write's [`Version`]; A hands it to the client (a cookie,
+//! a header), and B reads with [`ReadOptions::at_least`]: it never answers a copy older than
+//! that, whatever its L1 holds. Keep the token only as long as a push can be late (seconds): a
+//! read with one is a Valkey read at least.
+//!
+//! ```
+//! # use std::sync::{Arc, Mutex};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> echostore::Result<()> {
+//! use echostore::{ReadOptions, Store, Table, Version};
+//!
+//! // The database both replicas read (say, PostgreSQL).
+//! let db = Arc::new(Mutex::new(String::from("draft 1")));
+//! async fn replica(db: &Arc<Mutex<String>>) -> echostore::Result<Table<u64, String>> {
+//!     let db = Arc::clone(db);
+//!     let store = Store::builder().build().await?; // with `.valkey(url)` in production
+//!     store
+//!         .table::<u64, String>("forms")
+//!         .loader(move |_id: u64| {
+//!             let row = db.lock().unwrap().clone();
+//!             async move { Ok::<_, std::io::Error>(row) }
+//!         })
+//!         .build()
+//!         .await
+//! }
+//! let (a, b) = (replica(&db).await?, replica(&db).await?);
+//! assert_eq!(*b.get(&1).await?, "draft 1"); // B caches draft 1
+//!
+//! // Replica A handles the form: the database first, then the cache; the token to the client.
+//! *db.lock().unwrap() = "draft 2".to_owned();
+//! let written = a.put_versioned(&1, "draft 2".to_owned()).await?;
+//! let cookie = format!("echostore-v={}; Max-Age=10", written.version);
+//!
+//! // The next request lands on B with the cookie: B answers draft 2, not its cached draft 1.
+//! let token = cookie.trim_start_matches("echostore-v=").split(';').next().unwrap_or("");
+//! let read = match token.parse::<Version>() {
+//!     Ok(v) => b.get_with(&1, ReadOptions::new().at_least(v)).await?,
+//!     Err(_) => b.get(&1).await?, // no token, or a forged one: an ordinary read
+//! };
+//! assert_eq!(*read, "draft 2");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`Table::put_versioned`]: crate::Table::put_versioned
+//! [`Version`]: crate::Version
+//! [`ReadOptions::at_least`]: crate::ReadOptions::at_least
 //! [`Key`]: crate::Key
 //! [`Value`]: crate::Value
 //! [`Error::Source`]: crate::Error::Source
