@@ -232,8 +232,12 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
             HashMap::new()
         } else {
             let ids = loading.iter().map(|m| m.id.clone()).collect();
+            let lease = crate::load::try_lease(self.core).await;
+            if matches!(lease, crate::load::Lease::Spent) {
+                self.stale_meanwhile(&loading);
+            }
             tokio::select! {
-                loaded = self.load(ids) => loaded,
+                loaded = self.load(ids, lease) => loaded,
                 never = self.lease(l2, &loading) => match never {},
             }
         };
@@ -265,6 +269,18 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         for (m, landing) in members.iter().zip(landings) {
             if let Some(landing) = landing {
                 self.report.landed(m.id.clone(), m.flight, landing);
+            }
+        }
+    }
+
+    /// The table's source budget is spent: members with a stale copy answer it now, while the
+    /// batch's call waits for a lease (a budget never keeps a stale copy from a read).
+    fn stale_meanwhile(&self, loading: &[&Member<K, V>]) {
+        for m in loading {
+            if let Some(served) = m.stale.as_ref().and_then(Stale::answer) {
+                crate::stats::bump(&self.core.stats.counters.stale_served);
+                self.report
+                    .signal(&m.id, m.flight, Signal::Early(served.fetched));
             }
         }
     }

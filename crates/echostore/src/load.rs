@@ -209,14 +209,43 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
 /// A lease of the table's source budget for a read with no one to answer early (a batch, a
 /// reload, an early refresh): waits for one as long as the loser policy waits.
 pub(crate) async fn waiting<K, V>(core: &TableCore<K, V>) -> Result<Option<Permit>> {
+    lease_after(core, try_lease(core).await).await
+}
+
+/// A source read's first ask of the table's budget.
+pub(crate) enum Lease {
+    /// The table has no budget.
+    Free,
+    Held(Permit),
+    /// The budget is spent for now: the read waits for a lease ([`lease_after`]).
+    Spent,
+}
+
+/// Asks the table's budget for a lease now, without waiting.
+pub(crate) async fn try_lease<K, V>(core: &TableCore<K, V>) -> Lease {
     let Some(budget) = &core.budget else {
-        return Ok(None);
+        return Lease::Free;
     };
-    if let Some(permit) = budget.try_admit(core.l2.as_ref()).await {
-        return Ok(Some(permit));
+    match budget.try_admit(core.l2.as_ref()).await {
+        Some(permit) => Lease::Held(permit),
+        None => Lease::Spent,
     }
-    bump(&core.stats.counters.budget_waits);
-    leased(core, budget).await.map(Some)
+}
+
+/// The lease a read holds while it reads the source, after its first ask: a spent budget is
+/// waited for as long as the loser policy waits.
+pub(crate) async fn lease_after<K, V>(
+    core: &TableCore<K, V>,
+    lease: Lease,
+) -> Result<Option<Permit>> {
+    match (lease, &core.budget) {
+        (Lease::Free, _) | (Lease::Spent, None) => Ok(None),
+        (Lease::Held(permit), _) => Ok(Some(permit)),
+        (Lease::Spent, Some(budget)) => {
+            bump(&core.stats.counters.budget_waits);
+            leased(core, budget).await.map(Some)
+        }
+    }
 }
 
 /// Waits for a lease of `budget` as long as the loser policy waits (`lock_ttl` for a policy that

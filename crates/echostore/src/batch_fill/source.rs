@@ -18,7 +18,7 @@ use crate::fetched::Origin;
 use crate::flights::FlightId;
 use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
-use crate::load::Load;
+use crate::load::{Lease, Load};
 use crate::stale::{Filled, Landing};
 use crate::stats::bump;
 
@@ -28,8 +28,9 @@ pub(crate) const LOADS_AT_ONCE: usize = 16;
 impl<K: Key, V: Value> BatchFill<'_, K, V> {
     /// The batch without Valkey: one source call, every value kept in L1.
     pub(super) async fn here(&self, ids: Vec<(K, FlightId)>) {
+        let lease = crate::load::try_lease(self.core).await;
         let mut loaded = self
-            .load(ids.iter().map(|(id, _)| id.clone()).collect())
+            .load(ids.iter().map(|(id, _)| id.clone()).collect(), lease)
             .await;
         for (id, flight) in ids {
             let load = Load::new(self.core, &id, &|_| {});
@@ -50,7 +51,13 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
 
     /// The source read of `ids`: one batch loader call, or the per-id loader for each (at most
     /// [`LOADS_AT_ONCE`] at a time). Ids left out are absent.
-    pub(super) async fn load(&self, ids: Vec<K>) -> HashMap<K, Result<(V, Duration)>> {
+    /// `lease` is the batch call's first ask of the table's budget (a call is one lease); the
+    /// per-id loader's calls each take their own.
+    pub(super) async fn load(
+        &self,
+        ids: Vec<K>,
+        lease: Lease,
+    ) -> HashMap<K, Result<(V, Duration)>> {
         let Some(batch) = &self.core.batch_loader else {
             let each = futures::stream::iter(ids)
                 .map(|id| async move {
@@ -73,7 +80,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             .source_reads
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         let asked = ids.clone();
-        let outcome = match crate::load::waiting(self.core).await {
+        let outcome = match crate::load::lease_after(self.core, lease).await {
             Ok(_lease) => {
                 crate::load::guarded(self.core, || {
                     let call = batch(ids);

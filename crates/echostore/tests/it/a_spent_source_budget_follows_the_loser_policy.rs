@@ -112,3 +112,51 @@ async fn over_budget_a_fail_fast_table_fails_at_once() {
     assert_eq!(reads.load(SeqCst), 0, "the source was not read");
     assert_eq!(table.stats().budget_exhausted, 1);
 }
+
+#[tokio::test]
+async fn over_budget_a_batchs_stale_copies_are_served_at_once() {
+    let valkey = valkey();
+    let store = common::builder_on(&valkey.url())
+        .build()
+        .await
+        .expect("store");
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let table = store
+        .table::<u64, u64>("batch")
+        .ttl(Duration::from_millis(100))
+        .stale_for(Duration::from_secs(60))
+        .source_budget(1)
+        .batch_loader(move |ids: Vec<u64>| {
+            let call = counted.fetch_add(1, SeqCst) + 1;
+            async move {
+                Ok::<_, std::io::Error>(
+                    ids.into_iter()
+                        .map(|id| (id, call))
+                        .collect::<std::collections::HashMap<_, _>>(),
+                )
+            }
+        })
+        .build()
+        .await
+        .expect("table");
+    let ids = [1, 2];
+    assert_eq!(table.get_many(&ids).await.expect("first load").len(), 2);
+    common::until("the copies are past their freshness", || {
+        ids.iter().all(|id| table.peek_local(id).is_none())
+    })
+    .await;
+    plant_dead_lease(&valkey.url(), "batch").await;
+    for (id, answer) in table.fetch_many(&ids).await {
+        let f = answer.expect("the stale copy");
+        assert_eq!((*f.value, f.origin), (1, Origin::Stale), "id {id}");
+    }
+    common::until_async("the batch that waited for the lease landed", async || {
+        table
+            .get_many(&ids)
+            .await
+            .is_ok_and(|m| m.values().all(|v| **v == 2))
+    })
+    .await;
+    assert_eq!(calls.load(SeqCst), 2, "one call per batch: one lease");
+}
