@@ -239,10 +239,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
             OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
-            OwnerMsg::Behind { id, reply } => {
-                state.behind(&id);
-                let _ = reply.send(Ok(()));
-            }
+            OwnerMsg::Behind { id, reply } => state.behind(&id, reply),
             OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),
             OwnerMsg::Cap(capped) => state.overtake_for_cap(capped),
             OwnerMsg::Marked {

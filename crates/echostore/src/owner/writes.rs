@@ -140,9 +140,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// A read with `at_least` found L1's copy of `id` possibly older than it must see: the copy
     /// goes, and a running flight (which may have read before the write the read must see) is
     /// overtaken, so the read's miss reads Valkey or the source afresh.
-    pub(super) fn behind(&mut self, id: &K) {
+    pub(super) fn behind(&mut self, id: &K, reply: RpcReplyPort<Result<()>>) {
         self.flights.overtake(id); // before L1 changes: a read of the id can no longer settle
         self.core.l1.remove(id);
+        let _ = reply.send(Ok(()));
     }
 
     /// Key tracking read `id`'s value key for the L1 entry made from `fingerprint`'s bytes. Found
