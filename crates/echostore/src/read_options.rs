@@ -81,7 +81,8 @@ impl<V> ReadOptions<V> {
     /// ([`wait_at_most`](Self::wait_at_most), else the loser policy's `up_to`, else `lock_ttl`).
     /// A `None` (a deletion) is at least every version. Without `.version_by` an L1 copy's
     /// version is not known, so such a read always goes past L1 (one Valkey read, and this
-    /// process's copy is replaced by what it reads).
+    /// process's copy is replaced by what it reads). It rests on what every write-through use
+    /// of a table does: the source holds a write before its `put` is made.
     pub fn at_least(mut self, version: Version) -> Self {
         self.at_least = Some(version);
         self

@@ -268,14 +268,23 @@ impl<K: Key, V: Value> Table<K, V> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> echostore::Result<()> {
+    /// use std::sync::{Arc, Mutex};
     /// use echostore::{ReadOptions, Store, Version};
     ///
+    /// let db = Arc::new(Mutex::new("Ada".to_owned())); // the source of truth
     /// let store = Store::builder().build().await?;
     /// let users = store
     ///     .table::<u64, String>("users")
-    ///     .loader(|id: u64| async move { Ok::<_, std::io::Error>(format!("user {id}")) })
+    ///     .loader({
+    ///         let db = Arc::clone(&db);
+    ///         move |_id: u64| {
+    ///             let row = db.lock().unwrap().clone();
+    ///             async move { Ok::<_, std::io::Error>(row) }
+    ///         }
+    ///     })
     ///     .build()
     ///     .await?;
+    /// *db.lock().unwrap() = "Alice".to_owned(); // the source first, then the cache
     /// let written = users.put_versioned(&42, "Alice".to_owned()).await?;
     /// let token = written.version.to_string(); // to a cookie or a header
     /// let wanted: Version = token.parse().expect("a token this table issued");
