@@ -55,6 +55,12 @@ pub enum Tracking {
 }
 
 impl Tracking {
+    /// The longest a silent tracking link (pushes and replies no longer arriving, the
+    /// connection still open) goes unnoticed before the store flushes its L1 and reconnects:
+    /// one health interval, then one PING's time. Until then, another process's write may not
+    /// reach this L1.
+    pub const SILENT_LINK_BOUND: std::time::Duration = tracking::SILENT_LINK_BOUND;
+
     /// The mode's name: `"broadcast"` or `"keys"`.
     pub fn name(self) -> &'static str {
         match self {
@@ -67,7 +73,7 @@ impl Tracking {
 /// The default of [`StoreBuilder::unconfirmed_l1_life`](crate::StoreBuilder::unconfirmed_l1_life):
 /// how long a value Valkey could not confirm stays in L1 (tracking down, or the data connection
 /// failing).
-pub const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
+pub(crate) const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
 
 /// What a table does with the pushes that concern it.
 pub(crate) trait Sink: Send + Sync {

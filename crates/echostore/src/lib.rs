@@ -189,8 +189,18 @@ pub mod recipes;
 
 pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use codec::{Codec, CodecError, CustomCodec};
-pub use coherence::tracking::SILENT_LINK_BOUND;
-pub use coherence::{DOWN_L1_LIFE, Tracking};
+pub use coherence::Tracking;
+
+/// Renamed [`Tracking::SILENT_LINK_BOUND`]: the constant lives with the tracking it bounds.
+#[deprecated(since = "0.1.0", note = "use `Tracking::SILENT_LINK_BOUND`")]
+pub const SILENT_LINK_BOUND: std::time::Duration = Tracking::SILENT_LINK_BOUND;
+
+/// Renamed [`StoreBuilder::DEFAULT_UNCONFIRMED_L1_LIFE`]: the default lives with its setting.
+#[deprecated(
+    since = "0.1.0",
+    note = "use `StoreBuilder::DEFAULT_UNCONFIRMED_L1_LIFE`"
+)]
+pub const DOWN_L1_LIFE: std::time::Duration = StoreBuilder::DEFAULT_UNCONFIRMED_L1_LIFE;
 pub use config::{MAX_EARLY_REFRESH_BETA, TableBuilder};
 pub use core::MAX_DURATION;
 pub use error::{Error, Result, SharedError, ValkeyError};
@@ -232,6 +242,7 @@ pub mod protocol {
         FENCED_WRITE_SCRIPT, MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_MANY_SCRIPT, POLL_SCRIPT,
         PUT_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, WRITE_MANY_SCRIPT,
     };
+    #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub use crate::server_clock::offset_wall_clock;
 }

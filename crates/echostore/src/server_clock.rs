@@ -59,7 +59,7 @@ pub(crate) fn wall_ms() -> u64 {
 /// Makes this process's wall clock, as EchoStore reads it, run `by_ms` ahead (negative: behind).
 /// For fault injection (`echostore check --faults skew`); a store built on Valkey no longer
 /// reads it once it has heard the server's time.
-#[doc(hidden)]
+#[cfg(feature = "fault-injection")]
 pub fn offset_wall_clock(by_ms: i64) {
     WALL_OFFSET_MS.store(by_ms, Ordering::Relaxed);
 }

@@ -126,6 +126,10 @@ pub struct StoreBuilder {
 }
 
 impl StoreBuilder {
+    /// The default of [`unconfirmed_l1_life`](Self::unconfirmed_l1_life): how long a value
+    /// Valkey could not confirm stays in L1 (tracking down, or the data connection failing).
+    pub const DEFAULT_UNCONFIRMED_L1_LIFE: std::time::Duration = DOWN_L1_LIFE;
+
     /// Use the Valkey at `url` as L2 and for the regeneration lock:
     /// `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS (the `tls` feature; see
     /// [`valkey_ca`](Self::valkey_ca)). The ACL user and password come from the URL. Without a
@@ -175,7 +179,7 @@ impl StoreBuilder {
         self
     }
 
-    /// How long L1 keeps a value that Valkey could not confirm (default [`DOWN_L1_LIFE`], 1 s):
+    /// How long L1 keeps a value that Valkey could not confirm (default [`DEFAULT_UNCONFIRMED_L1_LIFE`](Self::DEFAULT_UNCONFIRMED_L1_LIFE), 1 s):
     /// one loaded while the data connection fails (it was never written to Valkey, so no push
     /// will retire it when another process writes the id), or kept while the tracking connection
     /// is down (other processes' writes are not pushed). Healthy again, values live their ttl.

@@ -35,7 +35,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_millis(500);
 /// The longest a silent tracking link (pushes and replies no longer arriving, the connection
 /// still open) goes unnoticed before the store flushes its L1 and reconnects: one health
 /// interval, then one PING's time. Until then, another process's write may not reach this L1.
-pub const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEOUT);
+pub(crate) const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEOUT);
 
 /// How often a cluster's topology is re-read.
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(1);

@@ -15,7 +15,12 @@ use echostore::{Origin, Store, Table, Tracking};
 use embedded_valkey::EmbeddedCluster;
 
 async fn cluster_store(cluster: &EmbeddedCluster) -> Store {
-    tracking_store(cluster, Tracking::Broadcast, echostore::DOWN_L1_LIFE).await
+    tracking_store(
+        cluster,
+        Tracking::Broadcast,
+        echostore::StoreBuilder::DEFAULT_UNCONFIRMED_L1_LIFE,
+    )
+    .await
 }
 
 /// A store on the cluster tracking by `mode`, keeping what Valkey has not confirmed for
