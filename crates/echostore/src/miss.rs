@@ -73,6 +73,12 @@ where
         }
         Entered::Read(read) => {
             let reading = Reading { core, id, read };
+            // A write that landed between this caller's look at L1 and its entry on the board
+            // stored its entry before it lifted its mark: seeing the mark gone, look again.
+            if let Some(hit) = crate::lookup::hit::<K, V, K>(core, owner, &reading.id) {
+                drop(reading);
+                return std::future::ready(Ok(hit)).boxed();
+            }
             reading.run(owner, losers).boxed()
         }
         Entered::Owner => ask(core, owner, id, losers, false).boxed(),
