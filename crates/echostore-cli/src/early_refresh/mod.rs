@@ -185,6 +185,7 @@ async fn run_mode(target: &Target, args: &EarlyRefreshArgs, beta: f64) -> CliRes
         origins.add(&one.origins);
         waited_on_load += one.waited_on_load;
     }
+    settle(&tables).await;
     let stats: TableStats = tables.iter().map(Table::stats).sum();
     if let Some(first) = tables.first() {
         first
@@ -202,6 +203,15 @@ async fn run_mode(target: &Target, args: &EarlyRefreshArgs, beta: f64) -> CliRes
         warm,
     };
     Ok(report::mode(args, beta, measured))
+}
+
+/// Waits (up to 10 s) until no flight of `tables` runs: an early refresh the last reads started
+/// lands before the run moves on, and before the embedded Valkey stops under its fenced write.
+async fn settle(tables: &[Table<String, u64>]) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while tables.iter().any(|t| t.stats().in_flight > 0) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// A store and its table over the counting source.
