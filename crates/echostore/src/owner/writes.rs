@@ -143,6 +143,9 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     pub(super) fn behind(&mut self, id: &K, reply: RpcReplyPort<Result<()>>) {
         self.flights.overtake(id); // before L1 changes: a read of the id can no longer settle
         self.core.l1.remove(id);
+        // As a push: a write of this process still on its way may be older than what the read
+        // is about to find on Valkey, so its landing keeps nothing in L1.
+        self.flights.overtake_write(id);
         let _ = reply.send(Ok(()));
     }
 
