@@ -98,7 +98,7 @@ impl Workload {
     async fn read(&self, table: u8, id: u32) {
         let start = now_ns();
         let answer = bounded(self.tables.read(table, id)).await;
-        self.record_read(table, id, start, answer);
+        self.record_read(table, id, (start, 0), answer);
     }
 
     /// One read that must see at least the source's version of `id` when it began, recorded with
@@ -109,17 +109,7 @@ impl Workload {
             return;
         };
         let answer = bounded(self.tables.read_at_least(table, id, wanted)).await;
-        let (version, ok, origin) = match answer {
-            Ok((version, origin)) => (version, true, origin),
-            Err(e) => (0, false, e.to_string()),
-        };
-        self.recorder.record(Op {
-            version,
-            ok,
-            origin,
-            at_least: wanted,
-            ..call(table, id, Action::Read, (start, now_ns()))
-        });
+        self.record_read(table, id, (start, wanted), answer);
     }
 
     /// One `peek`, recorded as a read when it found a copy (what it answers must obey every rule
@@ -131,17 +121,19 @@ impl Workload {
             Ok(None) => return,
             Err(e) => Err(e),
         };
-        self.record_read(table, id, start, answer);
+        self.record_read(table, id, (start, 0), answer);
     }
 
-    /// Records one single read of `id`, begun at `start`, that answered `answer`.
+    /// Records one single read of `id`, begun at `from.0` and made at least version `from.1` (0:
+    /// a plain read), that answered `answer`.
     fn record_read(
         &self,
         table: u8,
         id: u32,
-        start: u64,
+        from: (u64, u64),
         answer: echostore::Result<(u64, String)>,
     ) {
+        let (start, at_least) = from;
         let (version, ok, origin) = match answer {
             Ok((version, origin)) => (version, true, origin),
             Err(e) => (0, false, e.to_string()),
@@ -150,6 +142,7 @@ impl Workload {
             version,
             ok,
             origin,
+            at_least,
             ..call(table, id, Action::Read, (start, now_ns()))
         });
     }
