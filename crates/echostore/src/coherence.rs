@@ -32,7 +32,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::coherence::tracking::keys::{Found, Read, Registry};
 use crate::envelope::Fingerprint;
-use crate::key::{KeyKind, parse_key};
+use crate::key::{KeyKind, parse_key, split_schema};
 
 /// How Valkey tells a store which keys changed ([`StoreBuilder::tracking`](crate::StoreBuilder::tracking)).
 /// Both keep the guarantees of `docs/consistency.md`; they differ in what they cost Valkey and
@@ -77,6 +77,9 @@ pub(crate) const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
 
 /// What a table does with the pushes that concern it.
 pub(crate) trait Sink: Send + Sync {
+    /// `true` if keys with this schema suffix (`crate::schemas`; empty for schema 0) are this
+    /// table's own: a push for another schema's copy is none of its business.
+    fn owns(&self, schema: &[u8]) -> bool;
     /// The value key of this rendered id changed.
     fn invalidated(&self, id: &[u8]);
     /// Invalidations may have been missed: drop L1 and detach running flights. Counted in
@@ -282,9 +285,10 @@ impl Tracker {
         }
         // The owner hears of the change before the loser wakes: a woken loser's next message to
         // its owner (it stops waiting) then comes after the invalidation, which leaves it attached.
-        match parse_key(&self.namespace, key) {
+        let (plain, schema) = split_schema(key);
+        match parse_key(&self.namespace, plain) {
             Some((KeyKind::Value, table, id)) => {
-                for sink in self.sinks(table) {
+                for sink in self.sinks(table).iter().filter(|s| s.owns(schema)) {
                     sink.invalidated(id);
                 }
             }
@@ -305,8 +309,9 @@ impl Tracker {
 
     /// Key tracking read `key` for an entry made from `fingerprint`'s bytes.
     pub(crate) fn confirmed(&self, key: &[u8], fingerprint: Fingerprint, found: Found) {
-        if let Some((KeyKind::Value, table, id)) = parse_key(&self.namespace, key) {
-            for sink in self.sinks(table) {
+        let (plain, schema) = split_schema(key);
+        if let Some((KeyKind::Value, table, id)) = parse_key(&self.namespace, plain) {
+            for sink in self.sinks(table).iter().filter(|s| s.owns(schema)) {
                 sink.confirmed(id, fingerprint, found);
             }
         }

@@ -13,6 +13,7 @@
 //! | `l1_capacity` | 100 000 | entries kept in L1 |
 //! | `l1_backend` | quick_cache | or moka |
 //! | `codec`, `compress_above` | postcard, never | how values are coded on Valkey; LZ4 above the size |
+//! | `schema` | 0 | the values' schema: each has its own copies, and every write reaches all live ones (rolling deploys) |
 //! | `reloader` | none | called instead of the loader with a copy in its stale window; may answer "unchanged" |
 //! | `audit_sample` | none | compare this fraction of L1 hits with Valkey, off the hit path |
 //! | `l1_idle` | none | an L1 entry not read for this long leaves L1 |
@@ -120,6 +121,7 @@ pub struct TableBuilder<K, V> {
     l1_idle: Option<Duration>,
     audit_sample: Option<f64>,
     source_budget: Option<u32>,
+    schema: u32,
     coding: crate::codec::Coding,
     loader: Option<Loader<K, V>>,
     reloader: Option<crate::reload::Reloader<K, V>>,
@@ -160,6 +162,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             l1_idle: None,
             audit_sample: None,
             source_budget: None,
+            schema: 0,
             coding: crate::codec::Coding::default(),
             loader: None,
             reloader: None,

@@ -241,6 +241,8 @@ pub(crate) struct TableCore<K, V> {
     /// Under key tracking, L1's entries that wait for Valkey to confirm them.
     pub(crate) unconfirmed: Unconfirmed<K, V>,
     pub(crate) l2: Option<L2>,
+    /// `.schema`: this table's schema and the other live ones.
+    pub(crate) schemas: Arc<crate::schemas::Schemas>,
     /// `.source_budget`: the leases every source read of the table holds.
     pub(crate) budget: Option<crate::budget::Budget>,
     /// The per-id loader; when only a batch loader is set, a one-id batch stands in for it.
@@ -273,9 +275,16 @@ impl<K: crate::key::Key, V> TableCore<K, V> {
         shard_of(id, self.shards)
     }
 
-    /// The Valkey names of `id`'s value and lock in this table.
+    /// The Valkey names of `id`'s value and lock in this table's schema.
     pub(crate) fn names(&self, id: &K) -> Result<crate::key::KeyNames> {
-        crate::key::KeyNames::new(&self.namespace, &self.name, id)
+        let names = crate::key::KeyNames::new(&self.namespace, &self.name, id)?;
+        Ok(self.schemas.names(names, false))
+    }
+
+    /// [`Self::names`] for a put or an invalidation, which drops every other live schema's copy.
+    pub(crate) fn write_names(&self, id: &K) -> Result<crate::key::KeyNames> {
+        let names = crate::key::KeyNames::new(&self.namespace, &self.name, id)?;
+        Ok(self.schemas.names(names, true))
     }
 
     /// Times the store's data connection was replaced ([`crate::healing`]).

@@ -153,6 +153,9 @@ pub struct KeyNames {
     pub value: Vec<u8>,
     /// `[<namespace>:]lock:<table>:{<id>}`
     pub lock: Vec<u8>,
+    /// The other live schemas' value and lock keys of the id, in pairs, when the names are a
+    /// write's (`crate::schemas`): a put or an invalidation drops them too.
+    pub(crate) others: Vec<Vec<u8>>,
 }
 
 /// The Valkey names of the id rendered as `id` in `table` under `namespace` (as given to
@@ -215,7 +218,51 @@ impl KeyNames {
         lock.extend_from_slice(namespace.as_bytes());
         lock.extend_from_slice(b"lock:");
         lock.extend_from_slice(&value[namespace.len()..]);
-        Ok(KeyNames { value, lock })
+        Ok(KeyNames {
+            value,
+            lock,
+            others: Vec::new(),
+        })
+    }
+
+    /// The names of a schema's copies: `suffix` (`#<schema>.<generation>`, or nothing for schema
+    /// 0) after both names, and `others`' value and lock names beside them.
+    pub(crate) fn in_schema<'s>(
+        mut self,
+        suffix: &[u8],
+        others: impl Iterator<Item = &'s [u8]>,
+    ) -> Self {
+        for other in others {
+            for base in [&self.value, &self.lock] {
+                let mut key = Vec::with_capacity(base.len() + other.len());
+                key.extend_from_slice(base);
+                key.extend_from_slice(other);
+                self.others.push(key);
+            }
+        }
+        self.value.extend_from_slice(suffix);
+        self.lock.extend_from_slice(suffix);
+        self
+    }
+
+    /// Every key a write drops or sets: the value, the lock, and the other schemas' pairs.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &[u8]> {
+        [self.value.as_slice(), self.lock.as_slice()]
+            .into_iter()
+            .chain(self.others.iter().map(Vec::as_slice))
+    }
+}
+
+/// The byte that opens a schema's suffix after an id's `}` (`crate::schemas`).
+pub(crate) const SCHEMA_MARK: u8 = b'#';
+
+/// Splits a value or lock key into the key of schema 0 and its schema's suffix (empty for schema
+/// 0): the suffix is what follows the last `}` when it opens with [`SCHEMA_MARK`]. An id's tag
+/// runs to the last `}`, and no suffix holds one, so the split is one-to-one.
+pub(crate) fn split_schema(key: &[u8]) -> (&[u8], &[u8]) {
+    match key.iter().rposition(|&b| b == b'}') {
+        Some(close) if key.get(close + 1) == Some(&SCHEMA_MARK) => key.split_at(close + 1),
+        _ => (key, &[]),
     }
 }
 

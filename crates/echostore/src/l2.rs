@@ -261,7 +261,7 @@ impl L2 {
         self.run(
             "invalidate (DEL value lock)",
             Some(names),
-            |mut c| async move { c.del::<_, i64>(&[&names.value, &names.lock]).await },
+            |mut c| async move { c.del::<_, i64>(names.all().collect::<Vec<_>>()).await },
         )
         .await
         .map(drop)

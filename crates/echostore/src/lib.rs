@@ -172,6 +172,7 @@ mod owner;
 mod peek;
 mod read_options;
 mod reload;
+mod schemas;
 mod scripts;
 mod server_clock;
 mod spans;

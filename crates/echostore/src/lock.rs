@@ -175,9 +175,10 @@ pub(crate) async fn versioned_put(
     let clock = l2.clock();
     let sent = clock.send();
     let mut inv = SCRIPTS.put.prepare_invoke();
-    inv.key(&names.value)
-        .key(&names.lock)
-        .arg(envelope)
+    for key in names.all() {
+        inv.key(key);
+    }
+    inv.arg(envelope)
         .arg(px)
         .arg(clock.deadline(l2.timeout()));
     let (written, server_ms): (i64, u64) = l2

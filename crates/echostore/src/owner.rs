@@ -134,11 +134,13 @@ mod landings;
 mod launches;
 mod marked;
 pub(crate) mod owner_ref;
+mod schema_lease;
 mod writes;
 
 pub(crate) use batches::Gather;
 use launches::Start;
 pub(crate) use marked::poll_marks;
+pub(crate) use schema_lease::keep_schema;
 
 /// The owner's behaviour; its state is [`OwnerState`].
 pub(crate) struct Owner<K, V>(PhantomData<fn() -> (K, V)>);

@@ -156,19 +156,24 @@ return 1
 
 /// Write-through: set the value unless a newer one is stored or the put's deadline (server ms,
 /// 0 for none) has passed, and drop the lock of any fill in flight so that its fenced write
-/// cannot land over this value. Returns `{1, now}` (written), `{0, now}` (superseded: a newer
+/// cannot land over this value. The other live schemas' copies of the id (`KEYS[3..]`, value
+/// and lock pairs: `crate::schemas`) count as stored values too, and are dropped with their
+/// locks when the put lands. Returns `{1, now}` (written), `{0, now}` (superseded: a newer
 /// value is stored) or `{-2, now}` (too late: its caller has given up), with the server's time.
 pub const PUT_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
--- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = envelope, ARGV[2] = physical life ms,
--- ARGV[3] = deadline, server unix ms (0: none)
+-- KEYS[1] = value key, KEYS[2] = lock key, KEYS[3..] = the other schemas' value and lock keys;
+-- ARGV[1] = envelope, ARGV[2] = physical life ms, ARGV[3] = deadline, server unix ms (0: none)
 local now = server_ms()
 local deadline = tonumber(ARGV[3])
 if deadline > 0 and now > deadline then return {-2, now} end
-if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[1]) then return {0, now} end
+for i = 1, #KEYS, 2 do
+  if newer(redis.pcall('GETRANGE', KEYS[i], 0, 28), now, ARGV[1]) then return {0, now} end
+end
 redis.call('SET', KEYS[1], stamped(ARGV[1], now), 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
+for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
 return {1, now}
 "#
 );
@@ -330,6 +335,43 @@ end
 return 1
 "#;
 
+/// A table's live schemas (`crate::schemas`): drop the leases that ended on the server's clock,
+/// then renew this process's lease (`<schema>:<generation>:<token>`), taking its schema's live
+/// generation, or a new one (the server's clock in µs) when no process of the schema is left.
+/// The key lives as long as its newest lease. Returns `{generation, how, member, …}`: `how` 0
+/// when this process's lease went on, 1 when it joins its schema's live generation, 2 when it
+/// starts a new one; then every live member of another schema.
+pub(crate) const SCHEMAS_SCRIPT: &str = r#"
+-- KEYS[1] = the table's live schemas; ARGV[1] = schema, ARGV[2] = token, ARGV[3] = lease, ms
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local generation, mine, others = nil, nil, {}
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local schema, g, token = string.match(member, '^(%d+):(%d+):(.*)$')
+  if schema == ARGV[1] then
+    generation = generation or g
+    if token == ARGV[2] then mine = member end
+  elseif schema then
+    table.insert(others, member)
+  end
+end
+local how = mine and 0 or 1
+if not generation then
+  generation = t[1] .. string.format('%06d', tonumber(t[2]))
+  how = 2
+end
+local member = ARGV[1] .. ':' .. generation .. ':' .. ARGV[2]
+if mine and mine ~= member then redis.call('ZREM', KEYS[1], mine) end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), member)
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+local out = {generation, tostring(how)}
+for _, other in ipairs(others) do table.insert(out, other) end
+return out
+"#;
+
 /// The scripts, hashed once per process.
 pub(crate) struct Scripts {
     pub(crate) acquire_or_read: Lua,
@@ -345,6 +387,7 @@ pub(crate) struct Scripts {
     pub(crate) write_many: Lua,
     pub(crate) mark: Lua,
     pub(crate) budget: Lua,
+    pub(crate) schemas: Lua,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
@@ -365,6 +408,7 @@ impl Scripts {
             write_many: Lua::new(WRITE_MANY_SCRIPT),
             mark: Lua::new(MARK_SCRIPT),
             budget: Lua::new(BUDGET_SCRIPT),
+            schemas: Lua::new(SCHEMAS_SCRIPT),
         }
     }
 }

@@ -101,6 +101,10 @@ impl<K: Key, V: Value> Table<K, V> {
             // Read again when tracking is next lost or regained, and at the first push.
             tracing::warn!(table = %core.name, error = %e, "reading the table's marks failed");
         }
+        if let Some(l2) = &core.l2 {
+            core.schemas.join(l2, &core.name).await;
+        }
+        crate::owner::keep_schema(&core, Arc::downgrade(&owner));
         crate::owner::poll_marks(&core, Arc::downgrade(&owner));
         sweep_idle(&core);
         audit_hits(&core);
@@ -317,7 +321,7 @@ impl<K: Key, V: Value> Table<K, V> {
             Some(_) => {
                 let marking = core.marking(&id, &value, core.marks.stamp())?;
                 Some(L2Write::Put {
-                    names: core.names(&id)?,
+                    names: core.write_names(&id)?,
                     envelope: life.encode(&value, &core.config, &marking)?,
                     px: life.physical_ms(),
                 })
@@ -388,7 +392,7 @@ impl<K: Key, V: Value> Table<K, V> {
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Invalidate {
-                names: core.names(&id)?,
+                names: core.write_names(&id)?,
             }),
         };
         self.inner

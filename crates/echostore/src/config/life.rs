@@ -291,6 +291,42 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
+    /// The schema of this table's values (default 0): bump it when a new version of the service
+    /// changes the cached type, and old and new processes run side by side through a rolling
+    /// deploy. Each schema keeps its own copies on Valkey, so no process decodes another's bytes;
+    /// a `put`, `invalidate`, `delete`, tag or `clear` made under any schema reaches every live
+    /// schema's copies and every process's L1; each schema loads an id once per expiry. The live
+    /// schemas are known on Valkey and leave when their last process has gone (see the guide,
+    /// "Rolling deploys").
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// use echostore::Store;
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct UserV2 {
+    ///     name: String,
+    ///     emails: Vec<String>, // was `email: String` in schema 1
+    /// }
+    ///
+    /// let store = Store::builder().build().await?;
+    /// let users = store
+    ///     .table::<u64, UserV2>("users")
+    ///     .schema(2)
+    ///     .loader(|id: u64| async move {
+    ///         Ok::<_, std::io::Error>(UserV2 { name: format!("user {id}"), emails: vec![] })
+    ///     })
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schema(mut self, schema: u32) -> Self {
+        self.schema = schema;
+        self
+    }
+
     /// Audit this fraction of L1 hits (`0.0..=1.0`; `0.001` is one in a thousand) against Valkey's
     /// copy, off the hit path: `audited_hits`, `stale_hits` and `audit_max_staleness_ms` say
     /// whether what this process serves is what Valkey holds — in production, where a proxy, a

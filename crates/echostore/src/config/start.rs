@@ -167,6 +167,11 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             events,
             unconfirmed: crate::l1::Unconfirmed::new(),
             l2: self.store.l2().cloned(),
+            schemas: Arc::new(crate::schemas::Schemas::new(
+                self.store.namespace(),
+                &self.name,
+                self.schema,
+            )),
             budget: self.source_budget.map(|limit| {
                 let key = crate::budget::budget_key(self.store.namespace(), &self.name);
                 crate::budget::Budget::new(key, limit, self.lock_ttl)

@@ -72,6 +72,7 @@ fn slots_follow_the_cluster_spec() {
     let lock = KeyNames {
         value: names.lock.clone(),
         lock: names.lock.clone(),
+        others: Vec::new(),
     };
     assert_eq!(
         lock.slot(),
@@ -161,4 +162,20 @@ fn the_marks_key_is_no_ids_key() {
     }
     assert_eq!(marks_key(Some("app"), "t").expect("a key"), marks);
     assert!(marks_key(Some("lock"), "t").is_err() && marks_key(None, "a{b").is_err());
+}
+
+/// A schema's suffix follows the id's `}`; splitting it off gives schema 0's key back, whatever
+/// braces or `#` the id holds, and the marks key is not split.
+#[test]
+fn schema_suffixes_split_off_one_to_one() {
+    for id in [&b"7"[..], b"a}#1.2", b"}", b"", b"#", b"x}"] {
+        let plain = KeyNames::new("", "t", &String::from_utf8_lossy(id).into_owned()).unwrap();
+        let schema = plain.clone().in_schema(b"#2.99", [&b""[..]].into_iter());
+        assert_eq!(split_schema(&schema.value), (&plain.value[..], &b"#2.99"[..]));
+        assert_eq!(split_schema(&schema.lock), (&plain.lock[..], &b"#2.99"[..]));
+        assert_eq!(split_schema(&plain.value), (&plain.value[..], &b""[..]));
+        assert_eq!(schema.others, vec![plain.value.clone(), plain.lock.clone()]);
+    }
+    let marks = marks_key_under("", "t");
+    assert_eq!(split_schema(&marks), (&marks[..], &b""[..]));
 }

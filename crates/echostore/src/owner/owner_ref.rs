@@ -239,6 +239,10 @@ fn answer<T>(outcome: std::result::Result<CallResult<Result<T>>, impl Sized>) ->
 }
 
 impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
+    fn owns(&self, schema: &[u8]) -> bool {
+        self.core.schemas.is_own(schema)
+    }
+
     fn invalidated(&self, id: &[u8]) {
         match K::from_rendered(id) {
             Some(id) => {

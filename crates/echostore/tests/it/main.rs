@@ -66,6 +66,7 @@ mod one_source_read_per_expiry_across_stores;
 mod peeks_never_load_nor_lock;
 mod read_options_apply_to_one_call;
 mod release_never_deletes_another_holders_lock;
+mod schemas_run_side_by_side;
 mod settings_that_would_overflow_are_refused;
 mod stale_copies_are_served_only_within_their_window;
 mod table_configuration_is_validated;

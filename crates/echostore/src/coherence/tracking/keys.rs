@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::coherence::Tracker;
 use crate::envelope::{self, Fingerprint};
-use crate::key::{KeyKind, parse_key};
+use crate::key::{KeyKind, parse_key, split_schema};
 
 /// How many held keys the registry remembers before it forgets them all: it only saves reads,
 /// so forgetting costs one read per key held, never a missed push.
@@ -226,7 +226,7 @@ pub(super) fn answered(tracker: &Tracker, reads: Vec<Read>, answers: Vec<Answer>
             _ => None,
         };
         let is_value = matches!(
-            parse_key(tracker.namespace(), &read.key),
+            parse_key(tracker.namespace(), split_schema(&read.key).0),
             Some((KeyKind::Value, ..))
         );
         registry.found(&read.key, found.flatten(), is_value && found.is_some());

@@ -1,0 +1,43 @@
+//! Keeps this process's schema among its table's live schemas (`crate::schemas`): the lease
+//! renewed every [`RENEW_EVERY`], L1 flushed when the table's keys moved to a new generation, and
+//! the lease given back once the table is dropped.
+
+use std::sync::{Arc, Weak};
+
+use crate::coherence::Sink;
+use crate::core::TableCore;
+use crate::key::{Key, Value};
+use crate::owner::owner_ref::OwnerRef;
+use crate::schemas::RENEW_EVERY;
+
+/// Renews the lease of `core`'s schema until `owner` is gone, then gives it back.
+pub(crate) fn keep_schema<K: Key, V: Value>(
+    core: &Arc<TableCore<K, V>>,
+    owner: Weak<OwnerRef<K, V>>,
+) {
+    let Some(l2) = core.l2.clone() else {
+        return;
+    };
+    let (schemas, table) = (Arc::clone(&core.schemas), Arc::clone(&core.name));
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(RENEW_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is at once, and the table has just joined
+        loop {
+            ticks.tick().await;
+            if owner.strong_count() == 0 {
+                return schemas.leave(&l2).await;
+            }
+            match schemas.renew(&l2).await {
+                Ok(renewed) if renewed.moved => {
+                    tracing::warn!(%table, "this process's schema had lapsed: its keys move to a new generation, and L1 is flushed");
+                    if let Some(owner) = owner.upgrade() {
+                        owner.flush(false);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(%table, error = %e, "renewing the schema's lease failed"),
+            }
+        }
+    });
+}

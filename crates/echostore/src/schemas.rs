@@ -1,0 +1,236 @@
+//! `.schema(n)`: a table's schema, and the live schemas of the table as Valkey knows them, so that
+//! two versions of a service whose cached type differs can run side by side (a rolling deploy).
+//!
+//! Each schema keeps copies of its own: its value and lock keys carry `#<schema>.<generation>`
+//! after the id's `}`; schema 0's carry nothing (its keys are those of a table without schemas).
+//! No process ever decodes another schema's bytes, and each schema's fills hold their own lock, so
+//! there is one source read per id per expiry per schema.
+//!
+//! A write reaches every schema: a put, invalidate, delete (and a failed write's repair) drops the
+//! value and lock of every other live schema in the same script as its own (they share the id's
+//! hash slot), and schema 0's always. Every process of the table hears of that `DEL` as of any
+//! change of its own key. A fill writes its own schema's copy only, since the other schemas'
+//! copies hold the same source row: no invalidation goes back and forth. Clears and tags are marks
+//! of the table, which every schema reads.
+//!
+//! The live schemas are a sorted set `[<ns>:]schemas:<table>` of `<schema>:<generation>:<token>`,
+//! one member per process, scored by when its lease ends on Valkey's clock. Each process renews
+//! its own every [`RENEW_EVERY`] and learns the others from the answer; a process that stops
+//! renewing drops out after [`LEASE`]. A schema's generation is chosen when it joins with no
+//! process of it left, so its copies from an earlier life, which other schemas' writes no longer
+//! reached, are never read again. A process that joins while other schemas are live waits two
+//! renewals before its table serves, so that each of them has heard of it before any copy of its
+//! schema exists.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::key::{KeyNames, SCHEMA_MARK};
+use crate::l2::L2;
+use crate::scripts::SCRIPTS;
+
+/// How often a process renews its schema's lease, and so learns of another schema joining.
+pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a lease lives unrenewed: a process silent this long is no longer counted live.
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
+
+/// The Valkey name of a table's live schemas: `[<namespace>:]schemas:<table>`. No value, lock or
+/// marks key takes that name: theirs all hold a `{…}` hash tag after the table's name.
+pub(crate) fn schemas_key(namespace: &str, table: &str) -> Vec<u8> {
+    format!("{namespace}schemas:{table}").into_bytes()
+}
+
+/// A table's schema, and what this process last learned of the others.
+pub(crate) struct Schemas {
+    schema: u32,
+    key: Vec<u8>,
+    token: String,
+    live: RwLock<Arc<Live>>,
+}
+
+/// The key suffixes of this process's schema and of every other live one.
+#[derive(Debug, PartialEq)]
+struct Live {
+    /// The generation of this schema, as Valkey last answered (none before it has).
+    generation: Option<String>,
+    own: Vec<u8>,
+    /// Every other live schema's suffix; schema 0's (empty) always, unless it is this one.
+    others: Vec<Vec<u8>>,
+}
+
+/// What a renewal found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    /// This process's schema had no process left: it starts a new generation, which the other
+    /// live processes hear of at their next renewal.
+    pub(crate) started: bool,
+    /// Processes of other schemas are live.
+    pub(crate) others_live: bool,
+    /// This process's keys moved to another generation: what it wrote and read under the one
+    /// before (or, before it first joined, under a suffix of its own), no other schema's writes
+    /// reach any more, so its L1 is not to be trusted.
+    pub(crate) moved: bool,
+}
+
+impl Schemas {
+    /// `schema` of the table `table` under `namespace`, not yet joined: until it is, a schema
+    /// other than 0 writes under a generation of this process alone, which no other reads.
+    pub(crate) fn new(namespace: &str, table: &str, schema: u32) -> Self {
+        let token = crate::lock::new_token();
+        let provisional = Live {
+            generation: None,
+            own: suffix(schema, &token),
+            others: if schema == 0 { vec![] } else { vec![vec![]] },
+        };
+        Schemas {
+            schema,
+            key: schemas_key(namespace, table),
+            token,
+            live: RwLock::new(Arc::new(provisional)),
+        }
+    }
+
+    fn live(&self) -> Arc<Live> {
+        Arc::clone(&self.live.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// `true` if a key with this suffix is one of this schema's copies.
+    pub(crate) fn is_own(&self, suffix: &[u8]) -> bool {
+        self.live().own == suffix
+    }
+
+    /// `names` (schema 0's) as this schema's; with `writing`, the other live schemas' beside.
+    pub(crate) fn names(&self, names: KeyNames, writing: bool) -> KeyNames {
+        if self.schema == 0 && !writing {
+            return names;
+        }
+        let live = self.live();
+        let others = live.others.iter().map(Vec::as_slice);
+        names.in_schema(&live.own, others.filter(|_| writing))
+    }
+
+    /// Renews this process's lease (or joins), and learns the other live schemas.
+    pub(crate) async fn renew(&self, l2: &L2) -> Result<Renewed> {
+        let mut invocation = SCRIPTS.schemas.prepare_invoke();
+        invocation
+            .key(self.key.as_slice())
+            .arg(self.schema)
+            .arg(&self.token)
+            .arg(crate::core::millis(LEASE));
+        let invocation = &invocation;
+        let answer: Vec<String> = l2
+            .run("schemas (renew the lease)", None, |mut c| async move {
+                invocation.invoke_async(&mut c).await
+            })
+            .await?;
+        let [generation, how, members @ ..] = &answer[..] else {
+            return Err(crate::Error::Codec("the schemas script answered nothing".into()));
+        };
+        let learned = self.learned(generation, members);
+        let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
+        // Before the first answer the suffix was this process's alone, which no write of another
+        // schema reached either.
+        let moved = self.schema != 0 && live.own != learned.own;
+        *live = Arc::new(learned);
+        Ok(Renewed {
+            started: how == "2",
+            others_live: !members.is_empty(),
+            moved,
+        })
+    }
+
+    /// Joins the table's live schemas as the table starts. A schema other than 0 that starts a
+    /// new generation while other schemas are live waits two renewals, so that their writes
+    /// drop its copies before it makes any (schema 0's copies they always drop). Valkey not
+    /// answering is logged: the renewals join later.
+    pub(crate) async fn join(&self, l2: &L2, table: &str) {
+        match self.renew(l2).await {
+            Ok(Renewed {
+                started: true,
+                others_live: true,
+                ..
+            }) if self.schema != 0 => {
+                tracing::info!(table, schema = self.schema, "a new schema joins: waiting for the others to hear of it");
+                tokio::time::sleep(2 * RENEW_EVERY).await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(table, error = %e, "joining the table's live schemas failed: retried every renewal")
+            }
+        }
+    }
+
+    /// What the script's answer says: this schema's `generation`, and the other `members`.
+    fn learned(&self, generation: &str, members: &[String]) -> Live {
+        let mut others: Vec<Vec<u8>> = members
+            .iter()
+            .filter_map(|member| {
+                let mut parts = member.splitn(3, ':');
+                let schema: u32 = parts.next()?.parse().ok()?;
+                Some(suffix(schema, parts.next()?))
+            })
+            .collect();
+        if self.schema != 0 {
+            others.push(Vec::new());
+        }
+        others.sort();
+        others.dedup();
+        Live {
+            generation: Some(generation.to_owned()),
+            own: suffix(self.schema, generation),
+            others,
+        }
+    }
+
+    /// Gives this process's lease back (the table is dropped): its schema leaves at once when
+    /// it was the last process of it.
+    pub(crate) async fn leave(&self, l2: &L2) {
+        let member = self.live().generation.as_ref().map(|generation| {
+            format!("{}:{generation}:{}", self.schema, self.token)
+        });
+        let Some(member) = member else { return };
+        let key = self.key.as_slice();
+        let _ = l2
+            .run("schemas (leave)", None, |mut c| async move {
+                redis::cmd("ZREM")
+                    .arg(key)
+                    .arg(&member)
+                    .query_async::<i64>(&mut c)
+                    .await
+            })
+            .await;
+    }
+}
+
+/// The suffix of `schema`'s keys in `generation`: none for schema 0.
+fn suffix(schema: u32, generation: &str) -> Vec<u8> {
+    if schema == 0 {
+        return Vec::new();
+    }
+    let mut suffix = vec![SCHEMA_MARK];
+    suffix.extend_from_slice(format!("{schema}.{generation}").as_bytes());
+    suffix
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another schema's copies are dropped by writes (schema 0's always), never its own; a
+    /// schema 0 table's names are a table's without schemas.
+    #[test]
+    fn a_write_names_every_other_live_schema() {
+        let schemas = Schemas::new("", "t", 2);
+        let members = ["1:55:abc".to_owned(), "0:7:def".to_owned(), "1:55:x".to_owned()];
+        let live = schemas.learned("99", &members);
+        assert_eq!(live.own, b"#2.99");
+        assert_eq!(live.others, vec![b"".to_vec(), b"#1.55".to_vec()]);
+
+        let zero = Schemas::new("", "t", 0);
+        let plain = KeyNames::new("", "t", &7u64).unwrap();
+        assert_eq!(zero.names(plain.clone(), false), plain);
+        assert_eq!(zero.learned("5", &members[..1]).others, vec![b"#1.55".to_vec()]);
+    }
+}

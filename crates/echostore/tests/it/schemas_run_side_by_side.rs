@@ -1,0 +1,211 @@
+//! `.schema(n)`: two versions of a service whose cached type changed run side by side, as in a
+//! rolling deploy. Each schema keeps its own copies, so neither decodes the other's bytes; every
+//! write of either reaches the other's copies and L1; each loads an id once per expiry.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::{coherent_store, example, node_lines, spawn_node, until_async, valkey};
+use echostore::{Origin, Store, Table};
+use serde::{Deserialize, Serialize};
+
+/// The row as the old version caches it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+struct RowV1 {
+    version: u64,
+    email: String,
+}
+
+/// The row as the new version caches it: the same row, its type changed.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+struct RowV2 {
+    version: u64,
+    emails: Vec<String>,
+    verified: bool,
+}
+
+/// The source: one row's version for every id, and how often it was read.
+#[derive(Default)]
+struct Rows {
+    version: AtomicU64,
+    reads: AtomicU64,
+}
+
+impl Rows {
+    fn set(&self, version: u64) {
+        self.version.store(version, SeqCst);
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(SeqCst)
+    }
+}
+
+/// The table `users` of `store` in `schema`, its values built by `row` from the source's version.
+async fn users<V: echostore::Value>(
+    store: &Store,
+    schema: u32,
+    source: &Arc<Rows>,
+    row: fn(u64) -> V,
+) -> Table<u64, V> {
+    let source = Arc::clone(source);
+    store
+        .table::<u64, V>("users")
+        .schema(schema)
+        .ttl(Duration::from_secs(600))
+        .tags(|_, _| vec!["all".to_owned()])
+        .loader(move |_: u64| {
+            source.reads.fetch_add(1, SeqCst);
+            let version = source.version.load(SeqCst);
+            async move { Ok::<_, std::io::Error>(row(version)) }
+        })
+        .build()
+        .await
+        .expect("the table starts")
+}
+
+fn v1(version: u64) -> RowV1 {
+    RowV1 {
+        version,
+        email: format!("v{version}@example.com"),
+    }
+}
+
+fn v2(version: u64) -> RowV2 {
+    RowV2 {
+        version,
+        emails: vec![format!("v{version}@example.com")],
+        verified: true,
+    }
+}
+
+/// A put, an invalidate, a tag and a clear made under either schema reach the other's L1 and
+/// Valkey copy; neither ever decodes the other's bytes; each schema loads an id once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_of_one_schema_reaches_the_other() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Arc::new(Rows::default());
+    let old = users(&coherent_store(&url, None).await, 1, &source, v1).await;
+    let new = users(&coherent_store(&url, None).await, 2, &source, v2).await;
+    assert_eq!(*old.get(&7).await.unwrap(), v1(0));
+    assert_eq!(*new.get(&7).await.unwrap(), v2(0));
+    assert_eq!(source.reads(), 2, "each schema loads the id once");
+    assert_eq!(old.fetch(&7).await.unwrap().origin, Origin::L1);
+    assert_eq!(new.fetch(&7).await.unwrap().origin, Origin::L1);
+
+    // A put of the old version: the new one's copies go, and it reloads the row.
+    source.set(1);
+    old.put(&7, v1(1)).await.unwrap();
+    until_async("the new schema reads the old one's put", async || {
+        new.get(&7).await.unwrap().version == 1
+    })
+    .await;
+    // An invalidate of the new version: the old one reloads.
+    source.set(2);
+    new.invalidate(&7).await.unwrap();
+    until_async("the old schema reads past the new one's invalidate", async || {
+        old.get(&7).await.unwrap().version == 2
+    })
+    .await;
+    // A tag and a clear, each from one schema, reach the other's copies.
+    source.set(3);
+    new.invalidate_tag("all").await.unwrap();
+    until_async("the old schema hears of the new one's tag", async || {
+        old.get(&7).await.unwrap().version == 3
+    })
+    .await;
+    source.set(4);
+    old.clear().await.unwrap();
+    until_async("the new schema hears of the old one's clear", async || {
+        new.get(&7).await.unwrap().version == 4
+    })
+    .await;
+    for stats in [old.stats(), new.stats()] {
+        assert_eq!(stats.decode_errors, 0, "no schema decoded the other's bytes");
+        assert!(stats.invalidations > 0, "writes reached this L1 by a push");
+    }
+}
+
+/// A schema that left (its last process gone) and comes back starts a new generation: the copy it
+/// wrote before, which the other schema's writes no longer reached, is never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_that_comes_back_never_reads_its_copies_from_before() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Arc::new(Rows::default());
+    let stay = users(&coherent_store(&url, None).await, 1, &source, v1).await;
+    let first = coherent_store(&url, None).await;
+    let gone = users(&first, 2, &source, v2).await;
+    assert_eq!(gone.get(&7).await.unwrap().version, 0);
+    drop((gone, first)); // its lease is given back at its next renewal
+    let mut raw = common::raw(&url).await;
+    until_async("the schema left", async || {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg("schemas:users")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut raw)
+            .await
+            .expect("ZRANGE");
+        members.iter().all(|m| m.starts_with("1:"))
+    })
+    .await;
+    source.set(1);
+    stay.put(&7, v1(1)).await.unwrap();
+
+    let back = users(&coherent_store(&url, None).await, 2, &source, v2).await;
+    let fetched = back.fetch(&7).await.unwrap();
+    assert_eq!(fetched.value.version, 1, "not the copy from before it left");
+    assert_eq!(fetched.origin, Origin::Loaded);
+}
+
+/// Two OS processes, the old type in schema 1 and the new in schema 2, read and write 32 ids for
+/// 30 s: no decode error, no read older than the process's own write, every write seen by both in
+/// the end, and no invalidation back and forth (each process loads an id at most once more than
+/// the other's puts made it).
+#[test]
+fn two_schemas_run_side_by_side_for_thirty_seconds() {
+    let lines = run_nodes([("1", "1"), ("2", "2")], 30, 32);
+    for (i, line) in lines.iter().enumerate() {
+        let field = |name: &str| line[name].as_u64().expect(name);
+        assert_eq!(field("decode_errors"), 0, "node {i}: {line}");
+        assert_eq!(field("errors"), 0, "node {i}: {line}");
+        assert_eq!(field("went_back"), 0, "node {i}: {line}");
+        assert_eq!(field("converged"), 32, "node {i}: every write seen: {line}");
+        assert!(field("puts") > 100, "node {i} wrote: {line}");
+        let other_puts = lines[1 - i]["puts"].as_u64().unwrap();
+        assert!(
+            field("source_reads") <= 32 + other_puts,
+            "node {i}: loads beyond the other's writes (ping-pong?): {line}"
+        );
+    }
+}
+
+/// The same two types without schemas (both schema 0) read each other's bytes as decode errors:
+/// what `.schema` is for.
+#[test]
+fn without_schemas_the_changed_type_is_a_decode_error() {
+    let lines = run_nodes([("0", "1"), ("0", "2")], 3, 32);
+    let errors: u64 = lines
+        .iter()
+        .map(|l| l["decode_errors"].as_u64().unwrap())
+        .sum();
+    assert!(errors > 0, "{lines:?}");
+}
+
+/// Runs one `schema_node` per `(schema, shape)` for `seconds` over `keys` ids.
+fn run_nodes(nodes: [(&str, &str); 2], seconds: u64, keys: u64) -> Vec<serde_json::Value> {
+    let valkey = valkey();
+    let node = example("schema_node");
+    let (url, run) = (valkey.url(), format!("{}-{seconds}", std::process::id()));
+    let (seconds, keys) = (seconds.to_string(), keys.to_string());
+    let children = nodes
+        .iter()
+        .map(|(schema, shape)| spawn_node(&node, &[&url, &run, schema, shape, &seconds, &keys]))
+        .collect();
+    node_lines(children)
+}
