@@ -136,10 +136,18 @@ async fn node<R: Row>(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let barrier = |what: &str| format!("{{schema-{}}}:{what}", args.run);
     support::check_in(&mut conn, &barrier("ready"), 2).await?;
     let figures = Arc::new(Figures::default());
-    let written: Arc<Vec<AtomicU64>> = Arc::new((0..args.keys).map(|_| AtomicU64::new(0)).collect());
+    let written: Arc<Vec<AtomicU64>> =
+        Arc::new((0..args.keys).map(|_| AtomicU64::new(0)).collect());
     let until = Instant::now() + Duration::from_secs(args.seconds);
     let readers: Vec<_> = (0..READERS)
-        .map(|_| tokio::spawn(read(table.clone(), Arc::clone(&written), Arc::clone(&figures), until)))
+        .map(|_| {
+            tokio::spawn(read(
+                table.clone(),
+                Arc::clone(&written),
+                Arc::clone(&figures),
+                until,
+            ))
+        })
         .collect();
     write(&table, &mut conn, &row_key, &written, &figures, until).await?;
     for reader in readers {
@@ -190,7 +198,10 @@ async fn read<R: Row>(
         let floor = written[id as usize].load(Relaxed);
         match table.get(&id).await {
             Ok(row) if row.version() < floor => {
-                eprintln!("id {id}: read v{} after this node wrote v{floor}", row.version());
+                eprintln!(
+                    "id {id}: read v{} after this node wrote v{floor}",
+                    row.version()
+                );
                 figures.went_back.fetch_add(1, Relaxed);
             }
             Ok(_) => {}

@@ -178,9 +178,7 @@ pub(crate) async fn versioned_put(
     for key in names.all() {
         inv.key(key);
     }
-    inv.arg(envelope)
-        .arg(px)
-        .arg(clock.deadline(l2.timeout()));
+    inv.arg(envelope).arg(px).arg(clock.deadline(l2.timeout()));
     let (written, server_ms): (i64, u64) = l2
         .script("put (SET value unless newer, DEL lock)", names, inv)
         .await?;

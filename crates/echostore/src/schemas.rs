@@ -126,7 +126,9 @@ impl Schemas {
             })
             .await?;
         let [generation, how, members @ ..] = &answer[..] else {
-            return Err(crate::Error::Codec("the schemas script answered nothing".into()));
+            return Err(crate::Error::Codec(
+                "the schemas script answered nothing".into(),
+            ));
         };
         let learned = self.learned(generation, members);
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
@@ -152,7 +154,11 @@ impl Schemas {
                 others_live: true,
                 ..
             }) if self.schema != 0 => {
-                tracing::info!(table, schema = self.schema, "a new schema joins: waiting for the others to hear of it");
+                tracing::info!(
+                    table,
+                    schema = self.schema,
+                    "a new schema joins: waiting for the others to hear of it"
+                );
                 tokio::time::sleep(2 * RENEW_EVERY).await;
             }
             Ok(_) => {}
@@ -187,9 +193,11 @@ impl Schemas {
     /// Gives this process's lease back (the table is dropped): its schema leaves at once when
     /// it was the last process of it.
     pub(crate) async fn leave(&self, l2: &L2) {
-        let member = self.live().generation.as_ref().map(|generation| {
-            format!("{}:{generation}:{}", self.schema, self.token)
-        });
+        let member = self
+            .live()
+            .generation
+            .as_ref()
+            .map(|generation| format!("{}:{generation}:{}", self.schema, self.token));
         let Some(member) = member else { return };
         let key = self.key.as_slice();
         let _ = l2
@@ -223,7 +231,11 @@ mod tests {
     #[test]
     fn a_write_names_every_other_live_schema() {
         let schemas = Schemas::new("", "t", 2);
-        let members = ["1:55:abc".to_owned(), "0:7:def".to_owned(), "1:55:x".to_owned()];
+        let members = [
+            "1:55:abc".to_owned(),
+            "0:7:def".to_owned(),
+            "1:55:x".to_owned(),
+        ];
         let live = schemas.learned("99", &members);
         assert_eq!(live.own, b"#2.99");
         assert_eq!(live.others, vec![b"".to_vec(), b"#1.55".to_vec()]);
@@ -231,6 +243,9 @@ mod tests {
         let zero = Schemas::new("", "t", 0);
         let plain = KeyNames::new("", "t", &7u64).unwrap();
         assert_eq!(zero.names(plain.clone(), false), plain);
-        assert_eq!(zero.learned("5", &members[..1]).others, vec![b"#1.55".to_vec()]);
+        assert_eq!(
+            zero.learned("5", &members[..1]).others,
+            vec![b"#1.55".to_vec()]
+        );
     }
 }

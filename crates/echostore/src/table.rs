@@ -136,6 +136,23 @@ impl<K: Key, V: Value> Table<K, V> {
         &self.inner.core.name
     }
 
+    /// The Valkey names of `id`'s value and lock as this table uses them: under its store's
+    /// namespace and, for a schema other than 0 (`.schema(n)`), with its schema's suffix
+    /// (`#<schema>.<generation>`, which changes only when the schema's last process has gone).
+    /// For tools that read what this process reads; [`crate::protocol::key_names`] gives schema
+    /// 0's names without a table.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::IdTooLong`] for an id that renders over [`crate::MAX_ID_BYTES`].
+    pub fn key_names<Q>(&self, id: &Q) -> Result<crate::protocol::KeyNames>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        self.inner.core.names(&id.to_owned())
+    }
+
     /// The value for `id`: from L1, else from the one flight for `id` (Valkey, the lock, the
     /// loader).
     ///

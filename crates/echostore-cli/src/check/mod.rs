@@ -90,6 +90,11 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     keys: u32,
 
+    /// Schemas side by side (`.schema(n)`, a rolling deploy): worker `p` runs schema
+    /// `p % schemas`; each schema loads an id once per expiry, and every write reaches all.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub(crate) schemas: u32,
+
     /// Concurrent callers per worker.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     tasks: u32,
@@ -204,6 +209,7 @@ impl CheckArgs {
                 dir: dir.to_owned(),
                 namespace: namespace.to_owned(),
                 keys: self.keys,
+                schema: process % self.schemas,
                 tasks: self.tasks,
                 reads: self.reads,
                 ttl: self.ttl,
@@ -224,6 +230,7 @@ impl CheckArgs {
             staleness: self.bound.as_nanos() as u64,
             fault_grace: self.grace().as_nanos() as u64,
             fresh_for: fresh_for.as_nanos() as u64,
+            schemas: self.schemas,
         }
     }
 

@@ -45,6 +45,8 @@ pub(crate) struct Bounds {
     pub(crate) fault_grace: u64,
     /// The shortest fresh life a value can get: the ttl less its jitter, less a margin.
     pub(crate) fresh_for: u64,
+    /// Schemas side by side: process `p` runs schema `p % schemas`, and loads only its own.
+    pub(crate) schemas: u32,
 }
 
 /// Violations per rule.
@@ -345,6 +347,9 @@ impl Run<'_> {
             .filter(|o| o.ok && matches!(o.action, Action::Load | Action::Put))
             .collect();
         setters.sort_by_key(|s| s.start);
+        // Each schema keeps copies of its own: only a load or put of the load's schema covers it.
+        let schemas = self.bounds.schemas.max(1);
+        let schema = move |op: &Op| op.process % schemas;
         let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
         for load in loads {
             let earlier = setters.partition_point(|s| s.start < load.start);
@@ -355,6 +360,7 @@ impl Run<'_> {
             let b = self.bounds.staleness;
             let covering = setters[..earlier].iter().rev().find(|set| {
                 !std::ptr::eq(**set, load)
+                    && schema(set) == schema(load)
                     && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
                     && load.start < set.end.saturating_add(self.bounds.fresh_for)
                     && !writes.iter().any(|w| {

@@ -53,6 +53,8 @@ pub(crate) struct Report {
     /// Calls that returned an error (or were cut off): no rule applies to them.
     failed_calls: usize,
     processes: u32,
+    /// Schemas side by side (`--schemas`).
+    schemas: u32,
     seconds: f64,
     coherence: &'static str,
     tracking: &'static str,
@@ -103,6 +105,7 @@ impl Report {
             batch_source_reads: count_batch(Action::Load),
             failed_calls: ops.iter().filter(|o| !o.ok).count(),
             processes: args.processes,
+            schemas: args.schemas,
             seconds: args.seconds.as_secs_f64(),
             coherence: args.coherence.name(),
             tracking: args.tracking.name(),
@@ -140,8 +143,8 @@ impl Report {
             _ => "",
         };
         println!(
-            "echostore check: {} processes, {:.0} s, coherence {} ({} tracking){on}",
-            self.processes, self.seconds, self.coherence, self.tracking
+            "echostore check: {} processes, {} schemas, {:.0} s, coherence {} ({} tracking){on}",
+            self.processes, self.schemas, self.seconds, self.coherence, self.tracking
         );
         println!(
             "  events        {} ({} reads, {} of them in {} batches, {} at least a version; {} \

@@ -225,6 +225,8 @@ pub(crate) struct Loading {
     pub(crate) recorder: Recorder,
     pub(crate) latency: Duration,
     pub(crate) ttl: Duration,
+    /// The tables' `.schema(n)`.
+    pub(crate) schema: u32,
 }
 
 impl Loading {
@@ -292,6 +294,7 @@ async fn open<K: Key>(
         .table::<K, u64>(TABLES[usize::from(table)])
         .ttl(loading.ttl)
         .stale_for(loading.ttl)
+        .schema(loading.schema)
         // Early refresh would load before expiry on purpose; the one-read rule counts by expiry.
         .early_refresh(0.0)
         // The value is the source's version: writes are ordered by it, as the model compares

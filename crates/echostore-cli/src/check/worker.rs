@@ -49,6 +49,9 @@ pub(crate) struct WorkerArgs {
     /// Ids per table.
     #[arg(long)]
     pub(crate) keys: u32,
+    /// This worker's tables' schema (`.schema(n)`).
+    #[arg(long)]
+    pub(crate) schema: u32,
     /// Concurrent tasks making calls.
     #[arg(long)]
     pub(crate) tasks: u32,
@@ -99,6 +102,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         recorder: recorder.clone(),
         latency: args.source_latency,
         ttl: args.ttl,
+        schema: args.schema,
     };
     let tables = Tables::open(&store, &loading).await?;
     match (args.coherence, args.tracking) {
@@ -171,13 +175,28 @@ async fn tracked(url: &str, args: &WorkerArgs, tables: &Tables) -> CliResult<()>
         _ => reached(tables.items.stats()),
     };
     let probes = probes(url, args.process).await?;
+    // A table of schema n hears only of its own schema's keys: the probe carries their suffix.
+    let suffixes = [
+        schema_suffix(tables.numbers.key_names(&0)?.value),
+        schema_suffix(tables.names.key_names("id-0")?.value),
+        schema_suffix(tables.items.key_names(&Item { n: 0, copy: 0 })?.value),
+    ];
     for (i, table) in TABLES.iter().enumerate() {
+        let suffix = &suffixes[i];
         for (node, tag) in &probes {
-            let probe = format!("{}:{table}:{{{tag}}}", args.namespace);
+            let probe = format!("{}:{table}:{{{tag}}}{suffix}", args.namespace);
             crate::valkey::until_pushed(node, &probe, || pushes(i)).await?;
         }
     }
     Ok(())
+}
+
+/// What follows the id's `}` in a value key: the table's schema suffix (none for schema 0).
+fn schema_suffix(value_key: Vec<u8>) -> String {
+    match value_key.iter().rposition(|&b| b == b'}') {
+        Some(close) => String::from_utf8_lossy(&value_key[close + 1..]).into_owned(),
+        None => String::new(),
+    }
 }
 
 /// Where to write probes, and their ids: the one server, or each primary of a cluster with an

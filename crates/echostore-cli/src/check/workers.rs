@@ -37,6 +37,7 @@ impl Workers {
                 .arg(&a.dir)
                 .args(["--namespace", &a.namespace])
                 .args(["--keys", &a.keys.to_string()])
+                .args(["--schema", &a.schema.to_string()])
                 .args(["--tasks", &a.tasks.to_string()])
                 .args(["--reads", &a.reads.to_string()])
                 .args(["--ttl", &echostore_testkit::duration::render(a.ttl)])

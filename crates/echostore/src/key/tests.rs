@@ -171,7 +171,10 @@ fn schema_suffixes_split_off_one_to_one() {
     for id in [&b"7"[..], b"a}#1.2", b"}", b"", b"#", b"x}"] {
         let plain = KeyNames::new("", "t", &String::from_utf8_lossy(id).into_owned()).unwrap();
         let schema = plain.clone().in_schema(b"#2.99", [&b""[..]].into_iter());
-        assert_eq!(split_schema(&schema.value), (&plain.value[..], &b"#2.99"[..]));
+        assert_eq!(
+            split_schema(&schema.value),
+            (&plain.value[..], &b"#2.99"[..])
+        );
         assert_eq!(split_schema(&schema.lock), (&plain.lock[..], &b"#2.99"[..]));
         assert_eq!(split_schema(&plain.value), (&plain.value[..], &b""[..]));
         assert_eq!(schema.others, vec![plain.value.clone(), plain.lock.clone()]);

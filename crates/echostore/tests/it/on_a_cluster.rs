@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::common::TARGET_ENV;
 
 /// The suites whose promises must hold on a cluster as on one server.
-const SUITES: [&str; 17] = [
+const SUITES: [&str; 18] = [
     "one_source_read_per_expiry_across_stores",
     "loser_policies",
     "release_never_deletes_another_holders_lock",
@@ -26,6 +26,7 @@ const SUITES: [&str; 17] = [
     "a_source_budget_bounds_the_fleets_loads",
     "a_spent_source_budget_follows_the_loser_policy",
     "a_version_carried_between_replicas_is_read",
+    "schemas_run_side_by_side",
 ];
 
 /// Every test of the lock and coherence suites passes against a cluster.

@@ -107,9 +107,10 @@ async fn every_write_of_one_schema_reaches_the_other() {
     // An invalidate of the new version: the old one reloads.
     source.set(2);
     new.invalidate(&7).await.unwrap();
-    until_async("the old schema reads past the new one's invalidate", async || {
-        old.get(&7).await.unwrap().version == 2
-    })
+    until_async(
+        "the old schema reads past the new one's invalidate",
+        async || old.get(&7).await.unwrap().version == 2,
+    )
     .await;
     // A tag and a clear, each from one schema, reach the other's copies.
     source.set(3);
@@ -125,7 +126,10 @@ async fn every_write_of_one_schema_reaches_the_other() {
     })
     .await;
     for stats in [old.stats(), new.stats()] {
-        assert_eq!(stats.decode_errors, 0, "no schema decoded the other's bytes");
+        assert_eq!(
+            stats.decode_errors, 0,
+            "no schema decoded the other's bytes"
+        );
         assert!(stats.invalidations > 0, "writes reached this L1 by a push");
     }
 }

@@ -10,6 +10,7 @@ fn bounds() -> Bounds {
         staleness: B,
         fault_grace: 5_000,
         fresh_for: 1_000_000,
+        schemas: 1,
     }
 }
 
