@@ -64,7 +64,7 @@ impl Row for RowV2 {
         RowV2 {
             version,
             emails: vec![format!("v{version}@example.com")],
-            verified: version % 2 == 0,
+            verified: version.is_multiple_of(2),
         }
     }
     fn version(&self) -> u64 {
