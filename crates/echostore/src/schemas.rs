@@ -118,7 +118,7 @@ impl Schemas {
             .key(self.key.as_slice())
             .arg(self.schema)
             .arg(&self.token)
-            .arg(crate::core::millis(LEASE));
+            .arg(LEASE.as_millis() as u64);
         let invocation = &invocation;
         let answer: Vec<String> = l2
             .run("schemas (renew the lease)", None, |mut c| async move {

@@ -25,7 +25,7 @@ async fn users_in(
     .await
 }
 
-/// Two namespaces, one table name: two values, two source reads, keys under each prefix.
+/// Two namespaces, one table name: two values, two source reads, every key under its prefix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_namespaces_share_nothing() {
     let valkey = valkey();
@@ -39,7 +39,16 @@ async fn two_namespaces_share_nothing() {
 
     let mut keys: Vec<String> = conn.keys("*").await.expect("KEYS");
     keys.sort();
-    assert_eq!(keys, ["billing:users:{1}", "shop:users:{1}"]);
+    // Each table's value, and its live schemas (one lease per process), under its namespace.
+    assert_eq!(
+        keys,
+        [
+            "billing:schemas:users",
+            "billing:users:{1}",
+            "shop:schemas:users",
+            "shop:users:{1}"
+        ]
+    );
     settled(&billing).await;
     settled(&shop).await;
 }
