@@ -9,7 +9,7 @@
 
 use clap::Args;
 use echostore::MAX_ID_BYTES;
-use echostore::protocol::key_names;
+use echostore::protocol::{key_names, schema_key_names, schemas_key};
 
 use crate::CliResult;
 use crate::valkey::Target;
@@ -67,6 +67,47 @@ impl KeyArgs {
             value: text(names.value),
             lock: text(names.lock),
         })
+    }
+}
+
+impl KeyArgs {
+    /// The id's value and lock names in every schema n ≥ 1 of the table (`.schema(n)`) that its
+    /// live schemas on Valkey list ([`echostore::protocol::schemas_key`]), for `purge` to reach
+    /// every schema's copy as the library's writes do. None when no such schema runs.
+    pub(crate) async fn schema_names(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> CliResult<Vec<KeyNames>> {
+        let (namespace, table) = (self.namespace.as_deref(), self.table.as_str());
+        let key = schemas_key(namespace, table).map_err(|e| e.to_string())?;
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(conn)
+            .await
+            .map_err(|e| format!("reading the table's live schemas: {e}"))?;
+        let live: std::collections::BTreeSet<(u32, &str)> = members
+            .iter()
+            .filter_map(|member| {
+                let mut parts = member.splitn(3, ':');
+                let schema: u32 = parts.next()?.parse().ok()?;
+                Some((schema, parts.next()?))
+            })
+            .filter(|(schema, _)| *schema != 0)
+            .collect();
+        let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+        live.into_iter()
+            .map(|(schema, generation)| {
+                let names =
+                    schema_key_names(namespace, table, self.id.as_bytes(), schema, generation)
+                        .map_err(|e| e.to_string())?;
+                Ok(KeyNames {
+                    value: text(names.value),
+                    lock: text(names.lock),
+                })
+            })
+            .collect()
     }
 }
 

@@ -1,7 +1,9 @@
 //! `echostore purge <table> <id>`: invalidate one id from outside the application.
 //!
 //! It sends what the library's `Table::invalidate` sends to Valkey, `DEL <value> <lock>` in one
-//! command (with an `EXISTS` of each key before it, in one `MULTI`, to say what was there):
+//! command, with the value and lock of the id in every other live schema of the table
+//! (`.schema(n)`, as its live schemas on Valkey list them), and an `EXISTS` of schema 0's two keys
+//! before it, in one `MULTI`, to say what was there:
 //!
 //! - the value is gone, so the next read of the id anywhere misses and reads the source once;
 //! - the lock is gone, so a fill in flight anywhere finds its token missing at its fenced write
@@ -34,6 +36,9 @@ struct PurgeReport {
     value_deleted: bool,
     /// The lock key existed (a fill was rebuilding) and was deleted.
     lock_deleted: bool,
+    /// The value and lock keys of the id in every other live schema of the table
+    /// (`.schema(n)`), deleted in the same `DEL`.
+    schema_keys: Vec<String>,
     /// What `DEL` returned: keys deleted.
     deleted: u64,
 }
@@ -43,6 +48,12 @@ pub(crate) async fn run(url: Option<&str>, args: &PurgeArgs) -> CliResult<Outcom
     let names = args.names()?;
     let target = keyspace::open(url).await?;
     let mut conn = target.connect().await?;
+    let schema_keys: Vec<String> = args
+        .schema_names(&mut conn)
+        .await?
+        .into_iter()
+        .flat_map(|other| [other.value, other.lock])
+        .collect();
     let (value_there, lock_there, deleted): (bool, bool, u64) = redis::pipe()
         .atomic()
         .cmd("EXISTS")
@@ -52,6 +63,7 @@ pub(crate) async fn run(url: Option<&str>, args: &PurgeArgs) -> CliResult<Outcom
         .cmd("DEL")
         .arg(&names.value)
         .arg(&names.lock)
+        .arg(&schema_keys)
         .query_async(&mut conn)
         .await
         .map_err(|e| format!("deleting {} and {}: {e}", names.value, names.lock))?;
@@ -65,6 +77,7 @@ pub(crate) async fn run(url: Option<&str>, args: &PurgeArgs) -> CliResult<Outcom
         lock_key: names.lock,
         value_deleted: value_there,
         lock_deleted: lock_there,
+        schema_keys,
         deleted,
     };
     if args.json {
@@ -83,6 +96,9 @@ fn print_human(r: &PurgeReport) {
     );
     println!("  value  {}  {}", r.value_key, what(r.value_deleted));
     println!("  lock   {}  {}", r.lock_key, what(r.lock_deleted));
+    for key in &r.schema_keys {
+        println!("  other schema  {key}  deleted if there");
+    }
     if r.value_deleted {
         println!(
             "the next read of this id misses and reads the source once; with coherence on, every \
@@ -92,7 +108,7 @@ fn print_human(r: &PurgeReport) {
     if r.lock_deleted {
         println!("a fill in flight for it will find its lock gone and store nothing.");
     }
-    if !r.value_deleted && !r.lock_deleted {
+    if r.deleted == 0 {
         println!(
             "nothing was on Valkey for this id: no key changed, so no store was told anything."
         );

@@ -180,7 +180,7 @@ pub fn key_names(namespace: Option<&str>, table: &str, id: &[u8]) -> Result<KeyN
 }
 
 /// What a namespace puts before every key: `""`, or `"<ns>:"` for a valid one.
-fn namespace_prefix(namespace: Option<&str>) -> Result<String> {
+pub(crate) fn namespace_prefix(namespace: Option<&str>) -> Result<String> {
     match namespace {
         Some(ns) if ns == LOCK_PREFIX => Err(Error::InvalidName(ns.to_owned())),
         Some(ns) => {

@@ -238,6 +238,7 @@ pub mod protocol {
     pub use crate::key::{KeyNames, key_names, marks_key};
     pub use crate::lock::new_token;
     pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
+    pub use crate::schemas::{schema_key_names, schemas_key};
     pub use crate::scripts::{
         ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_MANY_SCRIPT, EXTEND_SCRIPT,
         FENCED_WRITE_SCRIPT, MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_MANY_SCRIPT, POLL_SCRIPT,

@@ -38,7 +38,7 @@ pub(crate) const LEASE: Duration = Duration::from_secs(10);
 
 /// The Valkey name of a table's live schemas: `[<namespace>:]schemas:<table>`. No value, lock or
 /// marks key takes that name: theirs all hold a `{…}` hash tag after the table's name.
-pub(crate) fn schemas_key(namespace: &str, table: &str) -> Vec<u8> {
+pub(crate) fn schemas_key_under(namespace: &str, table: &str) -> Vec<u8> {
     format!("{namespace}schemas:{table}").into_bytes()
 }
 
@@ -86,7 +86,7 @@ impl Schemas {
         };
         Schemas {
             schema,
-            key: schemas_key(namespace, table),
+            key: schemas_key_under(namespace, table),
             token,
             live: RwLock::new(Arc::new(provisional)),
         }
@@ -210,6 +210,56 @@ impl Schemas {
             })
             .await;
     }
+}
+
+/// The Valkey name of the live schemas of `table` under `namespace` (as given to
+/// `StoreBuilder::namespace`, if any): a sorted set of `<schema>:<generation>:<token>`, one lease
+/// per process, scored by when it ends (unix ms, Valkey's clock).
+///
+/// ```
+/// let key = echostore::protocol::schemas_key(Some("app"), "users").unwrap();
+/// assert_eq!(key, b"app:schemas:users");
+/// ```
+///
+/// # Errors
+///
+/// [`crate::Error::InvalidName`] for a namespace or table name the library refuses.
+pub fn schemas_key(namespace: Option<&str>, table: &str) -> Result<Vec<u8>> {
+    crate::key::validate_table_name(table)?;
+    Ok(schemas_key_under(
+        &crate::key::namespace_prefix(namespace)?,
+        table,
+    ))
+}
+
+/// The names of `id`'s value and lock in `schema` of `generation`, as a member of the table's
+/// live schemas ([`schemas_key`]) gives them: what a tool reads or deletes to reach every schema's
+/// copy of an id. Schema 0's are [`crate::protocol::key_names`]', whatever the generation.
+///
+/// ```
+/// let names = echostore::protocol::schema_key_names(None, "users", b"42", 2, "1764748651123456")
+///     .unwrap();
+/// assert_eq!(names.value, b"users:{42}#2.1764748651123456");
+/// assert_eq!(names.lock, b"lock:users:{42}#2.1764748651123456");
+/// ```
+///
+/// # Errors
+///
+/// [`crate::Error::InvalidName`] for a namespace or table name the library refuses, or a
+/// generation that is not decimal digits; [`crate::Error::IdTooLong`] for an id over
+/// [`crate::MAX_ID_BYTES`].
+pub fn schema_key_names(
+    namespace: Option<&str>,
+    table: &str,
+    id: &[u8],
+    schema: u32,
+    generation: &str,
+) -> Result<KeyNames> {
+    if generation.is_empty() || !generation.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(crate::Error::InvalidName(generation.to_owned()));
+    }
+    let names = crate::key::key_names(namespace, table, id)?;
+    Ok(names.in_schema(&suffix(schema, generation), std::iter::empty()))
 }
 
 /// The suffix of `schema`'s keys in `generation`: none for schema 0.

@@ -221,6 +221,44 @@ fn purge_deletes_the_value_and_the_lock() {
     assert_eq!(again["deleted"], 0, "{again}");
 }
 
+/// A table run in a schema of its own (`.schema(2)`, a rolling deploy) keeps its copies under its
+/// schema's names: `purge` reads the table's live schemas and deletes the id's copy in each.
+#[test]
+fn purge_reaches_every_live_schema() {
+    let server = server();
+    let rt = runtime();
+    let (_store, table) = rt.block_on(async {
+        let store = Store::builder()
+            .valkey(server.url())
+            .build()
+            .await
+            .expect("a store");
+        let table = store
+            .table::<u64, User>("users")
+            .schema(2)
+            .loader(|id: u64| async move {
+                Ok::<_, std::io::Error>(User {
+                    id,
+                    name: format!("user {id}"),
+                })
+            })
+            .build()
+            .await
+            .expect("a table of schema 2");
+        (store, table)
+    });
+    rt.block_on(table.put(&3, alice())).expect("put");
+    let key = String::from_utf8(table.key_names(&3).expect("names").value).expect("UTF-8");
+    assert!(key.starts_with("users:{3}#2."), "{key}");
+    let mut conn = valkey(&server);
+    assert!(conn.exists::<_, bool>(&key).expect("EXISTS"));
+
+    let v = json(&server.url(), &["purge", "users", "3"]);
+    assert_eq!(v["schema_keys"][0], key.as_str(), "{v}");
+    assert_eq!(v["deleted"], 1, "{v}");
+    assert!(!conn.exists::<_, bool>(&key).expect("EXISTS"), "purged");
+}
+
 /// With coherence on, a purge reaches the store's L1 through Valkey's push: the next read of the
 /// id is not an L1 hit but a new load.
 #[test]
