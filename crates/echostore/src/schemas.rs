@@ -55,6 +55,8 @@ pub(crate) struct Schemas {
 struct Live {
     /// The generation of this schema, as Valkey last answered (none before it has).
     generation: Option<String>,
+    /// The suffix of the keys this process reads and writes: its generation's once settled,
+    /// before that (and while another schema may not know the generation) one of its own.
     own: Vec<u8>,
     /// Every other live schema's suffix; schema 0's (empty) always, unless it is this one.
     others: Vec<Vec<u8>>,
@@ -68,9 +70,10 @@ pub(crate) struct Renewed {
     pub(crate) started: bool,
     /// Processes of other schemas are live.
     pub(crate) others_live: bool,
-    /// This process's keys moved to another generation: what it wrote and read under the one
-    /// before (or, before it first joined, under a suffix of its own), no other schema's writes
-    /// reach any more, so its L1 is not to be trusted.
+    /// This process's generation is not the one its keys carry (it first joined, or its lease
+    /// lapsed and its schema starts anew): what it wrote and read under the suffix before, no
+    /// other schema's writes reach, so its L1 is not to be trusted; it keeps a suffix of its own
+    /// until it [settles](Schemas::settle) on the generation.
     pub(crate) moved: bool,
 }
 
@@ -81,7 +84,11 @@ impl Schemas {
         let token = crate::lock::new_token();
         let provisional = Live {
             generation: None,
-            own: suffix(schema, &token),
+            own: if schema == 0 {
+                vec![]
+            } else {
+                suffix(schema, &token)
+            },
             others: if schema == 0 { vec![] } else { vec![vec![]] },
         };
         Schemas {
@@ -130,11 +137,12 @@ impl Schemas {
                 "the schemas script answered nothing".into(),
             ));
         };
-        let learned = self.learned(generation, members);
+        let mut learned = self.learned(generation, members);
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
-        // Before the first answer the suffix was this process's alone, which no write of another
-        // schema reached either.
         let moved = self.schema != 0 && live.own != learned.own;
+        if moved {
+            learned.own = self.private();
+        }
         *live = Arc::new(learned);
         Ok(Renewed {
             started: how == "2",
@@ -143,29 +151,49 @@ impl Schemas {
         })
     }
 
-    /// Joins the table's live schemas as the table starts. A schema other than 0 that starts a
-    /// new generation while other schemas are live waits two renewals, so that their writes
-    /// drop its copies before it makes any (schema 0's copies they always drop). Valkey not
-    /// answering is logged: the renewals join later.
+    /// Joins the table's live schemas as the table starts ([`Self::settle`]). Valkey not
+    /// answering is logged: the renewals join later, and until then this process keeps copies
+    /// of its own.
     pub(crate) async fn join(&self, l2: &L2, table: &str) {
         match self.renew(l2).await {
-            Ok(Renewed {
-                started: true,
-                others_live: true,
-                ..
-            }) if self.schema != 0 => {
-                tracing::info!(
-                    table,
-                    schema = self.schema,
-                    "a new schema joins: waiting for the others to hear of it"
-                );
-                tokio::time::sleep(2 * RENEW_EVERY).await;
-            }
-            Ok(_) => {}
+            Ok(renewed) => self.settle(&renewed, table).await,
             Err(e) => {
                 tracing::warn!(table, error = %e, "joining the table's live schemas failed: retried every renewal")
             }
         }
+    }
+
+    /// After a renewal that `moved`, takes the generation's suffix for this process's keys. A
+    /// new generation while other schemas are live is first left two renewals, so that their
+    /// writes drop its copies before any exists (meanwhile this process reads and writes copies
+    /// of its own, which no other reads); schema 0's copies every write drops.
+    pub(crate) async fn settle(&self, renewed: &Renewed, table: &str) {
+        if !renewed.moved {
+            return;
+        }
+        if renewed.started && renewed.others_live {
+            tracing::info!(
+                table,
+                schema = self.schema,
+                "a new generation of the schema: waiting for the other schemas to hear of it"
+            );
+            tokio::time::sleep(2 * RENEW_EVERY).await;
+        }
+        let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(generation) = &live.generation {
+            let own = suffix(self.schema, generation);
+            let others = live.others.clone();
+            *live = Arc::new(Live {
+                generation: live.generation.clone(),
+                own,
+                others,
+            });
+        }
+    }
+
+    /// The suffix of copies only this process reads (`#<schema>.<token>`).
+    fn private(&self) -> Vec<u8> {
+        suffix(self.schema, &self.token)
     }
 
     /// What the script's answer says: this schema's `generation`, and the other `members`.

@@ -1,6 +1,6 @@
 //! Keeps this process's schema among its table's live schemas (`crate::schemas`): the lease
-//! renewed every [`RENEW_EVERY`], L1 flushed when the table's keys moved to a new generation, and
-//! the lease given back once the table is dropped.
+//! renewed every [`RENEW_EVERY`]; when the table's keys move to a new generation (its lease had
+//! lapsed), L1 flushed and the move settled; the lease given back once the table is dropped.
 
 use std::sync::{Arc, Weak};
 
@@ -31,13 +31,22 @@ pub(crate) fn keep_schema<K: Key, V: Value>(
             match schemas.renew(&l2).await {
                 Ok(renewed) if renewed.moved => {
                     tracing::warn!(%table, "this process's schema had lapsed: its keys move to a new generation, and L1 is flushed");
-                    if let Some(owner) = owner.upgrade() {
-                        owner.flush(false);
-                    }
+                    // Flushed once as the keys move to this process's own suffix, and again as
+                    // they settle on the generation: nothing read meanwhile outlives the move.
+                    flush(&owner);
+                    schemas.settle(&renewed, &table).await;
+                    flush(&owner);
                 }
                 Ok(_) => {}
                 Err(e) => tracing::debug!(%table, error = %e, "renewing the schema's lease failed"),
             }
         }
     });
+}
+
+/// Drops the table's L1 and detaches its running flights, if the table is still there.
+fn flush<K: Key, V: Value>(owner: &Weak<OwnerRef<K, V>>) {
+    if let Some(owner) = owner.upgrade() {
+        owner.flush(false);
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
-use common::{coherent_store, example, node_lines, spawn_node, until_async, valkey};
+use common::{coherent_store, example, node_lines, spawn_node, until, until_async, valkey};
 use echostore::{Origin, Store, Table};
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +165,59 @@ async fn a_schema_that_comes_back_never_reads_its_copies_from_before() {
     let fetched = back.fetch(&7).await.unwrap();
     assert_eq!(fetched.value.version, 1, "not the copy from before it left");
     assert_eq!(fetched.origin, Origin::Loaded);
+}
+
+/// A process that could not renew its schema's lease for a whole lease (its requests held at a
+/// proxy) while the other schema wrote, unheard of, comes back under a new generation with its L1
+/// flushed: it reads the write, not its copy on Valkey, which that write never reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_lease_lapsed_reads_what_was_written_meanwhile() {
+    let valkey = valkey();
+    let url = valkey.url();
+    if common::cluster_seeds(&url).is_some() {
+        return; // the proxy stands in front of one server; the lease is the same on a cluster
+    }
+    let proxy = common::Proxy::start(&url).await;
+    let source = Arc::new(Rows::default());
+    let away = users(&coherent_store(&proxy.url(), None).await, 1, &source, v1).await;
+    let here = users(&coherent_store(&url, None).await, 0, &source, v1).await;
+    assert_eq!(away.get(&7).await.unwrap().version, 0);
+    let before = away.key_names(&7).unwrap().value;
+
+    proxy.hold();
+    let mut raw = common::raw(&url).await;
+    until_async("the held process's lease has ended", async || {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg("schemas:users")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut raw)
+            .await
+            .expect("ZRANGE");
+        members.iter().all(|m| m.starts_with("0:"))
+    })
+    .await;
+    // Dropped by the other process's own renewal: its next put knows schema 1 no more.
+    source.set(1);
+    here.put(&7, v1(1)).await.unwrap();
+    proxy.release();
+
+    // Its keys move to a new generation once it renews again (its lease went on, no process of
+    // schema 1 was left): the copy under the old one, which the put never reached, stays behind.
+    until(
+        "the process that was away moves to a new generation",
+        || away.key_names(&7).unwrap().value != before,
+    )
+    .await;
+    assert!(
+        common::exists(&mut raw, &before).await,
+        "the old copy is still there"
+    );
+    until_async("the process that was away reads the write", async || {
+        away.get(&7).await.is_ok_and(|row| row.version == 1)
+    })
+    .await;
+    assert_eq!(away.get(&7).await.unwrap().version, 1);
 }
 
 /// Two OS processes, the old type in schema 1 and the new in schema 2, read and write 32 ids for
