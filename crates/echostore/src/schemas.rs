@@ -18,9 +18,9 @@
 //! its own every [`RENEW_EVERY`] and learns the others from the answer; a process that stops
 //! renewing drops out after [`LEASE`]. A schema's generation is chosen when it joins with no
 //! process of it left, so its copies from an earlier life, which other schemas' writes no longer
-//! reached, are never read again. A process that joins while other schemas are live waits two
-//! renewals before its table serves, so that each of them has heard of it before any copy of its
-//! schema exists.
+//! reached, are never read again. A new generation is used only once every other live process
+//! has heard of it (two renewals): a table that starts one waits before it serves, and a process
+//! whose lease lapsed keeps copies only it reads meanwhile ([`Schemas::settle`]).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

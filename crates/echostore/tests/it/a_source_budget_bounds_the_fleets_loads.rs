@@ -50,10 +50,4 @@ async fn a_clear_over_many_keys_loads_at_most_the_budget_at_once() {
         2 * KEYS,
         "one source read per id per clear"
     );
-    assert!(sum("budget_waits") > 0, "the budget was never spent");
-    assert_eq!(
-        sum("source_reads"),
-        2 * KEYS,
-        "one source read per id per clear"
-    );
 }
