@@ -18,9 +18,10 @@
 //! its own every [`RENEW_EVERY`] and learns the others from the answer; a process that stops
 //! renewing drops out after [`LEASE`]. A schema's generation is chosen when it joins with no
 //! process of it left, so its copies from an earlier life, which other schemas' writes no longer
-//! reached, are never read again. A new generation is used only once every other live process
-//! has heard of it (two renewals): a table that starts one waits before it serves, and a process
-//! whose lease lapsed keeps copies only it reads meanwhile ([`Schemas::settle`]).
+//! reached, are never read again. A generation is used only once every other live process has
+//! heard of it (two renewals after it started): a table that starts or joins a younger one waits
+//! before it serves, and a process whose lease lapsed keeps copies only it reads meanwhile
+//! ([`Schemas::settle`]).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -65,9 +66,9 @@ struct Live {
 /// What a renewal found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Renewed {
-    /// This process's schema had no process left: it starts a new generation, which the other
-    /// live processes hear of at their next renewal.
-    pub(crate) started: bool,
+    /// How long ago the generation started (by Valkey's clock): every other live process has
+    /// heard of it once two renewals have passed since.
+    pub(crate) age: Duration,
     /// Processes of other schemas are live.
     pub(crate) others_live: bool,
     /// This process's generation is not the one its keys carry (it first joined, or its lease
@@ -132,7 +133,7 @@ impl Schemas {
                 invocation.invoke_async(&mut c).await
             })
             .await?;
-        let [generation, how, members @ ..] = &answer[..] else {
+        let [generation, _how, age, members @ ..] = &answer[..] else {
             return Err(crate::Error::Codec(
                 "the schemas script answered nothing".into(),
             ));
@@ -145,7 +146,7 @@ impl Schemas {
         }
         *live = Arc::new(learned);
         Ok(Renewed {
-            started: how == "2",
+            age: Duration::from_millis(age.parse().unwrap_or(0)),
             others_live: !members.is_empty(),
             moved,
         })
@@ -164,20 +165,22 @@ impl Schemas {
     }
 
     /// After a renewal that `moved`, takes the generation's suffix for this process's keys. A
-    /// new generation while other schemas are live is first left two renewals, so that their
-    /// writes drop its copies before any exists (meanwhile this process reads and writes copies
-    /// of its own, which no other reads); schema 0's copies every write drops.
+    /// generation younger than two renewals while other schemas are live (this process started
+    /// it, or joined another that just did) is first left to age that long, so that their writes
+    /// drop its copies before this process makes any (meanwhile it reads and writes copies of
+    /// its own, which no other reads); schema 0's copies every write drops.
     pub(crate) async fn settle(&self, renewed: &Renewed, table: &str) {
         if !renewed.moved {
             return;
         }
-        if renewed.started && renewed.others_live {
+        let heard = (2 * RENEW_EVERY).saturating_sub(renewed.age);
+        if renewed.others_live && !heard.is_zero() {
             tracing::info!(
                 table,
                 schema = self.schema,
                 "a new generation of the schema: waiting for the other schemas to hear of it"
             );
-            tokio::time::sleep(2 * RENEW_EVERY).await;
+            tokio::time::sleep(heard).await;
         }
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
         if let Some(generation) = &live.generation {

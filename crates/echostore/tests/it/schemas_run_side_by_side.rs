@@ -167,6 +167,47 @@ async fn a_schema_that_comes_back_never_reads_its_copies_from_before() {
     assert_eq!(fetched.origin, Origin::Loaded);
 }
 
+/// A process that joins its schema's generation while it is younger than two renewals waits until
+/// every process of the other schema has heard of it: a write made there as soon as it serves
+/// reaches its copy. (Found by `echostore check`: six workers of two schemas starting together.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_a_young_generation_waits_until_the_other_schemas_know_it() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Arc::new(Rows::default());
+    let old = users(&coherent_store(&url, None).await, 0, &source, v1).await;
+    let first_store = coherent_store(&url, None).await;
+    let first = users(&first_store, 1, &source, v2);
+    let joiner = async {
+        let mut raw = common::raw(&url).await;
+        until_async(
+            "the first process of schema 1 started its generation",
+            async || {
+                let members: Vec<String> = redis::cmd("ZRANGE")
+                    .arg("schemas:users")
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("ZRANGE");
+                members.iter().any(|m| m.starts_with("1:"))
+            },
+        )
+        .await;
+        let second = users(&coherent_store(&url, None).await, 1, &source, v2).await;
+        assert_eq!(second.get(&7).await.unwrap().version, 0);
+        source.set(1);
+        old.put(&7, v1(1)).await.unwrap();
+        until_async("the joiner reads the other schema's put", async || {
+            second.get(&7).await.unwrap().version == 1
+        })
+        .await;
+    };
+    // The first process waits two renewals before it serves; the second joins, reads and sees
+    // the other schema's put meanwhile.
+    tokio::join!(first, joiner);
+}
+
 /// A process that could not renew its schema's lease for a whole lease (its requests held at a
 /// proxy) while the other schema wrote, unheard of, comes back under a new generation with its L1
 /// flushed: it reads the write, not its copy on Valkey, which that write never reached.
