@@ -1,6 +1,7 @@
 //! Keeps this process's schema among its table's live schemas (`crate::schemas`): the lease
-//! renewed every [`RENEW_EVERY`]; when the table's keys move to a new generation (its lease had
-//! lapsed), L1 flushed and the move settled; the lease given back once the table is dropped.
+//! renewed every [`RENEW_EVERY`]; when the table's keys move to its schema's generation (its lease
+//! had lapsed, or it could not join at `build()`), L1 flushed and the move settled; the lease given
+//! back once the table is dropped.
 
 use std::sync::{Arc, Weak};
 
@@ -30,7 +31,7 @@ pub(crate) fn keep_schema<K: Key, V: Value>(
             }
             match schemas.renew(&l2).await {
                 Ok(renewed) if renewed.moved => {
-                    tracing::warn!(%table, "this process's schema had lapsed: its keys move to a new generation, and L1 is flushed");
+                    tracing::warn!(%table, "this process's keys move to its schema's generation (its lease had lapsed, or it had not joined): L1 is flushed");
                     // Flushed once as the keys move to this process's own suffix, and again as
                     // they settle on the generation: nothing read meanwhile outlives the move.
                     flush(&owner);
