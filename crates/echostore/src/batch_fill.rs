@@ -252,11 +252,15 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
             lives.push(life);
         }
         let written = self.write_groups(l2, &members, &envelopes, &lives).await;
+        let mut fenced_out = Vec::new();
         for (indices, wrote) in written {
             for (n, &i) in indices.iter().enumerate() {
                 let wrote = wrote
                     .as_ref()
                     .map(|w| w.get(n).copied().unwrap_or(Wrote::NotOurs));
+                if matches!(wrote, Ok(Wrote::NotOurs)) && lives[i].is_some() {
+                    fenced_out.push(i);
+                }
                 let written_as = envelopes[i]
                     .as_deref()
                     .filter(|_| self.core.tracks_keys())
@@ -266,9 +270,35 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 }
             }
         }
+        self.fenced_out(l2, &members, &mut landings, fenced_out)
+            .await;
         for (m, landing) in members.iter().zip(landings) {
             if let Some(landing) = landing {
                 self.report.landed(m.id.clone(), m.flight, landing);
+            }
+        }
+    }
+
+    /// Members whose lock a write elsewhere dropped while they loaded answer what Valkey holds
+    /// now when it is fresh, as the single fill does (`Fill::fenced_out`): later reads there
+    /// find that copy, so answering the loaded row, when newer, would make them go back.
+    async fn fenced_out(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+        landings: &mut [Option<Result<Landing<V>>>],
+        fenced_out: Vec<usize>,
+    ) {
+        let max = self.core.config.max_value_bytes;
+        for i in fenced_out {
+            let Ok(bytes) = l2.get(&members[i].names, max).await else {
+                continue;
+            };
+            if let Some(env) = self.decode(bytes)
+                && env.is_fresh(self.core.now_ms())
+            {
+                bump(&self.core.stats.counters.l2_hits);
+                landings[i] = Some(Ok(Landing::Filled(self.core.l2_filled(env))));
             }
         }
     }

@@ -314,46 +314,64 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         };
         let fingerprint = envelope::fingerprint(&bytes);
         (self.signals)(Signal::Writing(fingerprint));
-        let keep = self
+        let wrote = self
             .write_fenced(at, token, bytes, life.physical_ms())
             .await;
-        Ok(if keep {
-            Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
-        } else {
-            Filled::answer_only(value, Origin::Loaded)
+        Ok(match wrote {
+            Wrote::Kept => {
+                Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
+            }
+            Wrote::Refused => Filled::answer_only(value, Origin::Loaded),
+            Wrote::FencedOut => self.fenced_out(at, value).await,
         })
     }
 
     /// The winner's write of `bytes`, fenced by `token`, which releases the lock in the same
-    /// script (counted as a release would be); whether L1 may keep the value.
-    async fn write_fenced(&self, at: &OnValkey<'_>, token: &str, bytes: Vec<u8>, px: u64) -> bool {
+    /// script (counted as a release would be); what became of it.
+    async fn write_fenced(&self, at: &OnValkey<'_>, token: &str, bytes: Vec<u8>, px: u64) -> Wrote {
         let counters = &self.core.stats.counters;
         match lock::fenced_write(at.l2, &at.names, token, bytes, px).await {
             Ok(Fenced::Written) => {
                 bump(&counters.released);
-                true
+                Wrote::Kept
             }
             Ok(Fenced::NotOurs) => {
                 // A put/invalidate dropped our lock, or it expired while Valkey was away and was
-                // taken over: a newer writer owns the key. Answer our waiters, store it nowhere.
+                // taken over: a newer writer owns the key.
                 bump(&counters.fenced_write_skipped);
                 bump(&counters.release_skipped);
                 tracing::debug!(table = %self.core.name, id = ?self.id, "fenced write skipped: the lock is no longer ours");
-                false
+                Wrote::FencedOut
             }
             Ok(Fenced::Superseded) => {
                 bump(&counters.writes_superseded);
                 bump(&counters.released);
-                false
+                Wrote::Refused
             }
             Err(e) => {
                 bump(&counters.l2_errors);
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "fenced write failed");
                 // Whether it ran is unknown: the lock may still be ours.
                 self.release(at, token).await;
-                true
+                Wrote::Kept
             }
         }
+    }
+
+    /// A write elsewhere dropped this flight's lock while it loaded. What Valkey holds now is
+    /// what every later read there finds until the next write lands, so a fresh copy there
+    /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
+    /// those later reads go back. With nothing fresh there (an invalidation's `DEL` landed), the
+    /// loaded row answers, kept nowhere: later reads load again.
+    async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Filled<V> {
+        let max = self.core.config.max_value_bytes;
+        if let Ok(bytes) = at.l2.get(&at.names, max).await
+            && let Some(env) = self.decode(bytes)
+            && self.takes(&env)
+        {
+            return self.l2_hit(env);
+        }
+        Filled::answer_only(value, Origin::Loaded)
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
@@ -376,4 +394,14 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         }
         Ok(landing.capped(life))
     }
+}
+
+/// What became of a winner's fenced write.
+enum Wrote {
+    /// Written (or its fate unknown: Valkey failed to answer): L1 may keep the value.
+    Kept,
+    /// A newer value is stored: the loaded one answers, kept nowhere.
+    Refused,
+    /// The lock was no longer this flight's ([`Fill::fenced_out`]).
+    FencedOut,
 }

@@ -301,9 +301,10 @@ async fn a_cold_batch_costs_three_round_trips() {
     );
 }
 
-/// A `put` of an id while a batch is loading it drops the id's lock: the batch answers what it
-/// loaded, but its write for that id is refused (fenced), so Valkey and L1 keep the put's value;
-/// the batch's other ids are written as usual.
+/// A `put` of an id while a batch is loading it drops the id's lock: the batch's write for that id
+/// is refused (fenced), so Valkey and L1 keep the put's value, and the batch answers that value,
+/// which every later read finds (answering what it loaded, when newer than the put's, would make
+/// those reads go back); the batch's other ids are written as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_during_a_batch_load_fences_that_ids_write() {
     let valkey = valkey();
@@ -318,7 +319,10 @@ async fn a_put_during_a_batch_load_fences_that_ids_write() {
         .expect("put");
     rows.gate.send_replace(true);
     let found = batch.await.expect("task").expect("batch");
-    assert_eq!(*found[&2], "row 2", "the batch answers what it loaded");
+    assert_eq!(
+        *found[&2], "put while loading",
+        "the batch answers what Valkey holds"
+    );
     assert_eq!(
         table.stats().fenced_write_skipped,
         1,

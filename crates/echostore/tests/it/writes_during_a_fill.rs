@@ -1,5 +1,6 @@
-//! `put` and `invalidate` that arrive while a fill is in flight win over it: the fill still
-//! answers its own waiters, but its value is stored nowhere.
+//! `put` and `invalidate` that arrive while a fill is in flight win over it: its value is stored
+//! nowhere, and its waiters take the put's value where one landed (in L1 here, on Valkey from
+//! another process).
 
 use crate::common;
 
@@ -34,6 +35,42 @@ async fn a_put_during_a_fill_wins() {
         assert_eq!(source.calls(), 1);
         assert_eq!(table.stats().in_flight, 0);
     }
+}
+
+/// A put in another process during a fill drops the fill's lock, so its write is refused: the
+/// fill's caller takes the put's value, which Valkey now holds, not the one it loaded. Every
+/// later read finds the put's value there, and answering the loaded one first would make them go
+/// back whenever it is the newer row (the source moved on again before its next write reached
+/// Valkey: a hot `echostore check` found a read of v4505 followed by one of v4504 this way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_fenced_out_by_another_processs_put_answers_the_put() {
+    let valkey = valkey();
+    let source = Source::gated();
+    let here = valkey_table(&valkey.url(), "fenced", &source, |t| t).await;
+    let elsewhere = valkey_table(&valkey.url(), "fenced", &source, |t| t).await;
+
+    let leader = spawn_fetch(&here, 1);
+    until_stats(&here, "the fill is in flight", |s| s.in_flight == 1).await;
+    elsewhere
+        .put(&1, "from-elsewhere".into())
+        .await
+        .expect("put");
+    source.release();
+
+    let led = leader.await.expect("task").expect("answer");
+    assert_eq!(
+        here.stats().fenced_write_skipped,
+        1,
+        "the fill was fenced out"
+    );
+    assert_eq!(
+        (led.value.as_str(), led.origin),
+        ("from-elsewhere", Origin::L2),
+        "the caller takes what Valkey holds"
+    );
+    let after = here.fetch(&1).await.expect("get");
+    assert_eq!(*after.value, "from-elsewhere");
+    settled(&here).await;
 }
 
 /// An invalidate during a fill: the fill's value is not stored, so the next get reads again.
