@@ -90,11 +90,18 @@ async fn invalidations_during_a_hung_load_run_at_most_two_loads() {
         .into_iter()
         .map(|a| a.expect("a value").value.to_string())
         .collect();
-    assert_eq!(
-        values[0], "value-1-read-1",
-        "the hung load answers its own caller"
+    // The two overtaken loads are fenced out at their writes: each answers its callers with the
+    // copy a later load left on Valkey if one has landed by then, else with its own.
+    assert!(
+        ["value-1-read-1", "value-1-read-2", "value-1-read-3"].contains(&values[0].as_str()),
+        "the hung load answers its own caller: {}",
+        values[0]
     );
-    assert_eq!(values[1], "value-1-read-2");
+    assert!(
+        ["value-1-read-2", "value-1-read-3"].contains(&values[1].as_str()),
+        "{}",
+        values[1]
+    );
     assert!(
         values[2..].iter().all(|v| v == "value-1-read-3"),
         "the queued flight is one load for the other 99 gets"

@@ -268,16 +268,14 @@ async fn a_process_whose_lease_lapsed_reads_what_was_written_meanwhile() {
     proxy.release();
 
     // Its keys move to a new generation once it renews again (its lease went on, no process of
-    // schema 1 was left): the copy under the old one, which the put never reached, stays behind.
+    // schema 1 was left): the copy under the old one, which the put never reached, is never read
+    // again. (Whether that copy is still there depends on the timing: a read the open breaker
+    // sent to the loader meanwhile marks the id unsettled, whose repair deletes it.)
     until(
         "the process that was away moves to a new generation",
         || away.key_names(&7).unwrap().value != before,
     )
     .await;
-    assert!(
-        common::exists(&mut raw, &before).await,
-        "the old copy is still there"
-    );
     until_async("the process that was away reads the write", async || {
         away.get(&7).await.is_ok_and(|row| row.version == 1)
     })
