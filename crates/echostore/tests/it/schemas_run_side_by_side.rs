@@ -67,6 +67,18 @@ async fn users<V: echostore::Value>(
         .expect("the table starts")
 }
 
+/// The members of table `users`' live schemas (`<schema>:<generation>:<token>`), as Valkey holds
+/// them.
+async fn live_schemas(raw: &mut common::RawConn) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg("schemas:users")
+        .arg(0)
+        .arg(-1)
+        .query_async(raw)
+        .await
+        .expect("ZRANGE")
+}
+
 fn v1(version: u64) -> RowV1 {
     RowV1 {
         version,
@@ -148,13 +160,7 @@ async fn a_schema_that_comes_back_never_reads_its_copies_from_before() {
     drop((gone, first)); // its lease is given back at its next renewal
     let mut raw = common::raw(&url).await;
     until_async("the schema left", async || {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg("schemas:users")
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut raw)
-            .await
-            .expect("ZRANGE");
+        let members = live_schemas(&mut raw).await;
         members.iter().all(|m| m.starts_with("1:"))
     })
     .await;
@@ -183,13 +189,7 @@ async fn joining_a_young_generation_waits_until_the_other_schemas_know_it() {
         until_async(
             "the first process of schema 1 started its generation",
             async || {
-                let members: Vec<String> = redis::cmd("ZRANGE")
-                    .arg("schemas:users")
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut raw)
-                    .await
-                    .expect("ZRANGE");
+                let members = live_schemas(&mut raw).await;
                 members.iter().any(|m| m.starts_with("1:"))
             },
         )
@@ -234,13 +234,7 @@ async fn a_process_whose_lease_lapsed_reads_what_was_written_meanwhile() {
                 .rsplit_once("}#1.")
                 .map(|(_, generation)| generation.to_owned())
                 .unwrap_or_default();
-            let members: Vec<String> = redis::cmd("ZRANGE")
-                .arg("schemas:users")
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut raw)
-                .await
-                .expect("ZRANGE");
+            let members = live_schemas(&mut raw).await;
             let joined = members
                 .iter()
                 .any(|m| m.starts_with(&format!("1:{generation}:")));
@@ -252,13 +246,7 @@ async fn a_process_whose_lease_lapsed_reads_what_was_written_meanwhile() {
 
     proxy.hold();
     until_async("the held process's lease has ended", async || {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg("schemas:users")
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut raw)
-            .await
-            .expect("ZRANGE");
+        let members = live_schemas(&mut raw).await;
         members.iter().all(|m| m.starts_with("0:"))
     })
     .await;
