@@ -20,7 +20,7 @@ use crate::core::TableCore;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 use crate::key::{Key, Value};
-use crate::losers::LoserPolicy;
+use crate::loser_policy::LoserPolicy;
 use crate::owner::OwnerMsg;
 use crate::owner::owner_ref::OwnerRef;
 use crate::version::Version;

@@ -47,7 +47,7 @@ use crate::stale::{Landing, Signal, Stale};
 use crate::stats::bump;
 
 mod landing;
-mod losers;
+mod lost_ids;
 pub(crate) mod on_valkey;
 mod source;
 

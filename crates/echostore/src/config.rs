@@ -37,7 +37,7 @@ use crate::core::{BatchLoader, Loader, TableConfig, TableCore};
 use crate::error::{Error, Result, SharedError};
 use crate::key::{Key, Value, validate_table_name};
 use crate::l1::{Bound, L1, L1Backend};
-use crate::losers::LoserPolicy;
+use crate::loser_policy::LoserPolicy;
 use crate::stats::Stats;
 use crate::store::Store;
 use crate::table::Table;

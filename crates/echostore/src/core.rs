@@ -18,7 +18,7 @@ use crate::envelope::{self, Envelope, Fingerprint, Marking, Stamp};
 use crate::error::{Result, SharedError};
 use crate::l1::{Entry, L1, L1Cache, Unconfirmed};
 use crate::l2::L2;
-use crate::losers::LoserPolicy;
+use crate::loser_policy::LoserPolicy;
 use crate::marks::Marks;
 use crate::server_clock::wall_ms;
 use crate::stats::Stats;

@@ -43,14 +43,15 @@ use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
 use crate::load::Load;
 use crate::lock::{self, Fenced};
-use crate::losers::{self, LoserPolicy, Lost, PollEnd, Wait};
+use crate::loser_policy::{LoserPolicy, Lost};
+use crate::losers::{self, PollEnd, Wait};
 use crate::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::stats::bump;
 use crate::unsettled::Repair;
 
 mod copies;
 mod lease;
-mod reload;
+mod reloader_call;
 
 pub(crate) use copies::decode_counted;
 
@@ -268,11 +269,11 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         stale: Option<Stale<V>>,
     ) -> Result<Filled<V>> {
         let stale = match self.reload(at, token, stale).await {
-            reload::Reloaded::NotAsked(stale) => stale,
-            reload::Reloaded::Changed(value, delta) => {
+            reloader_call::Reloaded::NotAsked(stale) => stale,
+            reloader_call::Reloaded::Changed(value, delta) => {
                 return self.store(at, token, stamp, (Arc::new(value), delta)).await;
             }
-            reload::Reloaded::Done(answer) => return answer,
+            reloader_call::Reloaded::Done(answer) => return answer,
         };
         let still_ours = || async { self.extend(at, token).await };
         let leased = self

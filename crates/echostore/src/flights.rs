@@ -311,4 +311,4 @@ mod flight;
 mod id_state;
 #[cfg(test)]
 mod tests;
-mod writes;
+mod write_queue;

@@ -162,6 +162,7 @@ mod l2;
 mod load;
 mod lock;
 mod lookup;
+mod loser_policy;
 mod losers;
 mod marks;
 mod metrics;
@@ -184,7 +185,7 @@ mod table;
 mod tags;
 mod unsettled;
 mod version;
-mod writes;
+mod l2_write;
 
 pub mod recipes;
 
@@ -209,7 +210,7 @@ pub use events::{EVENTS_CAPACITY, Event, EventKind, EvictionCause, InvalidatedBy
 pub use fetched::{Fetched, Origin};
 pub use key::{IntoId, Key, MAX_ID_BYTES, Value};
 pub use l1::L1Backend;
-pub use losers::LoserPolicy;
+pub use loser_policy::LoserPolicy;
 pub use marks::MAX_TAG_BYTES;
 pub use read_options::ReadOptions;
 pub use reload::Reload;

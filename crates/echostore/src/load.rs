@@ -22,7 +22,7 @@ use crate::events::EventKind;
 use crate::fetched::Origin;
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
-use crate::losers::{LoserPolicy, Lost};
+use crate::loser_policy::{LoserPolicy, Lost};
 use crate::stale::{Filled, Signal, Signals, Stale};
 use crate::stats::bump;
 

@@ -48,7 +48,7 @@ use crate::fetched::{Fetched, Origin};
 use crate::flights::Admitted;
 use crate::key::{Key, Value};
 use crate::l1::L1Cache;
-use crate::losers::LoserPolicy;
+use crate::loser_policy::LoserPolicy;
 use crate::owner::OwnerMsg;
 use crate::owner::owner_ref::OwnerRef;
 use crate::stats::bump;

@@ -31,13 +31,13 @@ use crate::fill::Fill;
 use crate::flights::{Admitted, FlightId, Flights, Landed, Miss, Next, Reply};
 use crate::key::{Key, Value};
 use crate::l1::{Entry, L1Cache};
-use crate::losers::LoserPolicy;
+use crate::loser_policy::LoserPolicy;
 use crate::marks::Scope;
 use crate::own_writes::OwnWrites;
 use crate::owner::owner_ref::EveryShard;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
-use crate::writes::{L2Write, PendingWrite, Stamp};
+use crate::l2_write::{L2Write, PendingWrite, Stamp};
 
 /// What the owner is asked to do.
 pub(crate) enum OwnerMsg<K, V> {
@@ -135,7 +135,7 @@ mod launches;
 mod marked;
 pub(crate) mod owner_ref;
 mod schema_lease;
-mod writes;
+mod ordered_writes;
 
 pub(crate) use batches::Gather;
 use launches::Start;

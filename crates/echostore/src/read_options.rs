@@ -10,7 +10,7 @@ use crate::core::MAX_DURATION;
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 use crate::key::{Key, Value};
-use crate::losers::LoserPolicy;
+use crate::loser_policy::LoserPolicy;
 use crate::table::Table;
 use crate::version::Version;
 

@@ -22,7 +22,7 @@ use crate::owner::owner_ref::invalidated;
 use crate::stats::TableStats;
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
-use crate::writes::L2Write;
+use crate::l2_write::L2Write;
 
 struct TableInner<K: Key, V: Value> {
     core: Arc<TableCore<K, V>>,

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::flights::FlightId;
 use crate::key::{Key, KeyNames, Value};
 use crate::l2::L2;
-use crate::losers::Lost;
+use crate::loser_policy::Lost;
 use crate::stale::{Landing, Signal};
 use crate::stats::bump;
 
