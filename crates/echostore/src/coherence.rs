@@ -19,9 +19,9 @@
 //! their safety poll.
 //!
 //! The pushes this process causes itself (its own fills and puts) also arrive. They are told apart
-//! ([`OwnWrites`](crate::own_writes::OwnWrites)): before writing, the writer tells the owner the envelope's fingerprint; a push
+//! ([`OwnWrites`](crate::shard::own_writes::OwnWrites)): before writing, the writer tells the owner the envelope's fingerprint; a push
 //! for that id is then checked by reading the value back and comparing, instead of dropping the
-//! entry this process just stored (`crate::own_writes`). `docs/coherence.md` has the argument and
+//! entry this process just stored (`crate::shard::own_writes`). `docs/coherence.md` has the argument and
 //! the cost.
 
 use std::collections::{HashMap, HashSet};
@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 
 use crate::coherence::tracking::keys::{Found, Read, Registry};
-use crate::envelope::Fingerprint;
-use crate::key::{KeyKind, parse_key, split_schema};
+use crate::valkey::envelope::Fingerprint;
+use crate::wire::key::{KeyKind, parse_key, split_schema};
 
 /// How Valkey tells a store which keys changed ([`StoreBuilder::tracking`](crate::StoreBuilder::tracking)).
 /// Both keep the guarantees of `docs/consistency.md`; they differ in what they cost Valkey and
@@ -77,7 +77,7 @@ pub(crate) const DOWN_L1_LIFE: Duration = Duration::from_secs(1);
 
 /// What a table does with the pushes that concern it.
 pub(crate) trait Sink: Send + Sync {
-    /// `true` if keys with this schema suffix (`crate::schemas`; empty for schema 0) are this
+    /// `true` if keys with this schema suffix (`crate::state::schemas`; empty for schema 0) are this
     /// table's own: a push for another schema's copy is none of its business.
     fn owns(&self, schema: &[u8]) -> bool;
     /// The value key of this rendered id changed.

@@ -30,18 +30,23 @@
 //!   `batch_fill::landing`; `batch_fill::on_valkey` — those round trips.
 //! - `owner` — the table's actors (the table GenServer), one per shard of its ids (`.shards`,
 //!   `config::sharding`): each orders its ids' misses, puts and invalidations
-//!   (`owner::launches` starts flights, `owner::landings` takes them back, `owner::writes` runs
+//!   (`owner::launches` starts flights, `owner::landings` takes them back, `owner::ordered_writes` runs
 //!   the Valkey writes and takes pushes, `owner::marked` clears and tag marks, `owner::batches`
 //!   batch misses, gathered from every shard into one batch); `owner::owner_ref` — where the
 //!   handles find each shard's owner across restarts, and what every shard does once for the
 //!   table (a flush, a mark: counted once, `owner_ref::EveryShard`).
 //!
-//! The modules import downwards only (`../shared/tools/module-cycles`: no cycle): the handles
-//! (`table`, `config`, `store`, `lookup`, `miss`, `batch`, `peek`, `delete`, `tags`) call the
-//! shard layer (`owner`, `flights`, `board`), which runs the protocol (`fill`, `batch_fill`,
-//! `load`, `lock`, `losers`) over the wire (`l2`, `connect`, `breaker`, `scripts`); `core` is
-//! the state they share, below all of them, and reaches the owners only through a trait it
-//! defines (`core::EveryOwner`).
+//! The modules sit in one folder per layer and import downwards only
+//! (`../shared/tools/module-cycles`: no cycle; `docs/architecture.md` draws the layers):
+//! `handle` (`table`, `config`, `store`, `lookup`, `miss`, `batch`, `peek`, `delete`, `tags`,
+//! `at_least`, `read_options`: the caller's task) over `shard` (`owner`, `flights`,
+//! `supervisor`, `own_writes`) over `flight` (`fill`, `batch_fill`, `load`, `losers`,
+//! `l2_write`: one flight's or one write's protocol, on its task) over `state` (`core`, the
+//! table's shared state, with `board`, `l1`, `stats`, `metrics`, `marks`, `unsettled`,
+//! `schemas`, `budget`, `stale`, `reload`, `loser_policy`, `audit`, `absence`) over `coherence`
+//! over `valkey` (`l2`, `lock`, `envelope`, `header`, `codec`, `depth`) over `wire` (`connect`,
+//! `healing`, `breaker`, `key`, `scripts`, `natives`, `server_clock`); `core` reaches the owners
+//! only through a trait it defines (`core::EveryOwner`).
 //! - `events` — [`Event`]: what happened to a table's ids, on a bounded broadcast (`Table::events`).
 //! - `peek` — `peek_local` and `peek`: cache-only reads, never the loader nor the lock.
 //! - `absence` — a value type's own "not found" (`None`), asked of the type through serde.
@@ -50,7 +55,7 @@
 //! - `tags` — `invalidate_tag` and `clear`: a group, or the whole table, invalidated everywhere
 //!   in one command; `marks` — the generations they set, which every copy read from Valkey is
 //!   checked against (the tags themselves: `config::tagging`).
-//! - `writes` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
+//! - `l2_write` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
 //!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
 //!   (a failed write, a load answered in-process), until it is repaired.
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
@@ -58,13 +63,13 @@
 //!   `own_writes` — the pushes a process's own writes cause, told apart from others'.
 //! - `flights` — the flights map: per id one state (`flights::id_state`: the current flight's
 //!   phase, the writes' phase, the overtaken flights), the one load misses join, the writes it
-//!   waits for (`flights::writes`); the per-id ordering rule lives here.
+//!   waits for (`flights::write_queue`); the per-id ordering rule lives here.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
 //!   `fill::copies` — what it makes of the bytes it reads.
 //! - `reload` — [`Reload`]: refresh with the old value, "unchanged" renewing the copy in place.
 //! - `load` — the source read: loader, timeouts, soft timeout, fail-safe.
 //! - `stale` — what a flight answers with, and stale copies within their window.
-//! - `losers` — [`LoserPolicy`], its decision and the poll loop.
+//! - `loser_policy` — [`LoserPolicy`] and its decision; `losers` — the poll loop of a loser.
 //! - `lock` — the regeneration lock; `scripts` — every Lua script and the rule for which write
 //!   wins ([`protocol`] shows them); `natives` — which of Valkey's native lock commands
 //!   (`DELIFEQ`, `SET … IFEQ`) the server has.
@@ -132,66 +137,25 @@
 //! counters; each with an example that runs as a doc test.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
-mod absence;
-mod at_least;
-mod audit;
-mod batch;
-mod batch_fill;
-mod board;
-mod breaker;
-mod budget;
 mod clock;
-mod codec;
 mod coherence;
-mod config;
-mod connect;
-mod core;
-mod delete;
-mod depth;
-mod envelope;
 mod error;
 mod events;
 mod fetched;
-mod fill;
-mod flights;
-mod header;
-mod healing;
-mod key;
-mod l1;
-mod l2;
-mod load;
-mod lock;
-mod lookup;
-mod loser_policy;
-mod losers;
-mod marks;
-mod metrics;
-mod miss;
-mod natives;
-mod own_writes;
-mod owner;
-mod peek;
-mod read_options;
-mod reload;
-mod schemas;
-mod scripts;
-mod server_clock;
+mod flight;
+mod handle;
+mod shard;
 mod spans;
-mod stale;
-mod stats;
-mod store;
-mod supervisor;
-mod table;
-mod tags;
-mod unsettled;
+mod state;
+mod valkey;
 mod version;
-mod l2_write;
+mod wire;
 
 pub mod recipes;
 
-pub use crate::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
-pub use codec::{Codec, CodecError, CustomCodec};
+pub use crate::state::metrics::{METRICS_EXPORT_EVERY, describe_metrics};
 pub use coherence::Tracking;
+pub use valkey::codec::{Codec, CodecError, CustomCodec};
 
 /// Renamed [`Tracking::SILENT_LINK_BOUND`]: the constant lives with the tracking it bounds.
 #[deprecated(since = "0.1.0", note = "use `Tracking::SILENT_LINK_BOUND`")]
@@ -203,21 +167,21 @@ pub const SILENT_LINK_BOUND: std::time::Duration = Tracking::SILENT_LINK_BOUND;
     note = "use `StoreBuilder::DEFAULT_UNCONFIRMED_L1_LIFE`"
 )]
 pub const DOWN_L1_LIFE: std::time::Duration = StoreBuilder::DEFAULT_UNCONFIRMED_L1_LIFE;
-pub use config::{MAX_EARLY_REFRESH_BETA, TableBuilder};
-pub use core::MAX_DURATION;
 pub use error::{Error, Result, SharedError, ValkeyError};
 pub use events::{EVENTS_CAPACITY, Event, EventKind, EvictionCause, InvalidatedBy};
 pub use fetched::{Fetched, Origin};
-pub use key::{IntoId, Key, MAX_ID_BYTES, Value};
-pub use l1::L1Backend;
-pub use loser_policy::LoserPolicy;
-pub use marks::MAX_TAG_BYTES;
-pub use read_options::ReadOptions;
-pub use reload::Reload;
-pub use stats::TableStats;
-pub use store::{Store, StoreBuilder};
-pub use table::Table;
+pub use handle::config::{MAX_EARLY_REFRESH_BETA, TableBuilder};
+pub use handle::read_options::ReadOptions;
+pub use handle::store::{Store, StoreBuilder};
+pub use handle::table::Table;
+pub use state::core::MAX_DURATION;
+pub use state::l1::L1Backend;
+pub use state::loser_policy::LoserPolicy;
+pub use state::marks::MAX_TAG_BYTES;
+pub use state::reload::Reload;
+pub use state::stats::TableStats;
 pub use version::{Version, VersionParseError, Written};
+pub use wire::key::{IntoId, Key, MAX_ID_BYTES, Value};
 
 /// The README's Rust snippets, compiled as doctests so that they keep up with the API.
 #[cfg(doctest)]
@@ -234,18 +198,18 @@ pub struct GuideDoctests;
 /// envelope header's decoder. Not needed to use a cache; see
 /// `docs/lock-protocol.md` for each script's part in the protocol.
 pub mod protocol {
-    pub use crate::connect::Connection;
-    pub use crate::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
-    pub use crate::key::{KeyNames, key_names, marks_key};
-    pub use crate::lock::new_token;
-    pub use crate::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
-    pub use crate::schemas::{schema_key_names, schemas_key};
-    pub use crate::scripts::{
+    pub use crate::state::schemas::{schema_key_names, schemas_key};
+    pub use crate::valkey::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
+    pub use crate::valkey::lock::new_token;
+    pub use crate::wire::connect::Connection;
+    pub use crate::wire::key::{KeyNames, key_names, marks_key};
+    pub use crate::wire::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
+    pub use crate::wire::scripts::{
         ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_MANY_SCRIPT, EXTEND_SCRIPT,
         FENCED_WRITE_SCRIPT, MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_MANY_SCRIPT, POLL_SCRIPT,
         PUT_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, WRITE_MANY_SCRIPT,
     };
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
-    pub use crate::server_clock::offset_wall_clock;
+    pub use crate::wire::server_clock::offset_wall_clock;
 }

@@ -20,7 +20,7 @@ use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::coherence::Tracker;
-use crate::connect::{Endpoint, Kind};
+use crate::wire::connect::{Endpoint, Kind};
 use keys::{Answer, Read};
 use subscribe::{Mode, reread_marks, subscribe};
 

@@ -5,8 +5,8 @@
 //! reading the value back, so its copy may differ for that one round trip, and no longer.)
 //!
 //! The owner keeps a put's entry out of L1 when a push for the id arrived while the put was on
-//! the wire (`owner.rs`, `overtaken_writes`): the other store's write may have landed after it.
-//! A flush does the same for every write on the wire (`owner/marked.rs`): for a key type that
+//! the wire (`shard/owner.rs`, `overtaken_writes`): the other store's write may have landed after it.
+//! A flush does the same for every write on the wire (`shard/owner/marked.rs`): for a key type that
 //! cannot be parsed back, every push is one.
 
 use crate::common;

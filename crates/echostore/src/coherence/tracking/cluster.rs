@@ -7,7 +7,7 @@ use std::sync::Weak;
 
 use super::{TOPOLOGY_EVERY, node};
 use crate::coherence::Tracker;
-use crate::connect::Endpoint;
+use crate::wire::connect::Endpoint;
 
 /// Tracks a cluster: one [`node`] task per primary, restarted when the primaries change.
 pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec<String>) {

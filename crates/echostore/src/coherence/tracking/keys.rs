@@ -22,8 +22,8 @@ use std::sync::Mutex;
 use tokio::sync::mpsc;
 
 use crate::coherence::Tracker;
-use crate::envelope::{self, Fingerprint};
-use crate::key::{KeyKind, parse_key, split_schema};
+use crate::valkey::envelope::{self, Fingerprint};
+use crate::wire::key::{KeyKind, parse_key, split_schema};
 
 /// How many held keys the registry remembers before it forgets them all: it only saves reads,
 /// so forgetting costs one read per key held, never a missed push.
@@ -172,7 +172,7 @@ impl Registry {
 /// The cluster node whose slots hold `key`.
 #[cfg(feature = "cluster")]
 fn serving<'n>(nodes: &'n [Node], key: &[u8]) -> Option<&'n Node> {
-    let slot = crate::key::slot(key);
+    let slot = crate::wire::key::slot(key);
     nodes.iter().find(|n| {
         n.slots
             .iter()

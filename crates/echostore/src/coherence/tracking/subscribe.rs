@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use redis::PushInfo;
 
 use crate::coherence::Tracker;
-use crate::key::{KeyKind, marks_key_under, parse_key};
+use crate::wire::key::{KeyKind, marks_key_under, parse_key};
 
 /// How a connection tracks: the store's namespace, and whether by keys or by prefixes.
 #[derive(Clone, Copy)]

@@ -1,0 +1,358 @@
+//! The batch flight: one group of the owner's flights, one per id, run as the single-id fill
+//! ([`crate::flight::fill`]) runs each, but with one round trip per step for all of them and one
+//! source call for all the ids it has to load.
+//!
+//! ```text
+//! acquire-many (per slot group: SET lock NX PX and GETRANGE value, for each id)
+//!    ├─ value fresh ─▶ L2 hit (a won lock is released with the writes below)
+//!    ├─ won  ─┐
+//!    ├─ Valkey away or refusing ─┐ (in-process, as a degraded fill: unsettled, L1 capped)
+//!    │        ▼                  ▼
+//!    │   one batch loader call for them all, under the lease of every won lock
+//!    │        ▼
+//!    │   write-many (per slot group: fenced write and release, for each id)
+//!    └─ lost ─▶ the loser policy (serve stale, default, fail fast), or wait as one group:
+//!               poll-many per slot group, woken by pushes; ids whose lock went contend again
+//! ```
+//!
+//! Every per-id rule of the single fill holds: an id is loaded only by the process holding its
+//! lock; its write is fenced by that lock and ordered like any write; an id whose last write
+//! failed here (unsettled) takes the single fill's path; the ids whose locks another process
+//! holds wait together ([`lost_ids`]). The
+//! flights are the owner's, one per id, so a `get` of an id a batch is loading joins it, and a
+//! batch joins the flights already running for its ids. What a batch does not do per id: serve a
+//! stale copy at the soft timeout (a batch loads as one call; fail-safe still applies per id).
+//!
+//! This module owns the steps' order and each member's state through them; the source call and
+//! the lease over it are [`source`]'s, and what a loaded member is written with and lands with
+//! is [`landing`]'s.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::join_all;
+
+use self::on_valkey::{ToWrite, Wrote};
+use crate::error::{Error, Result};
+use crate::flight::fill::Fill;
+use crate::flight::flight_id::FlightId;
+use crate::state::core::{TableCore, millis};
+use crate::state::stale::{Landing, Signal, Stale};
+use crate::state::stats::bump;
+use crate::valkey::envelope::{self, Envelope};
+use crate::valkey::l2::L2;
+use crate::valkey::lock;
+use crate::wire::key::{Key, KeyNames, Value};
+
+mod landing;
+mod lost_ids;
+pub(crate) mod on_valkey;
+mod source;
+
+/// Where a batch sends each id's landing, and each id's signals (as the owner's flights do).
+pub(crate) trait Report<K, V>: Send + Sync {
+    fn landed(&self, id: K, flight: FlightId, outcome: Result<Landing<V>>);
+    fn signal(&self, id: &K, flight: FlightId, signal: Signal<V>);
+}
+
+/// An id and the flight it is for.
+type Flown<K> = (K, FlightId);
+
+/// One id of the batch, as it goes through the steps.
+struct Member<K, V> {
+    id: K,
+    flight: FlightId,
+    names: KeyNames,
+    token: String,
+    /// The lock is ours (to write with, or release).
+    won: bool,
+    /// Load it: won, or Valkey could not be asked (`degraded`).
+    load: bool,
+    /// Answered from Valkey already.
+    landed: bool,
+    degraded: bool,
+    stale: Option<Stale<V>>,
+    /// The generation its write is stamped with (`crate::state::marks`), taken before its lock attempt.
+    stamp: u64,
+}
+
+/// The flights of one batch.
+pub(crate) struct BatchFill<'a, K, V> {
+    core: &'a TableCore<K, V>,
+    report: &'a dyn Report<K, V>,
+}
+
+impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
+    pub(crate) fn new(core: &'a TableCore<K, V>, report: &'a dyn Report<K, V>) -> Self {
+        BatchFill { core, report }
+    }
+
+    /// Runs the flights of `ids` to their landings: rounds of contention, until no id is left
+    /// to contend again (a lost lock that went with no fresh value).
+    pub(crate) async fn run(&self, ids: Vec<(K, FlightId)>) {
+        bump(&self.core.stats.counters.batches);
+        let Some(l2) = &self.core.l2 else {
+            return self.here(ids).await;
+        };
+        let mut deadline = None;
+        let mut ids = ids;
+        while !ids.is_empty() {
+            ids = self.round(l2, ids, &mut deadline).await;
+        }
+    }
+
+    /// One round: acquire-many for every id, then the won ones loaded in one source call and
+    /// written, the lost ones waiting as one group (their policy's wait ending at `deadline`,
+    /// set by the first round that loses); returns the ids to contend for again.
+    async fn round(
+        &self,
+        l2: &L2,
+        ids: Vec<(K, FlightId)>,
+        deadline: &mut Option<tokio::time::Instant>,
+    ) -> Vec<(K, FlightId)> {
+        let (mut members, alone) = self.members(ids);
+        let names: Vec<&KeyNames> = members.iter().map(|m| &m.names).collect();
+        let groups = on_valkey::groups(l2, &names);
+        let acquired = join_all(groups.iter().map(|g| self.acquire(l2, &members, g))).await;
+        for (group, acquired) in groups.iter().zip(acquired) {
+            self.acquired(&mut members, group, acquired);
+        }
+        let (lost, members): (Vec<_>, Vec<_>) = members
+            .into_iter()
+            .partition(|m| !m.landed && !m.won && !m.load);
+        let alone = join_all(alone.into_iter().map(|(id, flight)| self.alone(id, flight)));
+        let batch = self.load_and_write(l2, members);
+        let (_, (), again) = futures::join!(alone, batch, self.lost(l2, lost, deadline));
+        again
+    }
+
+    /// The members of a round, each with a new token and the generation its write is stamped
+    /// with; and the ids that take the single fill (Valkey's copy of an id whose write failed
+    /// here is repaired by its own fill). An id without key names lands its error at once.
+    fn members(&self, ids: Vec<(K, FlightId)>) -> (Vec<Member<K, V>>, Vec<Flown<K>>) {
+        let (mut members, mut alone) = (Vec::with_capacity(ids.len()), Vec::new());
+        let stamp = self.core.marks.stamp();
+        for (id, flight) in ids {
+            match self.core.names(&id) {
+                Ok(_) if self.core.unsettled.holds(&id) => alone.push((id, flight)),
+                Ok(names) => members.push(Member {
+                    id,
+                    flight,
+                    names,
+                    token: lock::new_token(),
+                    won: false,
+                    load: false,
+                    landed: false,
+                    degraded: false,
+                    stale: None,
+                    stamp,
+                }),
+                Err(e) => self.report.landed(id, flight, Err(e)),
+            }
+        }
+        (members, alone)
+    }
+
+    /// What one group's acquire-many found: fresh values land as L2 hits, won locks are to load,
+    /// and a group Valkey could not be asked about loads in-process (degraded).
+    fn acquired(
+        &self,
+        members: &mut [Member<K, V>],
+        group: &[usize],
+        acquired: Result<Vec<on_valkey::Acquired>>,
+    ) {
+        let counters = &self.core.stats.counters;
+        let seen = match acquired {
+            Ok(seen) => seen,
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::debug!(table = %self.core.name, error = %e, "batch acquire failed: loading in-process");
+                for &i in group {
+                    members[i].load = true;
+                    members[i].degraded = true;
+                }
+                return;
+            }
+        };
+        for (&i, a) in group.iter().zip(seen) {
+            let m = &mut members[i];
+            m.won = a.won;
+            match self.decode(a.value) {
+                Some(env) if env.is_fresh(self.core.now_ms()) => {
+                    bump(&counters.l2_hits);
+                    let hit = self.core.l2_filled(env);
+                    self.report
+                        .landed(m.id.clone(), m.flight, Ok(Landing::Filled(hit)));
+                    m.landed = true;
+                }
+                seen => {
+                    m.stale = seen.and_then(|env| self.stale(env));
+                    m.load = a.won;
+                    if a.won {
+                        bump(&counters.lock_won);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The acquire-many of one group.
+    async fn acquire(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+        group: &[usize],
+    ) -> Result<Vec<on_valkey::Acquired>> {
+        let config = &self.core.config;
+        let keys: Vec<(&KeyNames, &str)> = group
+            .iter()
+            .map(|&i| (&members[i].names, members[i].token.as_str()))
+            .collect();
+        on_valkey::acquire_many(l2, &keys, millis(config.lock_ttl), config.max_value_bytes).await
+    }
+
+    /// One id on its own: the single fill.
+    async fn alone(&self, id: K, flight: FlightId) {
+        let signals = |signal| self.report.signal(&id, flight, signal);
+        let fill = Fill::new(self.core, &id, &signals);
+        let outcome = AssertUnwindSafe(fill.run())
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
+        self.report.landed(id, flight, outcome);
+    }
+
+    /// Loads every member that needs it in one source call (under the lease of the won locks),
+    /// then writes and releases them, group by group.
+    async fn load_and_write(&self, l2: &L2, mut members: Vec<Member<K, V>>) {
+        let loading: Vec<&Member<K, V>> = members.iter().filter(|m| m.load).collect();
+        let mut loaded = if loading.is_empty() {
+            HashMap::new()
+        } else {
+            let ids = loading.iter().map(|m| m.id.clone()).collect();
+            let lease = crate::flight::load::try_lease(self.core).await;
+            if matches!(lease, crate::flight::load::Lease::Spent) {
+                self.stale_meanwhile(&loading);
+            }
+            tokio::select! {
+                loaded = self.load(ids, lease) => loaded,
+                never = self.lease(l2, &loading) => match never {},
+            }
+        };
+        let mut landings: Vec<Option<Result<Landing<V>>>> = Vec::with_capacity(members.len());
+        let mut envelopes: Vec<Option<Vec<u8>>> = Vec::with_capacity(members.len());
+        let mut lives = Vec::with_capacity(members.len());
+        for m in &mut members {
+            let loaded = loaded.remove(&m.id);
+            let (landing, envelope, life) = self.prepare(l2, m, loaded);
+            landings.push(landing);
+            envelopes.push(envelope);
+            lives.push(life);
+        }
+        let written = self.write_groups(l2, &members, &envelopes, &lives).await;
+        let mut fenced_out = Vec::new();
+        for (indices, wrote) in written {
+            for (n, &i) in indices.iter().enumerate() {
+                let wrote = wrote
+                    .as_ref()
+                    .map(|w| w.get(n).copied().unwrap_or(Wrote::NotOurs));
+                if matches!(wrote, Ok(Wrote::NotOurs)) && lives[i].is_some() {
+                    fenced_out.push(i);
+                }
+                let written_as = envelopes[i]
+                    .as_deref()
+                    .filter(|_| self.core.tracks_keys())
+                    .map(envelope::fingerprint);
+                if let Some(landing) = self.written(wrote, &mut lives[i], written_as) {
+                    landings[i] = Some(landing);
+                }
+            }
+        }
+        self.fenced_out(l2, &members, &mut landings, fenced_out)
+            .await;
+        for (m, landing) in members.iter().zip(landings) {
+            if let Some(landing) = landing {
+                self.report.landed(m.id.clone(), m.flight, landing);
+            }
+        }
+    }
+
+    /// Members whose lock a write elsewhere dropped while they loaded answer what Valkey holds
+    /// now when it is fresh, as the single fill does (`Fill::fenced_out`): later reads there
+    /// find that copy, so answering the loaded row, when newer, would make them go back.
+    async fn fenced_out(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+        landings: &mut [Option<Result<Landing<V>>>],
+        fenced_out: Vec<usize>,
+    ) {
+        let max = self.core.config.max_value_bytes;
+        for i in fenced_out {
+            let Ok(bytes) = l2.get(&members[i].names, max).await else {
+                continue;
+            };
+            if let Some(env) = self.decode(bytes)
+                && env.is_fresh(self.core.now_ms())
+            {
+                bump(&self.core.stats.counters.l2_hits);
+                landings[i] = Some(Ok(Landing::Filled(self.core.l2_filled(env))));
+            }
+        }
+    }
+
+    /// The table's source budget is spent: members with a stale copy answer it now, while the
+    /// batch's call waits for a lease (a budget never keeps a stale copy from a read).
+    fn stale_meanwhile(&self, loading: &[&Member<K, V>]) {
+        for m in loading {
+            if let Some(served) = m.stale.as_ref().and_then(Stale::answer) {
+                crate::state::stats::bump(&self.core.stats.counters.stale_served);
+                self.report
+                    .signal(&m.id, m.flight, Signal::Early(served.fetched));
+            }
+        }
+    }
+
+    /// The write-many of every group, at once: for each group, the members it wrote for (those
+    /// whose lock was won) and what each write did.
+    async fn write_groups(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+        envelopes: &[Option<Vec<u8>>],
+        lives: &[Option<(crate::state::core::Life, Arc<V>)>],
+    ) -> Vec<(Vec<usize>, Result<Vec<Wrote>>)> {
+        let groups = groups_of(l2, members);
+        join_all(groups.iter().map(|group| {
+            let won: Vec<usize> = group.iter().copied().filter(|&i| members[i].won).collect();
+            let writes: Vec<ToWrite<'_>> = won
+                .iter()
+                .map(|&i| ToWrite {
+                    names: &members[i].names,
+                    token: &members[i].token,
+                    envelope: envelopes[i].as_deref(),
+                    px: lives[i].as_ref().map_or(1, |(life, _)| life.physical_ms()),
+                })
+                .collect();
+            async move { (won, on_valkey::write_many(l2, &writes).await) }
+        }))
+        .await
+    }
+
+    /// Decodes what Valkey held for one id; oversized or undecodable bytes are a counted miss.
+    fn decode(&self, bytes: Option<Vec<u8>>) -> Option<Envelope<V>> {
+        crate::flight::fill::decode_counted(self.core, &bytes?)
+    }
+
+    fn stale(&self, env: Envelope<V>) -> Option<Stale<V>> {
+        Stale::from_envelope(env, self.core.config.stale_for, self.core.now_ms())
+    }
+}
+
+/// The write groups of the members left after the lost ones went to their own fills.
+fn groups_of<K, V>(l2: &L2, members: &[Member<K, V>]) -> Vec<Vec<usize>> {
+    let names: Vec<&KeyNames> = members.iter().map(|m| &m.names).collect();
+    on_valkey::groups(l2, &names)
+}

@@ -1,0 +1,115 @@
+//! A loaded member's way through the write-many: before it, the envelope to write (or, for a
+//! member that is not written — degraded, failed to encode, absent, its load failed — its landing
+//! now); after it, the landing its write-many entry decides, with that entry's counters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BatchFill, Member};
+use crate::error::{Error, Result};
+use crate::fetched::Origin;
+use crate::flight::batch_fill::on_valkey::Wrote;
+use crate::flight::load::Load;
+use crate::state::stale::{Filled, Landing, Signal};
+use crate::state::stats::bump;
+use crate::state::unsettled::Repair;
+use crate::valkey::envelope;
+use crate::valkey::l2::L2;
+use crate::wire::key::{Key, Value};
+
+impl<K: Key, V: Value> BatchFill<'_, K, V> {
+    /// What a loaded member lands with before its write (`None`: it landed already), the
+    /// envelope to write for it, and its value with its life.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn prepare(
+        &self,
+        l2: &L2,
+        m: &mut Member<K, V>,
+        loaded: Option<Result<(V, Duration)>>,
+    ) -> (
+        Option<Result<Landing<V>>>,
+        Option<Vec<u8>>,
+        Option<(crate::state::core::Life, Arc<V>)>,
+    ) {
+        if !m.load {
+            return (None, None, None); // an L2 hit (its won lock is released with the writes)
+        }
+        let load = Load::new(self.core, &m.id, &|_| {});
+        match loaded.unwrap_or(Err(Error::Absent)) {
+            Ok((value, delta)) => {
+                let life = self.core.loaded_life(&value, delta);
+                let value = Arc::new(value);
+                if m.degraded {
+                    self.core
+                        .unsettled
+                        .mark(m.id.clone(), m.names.clone(), Repair::Load, l2);
+                    let entry = life.entry(Arc::clone(&value));
+                    let landing = Landing::Filled(Filled::fresh(entry, Origin::Loaded))
+                        .capped(self.core.unconfirmed_l1_life);
+                    return (Some(Ok(landing)), None, None);
+                }
+                let encoded = self
+                    .core
+                    .marking(&m.id, &value, m.stamp)
+                    .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
+                match encoded {
+                    Ok(bytes) => {
+                        self.report.signal(
+                            &m.id,
+                            m.flight,
+                            Signal::Writing(envelope::fingerprint(&bytes)),
+                        );
+                        (None, Some(bytes), Some((life, value)))
+                    }
+                    Err(e) => (Some(Err(e)), None, None),
+                }
+            }
+            Err(e) if e.is_absent() => (Some(Err(e)), None, None),
+            Err(e) => {
+                let served = load.fail_safe(e, m.stale.take(), true).map(Landing::Filled);
+                (Some(served), None, None)
+            }
+        }
+    }
+
+    /// A member's landing once its write-many entry ended (`None`: it landed before);
+    /// `written_as`, the fingerprint of its envelope.
+    pub(super) fn written(
+        &self,
+        wrote: Result<Wrote, &Error>,
+        life: &mut Option<(crate::state::core::Life, Arc<V>)>,
+        written_as: Option<envelope::Fingerprint>,
+    ) -> Option<Result<Landing<V>>> {
+        let counters = &self.core.stats.counters;
+        let (life, value) = match life.take() {
+            Some(loaded) => loaded,
+            None => {
+                match wrote {
+                    Ok(Wrote::Released | Wrote::Superseded) => bump(&counters.released),
+                    Ok(Wrote::NotOurs) => bump(&counters.release_skipped),
+                    _ => bump(&counters.l2_errors),
+                }
+                return None;
+            }
+        };
+        let filled = match wrote {
+            Ok(Wrote::Written) => {
+                Filled::fresh(life.entry(value), Origin::Loaded).made_from(written_as)
+            }
+            Ok(Wrote::NotOurs) => {
+                bump(&counters.fenced_write_skipped);
+                Filled::answer_only(value, Origin::Loaded)
+            }
+            Ok(Wrote::Superseded) => {
+                bump(&counters.writes_superseded);
+                Filled::answer_only(value, Origin::Loaded)
+            }
+            // A write that failed may or may not have landed: as the single fill, keep it.
+            Ok(Wrote::Released) | Err(_) => {
+                bump(&counters.l2_errors);
+                Filled::fresh(life.entry(value), Origin::Loaded)
+            }
+        };
+        Some(Ok(Landing::Filled(filled)))
+    }
+}

@@ -1,0 +1,199 @@
+//! A batch's round trips to Valkey: ids grouped so that each group's keys may go in one command
+//! (every id on one server; the ids of one hash slot on a cluster; a few hundred at most), and for
+//! each group one `MGET`,
+//! one acquire-many, one poll-many and one lease (extend-many) for the ids it lost or won, and
+//! one write-many ([`crate::wire::scripts`]).
+
+use crate::error::Result;
+use crate::valkey::l2::L2;
+use crate::wire::key::KeyNames;
+use crate::wire::scripts::SCRIPTS;
+
+/// The most ids one command carries. A script runs alone on its server, and a large one would
+/// hold up every other client's commands (and its own reply would outlast `valkey_timeout`): a
+/// batch of many thousand ids goes as several commands, sent at once.
+pub(crate) const MAX_GROUP: usize = 512;
+
+/// Indices of `names` grouped so that each group's keys may be sent in one command: every id on
+/// one server, the ids of one hash slot on a cluster, at most [`MAX_GROUP`] in a group.
+pub(crate) fn groups(l2: &L2, names: &[&KeyNames]) -> Vec<Vec<usize>> {
+    let groups = if l2.is_cluster() {
+        slot_groups(names)
+    } else {
+        vec![(0..names.len()).collect()]
+    };
+    groups
+        .into_iter()
+        .flat_map(|group| {
+            group
+                .chunks(MAX_GROUP)
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[cfg(feature = "cluster")]
+fn slot_groups(names: &[&KeyNames]) -> Vec<Vec<usize>> {
+    let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, n) in names.iter().enumerate() {
+        by_slot.entry(n.slot()).or_default().push(i);
+    }
+    by_slot.into_values().collect()
+}
+
+#[cfg(not(feature = "cluster"))]
+fn slot_groups(names: &[&KeyNames]) -> Vec<Vec<usize>> {
+    (0..names.len()).map(|i| vec![i]).collect()
+}
+
+/// `MGET` of one group's value keys: each value, `None` when missing or empty. Values are read
+/// whole (a batch read is not bounded per key as `GETRANGE` is); the caller refuses oversized
+/// ones.
+pub(crate) async fn mget(l2: &L2, group: &[&KeyNames]) -> Result<Vec<Option<Vec<u8>>>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let values: Vec<Option<Vec<u8>>> = l2
+        .run("MGET values", Some(first), |mut c| async move {
+            let mut cmd = redis::cmd("MGET");
+            for n in group {
+                cmd.arg(&n.value);
+            }
+            cmd.query_async(&mut c).await
+        })
+        .await?;
+    Ok(values
+        .into_iter()
+        .map(|v| v.filter(|b| !b.is_empty()))
+        .collect())
+}
+
+/// What the acquire-many saw for one id.
+pub(crate) struct Acquired {
+    pub(crate) won: bool,
+    pub(crate) value: Option<Vec<u8>>,
+}
+
+/// One group's acquire-or-read: for each id (with its `token`), `SET lock NX PX` and its value.
+pub(crate) async fn acquire_many(
+    l2: &L2,
+    group: &[(&KeyNames, &str)],
+    lock_ttl_ms: u64,
+    max_bytes: usize,
+) -> Result<Vec<Acquired>> {
+    let Some((first, _)) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inv = SCRIPTS.acquire_many.prepare_invoke();
+    inv.arg(lock_ttl_ms).arg(max_bytes);
+    for (names, token) in group {
+        inv.key(&names.value).key(&names.lock).arg(*token);
+    }
+    let flat: Vec<redis::Value> = l2.script("acquire many", first, inv).await?;
+    let mut out = Vec::with_capacity(group.len());
+    let mut items = flat.into_iter();
+    while let (Some(won), Some(value)) = (items.next(), items.next()) {
+        let won = matches!(won, redis::Value::Int(1));
+        let value = match value {
+            redis::Value::BulkString(bytes) if !bytes.is_empty() => Some(bytes),
+            _ => None,
+        };
+        out.push(Acquired { won, value });
+    }
+    Ok(out)
+}
+
+/// One group's look while it waits for another process's write: for each id, the value (`None`
+/// when missing or empty) and whether its lock is still held.
+pub(crate) async fn poll_many(
+    l2: &L2,
+    group: &[&KeyNames],
+    max_bytes: usize,
+) -> Result<Vec<(Option<Vec<u8>>, bool)>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inv = SCRIPTS.poll_many.prepare_invoke();
+    inv.arg(max_bytes);
+    for names in group {
+        inv.key(&names.value).key(&names.lock);
+    }
+    let flat: Vec<redis::Value> = l2.script("poll many", first, inv).await?;
+    let mut out = Vec::with_capacity(group.len());
+    let mut items = flat.into_iter();
+    while let (Some(value), Some(locked)) = (items.next(), items.next()) {
+        let value = match value {
+            redis::Value::BulkString(bytes) if !bytes.is_empty() => Some(bytes),
+            _ => None,
+        };
+        out.push((value, matches!(locked, redis::Value::Int(1))));
+    }
+    Ok(out)
+}
+
+/// One group's lease: each lock that still holds its token lives `lock_ttl_ms` more; `true`
+/// for each lock extended.
+pub(crate) async fn extend_many(
+    l2: &L2,
+    group: &[(&KeyNames, &str)],
+    lock_ttl_ms: u64,
+) -> Result<Vec<bool>> {
+    let Some((first, _)) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inv = SCRIPTS.extend_many.prepare_invoke();
+    inv.arg(lock_ttl_ms);
+    for (names, token) in group {
+        inv.key(&names.lock).arg(*token);
+    }
+    let extended: Vec<i64> = l2.script("lease many", first, inv).await?;
+    Ok(extended.into_iter().map(|e| e == 1).collect())
+}
+
+/// How one id's write-many entry ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wrote {
+    /// Stored, lock released.
+    Written,
+    /// Released; there was nothing to write.
+    Released,
+    /// The lock no longer held the token: nothing done.
+    NotOurs,
+    /// A newer value is stored: released, nothing written.
+    Superseded,
+}
+
+/// One id's entry of a write-many: its lock's token, its envelope (`None`: release only) and its
+/// physical life.
+pub(crate) struct ToWrite<'a> {
+    pub(crate) names: &'a KeyNames,
+    pub(crate) token: &'a str,
+    pub(crate) envelope: Option<&'a [u8]>,
+    pub(crate) px: u64,
+}
+
+/// One group's fenced writes and releases, in one script.
+pub(crate) async fn write_many(l2: &L2, group: &[ToWrite<'_>]) -> Result<Vec<Wrote>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let mut inv = SCRIPTS.write_many.prepare_invoke();
+    for w in group {
+        inv.key(&w.names.value)
+            .key(&w.names.lock)
+            .arg(w.token)
+            .arg(w.envelope.unwrap_or_default())
+            .arg(w.px);
+    }
+    let codes: Vec<i64> = l2.script("write many", first.names, inv).await?;
+    Ok(codes
+        .into_iter()
+        .map(|code| match code {
+            1 => Wrote::Written,
+            2 => Wrote::Released,
+            -1 => Wrote::Superseded,
+            _ => Wrote::NotOurs,
+        })
+        .collect())
+}

@@ -1,0 +1,157 @@
+//! The batch's source read: one batch loader call for every id it has to load (or, without a
+//! batch loader, the per-id loader a few at a time), the lease that keeps the won locks while it
+//! runs (one command per slot group), and the whole batch when the table has no Valkey.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::join_all;
+
+use super::on_valkey;
+use super::{BatchFill, Member};
+use crate::error::{Error, Result};
+use crate::events::EventKind;
+use crate::fetched::Origin;
+use crate::flight::flight_id::FlightId;
+use crate::flight::load::{Lease, Load};
+use crate::state::core::millis;
+use crate::state::stale::{Filled, Landing};
+use crate::state::stats::bump;
+use crate::valkey::l2::L2;
+use crate::wire::key::{Key, KeyNames, Value};
+
+/// How many per-id loader calls a batch runs at once when the table has no batch loader.
+pub(crate) const LOADS_AT_ONCE: usize = 16;
+
+impl<K: Key, V: Value> BatchFill<'_, K, V> {
+    /// The batch without Valkey: one source call, every value kept in L1.
+    pub(super) async fn here(&self, ids: Vec<(K, FlightId)>) {
+        let lease = crate::flight::load::try_lease(self.core).await;
+        let mut loaded = self
+            .load(ids.iter().map(|(id, _)| id.clone()).collect(), lease)
+            .await;
+        for (id, flight) in ids {
+            let load = Load::new(self.core, &id, &|_| {});
+            let outcome = match loaded.remove(&id).unwrap_or(Err(Error::Absent)) {
+                Ok((value, delta)) => {
+                    let life = self.core.loaded_life(&value, delta);
+                    Ok(Landing::Filled(Filled::fresh(
+                        life.entry(Arc::new(value)),
+                        Origin::Loaded,
+                    )))
+                }
+                Err(e) if e.is_absent() => Err(e),
+                Err(e) => load.fail_safe(e, None, true).map(Landing::Filled),
+            };
+            self.report.landed(id, flight, outcome);
+        }
+    }
+
+    /// The source read of `ids`: one batch loader call, or the per-id loader for each (at most
+    /// [`LOADS_AT_ONCE`] at a time). Ids left out are absent.
+    /// `lease` is the batch call's first ask of the table's budget (a call is one lease); the
+    /// per-id loader's calls each take their own.
+    pub(super) async fn load(
+        &self,
+        ids: Vec<K>,
+        lease: Lease,
+    ) -> HashMap<K, Result<(V, Duration)>> {
+        let Some(batch) = &self.core.batch_loader else {
+            let each = futures::stream::iter(ids)
+                .map(|id| async move {
+                    let loaded = match crate::flight::load::waiting(self.core).await {
+                        Ok(_lease) => Load::new(self.core, &id, &|_| {}).load().await,
+                        Err(e) => Err(e),
+                    };
+                    (id, loaded)
+                })
+                .buffer_unordered(LOADS_AT_ONCE);
+            return each.collect().await;
+        };
+        let counters = &self.core.stats.counters;
+        bump(&counters.batch_loads);
+        let n = ids.len() as u64;
+        counters
+            .batch_loaded_ids
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        counters
+            .source_reads
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let asked = ids.clone();
+        let outcome = match crate::flight::load::lease_after(self.core, lease).await {
+            Ok(_lease) => {
+                crate::flight::load::guarded(self.core, || {
+                    let call = batch(ids);
+                    Box::pin(async move { call.await.map_err(Error::Source) })
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        let events = &self.core.events;
+        match outcome {
+            Ok((mut found, delta)) => asked
+                .into_iter()
+                .filter_map(|id| {
+                    let value = found.remove(&id)?;
+                    events.emit(Some(&id), EventKind::Loaded);
+                    Some((id, Ok((value, delta))))
+                })
+                .collect(),
+            Err(e) => asked
+                .into_iter()
+                .map(|id| {
+                    events.emit(Some(&id), EventKind::LoadFailed);
+                    (id, Err(e.clone()))
+                })
+                .collect(),
+        }
+    }
+
+    /// The lease of every won lock among `loading`: extended every `lock_ttl / 3` while the
+    /// batch loads, one command per group. Never returns; the load ending drops it.
+    pub(super) async fn lease(
+        &self,
+        l2: &L2,
+        loading: &[&Member<K, V>],
+    ) -> std::convert::Infallible {
+        let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
+        let ttl = millis(self.core.config.lock_ttl);
+        let won: Vec<(&KeyNames, &str)> = loading
+            .iter()
+            .filter(|m| m.won)
+            .map(|m| (&m.names, m.token.as_str()))
+            .collect();
+        let names: Vec<&KeyNames> = won.iter().map(|(names, _)| *names).collect();
+        let groups = on_valkey::groups(l2, &names);
+        let counters = &self.core.stats.counters;
+        loop {
+            tokio::time::sleep(every).await;
+            let extended = join_all(groups.iter().map(|group| {
+                let locks: Vec<(&KeyNames, &str)> = group.iter().map(|&i| won[i]).collect();
+                async move { on_valkey::extend_many(l2, &locks, ttl).await }
+            }))
+            .await;
+            for (group, extended) in groups.iter().zip(extended) {
+                match extended {
+                    Ok(each) => {
+                        for ours in each {
+                            bump(if ours {
+                                &counters.lease_extended
+                            } else {
+                                &counters.lease_lost
+                            });
+                        }
+                    }
+                    Err(_) => {
+                        counters
+                            .l2_errors
+                            .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}

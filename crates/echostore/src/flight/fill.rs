@@ -1,0 +1,408 @@
+//! The fill: what one flight does to produce an answer for every waiter of an id, read top to
+//! bottom as the protocol.
+//!
+//! ```text
+//! GETRANGE value ── fresh ──▶ L2 hit        (skipped when the caller just made this read)
+//!    │ missing, stale, oversized or undecodable
+//!    ▼
+//! acquire-or-read (SET lock token NX PX lock_ttl; GETRANGE value)
+//!    ├─ value now fresh ─▶ L2 hit (a winner releases at once)
+//!    ├─ won  ─▶ loader under the lease (the one source read) ─▶ fenced write and release
+//!    └─ lost ─▶ loser policy: poll | serve stale | default | fail fast
+//! ```
+//!
+//! The fenced write deletes the lock in the same script when it writes (or finds a newer value):
+//! a winner's landing is one round trip, and losers see the value and the lock gone together. A
+//! winner that writes nothing (the load failed, or could not be encoded) releases on its own.
+//!
+//! An **early refresh** (XFetch, `docs/early-refresh.md`) is the same protocol for an id whose L1
+//! value is still fresh, with three differences: a value on Valkey counts as fresh only if it is
+//! *newer* than the one being refreshed (the same value is what needs rebuilding); losing the lock
+//! ends it with nothing done ([`Landing::Skipped`]: the winner's write reaches this process through
+//! coherence); and it serves no stale copy and no fail-safe (a failed refresh leaves the current
+//! value in L1 until its freshness ends).
+//!
+//! Without a Valkey, when it is unreachable (the breaker open), or when it refuses the acquire
+//! itself (an error reply: then no lock exists to wait for), the fill is just the loader: one
+//! source read per id per expiry in this process. Once this flight has *lost* the lock, an error
+//! is not licence to read the source: the poll retries with backoff until the loser's deadline,
+//! and only an open breaker sends the flight to the in-process load.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::Moment;
+use crate::error::{Error, Result};
+use crate::fetched::Origin;
+use crate::flight::load::Load;
+use crate::flight::losers::{self, PollEnd, Wait};
+use crate::state::core::{TableCore, millis};
+use crate::state::loser_policy::{LoserPolicy, Lost};
+use crate::state::stale::{Filled, Landing, Signal, Signals, Stale};
+use crate::state::stats::bump;
+use crate::state::unsettled::Repair;
+use crate::valkey::envelope::{self, Envelope, Fingerprint};
+use crate::valkey::l2::L2;
+use crate::valkey::lock::{self, Fenced};
+use crate::wire::key::{Key, KeyNames, Value};
+
+mod copies;
+mod lease;
+mod reloader_call;
+
+pub(crate) use copies::decode_counted;
+
+/// One flight of one id: the table, the id, and how it signals its owner.
+pub(crate) struct Fill<'a, K, V> {
+    core: &'a TableCore<K, V>,
+    id: &'a K,
+    signals: Signals<'a, V>,
+    load: Load<'a, K, V>,
+    /// The last bytes that did not decode: the same bytes read again are not parsed (or counted)
+    /// twice.
+    refused: Mutex<Option<Fingerprint>>,
+    /// An early refresh of the L1 value fresh until then; `None` for a fill.
+    refreshing: Option<Moment>,
+    /// The loser policy of the call that started the flight, if not the table's.
+    losers: Option<LoserPolicy<Arc<V>>>,
+    /// The caller that started the flight has just read the value key and found no fresh copy.
+    after_read: bool,
+}
+
+/// The id's keys on the store's Valkey.
+struct OnValkey<'a> {
+    l2: &'a L2,
+    names: KeyNames,
+}
+
+/// How a lost contention ended: with the flight's landing, or with the lock gone and the copy
+/// the key holds now, to contend again.
+enum Losing<V> {
+    Done(Result<Landing<V>>),
+    Again(Option<Stale<V>>),
+}
+
+impl<'a, K: Key, V: Value> Fill<'a, K, V> {
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, signals: Signals<'a, V>) -> Self {
+        Fill {
+            core,
+            id,
+            signals,
+            load: Load::new(core, id, signals),
+            refused: Mutex::new(None),
+            refreshing: None,
+            losers: None,
+            after_read: false,
+        }
+    }
+
+    /// The flight of a caller that has just read Valkey and found no fresh copy (`read`): its
+    /// first round trip is the lock attempt, which reads the value again in the same script.
+    pub(crate) fn after_read(self, read: bool) -> Self {
+        Fill {
+            after_read: read,
+            ..self
+        }
+    }
+
+    /// The flight with the loser policy `losers` instead of the table's (when given).
+    pub(crate) fn losing_by(self, losers: Option<LoserPolicy<Arc<V>>>) -> Self {
+        Fill { losers, ..self }
+    }
+
+    /// The flight as an early refresh of the L1 value fresh until `until`.
+    pub(crate) fn refreshing(self, until: Moment) -> Self {
+        Fill {
+            refreshing: Some(until),
+            ..self
+        }
+    }
+
+    /// Runs the flight to its end.
+    pub(crate) async fn run(self) -> Result<Landing<V>> {
+        let Some(l2) = &self.core.l2 else {
+            return self.here().await;
+        };
+        let at = OnValkey {
+            l2,
+            names: self.core.names(self.id)?,
+        };
+        // Valkey's copy of an id whose write failed here may be older than the source.
+        if let Err(e) = self.core.unsettled.repair(self.id, l2).await {
+            return self.degraded(&at, e).await;
+        }
+        if self.after_read {
+            return self.contend(&at, None).await;
+        }
+        let max = self.core.config.max_value_bytes;
+        let read = crate::state::metrics::time_l2(&self.core.name, l2.get(&at.names, max));
+        let stale = match read.await {
+            Ok(bytes) => match self.decode(bytes) {
+                Some(env) if self.takes(&env) => return Ok(Landing::Filled(self.l2_hit(env))),
+                seen => seen.and_then(|env| self.stale(env)),
+            },
+            Err(e) if e.is_wrong_type() => {
+                // Something else (a hash, a list…) sits under the value key: a miss, overwritten below.
+                bump(&self.core.stats.counters.decode_errors);
+                tracing::warn!(table = %self.core.name, id = ?self.id, "value key holds another Valkey type: treated as a miss");
+                None
+            }
+            Err(e) => return self.degraded(&at, e).await,
+        };
+        self.contend(&at, stale).await
+    }
+
+    /// The fill without a Valkey (none, or unreachable): the loader in this process.
+    async fn here(&self) -> Result<Landing<V>> {
+        if self.core.l2.is_none() {
+            crate::spans::record("echostore.lock", "none");
+        }
+        let filled = match self.refreshing {
+            Some(_) => self.load.refresh_here().await,
+            None => self.load.here().await,
+        };
+        filled.map(Landing::Filled)
+    }
+
+    /// Contends for the lock until this flight wins it, a fresh value appears, the loser policy
+    /// answers, or the deadline passes.
+    async fn contend(&self, at: &OnValkey<'_>, mut stale: Option<Stale<V>>) -> Result<Landing<V>> {
+        let config = &self.core.config;
+        let (lock_ttl_ms, max) = (millis(config.lock_ttl), config.max_value_bytes);
+        let mut deadline = None;
+        // Watch the id's keys before the first acquire, so that no push in between is missed.
+        let wake = self
+            .core
+            .tracker
+            .as_ref()
+            .filter(|t| t.is_up())
+            .map(|t| t.watch(&[&at.names.value, &at.names.lock]));
+        loop {
+            let token = lock::new_token();
+            // Taken before the lock attempt: a load this attempt wins reads the source after it.
+            let stamp = self.core.marks.stamp();
+            // An acquire that fails (Valkey away, or refusing writes) leaves no lock to wait for:
+            // load in-process, as without Valkey.
+            let acquired =
+                match lock::acquire_or_read(at.l2, &at.names, &token, lock_ttl_ms, max).await {
+                    Ok(acquired) => acquired,
+                    Err(e) => return self.degraded(at, e).await,
+                };
+            match self.decode(acquired.value) {
+                Some(env) if self.takes(&env) => {
+                    // Written an instant ago by the previous holder: no source read.
+                    if acquired.won {
+                        self.release(at, &token).await;
+                    }
+                    return Ok(Landing::Filled(self.l2_hit(env)));
+                }
+                Some(env) => stale = self.stale(env).or(stale),
+                None => {}
+            }
+            if acquired.won {
+                crate::spans::record("echostore.lock", "won");
+                bump(&self.core.stats.counters.lock_won);
+                return self
+                    .win(at, &token, stamp, stale)
+                    .await
+                    .map(Landing::Filled);
+            }
+            bump(&self.core.stats.counters.lock_lost);
+            crate::spans::record("echostore.lock", "lost");
+            if self.refreshing.is_some() {
+                // Another process is rebuilding the id: its write will reach us.
+                return Ok(Landing::Skipped);
+            }
+            match self.lose(at, stale, &mut deadline, wake.as_deref()).await {
+                Losing::Done(landing) => return landing,
+                Losing::Again(seen) => stale = seen,
+            }
+        }
+    }
+
+    /// Another process holds the lock: the loser policy answers, or this flight polls until a
+    /// fresh value appears, the lock goes (contend again with what the key holds then: never an
+    /// older copy that was since removed), or `deadline` (set by the first loss) passes.
+    async fn lose(
+        &self,
+        at: &OnValkey<'_>,
+        stale: Option<Stale<V>>,
+        deadline: &mut Option<Instant>,
+        wake: Option<&tokio::sync::Notify>,
+    ) -> Losing<V> {
+        let config = &self.core.config;
+        let policy = self.losers.as_ref().unwrap_or(&config.losers);
+        let (every, up_to) = match policy.on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl)
+        {
+            Lost::Answer(answer) => return Losing::Done(answer.map(Landing::Filled)),
+            Lost::Poll { every, up_to } => (every, up_to),
+        };
+        let wait = Wait {
+            l2: at.l2,
+            names: &at.names,
+            max_bytes: config.max_value_bytes,
+            every,
+            deadline: *deadline.get_or_insert_with(|| Instant::now() + up_to),
+            wake,
+        };
+        let reading = || (self.signals)(Signal::Reading);
+        let polled = losers::poll(wait, reading, &self.core.stats, |b| self.decode(b)).await;
+        Losing::Done(match polled {
+            Ok(PollEnd::Fresh(env)) => Ok(Landing::Filled(self.l2_hit(env))),
+            Ok(PollEnd::LockFree(seen)) => return Losing::Again(seen.and_then(|e| self.stale(e))),
+            Ok(PollEnd::TimedOut) => Err(Error::WaitTimeout { waited: up_to }),
+            Err(e) => self.degraded(at, e).await,
+        })
+    }
+
+    /// This flight holds the lock: read the source under the lease (or ask the reloader about
+    /// the stale copy), write fenced (stamped with the generation `stamp`) and release in one
+    /// script.
+    async fn win(
+        &self,
+        at: &OnValkey<'_>,
+        token: &str,
+        stamp: u64,
+        stale: Option<Stale<V>>,
+    ) -> Result<Filled<V>> {
+        let stale = match self.reload(at, token, stale).await {
+            reloader_call::Reloaded::NotAsked(stale) => stale,
+            reloader_call::Reloaded::Changed(value, delta) => {
+                return self.store(at, token, stamp, (Arc::new(value), delta)).await;
+            }
+            reloader_call::Reloaded::Done(answer) => return answer,
+        };
+        let still_ours = || async { self.extend(at, token).await };
+        let leased = self
+            .load
+            .leased(self.lease(at, token), stale.as_ref(), still_ours);
+        match leased.await {
+            Ok((value, delta)) => self.store(at, token, stamp, (Arc::new(value), delta)).await,
+            Err(e) => {
+                // Serve a stale copy only if the lock was still ours: then no put or invalidate
+                // (which drop the lock) and no other winner replaced the copy in the meantime.
+                let ours = self.release(at, token).await != Some(false);
+                if self.refreshing.is_some() {
+                    return Err(e); // the current value stays in L1 until its freshness ends
+                }
+                self.load.fail_safe(e, stale.filter(|_| ours), ours)
+            }
+        }
+    }
+
+    /// The winner's loaded value (and how long the load took), written fenced and released.
+    async fn store(
+        &self,
+        at: &OnValkey<'_>,
+        token: &str,
+        stamp: u64,
+        (value, delta): (Arc<V>, Duration),
+    ) -> Result<Filled<V>> {
+        let life = self.core.loaded_life(&value, delta);
+        let encoded = self
+            .core
+            .marking(self.id, &value, stamp)
+            .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
+        let bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.release(at, token).await;
+                return Err(e);
+            }
+        };
+        let fingerprint = envelope::fingerprint(&bytes);
+        (self.signals)(Signal::Writing(fingerprint));
+        let wrote = self
+            .write_fenced(at, token, bytes, life.physical_ms())
+            .await;
+        Ok(match wrote {
+            Wrote::Kept => {
+                Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
+            }
+            Wrote::Refused => Filled::answer_only(value, Origin::Loaded),
+            Wrote::FencedOut => self.fenced_out(at, value).await,
+        })
+    }
+
+    /// The winner's write of `bytes`, fenced by `token`, which releases the lock in the same
+    /// script (counted as a release would be); what became of it.
+    async fn write_fenced(&self, at: &OnValkey<'_>, token: &str, bytes: Vec<u8>, px: u64) -> Wrote {
+        let counters = &self.core.stats.counters;
+        match lock::fenced_write(at.l2, &at.names, token, bytes, px).await {
+            Ok(Fenced::Written) => {
+                bump(&counters.released);
+                Wrote::Kept
+            }
+            Ok(Fenced::NotOurs) => {
+                // A put/invalidate dropped our lock, or it expired while Valkey was away and was
+                // taken over: a newer writer owns the key.
+                bump(&counters.fenced_write_skipped);
+                bump(&counters.release_skipped);
+                tracing::debug!(table = %self.core.name, id = ?self.id, "fenced write skipped: the lock is no longer ours");
+                Wrote::FencedOut
+            }
+            Ok(Fenced::Superseded) => {
+                bump(&counters.writes_superseded);
+                bump(&counters.released);
+                Wrote::Refused
+            }
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "fenced write failed");
+                // Whether it ran is unknown: the lock may still be ours.
+                self.release(at, token).await;
+                Wrote::Kept
+            }
+        }
+    }
+
+    /// A write elsewhere dropped this flight's lock while it loaded. What Valkey holds now is
+    /// what every later read there finds until the next write lands, so a fresh copy there
+    /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
+    /// those later reads go back. With nothing fresh there (an invalidation's `DEL` landed), the
+    /// loaded row answers, kept nowhere: later reads load again.
+    async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Filled<V> {
+        let max = self.core.config.max_value_bytes;
+        if let Ok(bytes) = at.l2.get(&at.names, max).await
+            && let Some(env) = self.decode(bytes)
+            && self.takes(&env)
+        {
+            return self.l2_hit(env);
+        }
+        Filled::answer_only(value, Origin::Loaded)
+    }
+
+    /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
+    /// process. What it loads is never written to Valkey, so L1 keeps it only for the unconfirmed
+    /// life (no push will retire it when another process writes the id), and the id is marked
+    /// unsettled ([`crate::state::unsettled`]): Valkey's copy may be older than what this process now
+    /// answers (a writer's put failed, the source moved on), so it is deleted as soon as Valkey
+    /// takes it, before this process trusts Valkey for the id again — else its next read there
+    /// would go back — and every other process hears the delete.
+    async fn degraded(&self, at: &OnValkey<'_>, error: Error) -> Result<Landing<V>> {
+        bump(&self.core.stats.counters.l2_errors);
+        crate::spans::record("echostore.lock", "unreachable");
+        tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
+        let life = self.core.unconfirmed_l1_life;
+        let landing = self.here().await?;
+        if matches!(&landing, Landing::Filled(f) if f.fetched.origin == Origin::Loaded) {
+            self.core
+                .unsettled
+                .mark(self.id.clone(), at.names.clone(), Repair::Load, at.l2);
+        }
+        Ok(landing.capped(life))
+    }
+}
+
+/// What became of a winner's fenced write.
+enum Wrote {
+    /// Written (or its fate unknown: Valkey failed to answer): L1 may keep the value.
+    Kept,
+    /// A newer value is stored: the loaded one answers, kept nowhere.
+    Refused,
+    /// The lock was no longer this flight's ([`Fill::fenced_out`]).
+    FencedOut,
+}

@@ -1,0 +1,266 @@
+//! What a miss does on the caller's own task, before (and mostly instead of) a message to the
+//! owner: it joins the flight the table's [`Board`](crate::state::board) lists for the id, or reads
+//! Valkey itself, or asks the owner.
+//!
+//! ```text
+//! L1 miss ─▶ board ─ flight listed ─▶ join: wait on its cell (coalesced) ◀─────────────┐
+//!              ├──── a read listed, id being written, or no Valkey ─▶ the owner (Fill) ─┤
+//!              └──── nothing listed ─▶ read: GETRANGE value ── fresh ─▶ settle into L1, │
+//!                                                 └─ anything else ─▶ the owner (Fill) ─┘
+//!                                                                 (leads or joins a flight)
+//! ```
+//!
+//! However a miss reaches its flight, it waits on the flight's cell ([`follow`]): one way to wait,
+//! one place to count `coalesced`, one way to fly again (through the owner).
+//!
+//! A read that found no fresh copy is handed to the flight it starts: that flight's first
+//! round trip is the lock attempt (which reads the value again in the same script), so a cold
+//! miss costs three round trips in all — this read, the lock, and the fenced write that releases.
+//!
+//! The read is the fill's first step (`crate::flight::fill`), done where the caller already is: an L2 hit
+//! then costs the caller one round trip to Valkey and no hand-off between tasks, which on a
+//! loaded two-core machine is most of what the owner's path added (`docs/benchmarks.md`, "The
+//! miss path, hop by hop"). It only ever *answers* a fresh value it settled into L1 (one a
+//! change overtook may be newer than what L1 then keeps, so it goes to the owner); a missing, stale,
+//! oversized or undecodable value (a `Deserialize` that panics included), or a Valkey error, goes
+//! to the owner untouched and uncounted, and the owner's flight does everything the protocol says
+//! (the lock, the loser policies, the counters). So the one source read per id stays the owner's
+//! to admit.
+//!
+//! Nobody joins a read: a miss that finds one listed goes to the owner, whose flight replaces it
+//! on the board (so a herd costs one read and one flight at most). No caller's answer therefore
+//! depends on another caller's task being polled; a caller that drops its future, or keeps it
+//! and stops polling, holds up nobody.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::error::Result;
+use crate::fetched::{Fetched, Origin};
+use crate::shard::flights::Admitted;
+use crate::shard::owner::OwnerMsg;
+use crate::shard::owner::owner_ref::OwnerRef;
+use crate::state::board::{Entered, ReadId};
+use crate::state::core::TableCore;
+use crate::state::l1::L1Cache;
+use crate::state::loser_policy::LoserPolicy;
+use crate::state::stats::bump;
+use crate::valkey::envelope;
+use crate::wire::key::{Key, Value};
+
+/// The miss path of a read of `id` (owned from here on: the board and the owner keep it).
+pub(crate) fn miss<'a, K, V, Q>(
+    core: &'a TableCore<K, V>,
+    owner: &'a OwnerRef<K, V>,
+    id: &Q,
+    losers: Option<LoserPolicy<Arc<V>>>,
+) -> BoxFuture<'a, Result<Fetched<V>>>
+where
+    K: Key + Borrow<Q>,
+    V: Value,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    let entered = core.board.enter(id, core.l2.is_some(), || id.to_owned());
+    let id = id.to_owned();
+    match entered {
+        Entered::Joined(cell) => {
+            let joined = Admitted::Flight { cell, leads: false };
+            follow(core, owner, id, joined, losers).boxed()
+        }
+        Entered::Read(read) => {
+            let reading = Reading { core, id, read };
+            // A write that landed between this caller's look at L1 and its entry on the board
+            // stored its entry before it lifted its mark: seeing the mark gone, look again.
+            if let Some(entry) = L1Cache::get::<K>(&core.l1, &reading.id).filter(|e| e.is_fresh()) {
+                drop(reading);
+                core.stats.l1_hits.incr();
+                return std::future::ready(Ok(Fetched::new(entry.value, Origin::L1))).boxed();
+            }
+            reading.run(owner, losers).boxed()
+        }
+        Entered::Owner => ask(core, owner, id, losers, false).boxed(),
+    }
+}
+
+/// A miss the owner admits: it joins or starts the id's flight (with `losers`, the caller's own
+/// loser policy, if it starts one). `read`: this caller has just read Valkey and found no fresh
+/// copy, so a flight it starts goes straight to the lock attempt, which reads the value again.
+async fn ask<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    owner: &OwnerRef<K, V>,
+    id: K,
+    losers: Option<LoserPolicy<Arc<V>>>,
+    read: bool,
+) -> Result<Fetched<V>> {
+    let admitted = admit(owner, id.clone(), losers.clone(), read).await?;
+    follow(core, owner, id, admitted, losers).await
+}
+
+/// The owner's admission of a miss of `id`.
+async fn admit<K: Key, V: Value>(
+    owner: &OwnerRef<K, V>,
+    id: K,
+    losers: Option<LoserPolicy<Arc<V>>>,
+    read: bool,
+) -> Result<Admitted<V>> {
+    owner
+        .call(&id.clone(), move |reply| OwnerMsg::Fill {
+            id,
+            reply,
+            losers,
+            read,
+        })
+        .await
+}
+
+/// The one way a caller waits for a flight, however it was admitted to it (on the board, by
+/// the owner, in a batch): on the flight's cell, taking the flight's own origin if it leads it
+/// and `Coalesced` if it joined. A flight that ends with no answer for its callers (it changed
+/// nothing they may take) sends them through the owner again, as often as that happens. Counted
+/// `coalesced` here, once per read: if the first flight it waits on is another caller's.
+pub(crate) async fn follow<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    owner: &OwnerRef<K, V>,
+    id: K,
+    mut admitted: Admitted<V>,
+    losers: Option<LoserPolicy<Arc<V>>>,
+) -> Result<Fetched<V>> {
+    if let Admitted::Flight { leads: false, .. } = admitted {
+        bump(&core.stats.counters.coalesced);
+    }
+    loop {
+        let (cell, leads) = match admitted {
+            Admitted::Hit(hit) => return Ok(hit),
+            Admitted::Flight { cell, leads } => (cell, leads),
+        };
+        match cell.wait().await {
+            Some(Ok(fetched)) if leads => return Ok(fetched),
+            Some(Ok(fetched)) => return Ok(fetched.for_joiner()),
+            Some(Err(e)) => return Err(e),
+            None => admitted = admit(owner, id.clone(), losers.clone(), false).await?,
+        }
+    }
+}
+
+/// A read of `id` listed on the board for this caller; withdrawn when dropped (done, or given up).
+pub(crate) struct Reading<'a, K: Key, V> {
+    core: &'a TableCore<K, V>,
+    id: K,
+    read: ReadId,
+}
+
+impl<'a, K: Key, V: Value> Reading<'a, K, V> {
+    /// The read `read` of `id` the board listed for this caller.
+    pub(crate) fn new(core: &'a TableCore<K, V>, id: K, read: ReadId) -> Self {
+        Reading { core, id, read }
+    }
+
+    async fn run(
+        self,
+        owner: &OwnerRef<K, V>,
+        losers: Option<LoserPolicy<Arc<V>>>,
+    ) -> Result<Fetched<V>> {
+        let read = match self.read().await {
+            Ok(hit) => return Ok(hit),
+            Err(unsettled) => unsettled == Unsettled::NotFresh,
+        };
+        // Not a fresh value: the owner's flight takes it from here. The read stays listed until
+        // then, so the misses meanwhile go to the owner too (not into reads of their own); the
+        // flight replaces it on the board.
+        ask(self.core, owner, self.id.clone(), losers, read).await
+    }
+
+    /// The value on Valkey if it is fresh and settled into L1 (no change overtook the read);
+    /// else why not, with nothing touched.
+    async fn read(&self) -> Result<Fetched<V>, Unsettled> {
+        let core = self.core;
+        let l2 = core.l2.as_ref().ok_or(Unsettled::Unread)?;
+        if core.unsettled.holds(&self.id) {
+            // The owner's flight repairs Valkey's copy before it reads it.
+            return Err(Unsettled::Unread);
+        }
+        let names = core.names(&self.id).map_err(|_| Unsettled::Unread)?;
+        let max = core.config.max_value_bytes;
+        let read = crate::state::metrics::time_l2(&core.name, l2.get(&names, max));
+        self.settle(read.await.map_err(|_| Unsettled::Unread)?, core.now_ms())
+    }
+
+    /// Whether this read may be made now: Valkey's copy of an id whose write failed here is
+    /// repaired by the owner's flight before anyone reads it.
+    pub(crate) fn may_read(&self) -> bool {
+        self.core.l2.is_some() && !self.core.unsettled.holds(&self.id)
+    }
+
+    /// What the read found (`bytes`, the value key's) answered, if it is a fresh value and
+    /// settled into L1; else why not, with nothing touched.
+    /// `now_ms` is [`TableCore::now_ms`], read once for a batch of reads.
+    pub(crate) fn settle(
+        &self,
+        bytes: Option<Vec<u8>>,
+        now_ms: u64,
+    ) -> Result<Fetched<V>, Unsettled> {
+        let core = self.core;
+        let bytes = bytes.ok_or(Unsettled::NotFresh)?;
+        if bytes.len() > core.config.max_value_bytes {
+            return Err(Unsettled::NotFresh);
+        }
+        // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
+        // them again inside its own guard, and answers the error.
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            envelope::decode::<V>(
+                &bytes,
+                core.config.max_value_bytes,
+                core.config.coding.custom(),
+            )
+        }));
+        let env = decoded
+            .ok()
+            .and_then(Result::ok)
+            .filter(|env| core.is_current(env))
+            .ok_or(Unsettled::NotFresh)?;
+        let longest = core.config.longest_life(&env.value);
+        let env = env.capped(longest);
+        if !env.is_fresh(now_ms) {
+            return Err(Unsettled::NotFresh);
+        }
+        let read_as = core.tracks_keys().then(|| envelope::fingerprint(&bytes));
+        let entry = core.l2_entry_at(env, now_ms);
+        let fetched = Fetched::new(Arc::clone(&entry.value), Origin::L2);
+        // A read a change overtook does not answer: this process's L1 may keep an older value
+        // than the one read (its own put's, while another process's later write has not been
+        // pushed yet), and a process never answers newer than what it then serves. The owner's
+        // flight answers instead, ordered after that change.
+        let settled = core.board.settle(&self.id, self.read, || {
+            core.keep(self.id.clone(), entry, read_as);
+        });
+        if !settled {
+            return Err(Unsettled::Overtaken);
+        }
+        bump(&core.stats.counters.l2_hits);
+        Ok(fetched)
+    }
+}
+
+/// Why a caller's read answered nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsettled {
+    /// Valkey holds no fresh copy the caller may take (missing, stale, oversized, undecodable,
+    /// or made a miss by a mark): the flight's lock attempt is the next read worth making.
+    NotFresh,
+    /// A fresh copy, but a change overtook the read: the flight reads again.
+    Overtaken,
+    /// Not read (no Valkey, a copy to repair first, a Valkey error).
+    Unread,
+}
+
+impl<K: Key, V> Drop for Reading<'_, K, V> {
+    fn drop(&mut self) {
+        // Settled: a no-op. Otherwise the read ends (handed to the owner, or given up).
+        self.core.board.withdraw_read(&self.id, self.read);
+    }
+}

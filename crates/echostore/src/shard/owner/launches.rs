@@ -1,0 +1,105 @@
+//! How the owner starts a flight: as a task of its own that runs the fill (`crate::flight::fill`),
+//! signals the owner on the way, and reports its landing; the owner goes on serving meanwhile.
+
+use super::*;
+
+/// How a flight starts, beyond its id.
+pub(super) struct Start<V> {
+    /// An early refresh of the L1 value fresh until then.
+    pub(super) refreshing: Option<Moment>,
+    /// The loser policy of the call that started it, if not the table's.
+    pub(super) losers: Option<LoserPolicy<Arc<V>>>,
+    /// The caller that started it has just read Valkey and found no fresh copy.
+    pub(super) read: bool,
+}
+
+impl<V> Default for Start<V> {
+    fn default() -> Self {
+        Start {
+            refreshing: None,
+            losers: None,
+            read: false,
+        }
+    }
+}
+
+impl<K: Key, V: Value> OwnerState<K, V> {
+    /// Starts a flight as a task of its own; the owner goes on serving.
+    pub(super) fn launch(
+        &self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: K,
+        flight: FlightId,
+        start: Start<V>,
+    ) {
+        spawn_fill(Arc::clone(&self.core), myself.clone(), id, flight, start);
+    }
+}
+
+/// Runs the fill of `owner`'s flight `flight` of `id` as a task of its own, which signals `owner`
+/// on the way and reports its landing to it.
+pub(super) fn spawn_fill<K: Key, V: Value>(
+    core: Arc<TableCore<K, V>>,
+    owner: ActorRef<OwnerMsg<K, V>>,
+    id: K,
+    flight: FlightId,
+    start: Start<V>,
+) {
+    let Start {
+        refreshing,
+        losers,
+        read,
+    } = start;
+    let span = tracing::info_span!(
+        "echostore.fill",
+        echostore.table = %core.name,
+        echostore.id_hash = %crate::spans::id_hash(&id),
+        echostore.lock = tracing::field::Empty,
+        echostore.origin = tracing::field::Empty,
+        echostore.load_ms = tracing::field::Empty,
+    );
+    tokio::spawn(
+        async move {
+            let signals = {
+                let (owner, id) = (owner.clone(), id.clone());
+                move |signal| {
+                    let id = id.clone();
+                    let _ = owner.cast(match signal {
+                        Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
+                        Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+                        Signal::Reading => OwnerMsg::Reading { id, flight },
+                    });
+                }
+            };
+            let fill = Fill::new(&core, &id, &signals)
+                .losing_by(losers)
+                .after_read(read);
+            let fill = match refreshing {
+                Some(until) => fill.refreshing(until),
+                None => fill,
+            };
+            let outcome = AssertUnwindSafe(fill.run())
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
+            crate::spans::record("echostore.origin", landed_as(&outcome));
+            // If the owner is gone, its waiters were already answered `Stopped`.
+            let _ = owner.cast(OwnerMsg::Landed {
+                id,
+                flight,
+                refresh: refreshing.is_some(),
+                outcome,
+            });
+        }
+        .instrument(span),
+    );
+}
+
+/// What a fill landed as, for its span's `echostore.origin`.
+fn landed_as<V>(outcome: &Result<Landing<V>>) -> &'static str {
+    match outcome {
+        Ok(Landing::Filled(filled)) => filled.fetched.origin.as_str(),
+        Ok(Landing::Skipped) => "skipped",
+        Err(_) => "error",
+    }
+}

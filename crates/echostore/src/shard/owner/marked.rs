@@ -1,0 +1,148 @@
+//! How the owner takes a clear or a tag invalidation (`crate::state::marks`), and a flush: what they
+//! make stale leaves L1, and nothing read before them can come back.
+//!
+//! Ordered like a push: every running flight is overtaken first (it may be loading an entry the
+//! change covers, and its tags are not known until it lands), so no read settles and no flight
+//! stores after it; every write on its way to Valkey is marked as overtaken, so that its entry does
+//! not enter L1 when it lands (Valkey may hold another value by then, or, for a mark, a copy
+//! stamped before it); then L1 drops the entries: at once for a clear or a flush, and for a tag
+//! once every shard has done the rest (`owner_ref::EveryShard::mark`).
+
+use std::sync::Weak;
+
+use super::*;
+use crate::shard::owner::owner_ref::{EveryShard, OwnerRef};
+
+impl<K: Key, V: Value> OwnerState<K, V> {
+    /// A mark of `scope` is known: drop what it makes stale.
+    pub(super) fn marked(&mut self, scope: &Scope) {
+        match scope {
+            Scope::All => self.drop_all(),
+            // L1 is swept once for the table, by the last shard's share of the mark
+            // (`EveryShard::mark`): each shard only sees that nothing of its own stores after it.
+            Scope::Tags(_) => {
+                self.flights.overtake_all();
+                self.overtake_writes();
+            }
+        }
+    }
+
+    /// A flush (tracking back, or the database flushed): drop everything, and, on one shard for
+    /// all, read the marks (one set while pushes were lost would otherwise be heard of only at
+    /// the next). Counted once every shard is done: whoever sees the count finds L1 flushed.
+    pub(super) fn flushed(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        flushed: Arc<EveryShard<K, V>>,
+    ) {
+        self.drop_all();
+        self.own.clear();
+        if self.shard == 0 {
+            self.read_marks(myself, true);
+        }
+        drop(flushed);
+    }
+
+    /// A mark taken: drop what it covers, counted once every shard is done and before this
+    /// shard answers, so that whoever sees the count, or has its `clear` answered, finds L1
+    /// without what the mark covers.
+    pub(super) fn took_mark(
+        &mut self,
+        scope: &Scope,
+        reply: Option<RpcReplyPort<Result<()>>>,
+        counted: Arc<EveryShard<K, V>>,
+    ) {
+        self.marked(scope);
+        drop(counted);
+        if let Some(reply) = reply {
+            let _ = reply.send(Ok(()));
+        }
+    }
+
+    /// Every entry may be stale (pushes lost, or the table cleared): drop all of L1.
+    pub(super) fn drop_all(&mut self) {
+        self.flights.overtake_all(); // before L1 changes: no read settles after
+        self.core.l1.clear();
+        self.core.unconfirmed.clear();
+        self.overtake_writes();
+    }
+
+    /// A tracking connection was lost: no running flight or write on the wire stores what it
+    /// read or wrote (a push may have been missed); L1 itself is capped once for the table.
+    pub(super) fn overtake_for_cap(&mut self, capped: Arc<EveryShard<K, V>>) {
+        self.flights.overtake_all();
+        self.overtake_writes();
+        drop(capped); // the last shard's share caps L1
+    }
+
+    /// This owner replaced one that crashed: nothing it held is known, and a mark may have
+    /// come meanwhile.
+    pub(super) fn restarted(&mut self, myself: &ActorRef<OwnerMsg<K, V>>) {
+        self.drop_all();
+        self.read_marks(myself, true);
+    }
+
+    /// The writes on their way to Valkey keep nothing in L1 when they land.
+    fn overtake_writes(&mut self) {
+        self.flights.overtake_writes();
+    }
+
+    /// Reads the table's marks from Valkey off the owner (`full`: all of them, else those above
+    /// the latest known), and drops what a new one makes stale.
+    pub(super) fn read_marks(&self, myself: &ActorRef<OwnerMsg<K, V>>, full: bool) {
+        let Some(l2) = self.core.l2.clone() else {
+            return;
+        };
+        let (core, myself) = (Arc::clone(&self.core), myself.clone());
+        tokio::spawn(async move {
+            match core.marks.refresh(&l2, full).await {
+                // Every shard drops what the mark covers; one shard's read found it.
+                Ok(Some(scope)) => match core.owners.get().and_then(Weak::upgrade) {
+                    Some(owners) => owners.marked(scope).await,
+                    None => {
+                        let counted = EveryShard::mark(Arc::clone(&core), &scope);
+                        let _ = myself.cast(OwnerMsg::Marked {
+                            scope,
+                            reply: None,
+                            counted,
+                        });
+                    }
+                },
+                Ok(None) => {}
+                // Tracking is lost with Valkey: the flush when it is back reads them all.
+                Err(e) => {
+                    tracing::debug!(table = %core.name, error = %e, "reading the marks failed")
+                }
+            }
+        });
+    }
+}
+
+/// Has the owner of `owner` read the table's marks every `unconfirmed_l1_life` while no push
+/// would tell it of a new one (coherence off, or tracking down), so that a mark set elsewhere is
+/// heard of within that time there too. Ends with the table.
+pub(crate) fn poll_marks<K: Key, V: Value>(
+    core: &Arc<TableCore<K, V>>,
+    owner: Weak<OwnerRef<K, V>>,
+) {
+    if core.l2.is_none() {
+        return;
+    }
+    let (tracker, every) = (core.tracker.clone(), core.unconfirmed_l1_life);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is at once, and the table has just read them all
+        loop {
+            ticks.tick().await;
+            let Some(owner) = owner.upgrade() else {
+                return;
+            };
+            if tracker.as_ref().is_none_or(|t| !t.is_up()) {
+                let _ = owner
+                    .current(0)
+                    .cast(OwnerMsg::MarksChanged { full: false });
+            }
+        }
+    });
+}

@@ -1,0 +1,354 @@
+//! The board: the flights a miss may join without a message to the owner, and the L2 reads
+//! that misses make on their own tasks.
+//!
+//! The owner admits every flight ([`crate::shard::flights`]); the board is where it publishes them. It
+//! lists, per id, the **current** flight's [`Cell`]: the flights map publishes a flight in the
+//! step that makes it current and withdraws it in the step that ends that (it lands, or a write,
+//! a push or a flush overtakes it), both on the owner's task. A miss that finds its id here joins
+//! that flight on its own task — counted `coalesced`, it waits on the cell for the one answer —
+//! so a herd of misses costs the owner one message, not one per caller.
+//!
+//! An id with nothing listed and no write of it on its way to Valkey may instead be **read**:
+//! the miss lists a read and reads Valkey on its own task (`crate::handle::miss`). A fresh value is
+//! *settled* — put in L1 under the board's lock, only if the read is still listed — and answered;
+//! anything else goes to the owner as a miss. A read is never joined: misses that find one go to
+//! the owner, whose flight replaces it on the board, so no caller ever waits on another caller's
+//! task (a caller that stops polling its future holds up nobody). The owner withdraws a read when
+//! a write of the id starts, when a push for the id arrives, and on a flush, each *before* it
+//! changes L1; it marks the id as written while the write is on the wire, so that no read starts
+//! then. So a read never leaves in L1 what a write replaced or a push announced gone, and an L2
+//! hit costs its caller one round trip and no hand-off.
+//!
+//! The mark of a write that is running is held by the write's own task ([`RunningWrite`](running::RunningWrite)), not
+//! by the owner: an owner that crashes leaves its writes on the wire, and they land all the same.
+//! So the marks outlive it, no read of those ids starts until they land, and the restarted owner
+//! queues its flights and writes of them behind them ([`Board::landed`]).
+//!
+//! A flight's [`Cell`] is the one thing its callers wait on, however they came to it: the caller
+//! whose miss started it (the owner hands it the cell, as its *leader*), the callers who joined
+//! through the owner's mailbox, and those who joined here. Joining through the board is the same
+//! as joining through the owner's mailbox, only earlier: the caller joins the flight that was
+//! current when it looked, which is the flight its message would have joined had the owner read
+//! it at that instant. A `put` that has returned has already withdrawn the flight it overtook, so
+//! a read made after it never joins one that reads what the put replaced.
+//!
+//! A cell is answered once, with the flight's answer as its leader sees it; each caller works out
+//! its own origin from it (`crate::handle::miss::follow`). A flight that answers early (its soft
+//! timeout's stale copy) answers its cell and publishes a fresh one for later joiners; a flight
+//! that changed nothing (an early refresh that lost the lock, a load a put overtook) answers "fly
+//! again", and its callers miss once more through the owner; an owner that dies drops its cells'
+//! [`Answerer`]s, which answer [`Error::Stopped`].
+
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+use crate::fetched::Fetched;
+
+/// What a flight's callers receive: its answer as its leader sees it, or `None` to fly again.
+pub(crate) type Answered<V> = Option<Result<Fetched<V>>>;
+
+/// The current flights and reads of one table, by id, and the ids being written.
+pub(crate) struct Board<K, V> {
+    lists: Mutex<Lists<K, V>>,
+    /// Woken when an id's last running write lands.
+    landings: Notify,
+}
+
+/// The next [`ReadId`], process-wide.
+static NEXT_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+struct Lists<K, V> {
+    listed: HashMap<K, Listed<V>>,
+    /// Ids with a write on its way to Valkey, as the owner knows them: no read starts for them.
+    writing: HashSet<K>,
+    /// Ids with an overtaken flight still running: no read starts for them either, so that
+    /// only their owner stores what is read of them until those flights land.
+    detached: HashSet<K>,
+    /// Ids with a write task running, and how many: marked by the tasks themselves, so that an
+    /// owner's crash clears none of them.
+    running: HashMap<K, usize>,
+}
+
+/// What is listed for an id: the owner's current flight, or a caller's read.
+enum Listed<V> {
+    Flight(Arc<Cell<V>>),
+    Read(ReadId),
+}
+
+/// Names one read, so that only the read listed can settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadId(u64);
+
+/// What a miss finds on the board.
+pub(crate) enum Entered<V> {
+    /// The id's current flight, joined: wait on its cell.
+    Joined(Arc<Cell<V>>),
+    /// Nothing listed, and the id may be read: this caller reads it.
+    Read(ReadId),
+    /// Ask the owner (a read of the id is out, a write of it is on its way, or no Valkey).
+    Owner,
+}
+
+/// One flight's answer, for every caller waiting on it.
+pub(crate) struct Cell<V> {
+    answer: OnceLock<Answered<V>>,
+    woken: Notify,
+    /// Callers who took the cell: its leader, and those who joined.
+    joined: AtomicUsize,
+}
+
+/// The owner's end of a cell: answers it [`Error::Stopped`] if dropped unanswered (the owner
+/// died with the flight).
+pub(crate) struct Answerer<V>(Arc<Cell<V>>);
+
+impl<K: Eq + Hash, V> Board<K, V> {
+    pub(crate) fn new() -> Self {
+        Board {
+            lists: Mutex::new(Lists {
+                listed: HashMap::new(),
+                writing: HashSet::new(),
+                detached: HashSet::new(),
+                running: HashMap::new(),
+            }),
+            landings: Notify::new(),
+        }
+    }
+
+    fn lists(&self) -> MutexGuard<'_, Lists<K, V>> {
+        self.lists.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A miss on `id`: joins the flight listed; else, if nothing is listed, `readable`, and no
+    /// write of the id is on its way, lists a read of it for this caller (`owned` makes the key).
+    ///
+    /// A key whose `Hash` or `Eq` panics is sent to the owner, whose flights map meets the same
+    /// panic, crashes, answers its callers [`Error::Stopped`] and is restarted, as for any miss
+    /// (the panic does not unwind into the caller's task; the map is left as it was).
+    pub(crate) fn enter<Q>(&self, id: &Q, readable: bool, owned: impl FnOnce() -> K) -> Entered<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let enter = || {
+            let mut lists = self.lists();
+            match lists.listed.get(id) {
+                Some(Listed::Flight(cell)) => {
+                    cell.joined.fetch_add(1, Relaxed);
+                    return Entered::Joined(Arc::clone(cell));
+                }
+                Some(Listed::Read(_)) => return Entered::Owner,
+                None if !readable
+                    || lists.writing.contains(id)
+                    || lists.detached.contains(id)
+                    || lists.running.contains_key(id) =>
+                {
+                    return Entered::Owner;
+                }
+                None => {}
+            }
+            let read = ReadId(NEXT_READ.fetch_add(1, Relaxed));
+            lists.listed.insert(owned(), Listed::Read(read));
+            Entered::Read(read)
+        };
+        std::panic::catch_unwind(AssertUnwindSafe(enter)).unwrap_or(Entered::Owner)
+    }
+
+    /// `true` when nothing is listed for `id` and no write of it is on its way or running: a copy
+    /// read from Valkey now cannot be older than what a landing of this process would serve next.
+    pub(crate) fn quiet<Q>(&self, id: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let quiet = || {
+            let lists = self.lists();
+            !(lists.listed.contains_key(id)
+                || lists.writing.contains(id)
+                || lists.detached.contains(id)
+                || lists.running.contains_key(id))
+        };
+        // A key whose `Hash` or `Eq` panics: not quiet (the peek answers nothing).
+        std::panic::catch_unwind(AssertUnwindSafe(quiet)).unwrap_or(false)
+    }
+
+    /// The read `read` of `id` found a fresh value: if it is still listed, `keep` runs (the L1
+    /// insert) under the board's lock and the read is withdrawn; `false` if it was not listed (a
+    /// write, a push or a flush overtook it, or a flight replaced it).
+    pub(crate) fn settle(&self, id: &K, read: ReadId, keep: impl FnOnce()) -> bool {
+        let mut lists = self.lists();
+        if !matches!(lists.listed.get(id), Some(Listed::Read(r)) if *r == read) {
+            return false;
+        }
+        keep();
+        lists.listed.remove(id);
+        true
+    }
+
+    /// Runs `f` under the board's lock: no read settles (stores into L1) meanwhile.
+    pub(crate) fn exclusive(&self, f: impl FnOnce()) {
+        let _lists = self.lists();
+        f();
+    }
+
+    /// Withdraws the read `read` of `id`, if it is the one listed (its caller is done with it).
+    pub(crate) fn withdraw_read(&self, id: &K, read: ReadId) {
+        let mut lists = self.lists();
+        if matches!(lists.listed.get(id), Some(Listed::Read(r)) if *r == read) {
+            lists.listed.remove(id);
+        }
+    }
+
+    /// Withdraws the read of `id`, if one is listed (its value may be older than a change the
+    /// owner is about to make).
+    pub(crate) fn overtake_read(&self, id: &K) {
+        let mut lists = self.lists();
+        if matches!(lists.listed.get(id), Some(Listed::Read(_))) {
+            lists.listed.remove(id);
+        }
+    }
+
+    /// Withdraws every read (pushes may have been missed).
+    pub(crate) fn overtake_reads(&self) {
+        self.lists()
+            .listed
+            .retain(|_, l| matches!(l, Listed::Flight(_)));
+    }
+
+    /// A write of `id` is on its way to Valkey (`true`) or none is any more (`false`); a read
+    /// listed when it starts is withdrawn.
+    pub(crate) fn writing(&self, id: &K, writing: bool)
+    where
+        K: Clone,
+    {
+        let mut lists = self.lists();
+        if writing {
+            if matches!(lists.listed.get(id), Some(Listed::Read(_))) {
+                lists.listed.remove(id);
+            }
+            lists.writing.insert(id.clone());
+        } else {
+            lists.writing.remove(id);
+        }
+    }
+
+    /// An overtaken flight of `id` runs (`true`), or none does any more (`false`): while one
+    /// does, misses of the id go to the owner, which orders what every flight of it stores.
+    pub(crate) fn detached(&self, id: &K, running: bool)
+    where
+        K: Clone,
+    {
+        let mut lists = self.lists();
+        if running {
+            lists.detached.insert(id.clone());
+        } else {
+            lists.detached.remove(id);
+        }
+    }
+
+    /// Joins what is listed for `id`, if anything (the tests' view of [`enter`](Self::enter)).
+    #[cfg(test)]
+    pub(crate) fn join(&self, id: &K) -> Option<Arc<Cell<V>>>
+    where
+        K: Clone,
+    {
+        match self.enter(id, false, || id.clone()) {
+            Entered::Joined(cell) => Some(cell),
+            _ => None,
+        }
+    }
+
+    /// Lists `answerer`'s cell as the current flight of `id` (in place of a read: the flight's
+    /// answer is at least as new).
+    pub(crate) fn publish(&self, id: K, answerer: &Answerer<V>) {
+        let listed = Listed::Flight(Arc::clone(&answerer.0));
+        self.lists().listed.insert(id, listed);
+    }
+
+    /// Withdraws `answerer`'s cell from `id`, if it is the one listed.
+    pub(crate) fn withdraw(&self, id: &K, answerer: &Answerer<V>) {
+        let mut lists = self.lists();
+        if matches!(lists.listed.get(id), Some(Listed::Flight(c)) if Arc::ptr_eq(c, &answerer.0)) {
+            lists.listed.remove(id);
+        }
+    }
+
+    /// Withdraws the cells and the owner's write marks of the ids `mine` picks (a new owner of
+    /// them starts with no flights and no writes of its own; another shard's ids stay); the
+    /// running writes' marks stay until they land.
+    pub(crate) fn clear(&self, mine: impl Fn(&K) -> bool) {
+        let mut lists = self.lists();
+        lists.listed.retain(|id, _| !mine(id));
+        lists.writing.retain(|id| !mine(id));
+        lists.detached.retain(|id| !mine(id));
+    }
+
+    /// Ids listed now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lists().listed.len()
+    }
+}
+
+impl<V> Cell<V> {
+    /// The answer, once the flight gives it.
+    pub(crate) async fn wait(&self) -> Answered<V> {
+        loop {
+            let woken = self.woken.notified();
+            let mut woken = std::pin::pin!(woken);
+            // Registered before the check: an answer set after it wakes this waiter.
+            woken.as_mut().enable();
+            if let Some(answer) = self.answer.get() {
+                return answer.clone();
+            }
+            woken.await;
+        }
+    }
+}
+
+impl<V> Answerer<V> {
+    /// A fresh, unanswered cell.
+    pub(crate) fn new() -> Self {
+        Answerer(Arc::new(Cell {
+            answer: OnceLock::new(),
+            woken: Notify::new(),
+            joined: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Callers who took the cell so far.
+    pub(crate) fn joined(&self) -> usize {
+        self.0.joined.load(Relaxed)
+    }
+
+    /// The cell, for one more caller to wait on.
+    pub(crate) fn take(&self) -> Arc<Cell<V>> {
+        self.0.joined.fetch_add(1, Relaxed);
+        Arc::clone(&self.0)
+    }
+
+    /// Answers every caller who took the cell (the first answer stands), and wakes them.
+    pub(crate) fn answer(&self, answered: Answered<V>) {
+        if self.0.answer.set(answered).is_ok() {
+            self.0.woken.notify_waiters();
+        }
+    }
+}
+
+impl<V> Drop for Answerer<V> {
+    fn drop(&mut self) {
+        if self.0.answer.get().is_none() {
+            self.answer(Some(Err(Error::Stopped)));
+        }
+    }
+}
+
+mod running;
+#[cfg(test)]
+mod tests;

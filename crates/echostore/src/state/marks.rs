@@ -1,0 +1,250 @@
+//! A table's marks: the generation at which it was last cleared and at which each tag was last
+//! invalidated, and the one rule that makes a copy written before either a miss.
+//!
+//! **On Valkey** the marks are one sorted set per table, `<table>:{}marks` (member `clear` or
+//! `tag:<tag>`, score the generation), written only by [`crate::wire::scripts::MARK_SCRIPT`]. A
+//! generation is the server's clock in µs, raised above every mark already set: it only grows,
+//! and a Valkey that restarts empty (losing its marks with its copies) still hands out
+//! generations above those processes remember. The set sits under the table's tracked prefix, so
+//! every process of the table is pushed an invalidation when it changes.
+//!
+//! **In each process** [`Marks`] is a copy of that set, read in full when the table starts and
+//! whenever tracking is lost or regained, and read from its latest generation onward when a push
+//! says it changed; what is read only ever raises a mark known here. Every write is stamped with [`Marks::stamp`], the latest generation this
+//! process knows, taken before the data written is read (before the lock attempt of a fill, at
+//! the call of a `put`). A copy read back is **current** unless a mark above its stamp names the
+//! table (`clear`) or one of its tags ([`Marks::is_current`]); a copy that is not current is a
+//! miss, never a stale copy to serve. A process that has not yet heard of a mark stamps below it,
+//! so what it writes meanwhile is a miss to those that have: an extra load, never an old value.
+//!
+//! This state lives in the table's shared core, not in the owner, so an owner that crashes loses
+//! none of it. What a mark drops from L1 and which flights it overtakes is the owner's part
+//! (`OwnerMsg::Marked`), ordered with its other changes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{PoisonError, RwLock};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::valkey::envelope::Marking;
+use crate::valkey::l2::L2;
+use crate::wire::scripts::SCRIPTS;
+
+/// The member of a table's marks that records its last clear.
+const CLEAR: &str = "clear";
+/// What precedes a tag in the member that records its last invalidation.
+const TAG: &str = "tag:";
+/// The longest tag accepted, in bytes.
+pub const MAX_TAG_BYTES: usize = 1024;
+/// The most marks a table keeps on Valkey: past it, the oldest half of its tags is folded into a
+/// clear ([`crate::wire::scripts::MARK_SCRIPT`]), so the key, and each process's copy of it, stay
+/// bounded however many distinct tags are invalidated.
+pub(crate) const MAX_MARKS: usize = 4096;
+/// How far ahead of the server's clock a mark may be and still be believed (planted bytes are
+/// not allowed to make every later invalidation a no-op).
+const MAX_AHEAD_US: u64 = 300_000_000;
+
+/// A table's marks as this process knows them.
+pub(crate) struct Marks {
+    /// The latest generation known: a write stamped at or above it is current whatever it
+    /// carries, without a look at the rest.
+    latest: AtomicU64,
+    view: RwLock<View>,
+    /// The marks' key on Valkey.
+    key: Vec<u8>,
+    /// How long a tag's mark is kept on Valkey, µs (`0`: until the next clear).
+    keep_us: u64,
+}
+
+#[derive(Default)]
+struct View {
+    latest: u64,
+    cleared: u64,
+    tags: HashMap<String, u64>,
+}
+
+impl View {
+    /// Drops the tags that no longer tell anything: those marked before the last clear (it covers
+    /// them), and, when marks are kept for a while only (`timed`), those marked before `horizon`
+    /// (no copy written before them can still be read). Past [`MAX_MARKS`] tags, the oldest half
+    /// is folded into the clear, as on Valkey: L1 took each of them when it came, and a copy read
+    /// later that any of them might cover is a miss.
+    fn prune(&mut self, horizon: u64, timed: bool) {
+        let last_clear = self.cleared;
+        self.tags
+            .retain(|_, g| *g > last_clear && (!timed || *g >= horizon));
+        if self.tags.len() <= MAX_MARKS {
+            return;
+        }
+        let mut generations: Vec<u64> = self.tags.values().copied().collect();
+        generations.sort_unstable();
+        let floor = generations[generations.len() / 2];
+        self.cleared = self.cleared.max(floor);
+        self.tags.retain(|_, g| *g > floor);
+    }
+}
+
+/// What a change of the marks makes stale here: every entry, or those carrying one of the tags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Scope {
+    All,
+    Tags(HashSet<String>),
+}
+
+impl Marks {
+    /// No marks yet, kept on Valkey under `key` for `keep` (`None`: until the next clear).
+    pub(crate) fn new(key: Vec<u8>, keep: Option<Duration>) -> Self {
+        Marks {
+            latest: AtomicU64::new(0),
+            view: RwLock::new(View::default()),
+            key,
+            keep_us: keep.map_or(0, |k| u64::try_from(k.as_micros()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// The generation a write whose data is read from now on is stamped with.
+    pub(crate) fn stamp(&self) -> u64 {
+        self.latest.load(SeqCst)
+    }
+
+    /// `true` unless a mark above `marking`'s generation names the table or one of its tags.
+    pub(crate) fn is_current(&self, marking: &Marking) -> bool {
+        if marking.generation >= self.latest.load(SeqCst) {
+            return true;
+        }
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        marking.generation >= view.cleared
+            && marking
+                .tags
+                .iter()
+                .all(|tag| view.tags.get(tag).is_none_or(|&g| marking.generation >= g))
+    }
+
+    /// Takes in marks read from Valkey, each raising what is known (never lowering it: a read
+    /// that started before a mark was set may arrive after it); returns what they make stale.
+    fn merge(&self, read: Vec<(Vec<u8>, f64)>, now_us: u64) -> Option<Scope> {
+        let mut view = self.view.write().unwrap_or_else(PoisonError::into_inner);
+        let (mut cleared, mut risen) = (false, HashSet::new());
+        for (member, score) in read {
+            let Some(generation) = believable(score, now_us) else {
+                tracing::warn!(score, "a mark ahead of the server's clock: ignored");
+                continue;
+            };
+            match std::str::from_utf8(&member) {
+                Ok(CLEAR) if generation > view.cleared => {
+                    view.cleared = generation;
+                    cleared = true;
+                }
+                Ok(CLEAR) => {}
+                Ok(member) if member.starts_with(TAG) => {
+                    let tag = &member[TAG.len()..];
+                    let mark = view.tags.entry(tag.to_owned()).or_default();
+                    if generation > *mark {
+                        *mark = generation;
+                        risen.insert(tag.to_owned());
+                    }
+                }
+                _ => {
+                    let member = String::from_utf8_lossy(&member);
+                    tracing::warn!(%member, "not a mark: ignored");
+                    continue;
+                }
+            }
+            view.latest = view.latest.max(generation);
+        }
+        view.prune(now_us.saturating_sub(self.keep_us), self.keep_us > 0);
+        self.latest.store(view.latest, SeqCst);
+        if cleared {
+            return Some(Scope::All);
+        }
+        risen.retain(|tag| view.tags.contains_key(tag));
+        (!risen.is_empty()).then_some(Scope::Tags(risen))
+    }
+
+    /// Reads the marks from Valkey: all of them (`full`), or those above the latest known.
+    pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
+        let key = &self.key;
+        let above = format!("({}", self.stamp());
+        let read: Vec<(Vec<u8>, f64)> = l2
+            .run("read the marks", None, |mut c| async move {
+                let mut cmd = redis::cmd(if full { "ZRANGE" } else { "ZRANGEBYSCORE" });
+                cmd.arg(key);
+                if full {
+                    cmd.arg(0).arg(-1);
+                } else {
+                    cmd.arg(above).arg("+inf");
+                }
+                cmd.arg("WITHSCORES").query_async(&mut c).await
+            })
+            .await?;
+        Ok(self.merge(read, now_us(l2.now_ms())))
+    }
+
+    /// A clear (`tags: None`) or an invalidation of `tags`: marked on Valkey when there is one
+    /// (else here only), and taken in here before this returns.
+    pub(crate) async fn mark(&self, l2: Option<&L2>, tags: Option<&[String]>) -> Result<Scope> {
+        let members: Vec<String> = match tags {
+            None => vec![CLEAR.to_owned()],
+            Some(tags) => tags.iter().map(|tag| format!("{TAG}{tag}")).collect(),
+        };
+        let scope = match tags {
+            None => Scope::All,
+            Some(tags) => Scope::Tags(tags.iter().cloned().collect()),
+        };
+        match l2 {
+            Some(l2) => {
+                let mut invocation = SCRIPTS.mark.prepare_invoke();
+                invocation
+                    .key(&self.key)
+                    .arg(self.keep_us)
+                    .arg(self.stamp())
+                    .arg(MAX_MARKS);
+                for member in &members {
+                    invocation.arg(member);
+                }
+                let invocation = &invocation;
+                let above: Vec<(Vec<u8>, f64)> = l2
+                    .run("mark", None, |mut c| async move {
+                        invocation.invoke_async(&mut c).await
+                    })
+                    .await?;
+                let _ = self.merge(above, now_us(l2.now_ms()));
+            }
+            None => {
+                let now = now_us(crate::wire::server_clock::wall_ms());
+                let generation = now.max(self.stamp() + 1);
+                let marked = members
+                    .into_iter()
+                    .map(|m| (m.into_bytes(), generation as f64));
+                let _ = self.merge(marked.collect(), generation);
+            }
+        }
+        Ok(scope)
+    }
+}
+
+/// A mark's score as a generation, unless it is no generation or lies further ahead of the
+/// server's clock than any honest mark.
+fn believable(score: f64, now_us: u64) -> Option<u64> {
+    let ok = score.is_finite() && score >= 0.0 && score <= (now_us + MAX_AHEAD_US) as f64;
+    ok.then_some(score as u64)
+}
+
+fn now_us(now_ms: u64) -> u64 {
+    now_ms.saturating_mul(1000)
+}
+
+/// Checks a tag given to `invalidate_tag` or returned by `.tags`.
+pub(crate) fn validate_tag(tag: &str) -> Result<()> {
+    if tag.len() > MAX_TAG_BYTES {
+        return Err(Error::InvalidName(format!(
+            "a tag of {} bytes (at most {MAX_TAG_BYTES})",
+            tag.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

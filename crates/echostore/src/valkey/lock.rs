@@ -1,0 +1,251 @@
+//! The regeneration lock: one fill per key per expiry across every process sharing the Valkey.
+//!
+//! A fill that misses contends with `SET lock:<table>:{<id>} <token> NX PX <lock_ttl>`, where the
+//! token is 128 random bits unique to this attempt. The acquire runs in one script together with a
+//! second read of the value key, so a winner sees a value that the previous holder wrote an instant
+//! ago and does not read the source again. While the winner loads, it extends its lock (a
+//! token-checked `PEXPIRE`, the *lease*), so a load of any length keeps it. The winner writes with
+//! a *fenced* write (the value is set only while the lock still holds its token), which deletes
+//! the lock in the same script; a winner that writes nothing releases with the token-checked
+//! compare-and-delete of the seed (where the server has them, the release is `DELIFEQ` and the
+//! lease `SET … IFEQ … PX`: [`crate::wire::natives`]). A lock is never removed without its token on
+//! these paths: only `invalidate` and `put`, which mean to cancel fills in flight, drop it.
+//!
+//! The scripts themselves, and the rule for which of two writes wins, are [`crate::wire::scripts`].
+//!
+//! Values are read with `GETRANGE <key> 0 <max_value_bytes>`, so a value over the table's limit is
+//! never pulled into memory whole: at most one byte more than the limit comes back.
+
+use crate::error::Result;
+use crate::valkey::l2::L2;
+use crate::wire::key::KeyNames;
+use crate::wire::natives::Natives;
+use crate::wire::scripts::SCRIPTS;
+
+/// A token unique to one fill attempt: 128 random bits as 32 hex digits.
+pub fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// What the acquire saw.
+pub(crate) struct Acquired {
+    /// `true` if this attempt now holds the lock.
+    pub(crate) won: bool,
+    /// The value key's bytes (at most `max_bytes + 1`), read after the `SET NX`.
+    pub(crate) value: Option<Vec<u8>>,
+}
+
+/// How a put ended on Valkey.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// The value is stored, stamped with Valkey's clock then (unix ms; none for a `DEL`).
+    Written { at_ms: Option<u64> },
+    /// A newer value is stored: nothing written.
+    Superseded,
+    /// It arrived after its deadline: nothing written.
+    TooLate,
+}
+
+/// How a fenced write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fenced {
+    /// The value is stored.
+    Written,
+    /// The lock no longer holds this attempt's token: nothing written.
+    NotOurs,
+    /// A newer value is stored: nothing written.
+    Superseded,
+}
+
+/// `SET lock token NX PX lock_ttl`, then a bounded read of the value, atomically.
+pub(crate) async fn acquire_or_read(
+    l2: &L2,
+    names: &KeyNames,
+    token: &str,
+    lock_ttl_ms: u64,
+    max_bytes: usize,
+) -> Result<Acquired> {
+    let mut inv = SCRIPTS.acquire_or_read.prepare_invoke();
+    inv.key(&names.value)
+        .key(&names.lock)
+        .arg(token)
+        .arg(lock_ttl_ms)
+        .arg(max_bytes);
+    let (won, value): (i64, Option<Vec<u8>>) =
+        l2.script("acquire (SET lock NX PX)", names, inv).await?;
+    Ok(Acquired {
+        won: won == 1,
+        value: value.filter(|v| !v.is_empty()),
+    })
+}
+
+/// The lease: `PEXPIRE lock lock_ttl` if the lock still holds `token`. `Ok(false)`: not ours.
+/// `SET lock token IFEQ token PX lock_ttl` where the server has it ([`crate::wire::natives`]).
+pub(crate) async fn extend(
+    l2: &L2,
+    names: &KeyNames,
+    token: &str,
+    lock_ttl_ms: u64,
+) -> Result<bool> {
+    if l2.natives().set_ifeq() {
+        let mut set = redis::cmd("SET");
+        set.arg(&names.lock)
+            .arg(token)
+            .arg("IFEQ")
+            .arg(token)
+            .arg("PX")
+            .arg(lock_ttl_ms);
+        let lease = "lease (SET IFEQ PX)";
+        if let Some(reply) =
+            native::<Option<String>>(l2, names, lease, set, Natives::lost_set_ifeq).await?
+        {
+            return Ok(reply.is_some());
+        }
+    }
+    let mut inv = SCRIPTS.extend.prepare_invoke();
+    inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
+    let extended: i64 = l2
+        .script("lease (token-checked PEXPIRE)", names, inv)
+        .await?;
+    Ok(extended == 1)
+}
+
+/// Writes `envelope` with a physical life of `px` ms if the lock still holds `token` and no newer
+/// value is stored, and releases the lock if it holds `token` (written or superseded).
+pub(crate) async fn fenced_write(
+    l2: &L2,
+    names: &KeyNames,
+    token: &str,
+    envelope: Vec<u8>,
+    px: u64,
+) -> Result<Fenced> {
+    let mut inv = SCRIPTS.fenced_write.prepare_invoke();
+    inv.key(&names.value)
+        .key(&names.lock)
+        .arg(token)
+        .arg(envelope)
+        .arg(px);
+    let written: i64 = l2.script("fenced write", names, inv).await?;
+    Ok(match written {
+        1 => Fenced::Written,
+        -1 => Fenced::Superseded,
+        _ => Fenced::NotOurs,
+    })
+}
+
+/// The reloader's answer for the copy written at `written_at_ms`: renew its life (`Some(fresh)`:
+/// fresh for that long, kept `px` ms) or delete it (`None`), fenced by `token`, releasing the lock.
+pub(crate) async fn renew(
+    l2: &L2,
+    names: &KeyNames,
+    token: &str,
+    written_at_ms: u64,
+    life: Option<(u64, u64)>,
+) -> Result<Fenced> {
+    let mut inv = SCRIPTS.renew.prepare_invoke();
+    inv.key(&names.value)
+        .key(&names.lock)
+        .arg(token)
+        .arg(written_at_ms.to_le_bytes().to_vec());
+    match life {
+        Some((fresh_ms, px)) => inv.arg(fresh_ms).arg(px),
+        None => inv.arg("gone").arg(0),
+    };
+    let renewed: i64 = l2
+        .script("renew (SETRANGE life, PEXPIRE)", names, inv)
+        .await?;
+    Ok(match renewed {
+        1 => Fenced::Written,
+        -1 => Fenced::Superseded,
+        _ => Fenced::NotOurs,
+    })
+}
+
+/// Write-through unless a newer value is stored or the put arrives after its deadline (the
+/// server's time as estimated when sent, plus the timeout its caller waits: [`ServerClock`]);
+/// drops the lock when it writes. The reply's server time refreshes the estimate.
+///
+/// [`ServerClock`]: crate::wire::server_clock::ServerClock
+pub(crate) async fn versioned_put(
+    l2: &L2,
+    names: &KeyNames,
+    envelope: Vec<u8>,
+    px: u64,
+) -> Result<Put> {
+    let clock = l2.clock();
+    let sent = clock.send();
+    let mut inv = SCRIPTS.put.prepare_invoke();
+    for key in names.all() {
+        inv.key(key);
+    }
+    inv.arg(envelope).arg(px).arg(clock.deadline(l2.timeout()));
+    let (written, server_ms): (i64, u64) = l2
+        .script("put (SET value unless newer, DEL lock)", names, inv)
+        .await?;
+    clock.read(sent, server_ms);
+    Ok(match written {
+        1 => Put::Written {
+            at_ms: Some(server_ms),
+        },
+        0 => Put::Superseded,
+        _ => Put::TooLate,
+    })
+}
+
+/// What a polling loser looks at: the value (bounded, another type read as none) and whether
+/// the lock exists, in one script.
+pub(crate) async fn poll(
+    l2: &L2,
+    names: &KeyNames,
+    max_bytes: usize,
+) -> Result<(Option<Vec<u8>>, bool)> {
+    let mut inv = SCRIPTS.poll.prepare_invoke();
+    inv.key(&names.value).key(&names.lock).arg(max_bytes);
+    let (bytes, locked): (Option<Vec<u8>>, i64) = l2
+        .script("poll (GETRANGE value, EXISTS lock)", names, inv)
+        .await?;
+    Ok((bytes.filter(|b| !b.is_empty()), locked == 1))
+}
+
+/// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing deleted.
+/// `DELIFEQ lock token` where the server has it ([`crate::wire::natives`]), the seed's script otherwise.
+pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
+    if l2.natives().delifeq() {
+        let mut delifeq = redis::cmd("DELIFEQ");
+        delifeq.arg(&names.lock).arg(token);
+        let release = "release (DELIFEQ)";
+        if let Some(deleted) =
+            native::<i64>(l2, names, release, delifeq, Natives::lost_delifeq).await?
+        {
+            return Ok(deleted == 1);
+        }
+    }
+    let mut inv = SCRIPTS.release.prepare_invoke();
+    inv.key(&names.lock).arg(token);
+    let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
+    Ok(deleted == 1)
+}
+
+/// Runs a native lock command: its answer, or `None` when the server does not have it (or this
+/// user may not run it), after which `lose` makes the store use the script for good.
+async fn native<T: redis::FromRedisValue>(
+    l2: &L2,
+    names: &KeyNames,
+    context: &'static str,
+    command: redis::Cmd,
+    lose: fn(&Natives),
+) -> Result<Option<T>> {
+    let answer = l2
+        .run(context, Some(names), |mut c| async move {
+            match command.query_async::<T>(&mut c).await {
+                Ok(answer) => Ok(Some(answer)),
+                Err(e) if crate::wire::natives::is_unsupported(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await?;
+    if answer.is_none() {
+        lose(l2.natives());
+    }
+    Ok(answer)
+}
