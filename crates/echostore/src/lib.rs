@@ -193,10 +193,10 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/guide.md")]
 pub struct GuideDoctests;
 
-/// The wire protocol, for tools and tests that speak to Valkey beside EchoStore: a connection made
-/// as a store makes its own, every Lua script EchoStore runs, how it makes a lock token, and the
-/// envelope header's decoder. Not needed to use a cache; see
-/// `docs/lock-protocol.md` for each script's part in the protocol.
+/// The wire protocol, for tools that speak to Valkey beside EchoStore: a connection made as a
+/// store makes its own, the key names a table uses, how it makes a lock token and releases a lock
+/// (token-checked), and the envelope header's decoder. Not needed to use a cache; see
+/// `docs/lock-protocol.md` for the protocol, script by script.
 pub mod protocol {
     pub use crate::state::schemas::{schema_key_names, schemas_key};
     pub use crate::valkey::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
@@ -204,12 +204,59 @@ pub mod protocol {
     pub use crate::wire::connect::Connection;
     pub use crate::wire::key::{KeyNames, key_names, marks_key};
     pub use crate::wire::natives::{DELIFEQ_SINCE, NativeCommands, SET_IFEQ_SINCE};
-    pub use crate::wire::scripts::{
-        ACQUIRE_MANY_SCRIPT, ACQUIRE_OR_READ_SCRIPT, EXTEND_MANY_SCRIPT, EXTEND_SCRIPT,
-        FENCED_WRITE_SCRIPT, MARK_SCRIPT, MAX_CLOCK_SKEW_MS, POLL_MANY_SCRIPT, POLL_SCRIPT,
-        PUT_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, WRITE_MANY_SCRIPT,
-    };
+    pub use crate::wire::scripts::{MAX_CLOCK_SKEW_MS, RELEASE_SCRIPT};
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub use crate::wire::server_clock::offset_wall_clock;
+
+    /// The library's own scripts under their names, as copies of its constants.
+    macro_rules! scripts {
+        ({$($attrs:tt)*}) => {};
+        ({$($attrs:tt)*} $name:ident $(, $rest:ident)* $(,)?) => {
+            $($attrs)*
+            pub const $name: &str = crate::wire::scripts::$name;
+            scripts!({$($attrs)*} $($rest),*);
+        };
+    }
+
+    /// Every Lua script EchoStore runs, for tests that run one against a real Valkey beside it
+    /// (the `fault-injection` feature).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub mod scripts {
+        pub use crate::wire::scripts::RELEASE_SCRIPT;
+        scripts!({}
+            ACQUIRE_MANY_SCRIPT,
+            ACQUIRE_OR_READ_SCRIPT,
+            EXTEND_MANY_SCRIPT,
+            EXTEND_SCRIPT,
+            FENCED_WRITE_SCRIPT,
+            MARK_SCRIPT,
+            POLL_MANY_SCRIPT,
+            POLL_SCRIPT,
+            PUT_SCRIPT,
+            RENEW_SCRIPT,
+            WRITE_MANY_SCRIPT,
+        );
+    }
+
+    // The scripts once published here, kept for one release: they are the library's own, and a
+    // tool needs only the release (`RELEASE_SCRIPT`).
+    scripts!(
+        {
+            #[deprecated(since = "0.1.0", note = "the library's own script: no longer published")]
+            #[doc(hidden)]
+        }
+        ACQUIRE_MANY_SCRIPT,
+        ACQUIRE_OR_READ_SCRIPT,
+        EXTEND_MANY_SCRIPT,
+        EXTEND_SCRIPT,
+        FENCED_WRITE_SCRIPT,
+        MARK_SCRIPT,
+        POLL_MANY_SCRIPT,
+        POLL_SCRIPT,
+        PUT_SCRIPT,
+        RENEW_SCRIPT,
+        WRITE_MANY_SCRIPT,
+    );
 }

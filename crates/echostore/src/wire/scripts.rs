@@ -79,7 +79,7 @@ end
 }
 
 /// `SET lock NX PX` and a bounded read of the value, in one round trip. Returns `{won, value}`.
-pub const ACQUIRE_OR_READ_SCRIPT: &str = r#"
+pub(crate) const ACQUIRE_OR_READ_SCRIPT: &str = r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms, ARGV[3] = max bytes
 local won = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])
 local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[3])
@@ -89,7 +89,7 @@ return {0, value}
 "#;
 
 /// A loser's look: a bounded read of the value and whether the lock exists. Returns `{value, locked}`.
-pub const POLL_SCRIPT: &str = r#"
+pub(crate) const POLL_SCRIPT: &str = r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = max bytes
 local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[1])
 if type(value) == 'table' and value.err then value = false end -- another type: no value yet
@@ -97,7 +97,7 @@ return {value, redis.call('EXISTS', KEYS[2])}
 "#;
 
 /// The lease: push the lock's expiry out while it still holds this attempt's token. Returns 1 or 0.
-pub const EXTEND_SCRIPT: &str = r#"
+pub(crate) const EXTEND_SCRIPT: &str = r#"
 -- KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -109,7 +109,7 @@ return 0
 /// and release the lock: the winner's write and release in one round trip. Returns 1 (written,
 /// released), 0 (fenced out: not our lock, nothing done) or -1 (a newer value is stored:
 /// released, nothing written).
-pub const FENCED_WRITE_SCRIPT: &str = concat!(
+pub(crate) const FENCED_WRITE_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
@@ -131,7 +131,7 @@ return 1
 /// no value bytes sent) and its `PX`, and release the lock; `ARGV[3]` = `gone` deletes the copy
 /// instead. Returns 1 (renewed or deleted, released), 0 (fenced out: not our lock, nothing done)
 /// or -1 (the copy changed meanwhile: released, nothing written).
-pub const RENEW_SCRIPT: &str = concat!(
+pub(crate) const RENEW_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = the copy's written_at
@@ -160,7 +160,7 @@ return 1
 /// and lock pairs: `crate::state::schemas`) count as stored values too, and are dropped with their
 /// locks when the put lands. Returns `{1, now}` (written), `{0, now}` (superseded: a newer
 /// value is stored) or `{-2, now}` (too late: its caller has given up), with the server's time.
-pub const PUT_SCRIPT: &str = concat!(
+pub(crate) const PUT_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
 -- KEYS[1] = value key, KEYS[2] = lock key, KEYS[3..] = the other schemas' value and lock keys;
@@ -181,7 +181,7 @@ return {1, now}
 /// A batch's acquire-or-read: for each id, `SET lock NX PX` and a bounded read of the value, in
 /// one round trip (on a cluster, one per hash slot: the keys of one call share a slot). Returns
 /// `{won_1, value_1, won_2, value_2, …}`.
-pub const ACQUIRE_MANY_SCRIPT: &str = r#"
+pub(crate) const ACQUIRE_MANY_SCRIPT: &str = r#"
 -- KEYS = value_1, lock_1, value_2, lock_2, …; ARGV[1] = lock ttl ms, ARGV[2] = max bytes,
 -- ARGV[2 + i] = the token of id i
 local out = {}
@@ -197,7 +197,7 @@ return out
 
 /// A batch's losers' look, in one round trip (per hash slot on a cluster): for each id, a bounded
 /// read of the value and whether its lock exists. Returns `{value_1, locked_1, value_2, …}`.
-pub const POLL_MANY_SCRIPT: &str = r#"
+pub(crate) const POLL_MANY_SCRIPT: &str = r#"
 -- KEYS = value_1, lock_1, value_2, lock_2, …; ARGV[1] = max bytes
 local out = {}
 for i = 1, #KEYS / 2 do
@@ -211,7 +211,7 @@ return out
 
 /// A batch's lease, in one round trip (per hash slot on a cluster): push out the expiry of each
 /// lock that still holds its token. Returns one 1 (extended) or 0 (no longer ours) per lock.
-pub const EXTEND_MANY_SCRIPT: &str = r#"
+pub(crate) const EXTEND_MANY_SCRIPT: &str = r#"
 -- KEYS = lock_1, lock_2, …; ARGV[1] = lock ttl ms, ARGV[1 + i] = the token of lock i
 local out = {}
 for i = 1, #KEYS do
@@ -229,7 +229,7 @@ return out
 /// or a newer value is stored), then delete the lock. Returns one code per id: 1 (written), 2
 /// (released, nothing to write), 0 (not our lock: nothing done) or -1 (a newer value is stored:
 /// released, nothing written).
-pub const WRITE_MANY_SCRIPT: &str = concat!(
+pub(crate) const WRITE_MANY_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
 -- KEYS = value_1, lock_1, …; ARGV[3i - 2] = token, ARGV[3i - 1] = envelope ('' = release only),
@@ -273,7 +273,7 @@ return 0
 /// then a miss, which is more than they asked, never less, and the key stays bounded. Returns
 /// every mark above the generation the caller knew (`ARGV[2]`), its own included, as
 /// `member, score, …`: a mark another process set just before this one is taken in with it.
-pub const MARK_SCRIPT: &str = r#"
+pub(crate) const MARK_SCRIPT: &str = r#"
 -- KEYS[1] = the table's marks; ARGV[1] = how long a mark is kept, µs (0: until a clear),
 -- ARGV[2] = the latest generation the caller knows, ARGV[3] = the most marks kept,
 -- ARGV[4..] = the members to mark

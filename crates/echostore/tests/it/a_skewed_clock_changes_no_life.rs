@@ -14,7 +14,8 @@ use common::{
     store_on, table_on, valkey,
 };
 use echostore::Origin;
-use echostore::protocol::{PUT_SCRIPT, offset_wall_clock};
+use echostore::protocol::offset_wall_clock;
+use echostore::protocol::scripts::PUT_SCRIPT;
 
 const TTL: Duration = Duration::from_secs(60);
 /// Far more than a ttl and its stale window.

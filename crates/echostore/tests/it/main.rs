@@ -60,6 +60,7 @@ mod losers_never_load_on_valkey_errors;
 mod losers_wake_on_the_winners_write;
 mod metrics_read_what_stats_reads;
 mod misses_spread_over_sharded_owners;
+#[cfg(feature = "fault-injection")]
 mod newer_writes_win;
 mod on_a_cluster;
 mod one_source_read_per_expiry_across_stores;

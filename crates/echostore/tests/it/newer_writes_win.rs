@@ -12,7 +12,8 @@ use common::{
     Proxy, Source, envelope, exists, patient_store, raw, read_envelope, settled, unix_ms, until,
     until_async, valkey, valkey_table,
 };
-use echostore::protocol::{FENCED_WRITE_SCRIPT, MAX_CLOCK_SKEW_MS, PUT_SCRIPT};
+use echostore::protocol::MAX_CLOCK_SKEW_MS;
+use echostore::protocol::scripts::{FENCED_WRITE_SCRIPT, PUT_SCRIPT};
 use echostore::{Origin, Store, Table};
 use redis::AsyncCommands;
 
@@ -287,4 +288,15 @@ async fn a_put_held_past_its_timeout_never_lands() {
     );
     let stored = read_envelope::<String>(&mut conn, VALUE).await;
     assert_ne!(stored.map(|s| s.value).as_deref(), Some("late"));
+}
+
+/// The scripts once published under `protocol` keep their names, deprecated, for one release.
+#[test]
+#[allow(deprecated)]
+fn the_old_script_names_are_the_same_scripts() {
+    assert_eq!(echostore::protocol::PUT_SCRIPT, PUT_SCRIPT);
+    assert_eq!(
+        echostore::protocol::FENCED_WRITE_SCRIPT,
+        FENCED_WRITE_SCRIPT
+    );
 }
