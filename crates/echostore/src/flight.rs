@@ -4,7 +4,6 @@
 
 pub(crate) mod batch_fill;
 pub(crate) mod fill;
-pub(crate) mod flight_id;
 pub(crate) mod l2_write;
 pub(crate) mod load;
 pub(crate) mod losers;

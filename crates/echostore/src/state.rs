@@ -8,6 +8,7 @@ pub(crate) mod audit;
 pub(crate) mod board;
 pub(crate) mod budget;
 pub(crate) mod core;
+pub(crate) mod flight_id;
 pub(crate) mod l1;
 pub(crate) mod loser_policy;
 pub(crate) mod marks;

@@ -55,8 +55,8 @@ use ractor::RpcReplyPort;
 
 use crate::error::Result;
 use crate::fetched::Fetched;
-pub(crate) use crate::flight::flight_id::FlightId;
 use crate::state::board::{Answerer, Board, Cell};
+pub(crate) use crate::state::flight_id::FlightId;
 use id_state::{Current, IdState, Writes};
 
 /// Loads of one id that may run at once in one process: the current flight and those overtaken by
@@ -185,7 +185,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         let fid = FlightId::new(self.next);
         let flight = Flight::new(fid);
         let cell = flight.cell.take();
-        self.board.publish(id.clone(), &flight.cell);
+        self.board.publish(id.clone(), fid, &flight.cell);
         state.current = Current::Queued(flight);
         let miss = match state.try_launch() {
             Some(fid) => Miss::Launch(fid),
@@ -208,7 +208,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         self.next += 1;
         let fid = FlightId::new(self.next);
         let flight = Flight::new(fid);
-        self.board.publish(id.clone(), &flight.cell);
+        self.board.publish(id.clone(), fid, &flight.cell);
         state.current = Current::Loading(flight);
         Some(fid)
     }
@@ -273,10 +273,10 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                 }
             }
             None => {
+                // The board's mark stays until the owner has stored what this flight keeps
+                // ([`Flights::publish_detached`]): no read, and no flight on its own task, lands
+                // in L1 before that store.
                 let flight = state.remove_detached(fid)?;
-                if state.detached.is_empty() {
-                    self.board.detached(id, false);
-                }
                 Landed {
                     store: !flight.stale_read && !flight.overwritten && !flight.outrun,
                     fly_again: flight.replaced,
@@ -295,6 +295,15 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             self.ids.remove(id);
         }
         Some(landed)
+    }
+
+    /// Tells the board whether an overtaken flight of `id` still runs. The owner calls it once it
+    /// has done with a landing (stored what the flight keeps, answered its callers): until then
+    /// the board starts no read of the id and lands no flight of it on the flight's own task, so
+    /// neither stores in L1 before the landing that may be older.
+    pub(crate) fn publish_detached(&self, id: &K) {
+        let running = self.ids.get(id).is_some_and(|s| !s.detached.is_empty());
+        self.board.detached(id, running);
     }
 
     /// Flights running or queued, current and detached.

@@ -138,6 +138,7 @@ pub(crate) mod owner_ref;
 mod schema_lease;
 
 pub(crate) use batches::Gather;
+use landings::land_on_own_task;
 use launches::Start;
 pub(crate) use marked::poll_marks;
 pub(crate) use schema_lease::keep_schema;
@@ -313,7 +314,14 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         }
         let until = entry.fresh_until();
-        self.core.l1.insert(id.clone(), entry.refresh_asked());
+        // Under the board's lock, and only over the entry that drew the refresh: a flight that
+        // lands on its own task may have stored a newer one since the look above.
+        let (l1, drew) = (&self.core.l1, Arc::clone(&entry.value));
+        self.core.board.exclusive(|| {
+            if l1.get(&id).is_some_and(|e| Arc::ptr_eq(&e.value, &drew)) {
+                l1.insert(id.clone(), entry.refresh_asked());
+            }
+        });
         if let Some(flight) = self.flights.refresh(&id) {
             bump(&self.core.stats.counters.early_refreshes);
             let start = Start {

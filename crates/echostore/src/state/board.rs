@@ -50,6 +50,7 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::fetched::Fetched;
+use crate::state::flight_id::FlightId;
 
 /// What a flight's callers receive: its answer as its leader sees it, or `None` to fly again.
 pub(crate) type Answered<V> = Option<Result<Fetched<V>>>;
@@ -76,9 +77,10 @@ struct Lists<K, V> {
     running: HashMap<K, usize>,
 }
 
-/// What is listed for an id: the owner's current flight, or a caller's read.
+/// What is listed for an id: the owner's current flight (its cell, and which flight it is), or a
+/// caller's read.
 enum Listed<V> {
-    Flight(Arc<Cell<V>>),
+    Flight(Arc<Cell<V>>, FlightId),
     Read(ReadId),
 }
 
@@ -139,7 +141,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
         let enter = || {
             let mut lists = self.lists();
             match lists.listed.get(id) {
-                Some(Listed::Flight(cell)) => {
+                Some(Listed::Flight(cell, _)) => {
                     cell.joined.fetch_add(1, Relaxed);
                     return Entered::Joined(Arc::clone(cell));
                 }
@@ -218,7 +220,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
     pub(crate) fn overtake_reads(&self) {
         self.lists()
             .listed
-            .retain(|_, l| matches!(l, Listed::Flight(_)));
+            .retain(|_, l| matches!(l, Listed::Flight(..)));
     }
 
     /// A write of `id` is on its way to Valkey (`true`) or none is any more (`false`); a read
@@ -264,17 +266,46 @@ impl<K: Eq + Hash, V> Board<K, V> {
         }
     }
 
-    /// Lists `answerer`'s cell as the current flight of `id` (in place of a read: the flight's
-    /// answer is at least as new).
-    pub(crate) fn publish(&self, id: K, answerer: &Answerer<V>) {
-        let listed = Listed::Flight(Arc::clone(&answerer.0));
+    /// Lists `answerer`'s cell as the current flight of `id`, `flight` (in place of a read: the
+    /// flight's answer is at least as new).
+    pub(crate) fn publish(&self, id: K, flight: FlightId, answerer: &Answerer<V>) {
+        let listed = Listed::Flight(Arc::clone(&answerer.0), flight);
         self.lists().listed.insert(id, listed);
+    }
+
+    /// The flight `flight` of `id` landed with a value to answer: if it is still the id's current
+    /// flight, with no overtaken flight of the id running and no write of it on its way, `keep`
+    /// runs (the L1 insert) under the board's lock and the flight's cell is returned, for the
+    /// flight to answer on its own task. That is the landing the owner would make of it now: the
+    /// owner changes the board before it changes L1 (a write, a push, a flush, a mark), so a
+    /// change either comes after this (and undoes the entry as it would the owner's) or has
+    /// already withdrawn the flight (`None`: the owner lands it, as before).
+    pub(crate) fn land_current(
+        &self,
+        id: &K,
+        flight: FlightId,
+        keep: impl FnOnce(),
+    ) -> Option<Arc<Cell<V>>> {
+        let lists = self.lists();
+        let cell = match lists.listed.get(id) {
+            Some(Listed::Flight(cell, listed)) if *listed == flight => Arc::clone(cell),
+            _ => return None,
+        };
+        if lists.writing.contains(id)
+            || lists.detached.contains(id)
+            || lists.running.contains_key(id)
+        {
+            return None;
+        }
+        keep();
+        Some(cell)
     }
 
     /// Withdraws `answerer`'s cell from `id`, if it is the one listed.
     pub(crate) fn withdraw(&self, id: &K, answerer: &Answerer<V>) {
         let mut lists = self.lists();
-        if matches!(lists.listed.get(id), Some(Listed::Flight(c)) if Arc::ptr_eq(c, &answerer.0)) {
+        if matches!(lists.listed.get(id), Some(Listed::Flight(c, _)) if Arc::ptr_eq(c, &answerer.0))
+        {
             lists.listed.remove(id);
         }
     }
@@ -297,6 +328,13 @@ impl<K: Eq + Hash, V> Board<K, V> {
 }
 
 impl<V> Cell<V> {
+    /// Answers every caller who took the cell (the first answer stands), and wakes them.
+    pub(crate) fn answer(&self, answered: Answered<V>) {
+        if self.answer.set(answered).is_ok() {
+            self.woken.notify_waiters();
+        }
+    }
+
     /// The answer, once the flight gives it.
     pub(crate) async fn wait(&self) -> Answered<V> {
         loop {
@@ -335,9 +373,7 @@ impl<V> Answerer<V> {
 
     /// Answers every caller who took the cell (the first answer stands), and wakes them.
     pub(crate) fn answer(&self, answered: Answered<V>) {
-        if self.0.answer.set(answered).is_ok() {
-            self.0.woken.notify_waiters();
-        }
+        self.0.answer(answered);
     }
 }
 

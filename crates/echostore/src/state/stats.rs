@@ -281,7 +281,8 @@ counters! {
     }
     gauges {
         /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey
-        /// on its own task is not one).
+        /// on its own task is not one). A flight that answered its callers on its own task counts
+        /// until its owner has ended it, a moment after they have their answer.
         in_flight,
         /// Entries in L1 now (fresh or not yet evicted).
         l1_len,

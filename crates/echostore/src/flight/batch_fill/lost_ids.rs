@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::on_valkey;
 use super::{BatchFill, Member};
 use crate::error::{Error, Result};
-use crate::flight::flight_id::FlightId;
+use crate::state::flight_id::FlightId;
 use crate::state::loser_policy::Lost;
 use crate::state::stale::{Landing, Signal};
 use crate::state::stats::bump;

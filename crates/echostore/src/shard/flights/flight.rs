@@ -54,7 +54,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         // between waits for the load, as one who joins after the early answer does.
         let fresh = Answerer::new();
         if current {
-            board.publish(id.clone(), &fresh);
+            board.publish(id.clone(), fid, &fresh);
         }
         flight.answer(&Ok(answer));
         flight.cell = fresh;

@@ -366,6 +366,9 @@ fn an_overtaken_flight_holds_the_board_reads_of_its_id() {
     let enter = |board: &Board<u32, u32>| board.enter(&1, true, || 1);
     assert!(matches!(enter(&board), crate::state::board::Entered::Owner));
     map.land(&1, fid).expect("detached");
+    // Landed, but not yet stored by the owner: still no read.
+    assert!(matches!(enter(&board), crate::state::board::Entered::Owner));
+    map.publish_detached(&1);
     assert!(matches!(
         enter(&board),
         crate::state::board::Entered::Read(_)

@@ -94,12 +94,11 @@ fn launch<K: Key, V: Value>(core: &Arc<TableCore<K, V>>, mut started: Vec<Starte
     let span = tracing::info_span!("echostore.batch_fill", echostore.table = %core.name, echostore.ids = started.len());
     tokio::spawn(
         async move {
-            let report = ToOwners(
-                started
-                    .iter()
-                    .map(|(id, _, owner)| (id.clone(), owner.clone()))
-                    .collect(),
-            );
+            let owners = started.iter().map(|(id, _, o)| (id.clone(), o.clone()));
+            let report = ToOwners {
+                owners: owners.collect(),
+                core: Arc::clone(&core),
+            };
             let ids: Vec<(K, FlightId)> = started
                 .into_iter()
                 .map(|(id, flight, _)| (id, flight))
@@ -122,13 +121,16 @@ fn launch<K: Key, V: Value>(core: &Arc<TableCore<K, V>>, mut started: Vec<Starte
 }
 
 /// A batch's landings and signals, each cast to the owner of its id's flight, as its single
-/// flights' are.
-struct ToOwners<K: Key, V: Value>(HashMap<K, ActorRef<OwnerMsg<K, V>>>);
+/// flights' are (each landing made on the batch's task first, if it may be).
+struct ToOwners<K: Key, V: Value> {
+    owners: HashMap<K, ActorRef<OwnerMsg<K, V>>>,
+    core: Arc<TableCore<K, V>>,
+}
 
 impl<K: Key, V: Value> ToOwners<K, V> {
     fn cast(&self, id: &K, message: OwnerMsg<K, V>) {
         // If the owner is gone, its waiters were already answered `Stopped`.
-        if let Some(owner) = self.0.get(id) {
+        if let Some(owner) = self.owners.get(id) {
             let _ = owner.cast(message);
         }
     }
@@ -136,6 +138,7 @@ impl<K: Key, V: Value> ToOwners<K, V> {
 
 impl<K: Key, V: Value> Report<K, V> for ToOwners<K, V> {
     fn landed(&self, id: K, flight: FlightId, outcome: Result<Landing<V>>) {
+        let outcome = land_on_own_task(&self.core, &id, flight, outcome);
         let key = id.clone();
         let landed = OwnerMsg::Landed {
             id,

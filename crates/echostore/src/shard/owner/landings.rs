@@ -1,12 +1,68 @@
-//! How the owner takes a flight's landing: what enters L1, what its callers are answered, when
-//! they fly again instead (the flight changed nothing they may take).
+//! How a flight lands: on its own task when it is still its id's current flight (its entry into
+//! L1 and its answer, under the board's lock, with no hop through the owner), else through the
+//! owner: what enters L1, what its callers are answered, when they fly again instead (the flight
+//! changed nothing they may take). Either way the owner ends the flight and launches the one
+//! queued behind it.
 
 use super::*;
 
+/// Lands `flight` of `id` on its own task if it filled a value L1 keeps and the board says it
+/// may: still the id's current flight, no overtaken flight of the id running, no write of it on
+/// its way. That is the landing
+/// the owner would make of it at that instant (a current flight stores what it may keep and
+/// answers what it read), and the owner changes the board before L1, so every later change of
+/// the id undoes the entry as it would the owner's. [`Landing::Answered`] is then what is left for
+/// the owner; any other outcome is returned untouched, for the owner to land.
+pub(super) fn land_on_own_task<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    id: &K,
+    flight: FlightId,
+    outcome: Result<Landing<V>>,
+) -> Result<Landing<V>> {
+    // Only a value L1 keeps: a caller who joins the flight after its answer then takes what an
+    // L1 hit would give it. An answer L1 keeps nowhere (a default, a stale copy) is the owner's
+    // to land, so that no later miss joins it.
+    let Ok(Landing::Filled(mut filled)) = outcome else {
+        return outcome;
+    };
+    if filled.keep.is_none() {
+        return Ok(Landing::Filled(filled));
+    }
+    let (mut keep, fingerprint) = (filled.keep.take(), filled.fingerprint);
+    let landed = core.board.land_current(id, flight, || {
+        if let Some(entry) = keep.take() {
+            core.keep(id.clone(), entry, fingerprint);
+        }
+    });
+    match landed {
+        Some(cell) => {
+            cell.answer(Some(Ok(filled.fetched)));
+            Ok(Landing::Answered)
+        }
+        None => {
+            filled.keep = keep;
+            Ok(Landing::Filled(filled))
+        }
+    }
+}
+
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// A flight finished: store what it may keep, answer its callers (or send them to fly
-    /// again), and launch the flight queued behind it.
+    /// again), and launch the flight queued behind it; then the board hears whether an overtaken
+    /// flight of the id still runs (not before: nothing else lands in L1 before this landing).
     pub(super) fn landed(
+        &mut self,
+        myself: &ActorRef<OwnerMsg<K, V>>,
+        id: &K,
+        flight: FlightId,
+        refresh: bool,
+        outcome: Result<Landing<V>>,
+    ) {
+        self.land(myself, id, flight, refresh, outcome);
+        self.flights.publish_detached(id);
+    }
+
+    fn land(
         &mut self,
         myself: &ActorRef<OwnerMsg<K, V>>,
         id: &K,
@@ -22,6 +78,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         };
         self.publish_in_flight();
         let answer = match outcome {
+            // Stored and answered on its own task: only the flight queued behind it is left.
+            Ok(Landing::Answered) => return self.launch_next(myself, id, landed),
             // Another process is rebuilding the id: callers who joined (their copy expired
             // meanwhile) fly again, and a new flight waits for that process's value.
             Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),
@@ -55,6 +113,11 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             "flight landed"
         );
         landed.flight.answer(&answer);
+        self.launch_next(myself, id, landed);
+    }
+
+    /// The flight queued behind a landed one launches, if one may.
+    fn launch_next(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: &K, landed: Landed<V>) {
         if let Some(queued) = landed.launch {
             self.launch_queued(myself, id.clone(), queued);
         }

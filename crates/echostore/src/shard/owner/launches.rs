@@ -58,41 +58,45 @@ pub(super) fn spawn_fill<K: Key, V: Value>(
         echostore.origin = tracing::field::Empty,
         echostore.load_ms = tracing::field::Empty,
     );
-    tokio::spawn(
-        async move {
-            let signals = {
-                let (owner, id) = (owner.clone(), id.clone());
-                move |signal| {
-                    let id = id.clone();
-                    let _ = owner.cast(match signal {
-                        Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
-                        Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
-                        Signal::Reading => OwnerMsg::Reading { id, flight },
-                    });
-                }
-            };
-            let fill = Fill::new(&core, &id, &signals)
-                .losing_by(losers)
-                .after_read(read);
-            let fill = match refreshing {
-                Some(until) => fill.refreshing(until),
-                None => fill,
-            };
+    tokio::spawn(async move {
+        let signals = {
+            let (owner, id) = (owner.clone(), id.clone());
+            move |signal| {
+                let id = id.clone();
+                let _ = owner.cast(match signal {
+                    Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
+                    Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+                    Signal::Reading => OwnerMsg::Reading { id, flight },
+                });
+            }
+        };
+        let fill = Fill::new(&core, &id, &signals)
+            .losing_by(losers)
+            .after_read(read);
+        let fill = match refreshing {
+            Some(until) => fill.refreshing(until),
+            None => fill,
+        };
+        // The span ends before the answer: whoever has it finds the fill's trace complete.
+        let outcome = async {
             let outcome = AssertUnwindSafe(fill.run())
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err(Error::LoaderPanicked("the fill panicked".into())));
             crate::spans::record("echostore.origin", landed_as(&outcome));
-            // If the owner is gone, its waiters were already answered `Stopped`.
-            let _ = owner.cast(OwnerMsg::Landed {
-                id,
-                flight,
-                refresh: refreshing.is_some(),
-                outcome,
-            });
+            outcome
         }
-        .instrument(span),
-    );
+        .instrument(span)
+        .await;
+        let outcome = land_on_own_task(&core, &id, flight, outcome);
+        // If the owner is gone, its waiters were already answered `Stopped`.
+        let _ = owner.cast(OwnerMsg::Landed {
+            id,
+            flight,
+            refresh: refreshing.is_some(),
+            outcome,
+        });
+    });
 }
 
 /// What a fill landed as, for its span's `echostore.origin`.
@@ -100,6 +104,7 @@ fn landed_as<V>(outcome: &Result<Landing<V>>) -> &'static str {
     match outcome {
         Ok(Landing::Filled(filled)) => filled.fetched.origin.as_str(),
         Ok(Landing::Skipped) => "skipped",
+        Ok(Landing::Answered) => "answered",
         Err(_) => "error",
     }
 }

@@ -8,7 +8,7 @@ async fn joiners_get_the_one_answer() {
     let board = Board::<u64, u64>::new();
     let answerer = Answerer::new();
     assert!(board.join(&1).is_none());
-    board.publish(1, &answerer);
+    board.publish(1, FlightId::new(1), &answerer);
     let early = board.join(&1).expect("published");
     let waiting = tokio::spawn(async move { early.wait().await });
     let value = Arc::new(7);
@@ -32,8 +32,8 @@ async fn joiners_get_the_one_answer() {
 fn withdraw_removes_only_its_own_cell() {
     let board = Board::<u64, u64>::new();
     let (old, new) = (Answerer::new(), Answerer::new());
-    board.publish(1, &old);
-    board.publish(1, &new);
+    board.publish(1, FlightId::new(1), &old);
+    board.publish(1, FlightId::new(1), &new);
     board.withdraw(&1, &old);
     assert_eq!(board.len(), 1);
     board.withdraw(&1, &new);
@@ -72,14 +72,14 @@ fn reads_are_listed_settled_and_withdrawn() {
     assert_eq!(board.len(), 0, "given up");
 
     let flight = Answerer::new();
-    board.publish(3, &flight);
+    board.publish(3, FlightId::new(3), &flight);
     assert!(matches!(board.enter(&6, true, || 6), Entered::Read(_)));
     board.overtake_reads();
     assert_eq!(board.len(), 1, "the flight stays; the read of 6 went");
     let Entered::Read(read) = board.enter(&4, true, || 4) else {
         panic!("a read");
     };
-    board.publish(4, &flight);
+    board.publish(4, FlightId::new(4), &flight);
     assert!(!board.settle(&4, read, || panic!("replaced by a flight")));
     board.withdraw_read(&4, read);
     assert!(
@@ -97,7 +97,7 @@ fn reads_are_listed_settled_and_withdrawn() {
 async fn a_dropped_answerer_answers_stopped() {
     let board = Board::<u64, u64>::new();
     let answerer = Answerer::new();
-    board.publish(1, &answerer);
+    board.publish(1, FlightId::new(1), &answerer);
     let cell = board.join(&1).expect("published");
     drop(answerer);
     assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
@@ -108,8 +108,8 @@ async fn a_dropped_answerer_answers_stopped() {
 fn a_clear_leaves_other_shards_ids() {
     let board = Board::<u64, u64>::new();
     let (mine, theirs) = (Answerer::new(), Answerer::new());
-    board.publish(1, &mine);
-    board.publish(2, &theirs);
+    board.publish(1, FlightId::new(1), &mine);
+    board.publish(2, FlightId::new(2), &theirs);
     board.clear(|id| *id == 1);
     assert!(board.join(&1).is_none(), "this shard's flight withdrawn");
     assert!(
@@ -140,4 +140,49 @@ async fn running_writes_outlive_a_clear() {
     landed.await.expect("landed once both are gone");
     assert!(board.running_writes().is_empty());
     assert!(matches!(board.enter(&1, true, || 1), Entered::Read(_)));
+}
+
+/// A flight lands on its own task only while it is its id's current flight and nothing else of
+/// the id is in motion: then its store runs under the board's lock and it answers the cell its
+/// callers joined; otherwise nothing runs and the owner lands it.
+#[tokio::test]
+async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
+    let board = Board::<u64, u64>::new();
+    let (first, second) = (FlightId::new(1), FlightId::new(2));
+    let answerer = Answerer::new();
+    board.publish(1, first, &answerer);
+    let joined = board.join(&1).expect("published");
+    let mut stored = 0;
+    assert!(
+        board.land_current(&1, second, || stored += 1).is_none(),
+        "another flight landed"
+    );
+    for (mark, clear) in [
+        (
+            Board::writing as fn(&Board<u64, u64>, &u64, bool),
+            "a write on its way",
+        ),
+        (Board::detached, "an overtaken flight running"),
+    ] {
+        mark(&board, &1, true);
+        assert!(
+            board.land_current(&1, first, || stored += 1).is_none(),
+            "{clear}"
+        );
+        mark(&board, &1, false);
+    }
+    assert_eq!(stored, 0, "a refused landing stored");
+    let cell = board
+        .land_current(&1, first, || stored += 1)
+        .expect("current and alone");
+    assert_eq!(stored, 1);
+    cell.answer(Some(Ok(Fetched::new(Arc::new(7), Origin::Loaded))));
+    let fetched = joined.wait().await.expect("an answer").expect("ok");
+    assert_eq!(*fetched.value, 7);
+    board.withdraw(&1, &answerer);
+    assert!(
+        board.land_current(&1, first, || stored += 1).is_none(),
+        "withdrawn"
+    );
+    assert_eq!(stored, 1);
 }
