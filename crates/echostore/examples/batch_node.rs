@@ -58,6 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     support::check_in(&mut conn, &format!("batch:{run}:ready"), nodes).await?;
     let found = table.get_many(first..=last).await?;
     let right = (first..=last).all(|id| found.get(&id).is_some_and(|v| **v == format!("row {id}")));
+    support::settled(&table).await;
     let mut line = serde_json::to_value(table.stats())?;
     line["found"] = serde_json::json!(found.len());
     line["all_right"] = serde_json::json!(right);

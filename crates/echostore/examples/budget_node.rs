@@ -96,6 +96,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     served += read_all(&table, keys).await;
+    support::settled(&table).await;
     let mut line = serde_json::to_value(table.stats())?;
     line["served"] = serde_json::json!(served);
     println!("{line}");

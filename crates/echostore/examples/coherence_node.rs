@@ -102,6 +102,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 json!({ "ok": true })
             }
             ["stats"] => {
+                // A flight answers on its own task; its owner ends it a moment later.
+                while table.stats().in_flight > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
                 let mut stats = serde_json::to_value(table.stats())?;
                 stats["invalidations"] = json!(table.stats().invalidations - base);
                 stats

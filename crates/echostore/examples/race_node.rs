@@ -83,6 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => serde_json::Value::Null,
     };
+    support::settled(&table).await;
     let mut line = serde_json::to_value(table.stats())?;
     line["answers"] = serde_json::json!(answers);
     line["again"] = again;

@@ -58,3 +58,11 @@ pub(crate) async fn herd(
     }
     Ok(answers)
 }
+
+/// Waits until `table` has no flight left: a flight answers its callers on its own task and its
+/// owner ends it a moment later, so a node settles before it prints its counters.
+pub(crate) async fn settled<K: echostore::Key, V: echostore::Value>(table: &Table<K, V>) {
+    while table.stats().in_flight > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
