@@ -4,10 +4,11 @@
 //! The owner serialises everything that must be ordered per id of its shard — misses, puts, invalidations and
 //! the flights' landings — and never awaits I/O or the loader. It asks the flights map
 //! ([`crate::shard::flights`], where the per-id ordering rule lives) what each event means, and does it:
-//! a flight runs as a spawned task that reports back with [`OwnerMsg::Landed`]; a Valkey write runs
-//! as a spawned task that reports back with [`OwnerMsg::Written`].
+//! a flight runs as a spawned task that reports back with [`OwnerMsg::Landed`] (having stored and
+//! answered on its own task already when it was still current and alone, as the board tells it);
+//! a Valkey write runs as a spawned task that reports back with [`OwnerMsg::Written`].
 //!
-//! L1 follows what reached Valkey (writes and coherence pushes: `owner/writes.rs`; a flight's
+//! L1 follows what reached Valkey (writes and coherence pushes: `owner/ordered_writes.rs`; a flight's
 //! landing, and its callers flying again: `owner/landings.rs`; clears and tag invalidations:
 //! `owner/marked.rs`); an early
 //! refresh is a flight with no caller; with tracking down, see [`TableCore::keepable`].

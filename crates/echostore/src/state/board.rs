@@ -24,6 +24,13 @@
 //! So the marks outlive it, no read of those ids starts until they land, and the restarted owner
 //! queues its flights and writes of them behind them ([`Board::landed`]).
 //!
+//! A current flight that filled a value L1 keeps **lands here**, on its own task
+//! ([`Board::land_current`]): under the board's lock, while it is still listed and no write and
+//! no overtaken flight of its id is in motion, it stores into L1 and answers its cell, which is
+//! what the owner would do with it at that instant; the owner only ends it afterwards. Every
+//! change the owner makes to an id reaches the board before L1, so it is ordered before or after
+//! that landing as a whole.
+//!
 //! A flight's [`Cell`] is the one thing its callers wait on, however they came to it: the caller
 //! whose miss started it (the owner hands it the cell, as its *leader*), the callers who joined
 //! through the owner's mailbox, and those who joined here. Joining through the board is the same
@@ -279,7 +286,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
     /// flight to answer on its own task. That is the landing the owner would make of it now: the
     /// owner changes the board before it changes L1 (a write, a push, a flush, a mark), so a
     /// change either comes after this (and undoes the entry as it would the owner's) or has
-    /// already withdrawn the flight (`None`: the owner lands it, as before).
+    /// already withdrawn the flight (`None`: the owner lands it).
     pub(crate) fn land_current(
         &self,
         id: &K,

@@ -1,5 +1,6 @@
 //! How the owner starts a flight: as a task of its own that runs the fill (`crate::flight::fill`),
-//! signals the owner on the way, and reports its landing; the owner goes on serving meanwhile.
+//! signals the owner on the way, lands on its own task when it may (`landings::land_on_own_task`)
+//! and reports its landing; the owner goes on serving meanwhile.
 
 use super::*;
 
@@ -37,7 +38,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 }
 
 /// Runs the fill of `owner`'s flight `flight` of `id` as a task of its own, which signals `owner`
-/// on the way and reports its landing to it.
+/// on the way, answers its callers itself when it may, and reports its landing to it.
 pub(super) fn spawn_fill<K: Key, V: Value>(
     core: Arc<TableCore<K, V>>,
     owner: ActorRef<OwnerMsg<K, V>>,
