@@ -36,8 +36,8 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
     });
     match landed {
         Some(cell) => {
-            cell.answer(Some(Ok(filled.fetched)));
-            Ok(Landing::Answered)
+            cell.answer(Some(Ok(filled.fetched.clone())));
+            Ok(Landing::Answered(filled.fetched))
         }
         None => {
             filled.keep = keep;
@@ -78,8 +78,12 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         };
         self.publish_in_flight();
         let answer = match outcome {
-            // Stored and answered on its own task: only the flight queued behind it is left.
-            Ok(Landing::Answered) => return self.launch_next(myself, id, landed),
+            // Stored and answered on its own task. The same answer goes to the cell an early
+            // answer (a soft timeout's, still in the mailbox then) may have listed since.
+            Ok(Landing::Answered(answer)) => {
+                landed.flight.answer(&Ok(answer));
+                return self.launch_next(myself, id, landed);
+            }
             // Another process is rebuilding the id: callers who joined (their copy expired
             // meanwhile) fly again, and a new flight waits for that process's value.
             Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),
