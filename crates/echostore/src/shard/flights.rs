@@ -46,6 +46,12 @@
 //! and a write, a push or a flush withdraws the reads that callers listed. A new owner inherits
 //! the writes its crashed predecessor left running ([`Flights::inherit_write`]): they stay at the
 //! head of their ids' queues until they land.
+//!
+//! A current flight with nothing else of its id in motion may land on its own task, through the
+//! board (`crate::shard::owner::landings`): that is the landing [`Flights::land`] would give it
+//! (`store`, no overtaking), made at once. So the board's mark of an id's overtaken flights
+//! clears only once the owner has stored what the last of them keeps
+//! ([`Flights::publish_detached`]), not when [`Flights::land`] removes it.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
