@@ -96,6 +96,8 @@ async fn a_restarted_owner_keeps_nothing_of_the_dead_ones_l1() {
         t.fetch(&Touchy(1, 0)).await.expect("read").origin,
         Origin::L1
     );
+    // The reads' flights answered on their own tasks: the count below is of the next one only.
+    common::settled(&t).await;
     source.hold();
     let first = on_task(&t, |t| async move { t.get(&Touchy(POISON, 1)).await });
     common::until_stats(&t, "the poisoned flight runs", |s| s.in_flight == 1).await;

@@ -192,6 +192,7 @@ async fn a_restarted_owner_waits_for_the_dead_ones_writes() {
 
     // A read of the id while v1 is held: it waits for v1 (a queued flight), or, as before the
     // fix, reads v0 (the value moved: `ASK`) and keeps it.
+    common::settled(&t).await; // the count below is of the next flight only
     let l2_hits = t.stats().l2_hits;
     let read = tokio::spawn({
         let (t, id) = (t.clone(), id.clone());
