@@ -282,8 +282,8 @@ impl<K: Eq + Hash, V> Board<K, V> {
 
     /// The flight `flight` of `id` landed with a value to answer: if it is still the id's current
     /// flight, with no overtaken flight of the id running and no write of it on its way, `keep`
-    /// runs (the L1 insert) under the board's lock and the flight's cell is returned, for the
-    /// flight to answer on its own task. That is the landing the owner would make of it now: the
+    /// runs (the L1 insert) under the board's lock, the flight is no longer listed, and its cell
+    /// is returned, for the flight to answer on its own task. That is the landing the owner would make of it now: the
     /// owner changes the board before it changes L1 (a write, a push, a flush, a mark), so a
     /// change either comes after this (and undoes the entry as it would the owner's) or has
     /// already withdrawn the flight (`None`: the owner lands it).
@@ -293,7 +293,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
         flight: FlightId,
         keep: impl FnOnce(),
     ) -> Option<Arc<Cell<V>>> {
-        let lists = self.lists();
+        let mut lists = self.lists();
         let cell = match lists.listed.get(id) {
             Some(Listed::Flight(cell, listed)) if *listed == flight => Arc::clone(cell),
             _ => return None,
@@ -305,6 +305,9 @@ impl<K: Eq + Hash, V> Board<K, V> {
             return None;
         }
         keep();
+        // Landed: a miss from now on reads L1 or Valkey, as after the owner's landing, rather
+        // than join an answer it did not wait for.
+        lists.listed.remove(id);
         Some(cell)
     }
 

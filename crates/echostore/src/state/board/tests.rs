@@ -176,6 +176,10 @@ async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
         .land_current(&1, first, || stored += 1)
         .expect("current and alone");
     assert_eq!(stored, 1);
+    assert!(
+        board.join(&1).is_none(),
+        "a landed flight is no longer joined"
+    );
     cell.answer(Some(Ok(Fetched::new(Arc::new(7), Origin::Loaded))));
     let fetched = joined.wait().await.expect("an answer").expect("ok");
     assert_eq!(*fetched.value, 7);
