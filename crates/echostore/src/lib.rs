@@ -209,44 +209,27 @@ pub mod protocol {
     #[doc(hidden)]
     pub use crate::wire::server_clock::offset_wall_clock;
 
-    /// The library's own scripts under their names, as copies of its constants.
-    macro_rules! scripts {
-        ({$($attrs:tt)*}) => {};
-        ({$($attrs:tt)*} $name:ident $(, $rest:ident)* $(,)?) => {
-            $($attrs)*
-            pub const $name: &str = crate::wire::scripts::$name;
-            scripts!({$($attrs)*} $($rest),*);
+    /// The library's own scripts, named once: every one for the tests that run one against a
+    /// real Valkey beside it (`protocol::scripts`, the `fault-injection` feature), and under
+    /// `protocol` itself the names once published there, deprecated for one release (a tool needs
+    /// only the release, `RELEASE_SCRIPT`).
+    macro_rules! library_scripts {
+        ($($name:ident),* $(,)?) => {
+            /// Every Lua script EchoStore runs, for tests that run one against a real Valkey.
+            #[cfg(feature = "fault-injection")]
+            #[doc(hidden)]
+            pub mod scripts {
+                pub use crate::wire::scripts::RELEASE_SCRIPT;
+                $(pub const $name: &str = crate::wire::scripts::$name;)*
+            }
+            $(
+                #[deprecated(since = "0.1.0", note = "the library's own script: no longer published")]
+                #[doc(hidden)]
+                pub const $name: &str = crate::wire::scripts::$name;
+            )*
         };
     }
-
-    /// Every Lua script EchoStore runs, for tests that run one against a real Valkey beside it
-    /// (the `fault-injection` feature).
-    #[cfg(feature = "fault-injection")]
-    #[doc(hidden)]
-    pub mod scripts {
-        pub use crate::wire::scripts::RELEASE_SCRIPT;
-        scripts!({}
-            ACQUIRE_MANY_SCRIPT,
-            ACQUIRE_OR_READ_SCRIPT,
-            EXTEND_MANY_SCRIPT,
-            EXTEND_SCRIPT,
-            FENCED_WRITE_SCRIPT,
-            MARK_SCRIPT,
-            POLL_MANY_SCRIPT,
-            POLL_SCRIPT,
-            PUT_SCRIPT,
-            RENEW_SCRIPT,
-            WRITE_MANY_SCRIPT,
-        );
-    }
-
-    // The scripts once published here, kept for one release: they are the library's own, and a
-    // tool needs only the release (`RELEASE_SCRIPT`).
-    scripts!(
-        {
-            #[deprecated(since = "0.1.0", note = "the library's own script: no longer published")]
-            #[doc(hidden)]
-        }
+    library_scripts!(
         ACQUIRE_MANY_SCRIPT,
         ACQUIRE_OR_READ_SCRIPT,
         EXTEND_MANY_SCRIPT,

@@ -370,6 +370,11 @@ impl<V> Answerer<V> {
         }))
     }
 
+    /// Whether the cell has its answer.
+    pub(crate) fn answered(&self) -> bool {
+        self.0.answer.get().is_some()
+    }
+
     /// Callers who took the cell so far.
     pub(crate) fn joined(&self) -> usize {
         self.0.joined.load(Relaxed)

@@ -58,9 +58,9 @@ pub(crate) enum Landing<V> {
     /// its write reaches this process through coherence. Callers who joined it fly again.
     Skipped,
     /// Landed on the flight's own task: it was still the id's current flight, so its entry is in
-    /// L1 and its callers have this answer (`crate::shard::owner::landings::land_on_own_task`);
-    /// the owner ends it, answering the same to a cell an early answer listed meanwhile.
-    Answered(Fetched<V>),
+    /// L1 and its callers have their answer (`crate::shard::owner::landings::land_on_own_task`);
+    /// the owner only ends it.
+    Answered,
 }
 
 impl<V> Landing<V> {

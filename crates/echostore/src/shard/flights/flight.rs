@@ -47,7 +47,9 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         } else {
             state.detached_mut(fid)
         };
-        let Some(flight) = flight else {
+        // Its final answer already given (it landed on its own task while this early one was on
+        // its way): nothing is left to answer early, and no fresh cell may outlive the flight.
+        let Some(flight) = flight.filter(|f| !f.cell.answered()) else {
             return;
         };
         // The fresh cell is listed before the old one is answered, so that a caller joining in

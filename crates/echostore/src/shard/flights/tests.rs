@@ -287,6 +287,32 @@ fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
     assert_eq!(*last.expect("some").expect("ok").value, 2);
 }
 
+/// An early answer that reaches the owner after the flight landed on its own task changes
+/// nothing: its callers keep the landed answer, no fresh cell is listed, and ending the flight
+/// answers nobody `Stopped`.
+#[test]
+fn an_early_answer_after_a_landing_on_the_flights_task_is_moot() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let (miss, lead) = map.miss(&1);
+    let fid = launched(miss);
+    let cell = board
+        .land_current(&1, fid, || ())
+        .expect("current and alone");
+    cell.answer(Some(Ok(Fetched::new(Arc::new(2), Origin::Loaded))));
+    map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
+    assert!(
+        board.join(&1).is_none(),
+        "an early answer listed a fresh cell"
+    );
+    drop(map.land(&1, fid).expect("ours"));
+    let answer = answered(&lead)
+        .expect("answered")
+        .expect("some")
+        .expect("ok");
+    assert_eq!((*answer.value, answer.origin), (2, Origin::Loaded));
+}
+
 /// A flight that changed nothing tells its callers to fly again; one dropped with the owner
 /// answers `Stopped`.
 #[test]

@@ -29,15 +29,19 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
         return Ok(Landing::Filled(filled));
     }
     let (mut keep, fingerprint) = (filled.keep.take(), filled.fingerprint);
-    let landed = core.board.land_current(id, flight, || {
-        if let Some(entry) = keep.take() {
-            core.keep(id.clone(), entry, fingerprint);
-        }
-    });
-    match landed {
+    // A key whose `Hash` or `Eq` panics is left to the owner, which meets the same panic in its
+    // flights map, crashes and answers the callers `Stopped`; this task must not die unreported.
+    let landed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        core.board.land_current(id, flight, || {
+            if let Some(entry) = keep.take() {
+                core.keep(id.clone(), entry, fingerprint);
+            }
+        })
+    }));
+    match landed.ok().flatten() {
         Some(cell) => {
-            cell.answer(Some(Ok(filled.fetched.clone())));
-            Ok(Landing::Answered(filled.fetched))
+            cell.answer(Some(Ok(filled.fetched)));
+            Ok(Landing::Answered)
         }
         None => {
             filled.keep = keep;
@@ -78,12 +82,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         };
         self.publish_in_flight();
         let answer = match outcome {
-            // Stored and answered on its own task. The same answer goes to the cell an early
-            // answer (a soft timeout's, still in the mailbox then) may have listed since.
-            Ok(Landing::Answered(answer)) => {
-                landed.flight.answer(&Ok(answer));
-                return self.launch_next(myself, id, landed);
-            }
+            // Stored and answered on its own task: only the flight queued behind it is left.
+            Ok(Landing::Answered) => return self.launch_next(myself, id, landed),
             // Another process is rebuilding the id: callers who joined (their copy expired
             // meanwhile) fly again, and a new flight waits for that process's value.
             Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),

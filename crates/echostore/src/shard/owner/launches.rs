@@ -105,7 +105,7 @@ fn landed_as<V>(outcome: &Result<Landing<V>>) -> &'static str {
     match outcome {
         Ok(Landing::Filled(filled)) => filled.fetched.origin.as_str(),
         Ok(Landing::Skipped) => "skipped",
-        Ok(Landing::Answered(_)) => "answered",
+        Ok(Landing::Answered) => "answered",
         Err(_) => "error",
     }
 }
