@@ -315,12 +315,15 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         }
         let until = entry.fresh_until();
-        // Under the board's lock, and only over the entry that drew the refresh: a flight that
-        // lands on its own task may have stored a newer one since the look above.
-        let (l1, drew) = (&self.core.l1, Arc::clone(&entry.value));
+        // Under the board's lock, and only over the entry that drew the refresh, as it is now: a
+        // flight that lands on its own task may have stored a newer one since the look above,
+        // and a cap (`TableCore::cap_l1`) may have shortened its life.
+        let (l1, drew) = (&self.core.l1, entry.value);
         self.core.board.exclusive(|| {
-            if l1.get(&id).is_some_and(|e| Arc::ptr_eq(&e.value, &drew)) {
-                l1.insert(id.clone(), entry.refresh_asked());
+            if let Some(now) = l1.get(&id)
+                && Arc::ptr_eq(&now.value, &drew)
+            {
+                l1.insert(id.clone(), now.refresh_asked());
             }
         });
         if let Some(flight) = self.flights.refresh(&id) {

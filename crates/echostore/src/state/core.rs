@@ -390,10 +390,16 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
     /// Coherence is lost, and was last known good at `since`: every entry of L1 is kept for at
     /// most the unconfirmed life from then (a push missed since is at most that old when its
     /// entry goes), and none waiting for key tracking's confirmation will get it.
+    ///
+    /// Under the board's lock: a read's settle, a flight's landing on its own task, an early
+    /// refresh's mark and a confirmation (which restores an entry's full life) each come wholly
+    /// before the cap or after it, never astride.
     pub(crate) fn cap_l1(&self, since: std::time::Instant) {
-        self.unconfirmed.clear();
-        let left = self.unconfirmed_l1_life.saturating_sub(since.elapsed());
-        self.l1.cap(left);
+        self.board.exclusive(|| {
+            self.unconfirmed.clear();
+            let left = self.unconfirmed_l1_life.saturating_sub(since.elapsed());
+            self.l1.cap(left);
+        });
     }
 
     /// Whether anything of this table is held here (entries in L1, flights): what a flush drops.

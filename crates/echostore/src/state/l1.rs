@@ -244,13 +244,33 @@ where
     }
 
     fn cap(&self, life: std::time::Duration) {
-        for (id, entry) in self.0.iter() {
-            self.0.insert(id, entry.capped(life));
-        }
+        cap_each(&self.0, |entry| *entry = entry.clone().capped(life));
     }
 
     fn len(&self) -> u64 {
         self.0.len() as u64
+    }
+}
+
+/// Changes each entry of `cache` with `cap`, in place under its shard's lock. Inserting a changed
+/// copy of what a pass looked at instead would undo a write of the id made in between (an owner's,
+/// or a flight's landing on its own task, while the pass runs on another task): L1 would go back.
+pub(crate) fn cap_each<K, T, W, L>(
+    cache: &quick_cache::sync::Cache<K, T, W, quick_cache::DefaultHashBuilder, L>,
+    cap: impl Fn(&mut T),
+) where
+    K: Eq + Hash + Clone,
+    T: Clone,
+    W: quick_cache::Weighter<K, T> + Clone,
+    L: quick_cache::Lifecycle<K, T> + Clone,
+{
+    for (id, _) in cache.iter() {
+        // An entry gone since the pass saw it stays gone (the guard of a vacant slot is dropped
+        // unused); L1 takes no placeholders, so none is waited for.
+        let _ = cache.entry(&id, Some(Duration::ZERO), |_, entry| {
+            cap(entry);
+            quick_cache::sync::EntryAction::Retain(())
+        });
     }
 }
 
@@ -328,9 +348,15 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
         }
     }
 
+    /// moka cannot change an entry in place against its plain inserts and removals, so each
+    /// entry the cap would shorten is dropped instead: a removal can only cost a miss, where
+    /// inserting the copy looked at could undo a write made meanwhile.
     fn cap(&self, life: std::time::Duration) {
+        let cap = crate::clock::Deadline::after(life).moment();
         for (id, entry) in self.0.iter() {
-            self.0.insert(K::clone(&id), entry.capped(life));
+            if entry.fresh_until() > cap {
+                self.0.invalidate(&*id);
+            }
         }
     }
 
@@ -340,3 +366,6 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for MokaL1<K, V> {
         self.0.entry_count()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -161,25 +161,30 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         fingerprint: Fingerprint,
         found: Found,
     ) {
-        let Some(full) = self.core.unconfirmed.take(&id, fingerprint) else {
-            return;
-        };
-        match found {
-            Found::Held => {
-                let l1 = &self.core.l1;
-                // Under the board's lock, so that no read settles between the look and the
-                // insert: L1 never goes back from what a read just stored.
-                self.core.board.exclusive(|| {
-                    if l1
+        let (core, mut changed) = (&self.core, false);
+        // Under the board's lock, so that no read settles between the look and the insert (L1
+        // never goes back from what a read just stored), and no cap (`TableCore::cap_l1`, which
+        // drops every waiting entry) comes between the take and the insert of the full life.
+        core.board.exclusive(|| {
+            let Some(full) = core.unconfirmed.take(&id, fingerprint) else {
+                return;
+            };
+            match found {
+                Found::Held => {
+                    if core
+                        .l1
                         .get(&id)
                         .is_some_and(|e| Arc::ptr_eq(&e.value, &full.value))
                     {
-                        l1.insert(id, full);
+                        core.l1.insert(id.clone(), full);
                     }
-                });
+                }
+                Found::Changed => changed = true,
+                Found::Unknown => {}
             }
-            Found::Changed => self.invalidated(myself, id, true),
-            Found::Unknown => {}
+        });
+        if changed {
+            self.invalidated(myself, id, true);
         }
     }
 }

@@ -165,10 +165,9 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for IdleL1<K, V> {
     }
 
     fn cap(&self, life: Duration) {
-        for (id, slot) in self.cache.iter() {
-            let entry = slot.entry.clone().capped(life);
-            self.cache.insert(id, Slot { entry, ..slot });
-        }
+        super::cap_each(&self.cache, |slot| {
+            slot.entry = slot.entry.clone().capped(life)
+        });
     }
 
     fn len(&self) -> u64 {

@@ -117,10 +117,7 @@ impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for WeighedL1<K, V> {
     }
 
     fn cap(&self, life: std::time::Duration) {
-        for (id, weighed) in self.cache.iter() {
-            let entry = weighed.entry.capped(life);
-            self.cache.insert(id, Weighed { entry, ..weighed });
-        }
+        super::cap_each(&self.cache, |w| w.entry = w.entry.clone().capped(life));
     }
 
     fn len(&self) -> u64 {
