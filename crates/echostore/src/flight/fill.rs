@@ -46,7 +46,7 @@ use crate::state::stats::bump;
 use crate::state::unsettled::Repair;
 use crate::valkey::envelope::{self, Envelope, Fingerprint};
 use crate::valkey::l2::L2;
-use crate::valkey::lock::{self, Fenced};
+use crate::valkey::lock::{self, Fenced, HeldLock};
 use crate::wire::key::{Key, KeyNames, Value};
 
 mod copies;
@@ -181,34 +181,29 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             .filter(|t| t.is_up())
             .map(|t| t.watch(&[&at.names.value, &at.names.lock]));
         loop {
-            let token = lock::new_token();
             // Taken before the lock attempt: a load this attempt wins reads the source after it.
             let stamp = self.core.marks.stamp();
             // An acquire that fails (Valkey away, or refusing writes) leaves no lock to wait for:
             // load in-process, as without Valkey.
-            let acquired =
-                match lock::acquire_or_read(at.l2, &at.names, &token, lock_ttl_ms, max).await {
-                    Ok(acquired) => acquired,
-                    Err(e) => return self.degraded(at, e).await,
-                };
+            let acquired = match lock::acquire_or_read(at.l2, &at.names, lock_ttl_ms, max).await {
+                Ok(acquired) => acquired,
+                Err(e) => return self.degraded(at, e).await,
+            };
             match self.decode(acquired.value) {
                 Some(env) if self.takes(&env) => {
                     // Written an instant ago by the previous holder: no source read.
-                    if acquired.won {
-                        self.release(at, &token).await;
+                    if let Some(held) = &acquired.held {
+                        self.release(held).await;
                     }
                     return Ok(Landing::Filled(self.l2_hit(env)));
                 }
                 Some(env) => stale = self.stale(env).or(stale),
                 None => {}
             }
-            if acquired.won {
+            if let Some(held) = &acquired.held {
                 crate::spans::record("echostore.lock", "won");
                 bump(&self.core.stats.counters.lock_won);
-                return self
-                    .win(at, &token, stamp, stale)
-                    .await
-                    .map(Landing::Filled);
+                return self.win(at, held, stamp, stale).await.map(Landing::Filled);
             }
             bump(&self.core.stats.counters.lock_lost);
             crate::spans::record("echostore.lock", "lost");
@@ -264,27 +259,27 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     async fn win(
         &self,
         at: &OnValkey<'_>,
-        token: &str,
+        held: &HeldLock<'_>,
         stamp: u64,
         stale: Option<Stale<V>>,
     ) -> Result<Filled<V>> {
-        let stale = match self.reload(at, token, stale).await {
+        let stale = match self.reload(held, stale).await {
             reloader_call::Reloaded::NotAsked(stale) => stale,
             reloader_call::Reloaded::Changed(value, delta) => {
-                return self.store(at, token, stamp, (Arc::new(value), delta)).await;
+                return self.store(at, held, stamp, (Arc::new(value), delta)).await;
             }
             reloader_call::Reloaded::Done(answer) => return answer,
         };
-        let still_ours = || async { self.extend(at, token).await };
+        let still_ours = || async { self.extend(held).await };
         let leased = self
             .load
-            .leased(self.lease(at, token), stale.as_ref(), still_ours);
+            .leased(self.lease(held), stale.as_ref(), still_ours);
         match leased.await {
-            Ok((value, delta)) => self.store(at, token, stamp, (Arc::new(value), delta)).await,
+            Ok((value, delta)) => self.store(at, held, stamp, (Arc::new(value), delta)).await,
             Err(e) => {
                 // Serve a stale copy only if the lock was still ours: then no put or invalidate
                 // (which drop the lock) and no other winner replaced the copy in the meantime.
-                let ours = self.release(at, token).await != Some(false);
+                let ours = self.release(held).await != Some(false);
                 if self.refreshing.is_some() {
                     return Err(e); // the current value stays in L1 until its freshness ends
                 }
@@ -297,7 +292,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     async fn store(
         &self,
         at: &OnValkey<'_>,
-        token: &str,
+        held: &HeldLock<'_>,
         stamp: u64,
         (value, delta): (Arc<V>, Duration),
     ) -> Result<Filled<V>> {
@@ -309,15 +304,13 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let bytes = match encoded {
             Ok(bytes) => bytes,
             Err(e) => {
-                self.release(at, token).await;
+                self.release(held).await;
                 return Err(e);
             }
         };
         let fingerprint = envelope::fingerprint(&bytes);
         (self.signals)(Signal::Writing(fingerprint));
-        let wrote = self
-            .write_fenced(at, token, bytes, life.physical_ms())
-            .await;
+        let wrote = self.write_fenced(held, bytes, life.physical_ms()).await;
         Ok(match wrote {
             Wrote::Kept => {
                 Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
@@ -327,11 +320,11 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         })
     }
 
-    /// The winner's write of `bytes`, fenced by `token`, which releases the lock in the same
-    /// script (counted as a release would be); what became of it.
-    async fn write_fenced(&self, at: &OnValkey<'_>, token: &str, bytes: Vec<u8>, px: u64) -> Wrote {
+    /// The winner's write of `bytes`, fenced by its lock, which it releases in the same script
+    /// (counted as a release would be); what became of it.
+    async fn write_fenced(&self, held: &HeldLock<'_>, bytes: Vec<u8>, px: u64) -> Wrote {
         let counters = &self.core.stats.counters;
-        match lock::fenced_write(at.l2, &at.names, token, bytes, px).await {
+        match held.write(bytes, px).await {
             Ok(Fenced::Written) => {
                 bump(&counters.released);
                 Wrote::Kept
@@ -353,7 +346,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 bump(&counters.l2_errors);
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "fenced write failed");
                 // Whether it ran is unknown: the lock may still be ours.
-                self.release(at, token).await;
+                self.release(held).await;
                 Wrote::Kept
             }
         }

@@ -28,11 +28,22 @@ pub fn new_token() -> String {
 }
 
 /// What the acquire saw.
-pub(crate) struct Acquired {
-    /// `true` if this attempt now holds the lock.
-    pub(crate) won: bool,
+pub(crate) struct Acquired<'a> {
+    /// The lock, if this attempt won it; `None` when another holder has it.
+    pub(crate) held: Option<HeldLock<'a>>,
     /// The value key's bytes (at most `max_bytes + 1`), read after the `SET NX`.
     pub(crate) value: Option<Vec<u8>>,
+}
+
+/// A regeneration lock this process won: the id's keys, the token that names this hold, and the
+/// lock's ttl. Only a `HeldLock` can extend, write under or release a lock, and each of those
+/// steps is token-checked on Valkey: once the lock is another's (it expired and was taken, or a
+/// `put` or `invalidate` dropped it), nothing here touches it.
+pub(crate) struct HeldLock<'a> {
+    l2: &'a L2,
+    names: &'a KeyNames,
+    token: String,
+    ttl_ms: u64,
 }
 
 /// How a put ended on Valkey.
@@ -57,108 +68,129 @@ pub(crate) enum Fenced {
     Superseded,
 }
 
-/// `SET lock token NX PX lock_ttl`, then a bounded read of the value, atomically.
-pub(crate) async fn acquire_or_read(
-    l2: &L2,
-    names: &KeyNames,
-    token: &str,
+/// `SET lock token NX PX lock_ttl` with a new token, then a bounded read of the value, atomically.
+pub(crate) async fn acquire_or_read<'a>(
+    l2: &'a L2,
+    names: &'a KeyNames,
     lock_ttl_ms: u64,
     max_bytes: usize,
-) -> Result<Acquired> {
+) -> Result<Acquired<'a>> {
+    let token = new_token();
     let mut inv = SCRIPTS.acquire_or_read.prepare_invoke();
     inv.key(&names.value)
         .key(&names.lock)
-        .arg(token)
+        .arg(&token)
         .arg(lock_ttl_ms)
         .arg(max_bytes);
     let (won, value): (i64, Option<Vec<u8>>) =
         l2.script("acquire (SET lock NX PX)", names, inv).await?;
+    let held = (won == 1).then(|| HeldLock {
+        l2,
+        names,
+        token,
+        ttl_ms: lock_ttl_ms,
+    });
     Ok(Acquired {
-        won: won == 1,
+        held,
         value: value.filter(|v| !v.is_empty()),
     })
 }
 
-/// The lease: `PEXPIRE lock lock_ttl` if the lock still holds `token`. `Ok(false)`: not ours.
-/// `SET lock token IFEQ token PX lock_ttl` where the server has it ([`crate::wire::natives`]).
-pub(crate) async fn extend(
-    l2: &L2,
-    names: &KeyNames,
-    token: &str,
-    lock_ttl_ms: u64,
-) -> Result<bool> {
-    if l2.natives().set_ifeq() {
-        let mut set = redis::cmd("SET");
-        set.arg(&names.lock)
-            .arg(token)
-            .arg("IFEQ")
-            .arg(token)
-            .arg("PX")
-            .arg(lock_ttl_ms);
-        let lease = "lease (SET IFEQ PX)";
-        if let Some(reply) =
-            native::<Option<String>>(l2, names, lease, set, Natives::lost_set_ifeq).await?
-        {
-            return Ok(reply.is_some());
+impl HeldLock<'_> {
+    /// The lease: `PEXPIRE lock lock_ttl` if the lock still holds the token. `Ok(false)`: not
+    /// ours. `SET lock token IFEQ token PX lock_ttl` where the server has it
+    /// ([`crate::wire::natives`]).
+    pub(crate) async fn extend(&self) -> Result<bool> {
+        let (l2, names, token, lock_ttl_ms) = (self.l2, self.names, &self.token, self.ttl_ms);
+        if l2.natives().set_ifeq() {
+            let mut set = redis::cmd("SET");
+            set.arg(&names.lock)
+                .arg(token)
+                .arg("IFEQ")
+                .arg(token)
+                .arg("PX")
+                .arg(lock_ttl_ms);
+            let lease = "lease (SET IFEQ PX)";
+            if let Some(reply) =
+                native::<Option<String>>(l2, names, lease, set, Natives::lost_set_ifeq).await?
+            {
+                return Ok(reply.is_some());
+            }
         }
+        let mut inv = SCRIPTS.extend.prepare_invoke();
+        inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
+        let extended: i64 = l2
+            .script("lease (token-checked PEXPIRE)", names, inv)
+            .await?;
+        Ok(extended == 1)
     }
-    let mut inv = SCRIPTS.extend.prepare_invoke();
-    inv.key(&names.lock).arg(token).arg(lock_ttl_ms);
-    let extended: i64 = l2
-        .script("lease (token-checked PEXPIRE)", names, inv)
-        .await?;
-    Ok(extended == 1)
-}
 
-/// Writes `envelope` with a physical life of `px` ms if the lock still holds `token` and no newer
-/// value is stored, and releases the lock if it holds `token` (written or superseded).
-pub(crate) async fn fenced_write(
-    l2: &L2,
-    names: &KeyNames,
-    token: &str,
-    envelope: Vec<u8>,
-    px: u64,
-) -> Result<Fenced> {
-    let mut inv = SCRIPTS.fenced_write.prepare_invoke();
-    inv.key(&names.value)
-        .key(&names.lock)
-        .arg(token)
-        .arg(envelope)
-        .arg(px);
-    let written: i64 = l2.script("fenced write", names, inv).await?;
-    Ok(match written {
-        1 => Fenced::Written,
-        -1 => Fenced::Superseded,
-        _ => Fenced::NotOurs,
-    })
-}
+    /// Writes `envelope` with a physical life of `px` ms if the lock still holds the token and no
+    /// newer value is stored, and releases the lock if it holds the token (written or superseded).
+    pub(crate) async fn write(&self, envelope: Vec<u8>, px: u64) -> Result<Fenced> {
+        let (l2, names, token) = (self.l2, self.names, &self.token);
+        let mut inv = SCRIPTS.fenced_write.prepare_invoke();
+        inv.key(&names.value)
+            .key(&names.lock)
+            .arg(token)
+            .arg(envelope)
+            .arg(px);
+        let written: i64 = l2.script("fenced write", names, inv).await?;
+        Ok(match written {
+            1 => Fenced::Written,
+            -1 => Fenced::Superseded,
+            _ => Fenced::NotOurs,
+        })
+    }
 
-/// The reloader's answer for the copy written at `written_at_ms`: renew its life (`Some(fresh)`:
-/// fresh for that long, kept `px` ms) or delete it (`None`), fenced by `token`, releasing the lock.
-pub(crate) async fn renew(
-    l2: &L2,
-    names: &KeyNames,
-    token: &str,
-    written_at_ms: u64,
-    life: Option<(u64, u64)>,
-) -> Result<Fenced> {
-    let mut inv = SCRIPTS.renew.prepare_invoke();
-    inv.key(&names.value)
-        .key(&names.lock)
-        .arg(token)
-        .arg(written_at_ms.to_le_bytes().to_vec());
-    match life {
-        Some((fresh_ms, px)) => inv.arg(fresh_ms).arg(px),
-        None => inv.arg("gone").arg(0),
-    };
-    let renewed: i64 = l2
-        .script("renew (SETRANGE life, PEXPIRE)", names, inv)
-        .await?;
-    Ok(match renewed {
-        1 => Fenced::Written,
-        -1 => Fenced::Superseded,
-        _ => Fenced::NotOurs,
-    })
+    /// The reloader's answer for the copy written at `written_at_ms`: renew its life (`Some(fresh)`:
+    /// fresh for that long, kept `px` ms) or delete it (`None`), fenced by the token, releasing the
+    /// lock.
+    pub(crate) async fn renew(
+        &self,
+        written_at_ms: u64,
+        life: Option<(u64, u64)>,
+    ) -> Result<Fenced> {
+        let (l2, names, token) = (self.l2, self.names, &self.token);
+        let mut inv = SCRIPTS.renew.prepare_invoke();
+        inv.key(&names.value)
+            .key(&names.lock)
+            .arg(token)
+            .arg(written_at_ms.to_le_bytes().to_vec());
+        match life {
+            Some((fresh_ms, px)) => inv.arg(fresh_ms).arg(px),
+            None => inv.arg("gone").arg(0),
+        };
+        let renewed: i64 = l2
+            .script("renew (SETRANGE life, PEXPIRE)", names, inv)
+            .await?;
+        Ok(match renewed {
+            1 => Fenced::Written,
+            -1 => Fenced::Superseded,
+            _ => Fenced::NotOurs,
+        })
+    }
+
+    /// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing
+    /// deleted. `DELIFEQ lock token` where the server has it ([`crate::wire::natives`]), the
+    /// seed's script otherwise.
+    pub(crate) async fn release(&self) -> Result<bool> {
+        let (l2, names, token) = (self.l2, self.names, &self.token);
+        if l2.natives().delifeq() {
+            let mut delifeq = redis::cmd("DELIFEQ");
+            delifeq.arg(&names.lock).arg(token);
+            let release = "release (DELIFEQ)";
+            if let Some(deleted) =
+                native::<i64>(l2, names, release, delifeq, Natives::lost_delifeq).await?
+            {
+                return Ok(deleted == 1);
+            }
+        }
+        let mut inv = SCRIPTS.release.prepare_invoke();
+        inv.key(&names.lock).arg(token);
+        let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
+        Ok(deleted == 1)
+    }
 }
 
 /// Write-through unless a newer value is stored or the put arrives after its deadline (the
@@ -205,25 +237,6 @@ pub(crate) async fn poll(
         .script("poll (GETRANGE value, EXISTS lock)", names, inv)
         .await?;
     Ok((bytes.filter(|b| !b.is_empty()), locked == 1))
-}
-
-/// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing deleted.
-/// `DELIFEQ lock token` where the server has it ([`crate::wire::natives`]), the seed's script otherwise.
-pub(crate) async fn release(l2: &L2, names: &KeyNames, token: &str) -> Result<bool> {
-    if l2.natives().delifeq() {
-        let mut delifeq = redis::cmd("DELIFEQ");
-        delifeq.arg(&names.lock).arg(token);
-        let release = "release (DELIFEQ)";
-        if let Some(deleted) =
-            native::<i64>(l2, names, release, delifeq, Natives::lost_delifeq).await?
-        {
-            return Ok(deleted == 1);
-        }
-    }
-    let mut inv = SCRIPTS.release.prepare_invoke();
-    inv.key(&names.lock).arg(token);
-    let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
-    Ok(deleted == 1)
 }
 
 /// Runs a native lock command: its answer, or `None` when the server does not have it (or this

@@ -1,25 +1,25 @@
-//! The winner's hold on its lock: the lease that extends it while the loader runs, one
-//! token-checked extension, and the token-checked release, each counted.
+//! The winner's use of its [`HeldLock`]: the lease that extends it while the loader runs, one
+//! extension, and the release, each counted and logged.
 
 use super::*;
 
 impl<K: Key, V: Value> Fill<'_, K, V> {
     /// The lease: every `lock_ttl / 3`, extend the lock while it is ours. Never returns: it stops
     /// extending (and waits forever) once the lock is not ours; the load ending drops it.
-    pub(super) async fn lease(&self, at: &OnValkey<'_>, token: &str) -> Infallible {
+    pub(super) async fn lease(&self, held: &HeldLock<'_>) -> Infallible {
         let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
         loop {
             tokio::time::sleep(every).await;
-            if self.extend(at, token).await == Some(false) {
+            if self.extend(held).await == Some(false) {
                 return std::future::pending().await;
             }
         }
     }
 
     /// One token-checked extension: `Some(false)` when the lock is not ours, `None` on an error.
-    pub(super) async fn extend(&self, at: &OnValkey<'_>, token: &str) -> Option<bool> {
+    pub(super) async fn extend(&self, held: &HeldLock<'_>) -> Option<bool> {
         let counters = &self.core.stats.counters;
-        match lock::extend(at.l2, &at.names, token, millis(self.core.config.lock_ttl)).await {
+        match held.extend().await {
             Ok(true) => {
                 bump(&counters.lease_extended);
                 Some(true)
@@ -39,9 +39,9 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
 
     /// The token-checked release, counted: `Some(true)` if the lock was ours, `None` on an error
     /// (the lock then expires by its PX).
-    pub(super) async fn release(&self, at: &OnValkey<'_>, token: &str) -> Option<bool> {
+    pub(super) async fn release(&self, held: &HeldLock<'_>) -> Option<bool> {
         let counters = &self.core.stats.counters;
-        match lock::release(at.l2, &at.names, token).await {
+        match held.release().await {
             Ok(true) => {
                 bump(&counters.released);
                 Some(true)

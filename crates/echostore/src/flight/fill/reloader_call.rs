@@ -19,12 +19,7 @@ pub(super) enum Reloaded<V> {
 
 impl<K: Key, V: Value> Fill<'_, K, V> {
     /// Asks the reloader about `stale`'s copy, if the table has one and the copy came from Valkey.
-    pub(super) async fn reload(
-        &self,
-        at: &OnValkey<'_>,
-        token: &str,
-        stale: Option<Stale<V>>,
-    ) -> Reloaded<V> {
+    pub(super) async fn reload(&self, held: &HeldLock<'_>, stale: Option<Stale<V>>) -> Reloaded<V> {
         let (Some(reloader), Some(copy)) = (&self.core.reloader, stale.as_ref()) else {
             return Reloaded::NotAsked(stale);
         };
@@ -42,14 +37,14 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
                 let _lease = crate::flight::load::waiting(self.core).await?;
                 crate::flight::load::guarded(self.core, call).await
             } => answered,
-            never = self.lease(at, token) => match never {},
+            never = self.lease(held) => match never {},
         };
         let events = &self.core.events;
         let (reload, delta) = match answered {
             Ok(answered) => answered,
             Err(e) => {
                 events.emit(Some(self.id), EventKind::LoadFailed);
-                let ours = self.release(at, token).await != Some(false);
+                let ours = self.release(held).await != Some(false);
                 return Reloaded::Done(self.load.fail_safe(e, stale.filter(|_| ours), ours));
             }
         };
@@ -62,21 +57,21 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
         };
         match reload {
             Reload::Changed(value) => Reloaded::Changed(value, delta),
-            Reload::Unchanged => Reloaded::Done(Ok(self.renew(at, token, renewal).await)),
-            Reload::Gone => Reloaded::Done(self.gone(at, token, written_at).await),
+            Reload::Unchanged => Reloaded::Done(Ok(self.renew(held, renewal).await)),
+            Reload::Gone => Reloaded::Done(self.gone(held, written_at).await),
         }
     }
 
     /// "Unchanged": the copy's life restamped on Valkey and the same value kept in L1 for the
     /// new life; if the lock or the copy changed meanwhile, the value answers but is kept nowhere.
-    async fn renew(&self, at: &OnValkey<'_>, token: &str, copy: Renewal<V>) -> Filled<V> {
+    async fn renew(&self, held: &HeldLock<'_>, copy: Renewal<V>) -> Filled<V> {
         let life = self.core.loaded_life(&copy.old, copy.delta);
         if let Some(fingerprint) = copy.fingerprint {
             (self.signals)(Signal::Writing(fingerprint));
         }
         let lives = Some((millis(life.fresh_for), life.physical_ms()));
-        let renewed = lock::renew(at.l2, &at.names, token, copy.written_at, lives).await;
-        if self.landed(at, token, renewed).await {
+        let renewed = held.renew(copy.written_at, lives).await;
+        if self.landed(held, renewed).await {
             bump(&self.core.stats.counters.reloads_unchanged);
             let entry = life.entry(Arc::clone(&copy.old));
             return Filled::fresh(entry, Origin::Loaded).made_from(copy.fingerprint);
@@ -85,14 +80,14 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
     }
 
     /// "Gone": the copy deleted (fenced like a write), and the read answers `Absent`.
-    async fn gone(&self, at: &OnValkey<'_>, token: &str, written_at: u64) -> Result<Filled<V>> {
-        let deleted = lock::renew(at.l2, &at.names, token, written_at, None).await;
-        self.landed(at, token, deleted).await;
+    async fn gone(&self, held: &HeldLock<'_>, written_at: u64) -> Result<Filled<V>> {
+        let deleted = held.renew(written_at, None).await;
+        self.landed(held, deleted).await;
         Err(Error::Absent)
     }
 
     /// Counts a renewal's outcome as a fenced write's; whether it landed.
-    async fn landed(&self, at: &OnValkey<'_>, token: &str, outcome: Result<Fenced>) -> bool {
+    async fn landed(&self, held: &HeldLock<'_>, outcome: Result<Fenced>) -> bool {
         let counters = &self.core.stats.counters;
         match outcome {
             Ok(Fenced::Written) => {
@@ -111,7 +106,7 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
             Err(e) => {
                 bump(&counters.l2_errors);
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "renewing a reloaded copy failed");
-                self.release(at, token).await;
+                self.release(held).await;
                 false
             }
         }
