@@ -84,7 +84,7 @@ pub(crate) async fn acquire_or_read<'a>(
         .arg(max_bytes);
     let (won, value): (i64, Option<Vec<u8>>) =
         l2.script("acquire (SET lock NX PX)", names, inv).await?;
-    let held = (won == 1).then(|| HeldLock {
+    let held = (won == 1).then_some(HeldLock {
         l2,
         names,
         token,
