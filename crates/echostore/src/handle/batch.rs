@@ -137,7 +137,7 @@ pub(crate) async fn fetch_many<K: Key, V: Value>(
             continue;
         }
         answers.push(None);
-        match core.board.enter(id, core.l2.is_some(), || id.clone()) {
+        match core.board(id).enter(id, core.l2.is_some(), || id.clone()) {
             Entered::Joined(cell) => joins.push((i, Admitted::Flight { cell, leads: false })),
             Entered::Read(read) => reads.push((i, Reading::new(core, id.clone(), read))),
             Entered::Owner => to_owner.push(i),

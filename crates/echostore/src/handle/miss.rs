@@ -65,7 +65,9 @@ where
     V: Value,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    let entered = core.board.enter(id, core.l2.is_some(), || id.to_owned());
+    let entered = core
+        .board(id)
+        .enter(id, core.l2.is_some(), || id.to_owned());
     let id = id.to_owned();
     match entered {
         Entered::Joined(cell) => {
@@ -235,7 +237,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // than the one read (its own put's, while another process's later write has not been
         // pushed yet), and a process never answers newer than what it then serves. The owner's
         // flight answers instead, ordered after that change.
-        let settled = core.board.settle(&self.id, self.read, || {
+        let settled = core.board(&self.id).settle(&self.id, self.read, || {
             core.keep(self.id.clone(), entry, read_as);
         });
         if !settled {
@@ -261,6 +263,6 @@ pub(crate) enum Unsettled {
 impl<K: Key, V> Drop for Reading<'_, K, V> {
     fn drop(&mut self) {
         // Settled: a no-op. Otherwise the read ends (handed to the owner, or given up).
-        self.core.board.withdraw_read(&self.id, self.read);
+        self.core.board(&self.id).withdraw_read(&self.id, self.read);
     }
 }

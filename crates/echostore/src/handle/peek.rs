@@ -110,7 +110,7 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
     };
     // A flight or a write of the id in this process may still land an older value than Valkey
     // holds now: a peek then answers nothing rather than something newer than the next read.
-    if core.unsettled.holds(id) || !core.board.quiet(id) {
+    if core.unsettled.holds(id) || !core.board(id).quiet(id) {
         return Ok(None);
     }
     let names = core.names(id)?;
@@ -134,7 +134,7 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
     };
     let longest = core.config.longest_life(&env.value);
     let env = env.capped(longest);
-    if !env.is_fresh(core.now_ms()) || !core.board.quiet(id) {
+    if !env.is_fresh(core.now_ms()) || !core.board(id).quiet(id) {
         return Ok(None);
     }
     Ok(Some(Fetched::new(Arc::new(env.value), Origin::L2)))

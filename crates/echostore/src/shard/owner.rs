@@ -180,15 +180,15 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         OwnerArgs { core, shard }: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`,
-        // and the board lists none of its ids (the other shards' stay).
+        // and its shard's board lists none of them (every id there is this shard's).
         core.stats.in_flight[shard].store(0, Relaxed);
-        core.board.clear(|id| core.shard_of(id) == shard);
+        core.boards.shard(shard).clear(|_| true);
         let tracking = core
             .tracker
             .as_ref()
             .map_or_else(Default::default, |t| t.mode());
         let mut state = OwnerState {
-            flights: Flights::new(Arc::clone(&core.board)),
+            flights: Flights::new(Arc::clone(core.boards.shard(shard))),
             own: OwnWrites::new(tracking),
             core,
             shard,
@@ -319,7 +319,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         // flight that lands on its own task may have stored a newer one since the look above,
         // and a cap (`TableCore::cap_l1`) may have shortened its life.
         let (l1, drew) = (&self.core.l1, entry.value);
-        self.core.board.exclusive(|| {
+        self.core.board(&id).exclusive(|| {
             if let Some(now) = l1.get(&id)
                 && Arc::ptr_eq(&now.value, &drew)
             {

@@ -1,5 +1,5 @@
 //! The board: the flights a miss may join without a message to the owner, and the L2 reads
-//! that misses make on their own tasks.
+//! that misses make on their own tasks; one per shard ([`Boards`]), changed by that shard's owner.
 //!
 //! The owner admits every flight ([`crate::shard::flights`]); the board is where it publishes them. It
 //! lists, per id, the **current** flight's [`Cell`]: the flights map publishes a flight in the
@@ -62,7 +62,11 @@ use crate::state::flight_id::FlightId;
 /// What a flight's callers receive: its answer as its leader sees it, or `None` to fly again.
 pub(crate) type Answered<V> = Option<Result<Fetched<V>>>;
 
-/// The current flights and reads of one table, by id, and the ids being written.
+/// A table's boards, one per shard: a miss locks only the board of its id's shard, so misses of
+/// ids in different shards never wait on one another, and each owner publishes on its own.
+pub(crate) struct Boards<K, V>(Box<[Arc<Board<K, V>>]>);
+
+/// The current flights and reads of one shard, by id, and the ids being written.
 pub(crate) struct Board<K, V> {
     lists: Mutex<Lists<K, V>>,
     /// Woken when an id's last running write lands.
@@ -116,6 +120,25 @@ pub(crate) struct Cell<V> {
 /// The owner's end of a cell: answers it [`Error::Stopped`] if dropped unanswered (the owner
 /// died with the flight).
 pub(crate) struct Answerer<V>(Arc<Cell<V>>);
+
+impl<K: Eq + Hash, V> Boards<K, V> {
+    /// Empty boards for `shards` shards.
+    pub(crate) fn new(shards: usize) -> Self {
+        Boards((0..shards.max(1)).map(|_| Arc::new(Board::new())).collect())
+    }
+
+    /// Shard `shard`'s board.
+    pub(crate) fn shard(&self, shard: usize) -> &Arc<Board<K, V>> {
+        &self.0[shard]
+    }
+
+    /// Runs `f` under every board's lock, taken in shard order: no read settles and no flight
+    /// lands on its own task anywhere in the table meanwhile.
+    pub(crate) fn exclusive(&self, f: impl FnOnce()) {
+        let _lists: Vec<_> = self.0.iter().map(|board| board.lists()).collect();
+        f();
+    }
+}
 
 impl<K: Eq + Hash, V> Board<K, V> {
     pub(crate) fn new() -> Self {

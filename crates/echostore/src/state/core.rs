@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use crate::coherence::Tracker;
 use crate::coherence::tracking::keys::Read;
 use crate::error::{Result, SharedError};
-use crate::state::board::Board;
+use crate::state::board::{Board, Boards};
 use crate::state::l1::{Entry, L1, L1Cache, Unconfirmed};
 use crate::state::loser_policy::LoserPolicy;
 use crate::state::marks::Marks;
@@ -255,8 +255,9 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) tracker: Option<Arc<Tracker>>,
     /// How long L1 keeps what Valkey could not confirm (the store's setting).
     pub(crate) unconfirmed_l1_life: Duration,
-    /// The current flights, where a miss joins one without a message to the owner.
-    pub(crate) board: Arc<Board<K, V>>,
+    /// The current flights, one board per shard, where a miss joins one without a message to
+    /// the owner.
+    pub(crate) boards: Boards<K, V>,
     /// Ids whose last write failed, until their Valkey copy is repaired.
     pub(crate) unsettled: Arc<Unsettled<K>>,
     /// The entry's tags (`.tags`).
@@ -273,6 +274,11 @@ impl<K: crate::wire::key::Key, V> TableCore<K, V> {
     /// The shard whose owner orders `id`'s misses and writes.
     pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> usize {
         shard_of(id, self.shards)
+    }
+
+    /// The board of `id`'s shard.
+    pub(crate) fn board<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> &Arc<Board<K, V>> {
+        self.boards.shard(self.shard_of(id))
     }
 
     /// The Valkey names of `id`'s value and lock in this table's schema.
@@ -395,7 +401,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
     /// refresh's mark and a confirmation (which restores an entry's full life) each come wholly
     /// before the cap or after it, never astride.
     pub(crate) fn cap_l1(&self, since: std::time::Instant) {
-        self.board.exclusive(|| {
+        self.boards.exclusive(|| {
             self.unconfirmed.clear();
             let left = self.unconfirmed_l1_life.saturating_sub(since.elapsed());
             self.l1.cap(left);

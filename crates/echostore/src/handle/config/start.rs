@@ -179,7 +179,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             stats: Stats::new(shards),
             tracker: self.store.tracker().cloned(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
-            board: Arc::new(crate::state::board::Board::new()),
+            boards: crate::state::board::Boards::new(shards),
             unsettled: crate::state::unsettled::Unsettled::new(),
             marks,
             shards,

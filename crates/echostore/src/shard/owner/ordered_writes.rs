@@ -56,7 +56,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         if let Some(fingerprint) = written_as {
             self.own.expect(&id, fingerprint);
         }
-        let running = self.core.board.running_write(id.clone());
+        let running = self.core.board(&id).running_write(id.clone());
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
         tokio::spawn(async move {
             let entry = pending.apply(&core, &id).await;
@@ -73,10 +73,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// head of its id's queue here, and its landing is this owner's `Written` with no entry (what
     /// it wrote is read back from Valkey, never assumed).
     pub(super) fn inherit_writes(&mut self, myself: &ActorRef<OwnerMsg<K, V>>) {
-        let mine = self.core.board.running_writes().into_iter();
-        for id in mine.filter(|id| self.core.shard_of(id) == self.shard) {
+        let board = self.core.boards.shard(self.shard);
+        for id in board.running_writes() {
             self.flights.inherit_write(&id);
-            let (board, myself) = (Arc::clone(&self.core.board), myself.clone());
+            let (board, myself) = (Arc::clone(board), myself.clone());
             tokio::spawn(async move {
                 board.landed(&id).await;
                 let _ = myself.cast(OwnerMsg::Written {
@@ -165,7 +165,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         // Under the board's lock, so that no read settles between the look and the insert (L1
         // never goes back from what a read just stored), and no cap (`TableCore::cap_l1`, which
         // drops every waiting entry) comes between the take and the insert of the full life.
-        core.board.exclusive(|| {
+        core.board(&id).exclusive(|| {
             let Some(full) = core.unconfirmed.take(&id, fingerprint) else {
                 return;
             };
