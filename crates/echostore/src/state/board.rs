@@ -1,5 +1,8 @@
 //! The board: the flights a miss may join without a message to the owner, and the L2 reads
 //! that misses make on their own tasks; one per shard ([`Boards`]), changed by that shard's owner.
+//! What it knows of one id is one entry (`OnBoard`: what is listed, and whether a write or an
+//! overtaken flight of the id is in motion), kept only while some of it holds, so a miss decides
+//! from one lookup.
 //!
 //! The owner admits every flight ([`crate::shard::flights`]); the board is where it publishes them. It
 //! lists, per id, the **current** flight's [`Cell`]: the flights map publishes a flight in the
@@ -47,7 +50,7 @@
 //! [`Answerer`]s, which answer [`Error::Stopped`].
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -68,7 +71,8 @@ pub(crate) struct Boards<K, V>(Box<[Arc<Board<K, V>>]>);
 
 /// The current flights and reads of one shard, by id, and the ids being written.
 pub(crate) struct Board<K, V> {
-    lists: Mutex<Lists<K, V>>,
+    /// What the board knows of each id, kept only while some of it holds.
+    ids: Mutex<HashMap<K, OnBoard<V>>>,
     /// Woken when an id's last running write lands.
     landings: Notify,
 }
@@ -76,16 +80,43 @@ pub(crate) struct Board<K, V> {
 /// The next [`ReadId`], process-wide.
 static NEXT_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-struct Lists<K, V> {
-    listed: HashMap<K, Listed<V>>,
-    /// Ids with a write on its way to Valkey, as the owner knows them: no read starts for them.
-    writing: HashSet<K>,
-    /// Ids with an overtaken flight still running: no read starts for them either, so that
-    /// only their owner stores what is read of them until those flights land.
-    detached: HashSet<K>,
-    /// Ids with a write task running, and how many: marked by the tasks themselves, so that an
-    /// owner's crash clears none of them.
-    running: HashMap<K, usize>,
+/// Everything the board knows of one id: what a miss of it may do on its own task follows from
+/// this alone, read under the board's lock in one lookup.
+struct OnBoard<V> {
+    /// The current flight, or a caller's read.
+    listed: Option<Listed<V>>,
+    /// A write of the id is on its way to Valkey, as the owner knows it: no read starts.
+    writing: bool,
+    /// An overtaken flight of the id still runs: no read starts either, so that only the owner
+    /// stores what is read of the id until those flights land.
+    detached: bool,
+    /// Write tasks of the id running: marked by the tasks themselves, so that an owner's crash
+    /// clears none of them.
+    running: usize,
+}
+
+impl<V> OnBoard<V> {
+    const NOTHING: OnBoard<V> = OnBoard {
+        listed: None,
+        writing: false,
+        detached: false,
+        running: 0,
+    };
+
+    /// A write of the id, or a flight the owner alone may land, is in motion: nothing of the id
+    /// may enter L1 but through the owner.
+    fn in_motion(&self) -> bool {
+        self.writing || self.detached || self.running > 0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.listed.is_none() && !self.in_motion()
+    }
+
+    /// The read listed, if it is `read` (any read, with `None`).
+    fn lists_read(&self, read: Option<ReadId>) -> bool {
+        matches!(self.listed, Some(Listed::Read(r)) if read.is_none_or(|read| r == read))
+    }
 }
 
 /// What is listed for an id: the owner's current flight (its cell, and which flight it is), or a
@@ -135,7 +166,7 @@ impl<K: Eq + Hash, V> Boards<K, V> {
     /// Runs `f` under every board's lock, taken in shard order: no read settles and no flight
     /// lands on its own task anywhere in the table meanwhile.
     pub(crate) fn exclusive(&self, f: impl FnOnce()) {
-        let _lists: Vec<_> = self.0.iter().map(|board| board.lists()).collect();
+        let _ids: Vec<_> = self.0.iter().map(|board| board.ids()).collect();
         f();
     }
 }
@@ -143,18 +174,52 @@ impl<K: Eq + Hash, V> Boards<K, V> {
 impl<K: Eq + Hash, V> Board<K, V> {
     pub(crate) fn new() -> Self {
         Board {
-            lists: Mutex::new(Lists {
-                listed: HashMap::new(),
-                writing: HashSet::new(),
-                detached: HashSet::new(),
-                running: HashMap::new(),
-            }),
+            ids: Mutex::new(HashMap::new()),
             landings: Notify::new(),
         }
     }
 
-    fn lists(&self) -> MutexGuard<'_, Lists<K, V>> {
-        self.lists.lock().unwrap_or_else(PoisonError::into_inner)
+    fn ids(&self) -> MutexGuard<'_, HashMap<K, OnBoard<V>>> {
+        self.ids.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes what the board knows of `id` with `change`, and forgets the id once nothing of it
+    /// holds.
+    fn change<Q, T>(&self, id: &Q, change: impl FnOnce(&mut OnBoard<V>) -> T) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut ids = self.ids();
+        let on = ids.get_mut(id)?;
+        let changed = change(on);
+        if on.is_empty() {
+            ids.remove(id);
+        }
+        Some(changed)
+    }
+
+    /// As [`change`](Self::change), for an id the board may not know yet.
+    fn mark(&self, id: &K, change: impl FnOnce(&mut OnBoard<V>))
+    where
+        K: Clone,
+    {
+        let mut ids = self.ids();
+        match ids.get_mut(id) {
+            Some(on) => {
+                change(on);
+                if on.is_empty() {
+                    ids.remove(id);
+                }
+            }
+            None => {
+                let mut on = OnBoard::NOTHING;
+                change(&mut on);
+                if !on.is_empty() {
+                    ids.insert(id.clone(), on);
+                }
+            }
+        }
     }
 
     /// A miss on `id`: joins the flight listed; else, if nothing is listed, `readable`, and no
@@ -169,24 +234,29 @@ impl<K: Eq + Hash, V> Board<K, V> {
         Q: Hash + Eq + ?Sized,
     {
         let enter = || {
-            let mut lists = self.lists();
-            match lists.listed.get(id) {
+            let mut ids = self.ids();
+            let on = ids.get(id);
+            match on.and_then(|on| on.listed.as_ref()) {
                 Some(Listed::Flight(cell, _)) => {
                     cell.joined.fetch_add(1, Relaxed);
                     return Entered::Joined(Arc::clone(cell));
                 }
                 Some(Listed::Read(_)) => return Entered::Owner,
-                None if !readable
-                    || lists.writing.contains(id)
-                    || lists.detached.contains(id)
-                    || lists.running.contains_key(id) =>
-                {
-                    return Entered::Owner;
-                }
+                None if !readable || on.is_some_and(OnBoard::in_motion) => return Entered::Owner,
                 None => {}
             }
             let read = ReadId(NEXT_READ.fetch_add(1, Relaxed));
-            lists.listed.insert(owned(), Listed::Read(read));
+            let listed = Some(Listed::Read(read));
+            match ids.get_mut(id) {
+                Some(on) => on.listed = listed,
+                None => {
+                    let on = OnBoard {
+                        listed,
+                        ..OnBoard::NOTHING
+                    };
+                    ids.insert(owned(), on);
+                }
+            }
             Entered::Read(read)
         };
         std::panic::catch_unwind(AssertUnwindSafe(enter)).unwrap_or(Entered::Owner)
@@ -199,13 +269,8 @@ impl<K: Eq + Hash, V> Board<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let quiet = || {
-            let lists = self.lists();
-            !(lists.listed.contains_key(id)
-                || lists.writing.contains(id)
-                || lists.detached.contains(id)
-                || lists.running.contains_key(id))
-        };
+        // The board keeps an id only while something of it holds.
+        let quiet = || !self.ids().contains_key(id);
         // A key whose `Hash` or `Eq` panics: not quiet (the peek answers nothing).
         std::panic::catch_unwind(AssertUnwindSafe(quiet)).unwrap_or(false)
     }
@@ -214,43 +279,50 @@ impl<K: Eq + Hash, V> Board<K, V> {
     /// insert) under the board's lock and the read is withdrawn; `false` if it was not listed (a
     /// write, a push or a flush overtook it, or a flight replaced it).
     pub(crate) fn settle(&self, id: &K, read: ReadId, keep: impl FnOnce()) -> bool {
-        let mut lists = self.lists();
-        if !matches!(lists.listed.get(id), Some(Listed::Read(r)) if *r == read) {
-            return false;
-        }
-        keep();
-        lists.listed.remove(id);
-        true
+        let settled = self.change(id, |on| {
+            let listed = on.lists_read(Some(read));
+            if listed {
+                keep();
+                on.listed = None;
+            }
+            listed
+        });
+        settled == Some(true)
     }
 
     /// Runs `f` under the board's lock: no read settles (stores into L1) meanwhile.
     pub(crate) fn exclusive(&self, f: impl FnOnce()) {
-        let _lists = self.lists();
+        let _ids = self.ids();
         f();
     }
 
     /// Withdraws the read `read` of `id`, if it is the one listed (its caller is done with it).
     pub(crate) fn withdraw_read(&self, id: &K, read: ReadId) {
-        let mut lists = self.lists();
-        if matches!(lists.listed.get(id), Some(Listed::Read(r)) if *r == read) {
-            lists.listed.remove(id);
-        }
+        self.withdraw_reads(id, Some(read));
     }
 
     /// Withdraws the read of `id`, if one is listed (its value may be older than a change the
     /// owner is about to make).
     pub(crate) fn overtake_read(&self, id: &K) {
-        let mut lists = self.lists();
-        if matches!(lists.listed.get(id), Some(Listed::Read(_))) {
-            lists.listed.remove(id);
-        }
+        self.withdraw_reads(id, None);
+    }
+
+    fn withdraw_reads(&self, id: &K, read: Option<ReadId>) {
+        self.change(id, |on| {
+            if on.lists_read(read) {
+                on.listed = None;
+            }
+        });
     }
 
     /// Withdraws every read (pushes may have been missed).
     pub(crate) fn overtake_reads(&self) {
-        self.lists()
-            .listed
-            .retain(|_, l| matches!(l, Listed::Flight(..)));
+        self.ids().retain(|_, on| {
+            if on.lists_read(None) {
+                on.listed = None;
+            }
+            !on.is_empty()
+        });
     }
 
     /// A write of `id` is on its way to Valkey (`true`) or none is any more (`false`); a read
@@ -259,15 +331,12 @@ impl<K: Eq + Hash, V> Board<K, V> {
     where
         K: Clone,
     {
-        let mut lists = self.lists();
-        if writing {
-            if matches!(lists.listed.get(id), Some(Listed::Read(_))) {
-                lists.listed.remove(id);
+        self.mark(id, |on| {
+            if writing && on.lists_read(None) {
+                on.listed = None;
             }
-            lists.writing.insert(id.clone());
-        } else {
-            lists.writing.remove(id);
-        }
+            on.writing = writing;
+        });
     }
 
     /// An overtaken flight of `id` runs (`true`), or none does any more (`false`): while one
@@ -276,12 +345,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
     where
         K: Clone,
     {
-        let mut lists = self.lists();
-        if running {
-            lists.detached.insert(id.clone());
-        } else {
-            lists.detached.remove(id);
-        }
+        self.mark(id, |on| on.detached = running);
     }
 
     /// Joins what is listed for `id`, if anything (the tests' view of [`enter`](Self::enter)).
@@ -299,8 +363,20 @@ impl<K: Eq + Hash, V> Board<K, V> {
     /// Lists `answerer`'s cell as the current flight of `id`, `flight` (in place of a read: the
     /// flight's answer is at least as new).
     pub(crate) fn publish(&self, id: K, flight: FlightId, answerer: &Answerer<V>) {
-        let listed = Listed::Flight(Arc::clone(&answerer.0), flight);
-        self.lists().listed.insert(id, listed);
+        let listed = Some(Listed::Flight(Arc::clone(&answerer.0), flight));
+        let mut ids = self.ids();
+        match ids.get_mut(&id) {
+            Some(on) => on.listed = listed,
+            None => {
+                ids.insert(
+                    id,
+                    OnBoard {
+                        listed,
+                        ..OnBoard::NOTHING
+                    },
+                );
+            }
+        }
     }
 
     /// The flight `flight` of `id` landed with a value to answer: if it is still the id's current
@@ -316,47 +392,50 @@ impl<K: Eq + Hash, V> Board<K, V> {
         flight: FlightId,
         keep: impl FnOnce(),
     ) -> Option<Arc<Cell<V>>> {
-        let mut lists = self.lists();
-        let cell = match lists.listed.get(id) {
-            Some(Listed::Flight(cell, listed)) if *listed == flight => Arc::clone(cell),
-            _ => return None,
-        };
-        if lists.writing.contains(id)
-            || lists.detached.contains(id)
-            || lists.running.contains_key(id)
-        {
-            return None;
-        }
-        keep();
-        // Landed: a miss from now on reads L1 or Valkey, as after the owner's landing, rather
-        // than join an answer it did not wait for.
-        lists.listed.remove(id);
-        Some(cell)
+        self.change(id, |on| {
+            let cell = match &on.listed {
+                Some(Listed::Flight(cell, listed)) if *listed == flight => Arc::clone(cell),
+                _ => return None,
+            };
+            if on.in_motion() {
+                return None;
+            }
+            keep();
+            // Landed: a miss from now on reads L1 or Valkey, as after the owner's landing, rather
+            // than join an answer it did not wait for.
+            on.listed = None;
+            Some(cell)
+        })
+        .flatten()
     }
 
     /// Withdraws `answerer`'s cell from `id`, if it is the one listed.
     pub(crate) fn withdraw(&self, id: &K, answerer: &Answerer<V>) {
-        let mut lists = self.lists();
-        if matches!(lists.listed.get(id), Some(Listed::Flight(c, _)) if Arc::ptr_eq(c, &answerer.0))
-        {
-            lists.listed.remove(id);
-        }
+        self.change(id, |on| {
+            if matches!(&on.listed, Some(Listed::Flight(c, _)) if Arc::ptr_eq(c, &answerer.0)) {
+                on.listed = None;
+            }
+        });
     }
 
     /// Withdraws the cells and the owner's write marks of the ids `mine` picks (a new owner of
     /// them starts with no flights and no writes of its own; another shard's ids stay); the
     /// running writes' marks stay until they land.
     pub(crate) fn clear(&self, mine: impl Fn(&K) -> bool) {
-        let mut lists = self.lists();
-        lists.listed.retain(|id, _| !mine(id));
-        lists.writing.retain(|id| !mine(id));
-        lists.detached.retain(|id| !mine(id));
+        self.ids().retain(|id, on| {
+            if mine(id) {
+                on.listed = None;
+                on.writing = false;
+                on.detached = false;
+            }
+            !on.is_empty()
+        });
     }
 
     /// Ids listed now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lists().listed.len()
+        self.ids().values().filter(|on| on.listed.is_some()).count()
     }
 }
 

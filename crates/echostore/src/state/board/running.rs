@@ -20,7 +20,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
     where
         K: Clone,
     {
-        *self.lists().running.entry(id.clone()).or_insert(0) += 1;
+        self.mark(&id, |on| on.running += 1);
         RunningWrite {
             board: Arc::clone(self),
             id: Some(id),
@@ -32,7 +32,9 @@ impl<K: Eq + Hash, V> Board<K, V> {
     where
         K: Clone,
     {
-        self.lists().running.keys().cloned().collect()
+        let ids = self.ids();
+        let running = ids.iter().filter(|(_, on)| on.running > 0);
+        running.map(|(id, _)| id.clone()).collect()
     }
 
     /// Returns once no write task of `id` is running.
@@ -42,7 +44,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
             let mut woken = std::pin::pin!(woken);
             // Registered before the check: a landing after it wakes this waiter.
             woken.as_mut().enable();
-            if !self.lists().running.contains_key(id) {
+            if self.ids().get(id).is_none_or(|on| on.running == 0) {
                 return;
             }
             woken.await;
@@ -58,13 +60,8 @@ impl<K: Eq + Hash, V> Drop for RunningWrite<K, V> {
         // A key whose `Hash` or `Eq` panics would panic here too, maybe while the task unwinds;
         // its mark then stays, and its id is read through the owner only.
         let unmark = AssertUnwindSafe(|| {
-            let mut lists = self.board.lists();
-            if let Some(count) = lists.running.get_mut(&id) {
-                *count -= 1;
-                if *count == 0 {
-                    lists.running.remove(&id);
-                }
-            }
+            self.board
+                .change(&id, |on| on.running = on.running.saturating_sub(1));
         });
         if std::panic::catch_unwind(unmark).is_ok() {
             self.board.landings.notify_waiters();

@@ -190,3 +190,40 @@ async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
     );
     assert_eq!(stored, 1);
 }
+
+/// What the board knows of an id is one entry, gone once nothing of it holds: a read, a flight,
+/// a write's mark, an overtaken flight's mark and a running write's mark each keep it, and the id
+/// is quiet again (a peek may read Valkey) only once every one of them is lifted.
+#[tokio::test]
+async fn an_id_leaves_the_board_once_nothing_of_it_holds() {
+    let board = Arc::new(Board::<u64, u64>::new());
+    let answerer = Answerer::new();
+    board.publish(1, FlightId::new(1), &answerer);
+    board.writing(&1, true);
+    board.detached(&1, true);
+    let running = board.running_write(1);
+    board.withdraw(&1, &answerer);
+    assert!(
+        !board.quiet(&1),
+        "a write's mark, an overtaken flight and a running write hold it"
+    );
+    board.writing(&1, false);
+    assert!(
+        !board.quiet(&1),
+        "an overtaken flight and a running write hold it"
+    );
+    board.detached(&1, false);
+    assert!(!board.quiet(&1), "a running write holds it");
+    assert!(board.ids().contains_key(&1));
+    drop(running);
+    assert!(board.quiet(&1));
+    assert!(
+        board.ids().is_empty(),
+        "nothing of the id holds: the id is forgotten"
+    );
+    let Entered::Read(read) = board.enter(&1, true, || 1) else {
+        panic!("a quiet id is read");
+    };
+    board.withdraw_read(&1, read);
+    assert!(board.ids().is_empty());
+}
