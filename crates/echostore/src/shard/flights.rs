@@ -166,7 +166,6 @@ pub(crate) struct Flights<K, V, W> {
     ids: HashMap<K, IdState<V, W>>,
     /// Where the current flights are listed for misses to join.
     board: Arc<Board<K, V>>,
-    next: u64,
 }
 
 impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
@@ -176,7 +175,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         Flights {
             ids: HashMap::new(),
             board,
-            next: 0,
         }
     }
 
@@ -187,8 +185,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         if let Some(flight) = state.current() {
             return (Miss::Coalesced, flight.cell.take());
         }
-        self.next += 1;
-        let fid = FlightId::new(self.next);
+        let fid = FlightId::next();
         let flight = Flight::new(fid);
         let cell = flight.cell.take();
         self.board.publish(id.clone(), fid, &flight.cell);
@@ -211,8 +208,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             }
             return None;
         }
-        self.next += 1;
-        let fid = FlightId::new(self.next);
+        let fid = FlightId::next();
         let flight = Flight::new(fid);
         self.board.publish(id.clone(), fid, &flight.cell);
         state.current = Current::Loading(flight);

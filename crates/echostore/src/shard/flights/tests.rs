@@ -400,3 +400,29 @@ fn an_overtaken_flight_holds_the_board_reads_of_its_id() {
         crate::state::board::Entered::Read(_)
     ));
 }
+
+/// An owner that crashes leaves its flights running, and they still land on their own tasks. The
+/// owner that replaces it must name its flights apart from theirs: else a dead owner's flight,
+/// landing late with what it read before newer writes, finds a new flight of its id listed under
+/// its own name, stores its value in L1 and answers that flight's callers with it.
+#[test]
+fn a_restarted_owner_names_its_flights_apart_from_the_dead_ones() {
+    let board = Arc::new(Board::new());
+    let mut dead: Map = Flights::new(Arc::clone(&board));
+    let old = launched(dead.miss(&1).0);
+    drop(dead);
+    board.clear(|_| true);
+    let mut new: Map = Flights::new(Arc::clone(&board));
+    let (miss, cell) = new.miss(&1);
+    let current = launched(miss);
+    assert_ne!(old, current);
+    let landed = board.land_current(&1, old, || panic!("a dead owner's flight stored in L1"));
+    assert!(
+        landed.is_none(),
+        "a dead owner's flight landed on a new one"
+    );
+    assert!(
+        answered(&cell).is_none(),
+        "the new flight's callers still wait for it"
+    );
+}
