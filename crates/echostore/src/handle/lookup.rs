@@ -5,10 +5,10 @@
 //! Why not an `async fn`, or a future that reads L1 in its first poll: the L1 hit is a chain of
 //! dependent cache misses (the hash slot, the entry, the value's reference count), and a loop of
 //! hits runs fast only when the CPU can start the next hit's chain while this one's is
-//! outstanding — which depends on the code around the lookup. Measured side by side in one
-//! process, on one table of 100k random keys: the lookup inline, about 85 ns a hit; `get` as
-//! this module builds it, about 105 ns; the same work as an `async fn` with an awaiting miss
-//! branch, or as a future that reads L1 in `poll`, 235–400 ns (`docs/benchmarks.md`).
+//! outstanding — which depends on the code around the lookup. Measured side by side, this shape
+//! stays close to the lookup inline, where an `async fn` with an awaiting miss branch, or a
+//! future that reads L1 in `poll`, costs several times as much a hit (the figures are in
+//! `docs/notes/l1-hit-investigation.md`).
 //!
 //! The id is borrowed in whatever form the caller has (`&str` for a `String` key, as with
 //! `HashMap::get`): the hit hashes and compares that form, and only a miss makes an owned key.
