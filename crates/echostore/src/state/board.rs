@@ -419,8 +419,8 @@ impl<K: Eq + Hash, V> Board<K, V> {
     }
 
     /// Withdraws the cells and the owner's write marks of the ids `mine` picks (a new owner of
-    /// them starts with no flights and no writes of its own; another shard's ids stay); the
-    /// running writes' marks stay until they land.
+    /// them starts with no flights and no writes of its own); the running writes' marks stay
+    /// until they land.
     pub(crate) fn clear(&self, mine: impl Fn(&K) -> bool) {
         self.ids().retain(|id, on| {
             if mine(id) {
