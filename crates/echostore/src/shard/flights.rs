@@ -97,19 +97,65 @@ pub(crate) struct Flight<V> {
     /// Where every caller of the flight waits for its answer, listed on the board while the
     /// flight is current.
     cell: Answerer<V>,
-    /// A push for the id was handled since this flight's last read began: what it read may be
-    /// older than Valkey's value. Cleared when it reads again (a polling loser).
-    stale_read: bool,
-    /// A `put`/`invalidate` of this process overtook it: its value is never stored.
-    overwritten: bool,
-    /// Another flight of the id landed after this one was overtaken, storing or answering what
-    /// it read, which may be newer: this one's value is never stored.
-    outrun: bool,
+    /// What it may do with what it read when it lands; only an overtaken flight ever leaves
+    /// [`Standing::Keeps`].
+    standing: Standing,
+}
+
+/// What a flight may do with what it read when it lands. A current flight keeps it (stores it in
+/// L1 and answers it); each change that overtakes the flight, and each landing of another flight
+/// of its id after that, moves it down, and only a new read moves it back up, from
+/// `ReadBeforePush` alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// It stores what it read and answers it: current, or overtaken by a push and read again
+    /// since.
+    Keeps,
+    /// A push for the id was handled since its last read began: what it read may be older than
+    /// Valkey's value. It keeps again if it reads again (a polling loser).
+    ReadBeforePush,
+    /// An `invalidate` of this process overtook it, or another flight of the id landed after it
+    /// was overtaken (storing or answering what may be newer): its callers take its answer, kept
+    /// nowhere.
+    AnswersOnly,
     /// A `put` of this process overtook it: L1 will hold the put's value, which may be older than
     /// what this flight reads (another process's later write, whose push may yet be lost). Its
     /// callers fly again rather than take an answer this process's L1 does not keep, so a
     /// process never reads back in time.
-    replaced: bool,
+    FliesAgain,
+}
+
+impl Standing {
+    /// Overtaken by `by`.
+    fn overtaken(self, by: Overtaker) -> Self {
+        match (self, by) {
+            (Standing::FliesAgain, _) | (_, Overtaker::Write { replaces: true }) => {
+                Standing::FliesAgain
+            }
+            (_, Overtaker::Write { replaces: false }) | (Standing::AnswersOnly, _) => {
+                Standing::AnswersOnly
+            }
+            (Standing::Keeps | Standing::ReadBeforePush, Overtaker::Push) => {
+                Standing::ReadBeforePush
+            }
+        }
+    }
+
+    /// It reads Valkey again: what it reads follows every push handled so far.
+    fn read_again(self) -> Self {
+        match self {
+            Standing::ReadBeforePush => Standing::Keeps,
+            other => other,
+        }
+    }
+
+    /// Another flight of the id landed after it was overtaken.
+    fn outrun(self) -> Self {
+        match self {
+            Standing::Keeps | Standing::ReadBeforePush => Standing::AnswersOnly,
+            other => other,
+        }
+    }
 }
 
 /// What the owner does after a miss.
@@ -142,7 +188,7 @@ pub(crate) struct Landed<V> {
     /// detached by a push and read Valkey again after it. `false`: answer its waiters only.
     pub(crate) store: bool,
     /// `true` if its callers fly again instead of taking its value: a put of this process
-    /// overtook it ([`Flight`]'s `replaced`).
+    /// overtook it ([`Standing::FliesAgain`]).
     pub(crate) fly_again: bool,
     /// A queued flight of the same id that may launch now.
     pub(crate) launch: Option<FlightId>,
@@ -233,7 +279,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     }
 
     /// Detaches `id`'s running flight and marks every detached flight of `id` as having read
-    /// before this change (`overwritten` by this process's own write, which nothing undoes).
+    /// before this change ([`Standing::overtaken`]; this process's own write is never undone).
     fn detach(&mut self, id: &K, by: Overtaker) {
         let Some(state) = self.ids.get_mut(id) else {
             return;
@@ -244,11 +290,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             self.board.detached(id, true);
         }
         for flight in &mut state.detached {
-            flight.stale_read = true;
-            if let Overtaker::Write { replaces } = by {
-                flight.overwritten = true;
-                flight.replaced |= replaces;
-            }
+            flight.standing = flight.standing.overtaken(by);
         }
     }
 
@@ -256,7 +298,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// every push handled so far.
     pub(crate) fn reading(&mut self, id: &K, fid: FlightId) {
         if let Some(flight) = self.ids.get_mut(id).and_then(|s| s.detached_mut(fid)) {
-            flight.stale_read = false;
+            flight.standing = flight.standing.read_again();
         }
     }
 
@@ -280,8 +322,8 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
                 // in L1 before that store.
                 let flight = state.remove_detached(fid)?;
                 Landed {
-                    store: !flight.stale_read && !flight.overwritten && !flight.outrun,
-                    fly_again: flight.replaced,
+                    store: flight.standing == Standing::Keeps,
+                    fly_again: flight.standing == Standing::FliesAgain,
                     flight,
                     launch: state.try_launch(),
                     detached: true,
@@ -291,7 +333,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         // What it read may be newer than what the id's other flights read: none of them may
         // store after it.
         for other in &mut state.detached {
-            other.outrun = true;
+            other.standing = other.standing.outrun();
         }
         if state.is_idle() {
             self.ids.remove(id);

@@ -8,10 +8,7 @@ impl<V> Flight<V> {
         Flight {
             id,
             cell: Answerer::new(),
-            stale_read: false,
-            overwritten: false,
-            outrun: false,
-            replaced: false,
+            standing: Standing::Keeps,
         }
     }
 

@@ -426,3 +426,61 @@ fn a_restarted_owner_names_its_flights_apart_from_the_dead_ones() {
         "the new flight's callers still wait for it"
     );
 }
+
+/// A flight's `Standing` is the four flags it replaced (`stale_read`, `overwritten`, `outrun`,
+/// `replaced`) folded into one value: after every sequence of up to five events (a push, an
+/// invalidate or a put of this process, a new read, another flight's landing), whether it stores
+/// and whether its callers fly again are what the flags said.
+#[test]
+fn a_standing_is_the_flags_it_folds() {
+    #[derive(Clone, Copy)]
+    enum Event {
+        Overtaken(Overtaker),
+        ReadAgain,
+        Outrun,
+    }
+    let events = [
+        Event::Overtaken(Overtaker::Push),
+        Event::Overtaken(Overtaker::Write { replaces: false }),
+        Event::Overtaken(Overtaker::Write { replaces: true }),
+        Event::ReadAgain,
+        Event::Outrun,
+    ];
+    let mut sequences: Vec<Vec<Event>> = vec![vec![]];
+    for _ in 0..5 {
+        let longer = sequences.iter().flat_map(|s| {
+            events
+                .iter()
+                .map(move |e| s.iter().copied().chain([*e]).collect::<Vec<_>>())
+        });
+        sequences = sequences.clone().into_iter().chain(longer).collect();
+    }
+    for sequence in &sequences {
+        let (mut stale_read, mut overwritten, mut outrun, mut replaced) =
+            (false, false, false, false);
+        let mut standing = Standing::Keeps;
+        for event in sequence {
+            match *event {
+                Event::Overtaken(by) => {
+                    stale_read = true;
+                    if let Overtaker::Write { replaces } = by {
+                        overwritten = true;
+                        replaced |= replaces;
+                    }
+                    standing = standing.overtaken(by);
+                }
+                Event::ReadAgain => {
+                    stale_read = false;
+                    standing = standing.read_again();
+                }
+                Event::Outrun => {
+                    outrun = true;
+                    standing = standing.outrun();
+                }
+            }
+        }
+        let stores = !stale_read && !overwritten && !outrun;
+        assert_eq!(standing == Standing::Keeps, stores, "{standing:?}");
+        assert_eq!(standing == Standing::FliesAgain, replaced, "{standing:?}");
+    }
+}
