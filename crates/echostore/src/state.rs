@@ -13,6 +13,7 @@ pub(crate) mod l1;
 pub(crate) mod loser_policy;
 pub(crate) mod marks;
 pub(crate) mod metrics;
+pub(crate) mod pending_write;
 pub(crate) mod reload;
 pub(crate) mod schemas;
 pub(crate) mod stale;

@@ -1,49 +1,17 @@
-//! A `put` or `invalidate` on its way to Valkey: what it writes ([`L2Write`]), what it leaves in L1
-//! once it lands, and the write itself (the versioned put script, or the `DEL` of value and lock).
+//! A `put` or `invalidate` on its way to Valkey: the write itself (the versioned put script, or
+//! the `DEL` of value and lock), what its caller hears, and what it leaves in L1 once it lands.
+//! What a write is while it waits for its turn is `crate::state::pending_write`.
 
-use ractor::RpcReplyPort;
-
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::state::core::TableCore;
 use crate::state::l1::Entry;
+pub(crate) use crate::state::pending_write::{L2Write, PendingWrite, Stamp};
 use crate::state::stats::bump;
 use crate::state::unsettled::Repair;
-use crate::valkey::envelope::{self, Fingerprint};
 use crate::valkey::lock::{self, Put};
-use crate::wire::key::{Key, KeyNames};
-
-/// What a landed write answers its caller: Valkey's clock when a put was stored (unix ms), none
-/// for an invalidation or without Valkey.
-pub(crate) type Stamp = Option<u64>;
-
-/// A write to Valkey that a `put` or `invalidate` asked for.
-pub(crate) enum L2Write {
-    /// Set the value (envelope, physical life in ms) unless Valkey holds a newer one; drop the lock.
-    Put {
-        names: KeyNames,
-        envelope: Vec<u8>,
-        px: u64,
-    },
-    /// Delete the value and the lock.
-    Invalidate { names: KeyNames },
-}
-
-/// A write waiting for its turn, with the L1 entry it leaves once it lands and its caller.
-pub(crate) struct PendingWrite<V> {
-    pub(crate) write: L2Write,
-    pub(crate) entry: Option<Entry<V>>,
-    pub(crate) reply: RpcReplyPort<Result<Stamp>>,
-}
+use crate::wire::key::Key;
 
 impl<V> PendingWrite<V> {
-    /// The fingerprint of the envelope a put writes (its own coherence push names only the key).
-    pub(crate) fn fingerprint(&self) -> Option<Fingerprint> {
-        match &self.write {
-            L2Write::Put { envelope, .. } => Some(envelope::fingerprint(envelope)),
-            L2Write::Invalidate { .. } => None,
-        }
-    }
-
     /// Writes to Valkey and answers the caller; returns the entry L1 may keep (none when the
     /// write failed or a newer value was already stored).
     ///

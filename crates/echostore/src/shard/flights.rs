@@ -1,8 +1,11 @@
-//! The flights map: per id, the one load that misses join, the Valkey writes it must wait for,
-//! and the loads that writes overtook. The owner tells it what happened; it answers what to do.
+//! The flights map: every transition of an id's state, made by the owner. The owner tells it what
+//! happened; it answers what to do. The state itself is its shard's board's, one [`IdState`] per
+//! id (`crate::state::board::id_state`, which lists every field and who changes it), so that
+//! callers read it on their own tasks; every transition here runs under the board's lock.
 //!
 //! This is the Elixir owner's `flights` map made explicit, with moka's waiter states as the
-//! model. For each id it holds one [`IdState`] (`flights/id_state.rs`), whose phases are enums:
+//! model. An id's state holds, beside a caller's read and the running write tasks, these phases,
+//! each an enum:
 //!
 //! - the **current flight**, *none*, *queued* or *loading*: the one a new miss joins;
 //! - the id's **Valkey writes** (`put`/`invalidate`): *none*, or one *on the wire* with the
@@ -29,8 +32,9 @@
 //! An early refresh (XFetch) is a flight with no caller, started only when the id has none: so at
 //! most one refresh per id runs in a process, and misses that arrive meanwhile join it.
 //!
-//! Loads of one id in one process are bounded: at most [`MAX_LOADS_PER_ID`] run at once (the
-//! current flight and the overtaken ones). A flight that would exceed it stays queued until an
+//! Loads of one id in one process are bounded: at most
+//! [`MAX_LOADS_PER_ID`](crate::state::board::id_state::MAX_LOADS_PER_ID) run at once (the current
+//! flight and the overtaken ones). A flight that would exceed it stays queued until an
 //! overtaken one lands, however many writes arrive.
 //!
 //! Every caller of a flight waits on the flight's one [`Cell`], whether its miss started the flight
@@ -39,21 +43,20 @@
 //! origin from the one answer (`crate::handle::miss::follow`). A caller that drops its future drops only
 //! its handle on the cell; the flight runs on for the others.
 //!
-//! The current flights are also listed on the table's [`Board`], where a miss joins without a
-//! message to the owner: this map publishes a flight in the step that makes it current and
-//! withdraws it in the step that ends that, so the board never lists anything else. It also
-//! keeps the board's other half true: an id is marked as written while a write of it is running,
-//! and a write, a push or a flush withdraws the reads that callers listed. A new owner inherits
-//! the writes its crashed predecessor left running ([`Flights::inherit_write`]): they stay at the
-//! head of their ids' queues until they land.
+//! A miss on the board joins the id's current flight without a message to the owner: the
+//! current flight *is* what the board lists, so a flight is joinable from the step that makes it
+//! current until the step that ends that, and never otherwise. A flight, a write, a push or a
+//! flush withdraws the read a caller listed. A new owner inherits the writes its crashed
+//! predecessor left running ([`Flights::inherit_write`]): they stay at the head of their ids'
+//! queues until they land.
 //!
 //! A current flight with nothing else of its id in motion may land on its own task, through the
 //! board (`crate::shard::owner::landings`): that is the landing [`Flights::land`] would give it
-//! (`store`, no overtaking), made at once. So the board's mark of an id's overtaken flights
-//! clears only once the owner has stored what the last of them keeps
-//! ([`Flights::publish_detached`]), not when [`Flights::land`] removes it.
+//! (`store`, no overtaking), made at once, and it leaves the id's state as it lands. So an
+//! overtaken flight that [`Flights::land`] removes leaves its id marked as *landing* until the
+//! owner has stored what it keeps ([`Flights::landing_done`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -61,13 +64,8 @@ use ractor::RpcReplyPort;
 
 use crate::error::Result;
 use crate::fetched::Fetched;
-use crate::state::board::{Answerer, Board, Cell};
+use crate::state::board::{Board, Cell, Flight, IdState, Overtaker, Standing, Writes};
 pub(crate) use crate::state::flight_id::FlightId;
-use id_state::{Current, IdState, Writes};
-
-/// Loads of one id that may run at once in one process: the current flight and those overtaken by
-/// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
-pub(crate) const MAX_LOADS_PER_ID: usize = 2;
 
 /// Where the owner sends what a miss was admitted to.
 pub(crate) type Reply<V> = RpcReplyPort<Result<Admitted<V>>>;
@@ -87,73 +85,6 @@ impl<V> Admitted<V> {
         Admitted::Flight {
             cell,
             leads: !matches!(miss, Miss::Coalesced),
-        }
-    }
-}
-
-/// One load, and the cell its callers wait on.
-pub(crate) struct Flight<V> {
-    pub(crate) id: FlightId,
-    /// Where every caller of the flight waits for its answer, listed on the board while the
-    /// flight is current.
-    cell: Answerer<V>,
-    /// What it may do with what it read when it lands; only an overtaken flight ever leaves
-    /// [`Standing::Keeps`].
-    standing: Standing,
-}
-
-/// What a flight may do with what it read when it lands. A current flight keeps it (stores it in
-/// L1 and answers it); each change that overtakes the flight, and each landing of another flight
-/// of its id after that, moves it down, and only a new read moves it back up, from
-/// `ReadBeforePush` alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Standing {
-    /// It stores what it read and answers it: current, or overtaken by a push and read again
-    /// since.
-    Keeps,
-    /// A push for the id was handled since its last read began: what it read may be older than
-    /// Valkey's value. It keeps again if it reads again (a polling loser).
-    ReadBeforePush,
-    /// An `invalidate` of this process overtook it, or another flight of the id landed after it
-    /// was overtaken (storing or answering what may be newer): its callers take its answer, kept
-    /// nowhere.
-    AnswersOnly,
-    /// A `put` of this process overtook it: L1 will hold the put's value, which may be older than
-    /// what this flight reads (another process's later write, whose push may yet be lost). Its
-    /// callers fly again rather than take an answer this process's L1 does not keep, so a
-    /// process never reads back in time.
-    FliesAgain,
-}
-
-impl Standing {
-    /// Overtaken by `by`.
-    fn overtaken(self, by: Overtaker) -> Self {
-        match (self, by) {
-            (Standing::FliesAgain, _) | (_, Overtaker::Write { replaces: true }) => {
-                Standing::FliesAgain
-            }
-            (_, Overtaker::Write { replaces: false }) | (Standing::AnswersOnly, _) => {
-                Standing::AnswersOnly
-            }
-            (Standing::Keeps | Standing::ReadBeforePush, Overtaker::Push) => {
-                Standing::ReadBeforePush
-            }
-        }
-    }
-
-    /// It reads Valkey again: what it reads follows every push handled so far.
-    fn read_again(self) -> Self {
-        match self {
-            Standing::ReadBeforePush => Standing::Keeps,
-            other => other,
-        }
-    }
-
-    /// Another flight of the id landed after it was overtaken.
-    fn outrun(self) -> Self {
-        match self {
-            Standing::Keeps | Standing::ReadBeforePush => Standing::AnswersOnly,
-            other => other,
         }
     }
 }
@@ -197,45 +128,49 @@ pub(crate) struct Landed<V> {
     pub(crate) detached: bool,
 }
 
-/// What overtook a running flight.
-#[derive(Debug, Clone, Copy)]
-enum Overtaker {
-    /// Another process's change (a push, or a flush).
-    Push,
-    /// This process's `put` (`replaces`) or `invalidate`.
-    Write { replaces: bool },
+/// The owner's hand on its shard's board: every transition of the ids' states, each under the
+/// board's lock. `W` is the owner's pending write.
+pub(crate) struct Flights<K, V, W> {
+    /// Where the ids' states live, read by callers on their own tasks.
+    board: Arc<Board<K, V, W>>,
+    /// This owner's number on the board: dropping the map (the owner stops or crashes) clears
+    /// what it held there, unless a newer owner has taken the board.
+    owner: u64,
 }
 
-/// Every flight and pending write of one table. `W` is the owner's pending write.
-pub(crate) struct Flights<K, V, W> {
-    /// Each id with anything in flight, and all of it ([`IdState`]).
-    ids: HashMap<K, IdState<V, W>>,
-    /// Where the current flights are listed for misses to join.
-    board: Arc<Board<K, V>>,
+/// The ids' states, under the board's lock.
+type Ids<'a, K, V, W> = std::sync::MutexGuard<'a, HashMap<K, IdState<V, W>>>;
+
+/// Forgets `id` if nothing of it holds any more.
+fn tidy<K: Eq + Hash, V, W>(ids: &mut HashMap<K, IdState<V, W>>, id: &K) {
+    if ids.get(id).is_some_and(IdState::is_empty) {
+        ids.remove(id);
+    }
 }
 
 impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
-    /// An empty map that lists its current flights on `board` (which a new owner clears of its
-    /// ids first: its flights start from none).
-    pub(crate) fn new(board: Arc<Board<K, V>>) -> Self {
-        Flights {
-            ids: HashMap::new(),
-            board,
-        }
+    /// The map of a new owner of `board`: what the owner before it held there is cleared (its
+    /// flights start from none; the writes it left running stay).
+    pub(crate) fn new(board: Arc<Board<K, V, W>>) -> Self {
+        let owner = board.take_over();
+        Flights { board, owner }
+    }
+
+    fn ids(&self) -> Ids<'_, K, V, W> {
+        self.board.ids()
     }
 
     /// A caller missed L1 for `id`: it joins the current flight, or starts one; either way it
     /// waits on the cell returned.
     pub(crate) fn miss(&mut self, id: &K) -> (Miss, Arc<Cell<V>>) {
-        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
+        let mut ids = self.ids();
+        let state = ids.entry(id.clone()).or_insert(IdState::NOTHING);
         if let Some(flight) = state.current() {
             return (Miss::Coalesced, flight.cell.take());
         }
-        let fid = FlightId::next();
-        let flight = Flight::new(fid);
+        let flight = Flight::new(FlightId::next());
         let cell = flight.cell.take();
-        self.board.publish(id.clone(), fid, &flight.cell);
-        state.current = Current::Queued(flight);
+        state.start(flight, false);
         let miss = match state.try_launch() {
             Some(fid) => Miss::Launch(fid),
             None => Miss::Queued,
@@ -247,80 +182,65 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     /// and it may launch at once (no write of the id running, the id within its bound of loads).
     /// `None`: nothing started; whatever is in flight for the id will do.
     pub(crate) fn refresh(&mut self, id: &K) -> Option<FlightId> {
-        let state = self.ids.entry(id.clone()).or_insert_with(IdState::new);
+        let mut ids = self.ids();
+        let state = ids.entry(id.clone()).or_insert(IdState::NOTHING);
         if state.current().is_some() || !state.may_load() {
-            if state.is_idle() {
-                self.ids.remove(id);
-            }
+            tidy(&mut ids, id);
             return None;
         }
         let fid = FlightId::next();
-        let flight = Flight::new(fid);
-        self.board.publish(id.clone(), fid, &flight.cell);
-        state.current = Current::Loading(flight);
+        state.start(Flight::new(fid), true);
         Some(fid)
     }
 
-    /// The value of `id` changed elsewhere (a push): a running flight may have read the old
-    /// bytes, so it is detached and keeps nothing unless it reads again (a polling loser does). A
-    /// queued flight has read nothing: it stays.
+    /// The value of `id` changed elsewhere (a push): a read listed is withdrawn, and a running
+    /// flight may have read the old bytes, so it is detached and keeps nothing unless it reads
+    /// again (a polling loser does). A queued flight has read nothing: it stays.
     pub(crate) fn overtake(&mut self, id: &K) {
-        self.board.overtake_read(id);
-        self.detach(id, Overtaker::Push);
+        let mut ids = self.ids();
+        if let Some(state) = ids.get_mut(id) {
+            state.read = None;
+            detach(state, Overtaker::Push);
+        }
+        tidy(&mut ids, id);
     }
 
-    /// Every running flight is overtaken (coherence lost: any of them may have read old bytes).
+    /// Every read is withdrawn and every running flight overtaken (coherence lost: any of them
+    /// may have read old bytes).
     pub(crate) fn overtake_all(&mut self) {
-        self.board.overtake_reads();
-        let ids: Vec<K> = self.ids.keys().cloned().collect();
-        for id in &ids {
-            self.detach(id, Overtaker::Push);
-        }
-    }
-
-    /// Detaches `id`'s running flight and marks every detached flight of `id` as having read
-    /// before this change ([`Standing::overtaken`]; this process's own write is never undone).
-    fn detach(&mut self, id: &K, by: Overtaker) {
-        let Some(state) = self.ids.get_mut(id) else {
-            return;
-        };
-        if let Some(flight) = state.take_loading() {
-            self.board.withdraw(id, &flight.cell);
-            state.detached.push(flight);
-            self.board.detached(id, true);
-        }
-        for flight in &mut state.detached {
-            flight.standing = flight.standing.overtaken(by);
-        }
+        self.ids().retain(|_, state| {
+            state.read = None;
+            detach(state, Overtaker::Push);
+            !state.is_empty()
+        });
     }
 
     /// The flight `fid` of `id` is about to read Valkey again: whatever it reads now follows
     /// every push handled so far.
     pub(crate) fn reading(&mut self, id: &K, fid: FlightId) {
-        if let Some(flight) = self.ids.get_mut(id).and_then(|s| s.detached_mut(fid)) {
+        if let Some(flight) = self.ids().get_mut(id).and_then(|s| s.detached_mut(fid)) {
             flight.standing = flight.standing.read_again();
         }
     }
 
-    /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more.
+    /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more (it landed on
+    /// its own task, or its owner died). An overtaken flight leaves the id marked as landing
+    /// until [`landing_done`](Self::landing_done): no read, and no flight on its own task, lands
+    /// in L1 before the owner has stored what this one keeps.
     pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<Landed<V>> {
-        let state = self.ids.get_mut(id)?;
+        let mut ids = self.ids();
+        let state = ids.get_mut(id)?;
         let landed = match state.take_current(fid) {
-            Some(flight) => {
-                self.board.withdraw(id, &flight.cell);
-                Landed {
-                    flight,
-                    store: true,
-                    fly_again: false,
-                    launch: None,
-                    detached: false,
-                }
-            }
+            Some(flight) => Landed {
+                flight,
+                store: true,
+                fly_again: false,
+                launch: None,
+                detached: false,
+            },
             None => {
-                // The board's mark stays until the owner has stored what this flight keeps
-                // ([`Flights::publish_detached`]): no read, and no flight on its own task, lands
-                // in L1 before that store.
                 let flight = state.remove_detached(fid)?;
+                state.landing = true;
                 Landed {
                     store: flight.standing == Standing::Keeps,
                     fly_again: flight.standing == Standing::FliesAgain,
@@ -335,30 +255,44 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         for other in &mut state.detached {
             other.standing = other.standing.outrun();
         }
-        if state.is_idle() {
-            self.ids.remove(id);
-        }
+        tidy(&mut ids, id);
         Some(landed)
     }
 
-    /// Tells the board whether an overtaken flight of `id` still runs. The owner calls it once it
-    /// has done with a landing (stored what the flight keeps, answered its callers): until then
-    /// the board starts no read of the id and lands no flight of it on the flight's own task, so
-    /// neither stores in L1 before the landing that may be older.
-    pub(crate) fn publish_detached(&self, id: &K) {
-        let running = self.ids.get(id).is_some_and(|s| !s.detached.is_empty());
-        self.board.detached(id, running);
+    /// The owner is done with a landing of `id` (stored what the flight keeps, answered its
+    /// callers): the id's other flights and reads may land in L1 again.
+    pub(crate) fn landing_done(&self, id: &K) {
+        let mut ids = self.ids();
+        if let Some(state) = ids.get_mut(id) {
+            state.landing = false;
+        }
+        tidy(&mut ids, id);
     }
 
     /// Flights running or queued, current and detached.
     pub(crate) fn len(&self) -> usize {
-        let flights = |s: &IdState<V, W>| s.detached.len() + usize::from(s.current().is_some());
-        self.ids.values().map(flights).sum()
+        self.board.flights()
     }
 }
 
-mod flight;
-mod id_state;
+/// Detaches the running flight of `state` and marks every detached flight of its id as having
+/// read before this change ([`Standing::overtaken`]; this process's own write is never undone).
+fn detach<V, W>(state: &mut IdState<V, W>, by: Overtaker) {
+    if let Some(flight) = state.take_loading() {
+        state.detached.push(flight);
+    }
+    for flight in &mut state.detached {
+        flight.standing = flight.standing.overtaken(by);
+    }
+}
+
+impl<K, V, W> Drop for Flights<K, V, W> {
+    fn drop(&mut self) {
+        self.board.release(self.owner);
+    }
+}
+
+mod answer_early;
 #[cfg(test)]
 mod tests;
 mod write_queue;

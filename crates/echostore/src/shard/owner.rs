@@ -179,10 +179,9 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
         myself: ActorRef<Self::Msg>,
         OwnerArgs { core, shard }: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        // A restarted owner starts with no flights: the dead one's waiters were answered `Stopped`,
-        // and its shard's board lists none of them (every id there is this shard's).
+        // A restarted owner starts with no flights: taking its shard's board over clears what the
+        // dead one held there (its flights' callers are answered `Stopped`).
         core.stats.in_flight[shard].store(0, Relaxed);
-        core.boards.shard(shard).clear(|_| true);
         let tracking = core
             .tracker
             .as_ref()

@@ -6,6 +6,7 @@ use futures::FutureExt;
 use super::*;
 use crate::fetched::Origin;
 use crate::state::board::Answered;
+use crate::state::board::id_state::MAX_LOADS_PER_ID;
 
 type Map = Flights<u32, u32, &'static str>;
 
@@ -56,7 +57,10 @@ fn misses_on_one_id_share_one_flight() {
         .expect("ok");
     assert_eq!((*answer.value, answer.origin), (7, Origin::Loaded));
     assert_eq!(map.len(), 0);
-    assert!(map.ids.is_empty(), "an idle id leaves no state behind");
+    assert!(
+        map.board.ids().is_empty(),
+        "an idle id leaves no state behind"
+    );
 }
 
 /// A miss during a write is queued, and launches when the last write has landed.
@@ -264,7 +268,7 @@ fn the_board_lists_the_current_flights_only() {
     };
     map.land(&2, fid).expect("ours");
     assert!(board.join(&2).is_none(), "a landed flight is withdrawn");
-    assert_eq!(board.len(), 0);
+    assert_eq!(board.flights(), 0);
 }
 
 /// An early answer reaches the board's joiners so far; later joiners wait for the final one.
@@ -296,16 +300,17 @@ fn an_early_answer_after_a_landing_on_the_flights_task_is_moot() {
     let mut map: Map = Flights::new(Arc::clone(&board));
     let (miss, lead) = map.miss(&1);
     let fid = launched(miss);
-    let cell = board
+    let mut flight = board
         .land_current(&1, fid, || ())
         .expect("current and alone");
-    cell.answer(Some(Ok(Fetched::new(Arc::new(2), Origin::Loaded))));
+    flight.answer(&Ok(Fetched::new(Arc::new(2), Origin::Loaded)));
     map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
     assert!(
         board.join(&1).is_none(),
         "an early answer listed a fresh cell"
     );
-    drop(map.land(&1, fid).expect("ours"));
+    assert!(map.land(&1, fid).is_none(), "it left the map as it landed");
+    drop(flight);
     let answer = answered(&lead)
         .expect("answered")
         .expect("some")
@@ -389,12 +394,12 @@ fn an_overtaken_flight_holds_the_board_reads_of_its_id() {
     let mut map: Map = Flights::new(Arc::clone(&board));
     let fid = launched(map.miss(&1).0);
     map.overtake(&1);
-    let enter = |board: &Board<u32, u32>| board.enter(&1, true, || 1);
+    let enter = |board: &Board<u32, u32, &str>| board.enter(&1, true, || 1);
     assert!(matches!(enter(&board), crate::state::board::Entered::Owner));
     map.land(&1, fid).expect("detached");
     // Landed, but not yet stored by the owner: still no read.
     assert!(matches!(enter(&board), crate::state::board::Entered::Owner));
-    map.publish_detached(&1);
+    map.landing_done(&1);
     assert!(matches!(
         enter(&board),
         crate::state::board::Entered::Read(_)
@@ -411,7 +416,6 @@ fn a_restarted_owner_names_its_flights_apart_from_the_dead_ones() {
     let mut dead: Map = Flights::new(Arc::clone(&board));
     let old = launched(dead.miss(&1).0);
     drop(dead);
-    board.clear(|_| true);
     let mut new: Map = Flights::new(Arc::clone(&board));
     let (miss, cell) = new.miss(&1);
     let current = launched(miss);

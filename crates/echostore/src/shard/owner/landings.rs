@@ -1,14 +1,12 @@
 //! How a flight lands: on its own task when it is still its id's current flight (its entry into
-//! L1 and its answer, under the board's lock, with no hop through the owner), else through the
-//! owner: what enters L1, what its callers are answered, when they fly again instead (the flight
-//! changed nothing they may take). Either way the owner ends the flight and launches the one
-//! queued behind it.
+//! L1, its leaving the id's state and its answer, under the board's lock, with no hop through
+//! the owner), else through the owner: what enters L1, what its callers are answered, when they
+//! fly again instead (the flight changed nothing they may take), and the flight queued behind it.
 
 use super::*;
 
 /// Lands `flight` of `id` on its own task if it filled a value L1 keeps and the board says it
-/// may: still the id's current flight, no overtaken flight of the id running, no write of it on
-/// its way. That is the landing
+/// may: still the id's current flight, with nothing else of the id in motion. That is the landing
 /// the owner would make of it at that instant (a current flight stores what it may keep and
 /// answers what it read), and the owner changes the board before L1, so every later change of
 /// the id undoes the entry as it would the owner's. [`Landing::Answered`] is then what is left for
@@ -39,8 +37,8 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
         })
     }));
     match landed.ok().flatten() {
-        Some(cell) => {
-            cell.answer(Some(Ok(filled.fetched)));
+        Some(mut flight) => {
+            flight.answer(&Ok(filled.fetched));
             Ok(Landing::Answered)
         }
         None => {
@@ -52,8 +50,8 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
 
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// A flight finished: store what it may keep, answer its callers (or send them to fly
-    /// again), and launch the flight queued behind it; then the board hears whether an overtaken
-    /// flight of the id still runs (not before: nothing else lands in L1 before this landing).
+    /// again), and launch the flight queued behind it; only then may the id's other flights and
+    /// reads land in L1 again (nothing else lands in L1 before this landing).
     pub(super) fn landed(
         &mut self,
         myself: &ActorRef<OwnerMsg<K, V>>,
@@ -63,7 +61,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         outcome: Result<Landing<V>>,
     ) {
         self.land(myself, id, flight, refresh, outcome);
-        self.flights.publish_detached(id);
+        self.flights.landing_done(id);
     }
 
     fn land(
@@ -82,7 +80,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         };
         self.publish_in_flight();
         let answer = match outcome {
-            // Stored and answered on its own task: only the flight queued behind it is left.
+            // Stored and answered on its own task, where it also left the map: `land` finds
+            // nothing of it, so this is only the flight queued behind it, if one ever is.
             Ok(Landing::Answered) => return self.launch_next(myself, id, landed),
             // Another process is rebuilding the id: callers who joined (their copy expired
             // meanwhile) fly again, and a new flight waits for that process's value.

@@ -5,22 +5,24 @@ use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use super::Board;
+use super::{Board, IdState};
 
 /// A write task's mark on its id, from when the write is handed to its task until it lands (or
 /// fails); dropped with the task, whatever became of the owner that started it.
-pub(crate) struct RunningWrite<K: Eq + Hash, V> {
-    board: Arc<Board<K, V>>,
+pub(crate) struct RunningWrite<K: Eq + Hash, V, W> {
+    board: Arc<Board<K, V, W>>,
     id: Option<K>,
 }
 
-impl<K: Eq + Hash, V> Board<K, V> {
+impl<K: Eq + Hash, V, W> Board<K, V, W> {
     /// Marks a write of `id` as running until the returned mark is dropped (by the write's task).
-    pub(crate) fn running_write(self: &Arc<Self>, id: K) -> RunningWrite<K, V>
+    pub(crate) fn running_write(self: &Arc<Self>, id: K) -> RunningWrite<K, V, W>
     where
         K: Clone,
     {
-        self.mark(&id, |on| on.running += 1);
+        let mut ids = self.ids();
+        ids.entry(id.clone()).or_insert(IdState::NOTHING).running += 1;
+        drop(ids);
         RunningWrite {
             board: Arc::clone(self),
             id: Some(id),
@@ -52,7 +54,7 @@ impl<K: Eq + Hash, V> Board<K, V> {
     }
 }
 
-impl<K: Eq + Hash, V> Drop for RunningWrite<K, V> {
+impl<K: Eq + Hash, V, W> Drop for RunningWrite<K, V, W> {
     fn drop(&mut self) {
         let Some(id) = self.id.take() else {
             return;

@@ -1,90 +1,116 @@
-//! The board without an owner: cells, joins, reads, write marks.
+//! The board as callers see it, with a flights map (the owner's hand) changing it: joins, reads,
+//! landings on a flight's own task, running writes, and what an owner's going clears.
 use super::*;
 use crate::fetched::Origin;
+use futures::FutureExt;
 
-/// Joiners waiting before and after the answer all get it; the withdrawn id is not joined.
-#[tokio::test]
-async fn joiners_get_the_one_answer() {
-    let board = Board::<u64, u64>::new();
-    let answerer = Answerer::new();
-    assert!(board.join(&1).is_none());
-    board.publish(1, FlightId::new(1), &answerer);
-    let early = board.join(&1).expect("published");
-    let waiting = tokio::spawn(async move { early.wait().await });
-    let value = Arc::new(7);
-    answerer.answer(Some(Ok(Fetched::new(
-        Arc::clone(&value),
-        Origin::Coalesced,
-    ))));
-    let late = board.join(&1).expect("still published");
-    for answer in [waiting.await.expect("task"), late.wait().await] {
-        let fetched = answer.expect("an answer").expect("ok");
-        assert!(Arc::ptr_eq(&fetched.value, &value));
+use crate::shard::flights::{Flights, Miss, Next};
+
+type Map = Flights<u64, u64, &'static str>;
+
+fn launched(miss: Miss) -> FlightId {
+    match miss {
+        Miss::Launch(fid) => fid,
+        other => panic!("expected a launch, got {other:?}"),
     }
-    assert_eq!(answerer.joined(), 2);
-    board.withdraw(&1, &answerer);
-    assert!(board.join(&1).is_none());
-    assert_eq!(board.len(), 0);
 }
 
-/// Withdrawing an older cell leaves the newer one listed.
-#[test]
-fn withdraw_removes_only_its_own_cell() {
-    let board = Board::<u64, u64>::new();
-    let (old, new) = (Answerer::new(), Answerer::new());
-    board.publish(1, FlightId::new(1), &old);
-    board.publish(1, FlightId::new(1), &new);
-    board.withdraw(&1, &old);
-    assert_eq!(board.len(), 1);
-    board.withdraw(&1, &new);
-    assert_eq!(board.len(), 0);
+fn loaded(value: u64) -> Result<Fetched<u64>> {
+    Ok(Fetched::new(Arc::new(value), Origin::Loaded))
+}
+
+/// Joiners waiting before and after an early answer get it; a landed flight is not joined.
+#[tokio::test]
+async fn joiners_get_the_one_answer() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    assert!(board.join(&1).is_none());
+    let (miss, lead) = map.miss(&1);
+    let fid = launched(miss);
+    let early = board.join(&1).expect("current");
+    let waiting = tokio::spawn(async move { early.wait().await });
+    let mut landed = map.land(&1, fid).expect("ours");
+    assert!(board.join(&1).is_none(), "landed");
+    landed.flight.answer(&loaded(7));
+    for answer in [waiting.await.expect("task"), lead.wait().await] {
+        let fetched = answer.expect("an answer").expect("ok");
+        assert_eq!(*fetched.value, 7);
+    }
+    assert_eq!(landed.flight.waiters(), 2);
+    assert!(board.ids().is_empty());
+}
+
+/// An owner that goes (stops or crashes: its map is dropped) answers its flights' callers
+/// `Stopped` and leaves nothing of its ids; but an owner that goes after a newer one took the
+/// board over clears nothing of the newer one's.
+#[tokio::test]
+async fn an_owner_going_clears_only_what_it_held() {
+    let board = Arc::new(Board::new());
+    let mut first: Map = Flights::new(Arc::clone(&board));
+    let (_, cell) = first.miss(&1);
+    drop(first);
+    assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
+    assert!(board.ids().is_empty(), "the gone owner's ids cleared");
+
+    let mut dead: Map = Flights::new(Arc::clone(&board));
+    let (_, dead_cell) = dead.miss(&1);
+    let mut new: Map = Flights::new(Arc::clone(&board));
+    assert!(
+        matches!(dead_cell.wait().await, Some(Err(Error::Stopped))),
+        "taken over: the dead owner's callers stopped"
+    );
+    let (miss, cell) = new.miss(&2);
+    launched(miss);
+    drop(dead);
+    assert!(board.join(&2).is_some(), "the new owner's flight stays");
+    assert!(cell.wait().now_or_never().is_none(), "and is not answered");
 }
 
 /// A read is listed for the first miss; the next miss goes to the owner (a read is never
-/// joined); the read settles only while listed; a write marks the id (withdrawing the read,
-/// refusing new ones) until it is done; a flush withdraws every read and no flight; a flight
-/// replaces a read.
+/// joined); the read settles only while listed; a write withdraws it and refuses new ones until
+/// it is done; a flush withdraws every read; a flight replaces a read.
 #[test]
 fn reads_are_listed_settled_and_withdrawn() {
-    let board = Board::<u64, u64>::new();
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
     let Entered::Read(read) = board.enter(&1, true, || 1) else {
         panic!("the first miss reads");
     };
     assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
     let mut kept = false;
     assert!(board.settle(&1, read, || kept = true));
-    assert!(kept && board.len() == 0, "settled and withdrawn");
+    assert!(kept && board.ids().is_empty(), "settled and withdrawn");
 
     let Entered::Read(read) = board.enter(&2, true, || 2) else {
         panic!("a read");
     };
-    board.writing(&2, true);
+    assert_eq!(map.write(&2, "put", true), Some("put"));
     assert!(!board.settle(&2, read, || panic!("a withdrawn read keeps nothing")));
     assert!(
         matches!(board.enter(&2, true, || 2), Entered::Owner),
         "being written"
     );
-    board.writing(&2, false);
+    assert_eq!(map.written(&2), Next::Idle);
     let Entered::Read(read) = board.enter(&2, true, || 2) else {
         panic!("a read once the write is done");
     };
     board.withdraw_read(&2, read);
-    assert_eq!(board.len(), 0, "given up");
+    assert!(board.ids().is_empty(), "given up");
 
-    let flight = Answerer::new();
-    board.publish(3, FlightId::new(3), &flight);
-    assert!(matches!(board.enter(&6, true, || 6), Entered::Read(_)));
-    board.overtake_reads();
-    assert_eq!(board.len(), 1, "the flight stays; the read of 6 went");
+    let Entered::Read(read) = board.enter(&6, true, || 6) else {
+        panic!("a read");
+    };
+    map.overtake_all();
+    assert!(!board.settle(&6, read, || panic!("a flush withdrew it")));
     let Entered::Read(read) = board.enter(&4, true, || 4) else {
         panic!("a read");
     };
-    board.publish(4, FlightId::new(4), &flight);
+    launched(map.miss(&4).0);
     assert!(!board.settle(&4, read, || panic!("replaced by a flight")));
     board.withdraw_read(&4, read);
     assert!(
         board.join(&4).is_some(),
-        "a read's end leaves the flight listed"
+        "a read's end leaves the flight current"
     );
     assert!(
         matches!(board.enter(&5, false, || 5), Entered::Owner),
@@ -92,39 +118,13 @@ fn reads_are_listed_settled_and_withdrawn() {
     );
 }
 
-/// A cell whose owner went away unanswered answers `Stopped`.
+/// A running write's mark outlives the owner's state: a new owner's take-over leaves it, no read
+/// of its id starts until it is dropped, and `landed` returns once every mark of the id is gone.
 #[tokio::test]
-async fn a_dropped_answerer_answers_stopped() {
-    let board = Board::<u64, u64>::new();
-    let answerer = Answerer::new();
-    board.publish(1, FlightId::new(1), &answerer);
-    let cell = board.join(&1).expect("published");
-    drop(answerer);
-    assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
-}
-
-/// A new owner clears only its own shard's ids: another shard's flight stays listed.
-#[test]
-fn a_clear_leaves_other_shards_ids() {
-    let board = Board::<u64, u64>::new();
-    let (mine, theirs) = (Answerer::new(), Answerer::new());
-    board.publish(1, FlightId::new(1), &mine);
-    board.publish(2, FlightId::new(2), &theirs);
-    board.clear(|id| *id == 1);
-    assert!(board.join(&1).is_none(), "this shard's flight withdrawn");
-    assert!(
-        board.join(&2).is_some(),
-        "the other shard's flight still listed"
-    );
-}
-
-/// A running write's mark outlives the owner's marks: `clear` (a new owner) leaves it, no read of
-/// its id starts until it is dropped, and `landed` returns once every mark of the id is gone.
-#[tokio::test]
-async fn running_writes_outlive_a_clear() {
-    let board = Arc::new(Board::<u64, u64>::new());
+async fn running_writes_outlive_a_take_over() {
+    let board = Arc::new(Board::<u64, u64, ()>::new());
     let (first, second) = (board.running_write(1), board.running_write(1));
-    board.clear(|_| true);
+    board.take_over();
     assert_eq!(board.running_writes(), vec![1]);
     assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
     let landed = tokio::spawn({
@@ -142,79 +142,59 @@ async fn running_writes_outlive_a_clear() {
     assert!(matches!(board.enter(&1, true, || 1), Entered::Read(_)));
 }
 
-/// A flight lands on its own task only while it is its id's current flight and nothing else of
-/// the id is in motion: then its store runs under the board's lock and it answers the cell its
-/// callers joined; otherwise nothing runs and the owner lands it.
+/// A flight lands on its own task only while it is its id's current flight, loading, and
+/// nothing else of the id is in motion (an overtaken flight running or being landed by the
+/// owner, a write task running): then its store runs under the board's lock, it leaves the id's
+/// state and answers the callers who joined it; otherwise nothing runs and the owner lands it.
 #[tokio::test]
 async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
-    let board = Board::<u64, u64>::new();
-    let (first, second) = (FlightId::new(1), FlightId::new(2));
-    let answerer = Answerer::new();
-    board.publish(1, first, &answerer);
-    let joined = board.join(&1).expect("published");
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let first = launched(map.miss(&1).0);
+    map.overtake(&1);
+    let (miss, joined) = map.miss(&1);
+    let second = launched(miss);
     let mut stored = 0;
-    assert!(
-        board.land_current(&1, second, || stored += 1).is_none(),
-        "another flight landed"
-    );
-    for (mark, clear) in [
-        (
-            Board::writing as fn(&Board<u64, u64>, &u64, bool),
-            "a write on its way",
-        ),
-        (Board::detached, "an overtaken flight running"),
-    ] {
-        mark(&board, &1, true);
-        assert!(
-            board.land_current(&1, first, || stored += 1).is_none(),
-            "{clear}"
-        );
-        mark(&board, &1, false);
-    }
-    assert_eq!(stored, 0, "a refused landing stored");
-    let cell = board
-        .land_current(&1, first, || stored += 1)
-        .expect("current and alone");
-    assert_eq!(stored, 1);
-    assert!(
-        board.join(&1).is_none(),
-        "a landed flight is no longer joined"
-    );
-    cell.answer(Some(Ok(Fetched::new(Arc::new(7), Origin::Loaded))));
+    let mut land = |fid| board.land_current(&1, fid, || stored += 1);
+    assert!(land(first).is_none(), "an overtaken flight");
+    assert!(land(second).is_none(), "an overtaken flight running");
+    map.land(&1, first).expect("detached");
+    assert!(land(second).is_none(), "the owner landing an overtaken one");
+    map.landing_done(&1);
+    let running = board.running_write(1);
+    assert!(land(second).is_none(), "a write task running");
+    drop(running);
+    let mut flight = land(second).expect("current and alone");
+    assert!(land(second).is_none(), "landed once");
+    assert_eq!(stored, 1, "stored once, and only when it landed");
+    assert!(board.join(&1).is_none(), "a landed flight is not joined");
+    assert!(map.land(&1, second).is_none(), "nothing left for the owner");
+    flight.answer(&loaded(7));
     let fetched = joined.wait().await.expect("an answer").expect("ok");
     assert_eq!(*fetched.value, 7);
-    board.withdraw(&1, &answerer);
-    assert!(
-        board.land_current(&1, first, || stored += 1).is_none(),
-        "withdrawn"
-    );
-    assert_eq!(stored, 1);
+    assert!(board.ids().is_empty());
 }
 
-/// What the board knows of an id is one entry, gone once nothing of it holds: a read, a flight,
-/// a write's mark, an overtaken flight's mark and a running write's mark each keep it, and the id
-/// is quiet again (a peek may read Valkey) only once every one of them is lifted.
+/// What the board holds of an id is one state, gone once nothing of it holds: a flight, a
+/// write, an overtaken flight being landed and a running write each keep it, and the id is quiet
+/// again (a peek may read Valkey) only once every one of them is done.
 #[tokio::test]
 async fn an_id_leaves_the_board_once_nothing_of_it_holds() {
-    let board = Arc::new(Board::<u64, u64>::new());
-    let answerer = Answerer::new();
-    board.publish(1, FlightId::new(1), &answerer);
-    board.writing(&1, true);
-    board.detached(&1, true);
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board));
+    let fid = launched(map.miss(&1).0);
+    assert!(!board.quiet(&1), "a flight holds it");
+    assert_eq!(map.write(&1, "put", true), Some("put"));
     let running = board.running_write(1);
-    board.withdraw(&1, &answerer);
+    map.land(&1, fid).expect("detached");
     assert!(
         !board.quiet(&1),
-        "a write's mark, an overtaken flight and a running write hold it"
+        "a write, an overtaken flight's landing and a running write hold it"
     );
-    board.writing(&1, false);
-    assert!(
-        !board.quiet(&1),
-        "an overtaken flight and a running write hold it"
-    );
-    board.detached(&1, false);
+    map.landing_done(&1);
+    assert!(!board.quiet(&1), "a write and a running write hold it");
+    assert_eq!(map.written(&1), Next::Idle);
     assert!(!board.quiet(&1), "a running write holds it");
-    assert!(board.ids().contains_key(&1));
     drop(running);
     assert!(board.quiet(&1));
     assert!(
