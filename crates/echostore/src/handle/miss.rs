@@ -1,13 +1,15 @@
 //! What a miss does on the caller's own task, before (and mostly instead of) a message to the
-//! owner: it joins the flight the table's [`Board`](crate::state::board) lists for the id, or reads
-//! Valkey itself, or asks the owner.
+//! owner: it joins the id's current flight on its shard's [`Board`](crate::state::board), or
+//! reads Valkey itself, or starts the flight itself, or asks the owner.
 //!
 //! ```text
-//! L1 miss ─▶ board ─ flight listed ─▶ join: wait on its cell (coalesced) ◀─────────────┐
-//!              ├──── a read listed, id being written, or no Valkey ─▶ the owner (Fill) ─┤
-//!              └──── nothing listed ─▶ read: GETRANGE value ── fresh ─▶ settle into L1, │
-//!                                                 └─ anything else ─▶ the owner (Fill) ─┘
-//!                                                                 (leads or joins a flight)
+//! L1 miss ─▶ board ─ current flight ─▶ join: wait on its cell (coalesced) ◀──────────────┐
+//!              ├──── nothing in motion ─▶ read: GETRANGE value ── fresh ─▶ settle in L1   │
+//!              │                                     └─ anything else ─┐                  │
+//!              ├──── a read listed, or no Valkey ──────────────────────┴▶ admit: start ───┤
+//!              │                                          the flight and launch it (leads)│
+//!              └──── the id being written or landed, or its owner restarting ─▶ the owner ┘
+//!                                                         (Fill: leads or joins a flight)
 //! ```
 //!
 //! However a miss reaches its flight, it waits on the flight's cell ([`follow`]): one way to wait,
@@ -43,9 +45,9 @@ use futures::future::BoxFuture;
 use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::shard::flights::Admitted;
-use crate::shard::owner::OwnerMsg;
 use crate::shard::owner::owner_ref::OwnerRef;
-use crate::state::board::{Entered, ReadId};
+use crate::shard::owner::{OwnerMsg, Start, spawn_fill};
+use crate::state::board::{Admission, Entered, ReadId};
 use crate::state::core::TableCore;
 use crate::state::l1::L1Cache;
 use crate::state::loser_policy::LoserPolicy;
@@ -89,9 +91,10 @@ where
     }
 }
 
-/// A miss the owner admits: it joins or starts the id's flight (with `losers`, the caller's own
-/// loser policy, if it starts one). `read`: this caller has just read Valkey and found no fresh
-/// copy, so a flight it starts goes straight to the lock attempt, which reads the value again.
+/// A miss admitted to the id's flight: it joins it or starts it (with `losers`, the caller's own
+/// loser policy, if it starts one), on its own task when it may ([`admit_here`]), else through
+/// the owner. `read`: this caller has just read Valkey and found no fresh copy, so a flight it
+/// starts goes straight to the lock attempt, which reads the value again.
 async fn ask<K: Key, V: Value>(
     core: &TableCore<K, V>,
     owner: &OwnerRef<K, V>,
@@ -99,8 +102,50 @@ async fn ask<K: Key, V: Value>(
     losers: Option<LoserPolicy<Arc<V>>>,
     read: bool,
 ) -> Result<Fetched<V>> {
-    let admitted = admit(owner, id.clone(), losers.clone(), read).await?;
+    let admitted = match admit_here(core, owner, &id, &losers, read) {
+        Some(admitted) => admitted,
+        None => admit(owner, id.clone(), losers.clone(), read).await?,
+    };
     follow(core, owner, id, admitted, losers).await
+}
+
+/// The miss admitted on the caller's own task, as the owner would admit it now
+/// ([`Board::admit`](crate::state::board::Board::admit)): it joins the current flight, takes
+/// L1's fresh entry, or starts the flight and launches it itself, so a cold miss's answer
+/// crosses two task hand-offs (to the flight and back), not three. `None`: the owner admits it
+/// (something of the id is in motion, its owner is restarting, or there is no runtime to launch
+/// a flight on).
+fn admit_here<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    owner: &OwnerRef<K, V>,
+    id: &K,
+    losers: &Option<LoserPolicy<Arc<V>>>,
+    read: bool,
+) -> Option<Admitted<V>> {
+    tokio::runtime::Handle::try_current().ok()?;
+    let actor = owner.of(id);
+    let hit = || {
+        let entry = L1Cache::get::<K>(&core.l1, id).filter(|e| e.is_fresh())?;
+        core.stats.l1_hits.incr();
+        Some(Fetched::new(entry.value, Origin::L1))
+    };
+    match core
+        .board(id)
+        .admit(id, actor.get_id().pid(), || id.clone(), hit)
+    {
+        Admission::Joined(cell) => Some(Admitted::Flight { cell, leads: false }),
+        Admission::Hit(hit) => Some(Admitted::Hit(hit)),
+        Admission::Launch(flight, cell) => {
+            let start = Start {
+                losers: losers.clone(),
+                read,
+                ..Start::default()
+            };
+            spawn_fill(Arc::clone(owner.core()), actor, id.clone(), flight, start);
+            Some(Admitted::Flight { cell, leads: true })
+        }
+        Admission::Owner => None,
+    }
 }
 
 /// The owner's admission of a miss of `id`.

@@ -149,10 +149,11 @@ fn tidy<K: Eq + Hash, V, W>(ids: &mut HashMap<K, IdState<V, W>>, id: &K) {
 }
 
 impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
-    /// The map of a new owner of `board`: what the owner before it held there is cleared (its
-    /// flights start from none; the writes it left running stay).
-    pub(crate) fn new(board: Arc<Board<K, V, W>>) -> Self {
-        let owner = board.take_over();
+    /// The map of a new owner of `board`, the actor `holder` (its pid; `None` in tests): what the
+    /// owner before it held there is cleared (its flights start from none; the writes it left
+    /// running stay).
+    pub(crate) fn new(board: Arc<Board<K, V, W>>, holder: Option<u64>) -> Self {
+        let owner = board.take_over(holder);
         Flights { board, owner }
     }
 
@@ -224,13 +225,17 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     }
 
     /// Removes the flight `fid` of `id`, which finished. `None`: not ours any more (it landed on
-    /// its own task, or its owner died). An overtaken flight leaves the id marked as landing
-    /// until [`landing_done`](Self::landing_done): no read, and no flight on its own task, lands
-    /// in L1 before the owner has stored what this one keeps.
+    /// its own task, or its owner died). The id stays marked as landing until
+    /// [`landing_done`](Self::landing_done): no read, no flight on its own task and no caller's
+    /// own admission acts on the id before the owner has stored what this one keeps.
     pub(crate) fn land(&mut self, id: &K, fid: FlightId) -> Option<Landed<V>> {
         let mut ids = self.ids();
         let state = ids.get_mut(id)?;
-        let landed = match state.take_current(fid) {
+        let current = state.take_current(fid);
+        if current.is_some() || state.detached_mut(fid).is_some() {
+            state.landing = true;
+        }
+        let landed = match current {
             Some(flight) => Landed {
                 flight,
                 store: true,
@@ -240,7 +245,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
             },
             None => {
                 let flight = state.remove_detached(fid)?;
-                state.landing = true;
                 Landed {
                     store: flight.standing == Standing::Keeps,
                     fly_again: flight.standing == Standing::FliesAgain,
@@ -270,6 +274,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
     }
 
     /// Flights running or queued, current and detached.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.board.flights()
     }

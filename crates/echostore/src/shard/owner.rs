@@ -16,7 +16,6 @@
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -140,7 +139,7 @@ mod schema_lease;
 
 pub(crate) use batches::Gather;
 use landings::land_on_own_task;
-use launches::Start;
+pub(crate) use launches::{Start, spawn_fill};
 pub(crate) use marked::poll_marks;
 pub(crate) use schema_lease::keep_schema;
 
@@ -181,13 +180,15 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
     ) -> Result<Self::State, ActorProcessingErr> {
         // A restarted owner starts with no flights: taking its shard's board over clears what the
         // dead one held there (its flights' callers are answered `Stopped`).
-        core.stats.in_flight[shard].store(0, Relaxed);
         let tracking = core
             .tracker
             .as_ref()
             .map_or_else(Default::default, |t| t.mode());
         let mut state = OwnerState {
-            flights: Flights::new(Arc::clone(core.boards.shard(shard))),
+            flights: Flights::new(
+                Arc::clone(core.boards.shard(shard)),
+                Some(myself.get_id().pid()),
+            ),
             own: OwnWrites::new(tracking),
             core,
             shard,
@@ -253,19 +254,11 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             OwnerMsg::MarksChanged { full } => state.read_marks(&myself, full),
             OwnerMsg::Restarted => state.restarted(&myself),
         }
-        state.publish_in_flight();
         Ok(())
     }
 }
 
 impl<K: Key, V: Value> OwnerState<K, V> {
-    /// Updates the `in_flight` gauge; called before answering, so a caller that got its answer
-    /// never sees its own flight still counted.
-    fn publish_in_flight(&self) {
-        let in_flight = self.flights.len() as u64;
-        self.core.stats.in_flight[self.shard].store(in_flight, Relaxed);
-    }
-
     /// A fresh L1 entry for `id`, counted as a hit.
     fn l1_hit(&self, id: &K) -> Option<Fetched<V>> {
         let entry = self.core.l1.get(id).filter(Entry::is_fresh)?;
@@ -341,6 +334,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             && let Some(mut landed) = self.flights.land(&id, flight)
         {
             landed.flight.answer(&Ok(hit));
+            self.flights.landing_done(&id);
             return;
         }
         self.launch(myself, id, flight, Start::default());

@@ -72,6 +72,9 @@ pub(crate) struct Board<K, V, W = PendingWrite<V>> {
     /// Which owner holds the board (each new one takes the next number): only it clears the
     /// board when it goes.
     owner: AtomicU64,
+    /// The owner actor that holds the board (its pid + 1; 0 while none does): a caller admits
+    /// itself to a flight only while the owner it would report to holds the board.
+    holder: AtomicU64,
     /// Woken when an id's last running write lands.
     landings: Notify,
 }
@@ -90,6 +93,19 @@ pub(crate) enum Entered<V> {
     /// No flight, and the id may be read: this caller reads it.
     Read(ReadId),
     /// Ask the owner (a read of the id is out, a write of it is on its way, or no Valkey).
+    Owner,
+}
+
+/// What a caller's own admission of a miss came to ([`Board::admit`]).
+pub(crate) enum Admission<V> {
+    /// The id's current flight, joined: wait on its cell.
+    Joined(Arc<Cell<V>>),
+    /// L1 holds a fresh entry by now.
+    Hit(Fetched<V>),
+    /// A flight of the id started, loading: the caller launches it and leads it.
+    Launch(FlightId, Arc<Cell<V>>),
+    /// Ask the owner: something of the id is in motion, or the owner the flight would report to
+    /// does not hold the board.
     Owner,
 }
 
@@ -116,6 +132,11 @@ impl<K: Eq + Hash, V> Boards<K, V> {
         &self.0[shard]
     }
 
+    /// Flights running or queued on every board.
+    pub(crate) fn flights(&self) -> usize {
+        self.0.iter().map(|board| board.flights()).sum()
+    }
+
     /// Runs `f` under every board's lock, taken in shard order: no read settles and no flight
     /// lands on its own task anywhere in the table meanwhile.
     pub(crate) fn exclusive(&self, f: impl FnOnce()) {
@@ -129,6 +150,7 @@ impl<K, V, W> Board<K, V, W> {
         Board {
             ids: Mutex::new(HashMap::new()),
             owner: AtomicU64::new(0),
+            holder: AtomicU64::new(0),
             landings: Notify::new(),
         }
     }
@@ -138,12 +160,14 @@ impl<K, V, W> Board<K, V, W> {
         self.ids.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A new owner takes the board: what the one before held of its ids is cleared (its flights'
+    /// A new owner takes the board, as the actor `holder` (its pid; `None`: no actor, and no
+    /// caller admits itself): what the one before held of its ids is cleared (its flights'
     /// callers are answered [`Error::Stopped`]); the running writes stay. Returns the new
     /// owner's number, for [`release`](Self::release).
-    pub(crate) fn take_over(&self) -> u64 {
+    pub(crate) fn take_over(&self, holder: Option<u64>) -> u64 {
         let mut ids = self.ids();
         Self::clear_owned(&mut ids);
+        self.holder.store(holder.map_or(0, |pid| pid + 1), Relaxed);
         self.owner.fetch_add(1, Relaxed) + 1
     }
 
@@ -153,6 +177,7 @@ impl<K, V, W> Board<K, V, W> {
         let mut ids = self.ids();
         if self.owner.load(Relaxed) == owner {
             Self::clear_owned(&mut ids);
+            self.holder.store(0, Relaxed);
         }
     }
 
@@ -219,6 +244,57 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
             Entered::Read(read)
         };
         std::panic::catch_unwind(AssertUnwindSafe(enter)).unwrap_or(Entered::Owner)
+    }
+
+    /// A miss on `id` admitted on the caller's task, exactly as its owner would admit it now:
+    /// it joins the current flight; else, with nothing of the id in motion, it takes L1's fresh
+    /// entry (`hit`, looked at under the lock: a write or a landing may have stored one since
+    /// the caller's look) or starts a flight, loading at once, for the caller to launch. Only
+    /// while the owner actor `holder` (the pid the flight will report to) holds the board: an
+    /// owner that goes clears its flights, answering their callers, so no flight is left with
+    /// nobody to end it.
+    ///
+    /// A key whose `Hash` or `Eq` panics is sent to the owner, as in [`enter`](Self::enter).
+    pub(crate) fn admit<Q>(
+        &self,
+        id: &Q,
+        holder: u64,
+        owned: impl FnOnce() -> K,
+        hit: impl FnOnce() -> Option<Fetched<V>>,
+    ) -> Admission<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let admit = || {
+            let mut ids = self.ids();
+            if self.holder.load(Relaxed) != holder.wrapping_add(1) {
+                return Admission::Owner;
+            }
+            if let Some(state) = ids.get(id) {
+                if let Some(flight) = state.current() {
+                    return Admission::Joined(flight.cell.take());
+                }
+                if state.in_motion() {
+                    return Admission::Owner;
+                }
+            }
+            if let Some(hit) = hit() {
+                return Admission::Hit(hit);
+            }
+            let flight = Flight::new(FlightId::next());
+            let (fid, cell) = (flight.id, flight.cell.take());
+            match ids.get_mut(id) {
+                Some(state) => state.start(flight, true),
+                None => {
+                    let mut state = IdState::NOTHING;
+                    state.start(flight, true);
+                    ids.insert(owned(), state);
+                }
+            }
+            Admission::Launch(fid, cell)
+        };
+        std::panic::catch_unwind(AssertUnwindSafe(admit)).unwrap_or(Admission::Owner)
     }
 
     /// `true` when nothing of `id` is in motion or listed: a copy read from Valkey now cannot be

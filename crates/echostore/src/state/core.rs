@@ -381,6 +381,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
             .snapshot(self.l1.len(), self.connections_replaced());
         // Counted where the entries leave: in L1, on the reader's task or moka's upkeep.
         stats.l1_idle_evictions = self.l1.idled();
+        stats.in_flight = self.boards.flights() as u64;
         stats
     }
 
@@ -410,12 +411,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
 
     /// Whether anything of this table is held here (entries in L1, flights): what a flush drops.
     pub(crate) fn holds_anything(&self) -> bool {
-        let in_flight = self.stats.in_flight.iter();
-        self.l1.len() > 0
-            || in_flight
-                .map(|s| s.load(std::sync::atomic::Ordering::Relaxed))
-                .sum::<u64>()
-                > 0
+        self.l1.len() > 0 || self.boards.flights() > 0
     }
 
     /// Puts `entry` into L1 as `id`'s, for as long as L1 may keep it ([`Self::keepable`]).

@@ -172,7 +172,7 @@ macro_rules! counters {
                 TableStats {
                     $hot: self.$hot.sum(),
                     $( $name: c.$name.load(Relaxed), )*
-                    in_flight: self.in_flight.iter().map(|s| s.load(Relaxed)).sum(),
+                    in_flight: 0,
                     l1_len,
                     connections_replaced,
                 }
@@ -280,9 +280,9 @@ counters! {
     audit_max_staleness_ms,
     }
     gauges {
-        /// Flights running or queued now (ids being filled by the owner; a miss's read of Valkey
-        /// on its own task is not one). A flight that answered its callers on its own task counts
-        /// until its owner has ended it, a moment after they have their answer.
+        /// Flights running or queued now, counted on the boards where they are (a miss's read of
+        /// Valkey on its own task is not one). A flight has left the count before its callers
+        /// have their answer.
         in_flight,
         /// Entries in L1 now (fresh or not yet evicted).
         l1_len,
@@ -299,17 +299,14 @@ pub(crate) struct Stats {
     pub(crate) l1_hits: StripedCounter,
     /// Kept off the stripes' cache lines.
     pub(crate) counters: CachePadded<Counters>,
-    /// Gauges maintained by the owners, one per shard.
-    pub(crate) in_flight: Box<[AtomicU64]>,
 }
 
 impl Stats {
-    /// The counters of a table whose ids `shards` owners share.
-    pub(crate) fn new(shards: usize) -> Self {
+    /// A table's counters, all zero.
+    pub(crate) fn new() -> Self {
         Stats {
             l1_hits: StripedCounter::new(),
             counters: CachePadded::new(Counters::default()),
-            in_flight: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -327,7 +324,7 @@ mod tests {
     /// Hits from many threads all land in the sum.
     #[test]
     fn striped_hits_sum_across_threads() {
-        let stats = Stats::new(1);
+        let stats = Stats::new();
         std::thread::scope(|s| {
             for _ in 0..8 {
                 s.spawn(|| (0..1000).for_each(|_| stats.l1_hits.incr()));
@@ -339,7 +336,7 @@ mod tests {
     /// The named list covers every field once, and the sum adds field by field.
     #[test]
     fn counters_are_named_once_and_summed() {
-        let stats = Stats::new(1);
+        let stats = Stats::new();
         bump(&stats.counters.source_reads);
         stats.l1_hits.incr();
         let one = stats.snapshot(3, 0);

@@ -176,7 +176,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
                 let key = crate::state::budget::budget_key(self.store.namespace(), &self.name);
                 crate::state::budget::Budget::new(key, limit, self.lock_ttl)
             }),
-            stats: Stats::new(shards),
+            stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
             boards: crate::state::board::Boards::new(shards),

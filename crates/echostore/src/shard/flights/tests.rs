@@ -11,7 +11,7 @@ use crate::state::board::id_state::MAX_LOADS_PER_ID;
 type Map = Flights<u32, u32, &'static str>;
 
 fn new_map() -> Map {
-    Flights::new(Arc::new(Board::new()))
+    Flights::new(Arc::new(Board::new()), None)
 }
 
 /// What a caller waiting on `cell` has been answered, if anything yet.
@@ -57,6 +57,8 @@ fn misses_on_one_id_share_one_flight() {
         .expect("ok");
     assert_eq!((*answer.value, answer.origin), (7, Origin::Loaded));
     assert_eq!(map.len(), 0);
+    assert!(!map.board.quiet(&1), "landing until the owner is done with it");
+    map.landing_done(&1);
     assert!(
         map.board.ids().is_empty(),
         "an idle id leaves no state behind"
@@ -239,7 +241,7 @@ fn a_refresh_is_the_ids_one_flight() {
 #[test]
 fn the_board_lists_the_current_flights_only() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let fid = launched(map.miss(&1).0);
     let joined = board.join(&1).expect("a running flight is listed");
     map.overtake(&1);
@@ -275,7 +277,7 @@ fn the_board_lists_the_current_flights_only() {
 #[test]
 fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let fid = launched(map.miss(&1).0);
     let first = board.join(&1).expect("listed");
     map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
@@ -297,7 +299,7 @@ fn an_early_answer_leaves_a_fresh_cell_for_later_joiners() {
 #[test]
 fn an_early_answer_after_a_landing_on_the_flights_task_is_moot() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let (miss, lead) = map.miss(&1);
     let fid = launched(miss);
     let mut flight = board
@@ -323,7 +325,7 @@ fn an_early_answer_after_a_landing_on_the_flights_task_is_moot() {
 #[test]
 fn board_joiners_fly_again_or_hear_stopped() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let fid = launched(map.miss(&1).0);
     let skipped = board.join(&1).expect("listed");
     let landed = map.land(&1, fid).expect("ours");
@@ -391,7 +393,7 @@ fn an_overtaken_flight_is_outrun_by_a_later_landing() {
 #[test]
 fn an_overtaken_flight_holds_the_board_reads_of_its_id() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let fid = launched(map.miss(&1).0);
     map.overtake(&1);
     let enter = |board: &Board<u32, u32, &str>| board.enter(&1, true, || 1);
@@ -413,10 +415,10 @@ fn an_overtaken_flight_holds_the_board_reads_of_its_id() {
 #[test]
 fn a_restarted_owner_names_its_flights_apart_from_the_dead_ones() {
     let board = Arc::new(Board::new());
-    let mut dead: Map = Flights::new(Arc::clone(&board));
+    let mut dead: Map = Flights::new(Arc::clone(&board), None);
     let old = launched(dead.miss(&1).0);
     drop(dead);
-    let mut new: Map = Flights::new(Arc::clone(&board));
+    let mut new: Map = Flights::new(Arc::clone(&board), None);
     let (miss, cell) = new.miss(&1);
     let current = launched(miss);
     assert_ne!(old, current);

@@ -78,7 +78,6 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             }
             return;
         };
-        self.publish_in_flight();
         let answer = match outcome {
             // Stored and answered on its own task, where it also left the map: `land` finds
             // nothing of it, so this is only the flight queued behind it, if one ever is.

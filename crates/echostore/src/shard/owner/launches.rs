@@ -5,13 +5,13 @@
 use super::*;
 
 /// How a flight starts, beyond its id.
-pub(super) struct Start<V> {
+pub(crate) struct Start<V> {
     /// An early refresh of the L1 value fresh until then.
-    pub(super) refreshing: Option<Moment>,
+    pub(crate) refreshing: Option<Moment>,
     /// The loser policy of the call that started it, if not the table's.
-    pub(super) losers: Option<LoserPolicy<Arc<V>>>,
+    pub(crate) losers: Option<LoserPolicy<Arc<V>>>,
     /// The caller that started it has just read Valkey and found no fresh copy.
-    pub(super) read: bool,
+    pub(crate) read: bool,
 }
 
 impl<V> Default for Start<V> {
@@ -38,8 +38,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 }
 
 /// Runs the fill of `owner`'s flight `flight` of `id` as a task of its own, which signals `owner`
-/// on the way, answers its callers itself when it may, and reports its landing to it.
-pub(super) fn spawn_fill<K: Key, V: Value>(
+/// on the way, answers its callers itself when it may, and reports its landing to it. The owner
+/// launches the flights it admits; a caller launches the one it admitted itself
+/// (`crate::handle::miss`).
+pub(crate) fn spawn_fill<K: Key, V: Value>(
     core: Arc<TableCore<K, V>>,
     owner: ActorRef<OwnerMsg<K, V>>,
     id: K,

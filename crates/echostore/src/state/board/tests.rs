@@ -23,7 +23,7 @@ fn loaded(value: u64) -> Result<Fetched<u64>> {
 #[tokio::test]
 async fn joiners_get_the_one_answer() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     assert!(board.join(&1).is_none());
     let (miss, lead) = map.miss(&1);
     let fid = launched(miss);
@@ -37,6 +37,7 @@ async fn joiners_get_the_one_answer() {
         assert_eq!(*fetched.value, 7);
     }
     assert_eq!(landed.flight.waiters(), 2);
+    map.landing_done(&1);
     assert!(board.ids().is_empty());
 }
 
@@ -46,15 +47,15 @@ async fn joiners_get_the_one_answer() {
 #[tokio::test]
 async fn an_owner_going_clears_only_what_it_held() {
     let board = Arc::new(Board::new());
-    let mut first: Map = Flights::new(Arc::clone(&board));
+    let mut first: Map = Flights::new(Arc::clone(&board), None);
     let (_, cell) = first.miss(&1);
     drop(first);
     assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
     assert!(board.ids().is_empty(), "the gone owner's ids cleared");
 
-    let mut dead: Map = Flights::new(Arc::clone(&board));
+    let mut dead: Map = Flights::new(Arc::clone(&board), None);
     let (_, dead_cell) = dead.miss(&1);
-    let mut new: Map = Flights::new(Arc::clone(&board));
+    let mut new: Map = Flights::new(Arc::clone(&board), None);
     assert!(
         matches!(dead_cell.wait().await, Some(Err(Error::Stopped))),
         "taken over: the dead owner's callers stopped"
@@ -72,7 +73,7 @@ async fn an_owner_going_clears_only_what_it_held() {
 #[test]
 fn reads_are_listed_settled_and_withdrawn() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let Entered::Read(read) = board.enter(&1, true, || 1) else {
         panic!("the first miss reads");
     };
@@ -124,7 +125,7 @@ fn reads_are_listed_settled_and_withdrawn() {
 async fn running_writes_outlive_a_take_over() {
     let board = Arc::new(Board::<u64, u64, ()>::new());
     let (first, second) = (board.running_write(1), board.running_write(1));
-    board.take_over();
+    board.take_over(None);
     assert_eq!(board.running_writes(), vec![1]);
     assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
     let landed = tokio::spawn({
@@ -149,7 +150,7 @@ async fn running_writes_outlive_a_take_over() {
 #[tokio::test]
 async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let first = launched(map.miss(&1).0);
     map.overtake(&1);
     let (miss, joined) = map.miss(&1);
@@ -181,7 +182,7 @@ async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
 #[tokio::test]
 async fn an_id_leaves_the_board_once_nothing_of_it_holds() {
     let board = Arc::new(Board::new());
-    let mut map: Map = Flights::new(Arc::clone(&board));
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
     let fid = launched(map.miss(&1).0);
     assert!(!board.quiet(&1), "a flight holds it");
     assert_eq!(map.write(&1, "put", true), Some("put"));
@@ -206,4 +207,55 @@ async fn an_id_leaves_the_board_once_nothing_of_it_holds() {
     };
     board.withdraw_read(&1, read);
     assert!(board.ids().is_empty());
+}
+
+/// A caller admits itself exactly as the owner would: it joins the current flight, takes L1's
+/// entry when it has one by now, starts and leads a loading flight (in place of a read listed)
+/// when nothing of the id is in motion, and leaves everything else to the owner: an id being
+/// written or landed, or a board its owner does not hold (gone, or another actor's).
+#[test]
+fn a_caller_admits_itself_only_as_the_owner_would() {
+    const OWNER: u64 = 41;
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board), Some(OWNER));
+    let admit = |id: u64, hit: Option<u64>| {
+        let hit = || hit.map(|v| Fetched::new(Arc::new(v), Origin::L1));
+        board.admit(&id, OWNER, || id, hit)
+    };
+    assert!(matches!(admit(1, Some(5)), Admission::Hit(_)));
+    assert!(board.ids().is_empty(), "a hit starts nothing");
+
+    let Entered::Read(read) = board.enter(&1, true, || 1) else {
+        panic!("a read");
+    };
+    let Admission::Launch(fid, lead) = admit(1, None) else {
+        panic!("nothing in motion: the caller starts the flight");
+    };
+    assert!(!board.settle(&1, read, || panic!("the flight replaced the read")));
+    let Admission::Joined(joined) = admit(1, Some(5)) else {
+        panic!("a current flight is joined, whatever L1 holds");
+    };
+    assert!(Arc::ptr_eq(&lead, &joined), "one cell");
+    assert_eq!(map.miss(&1).0, Miss::Coalesced, "the owner sees the same flight");
+    let mut landed = map.land(&1, fid).expect("the owner lands it");
+    assert!(landed.store, "it was current");
+    assert!(
+        matches!(admit(1, None), Admission::Owner),
+        "being landed by the owner"
+    );
+    landed.flight.answer(&loaded(7));
+    map.landing_done(&1);
+
+    assert_eq!(map.write(&2, "put", true), Some("put"));
+    assert!(matches!(admit(2, None), Admission::Owner), "being written");
+    assert!(
+        matches!(board.admit(&3, OWNER + 1, || 3, || None), Admission::Owner),
+        "another actor's board"
+    );
+    drop(map);
+    assert!(
+        matches!(admit(3, None), Admission::Owner),
+        "its owner went"
+    );
+    assert!(board.ids().is_empty(), "nothing started");
 }
