@@ -19,10 +19,10 @@
 //! their safety poll.
 //!
 //! The pushes this process causes itself (its own fills and puts) also arrive. They are told apart
-//! ([`OwnWrites`](crate::shard::own_writes::OwnWrites)): before writing, the writer tells the owner the envelope's fingerprint; a push
-//! for that id is then checked by reading the value back and comparing, instead of dropping the
-//! entry this process just stored (`crate::shard::own_writes`). `docs/coherence.md` has the argument and
-//! the cost.
+//! ([`OwnWrites`](crate::shard::own_writes::OwnWrites)): before writing, the writer tells the
+//! owner the envelope's fingerprint, kept in the id's state on its board; a push for that id is
+//! then checked by reading the value back and comparing, instead of dropping the entry this
+//! process just stored. `docs/coherence.md` has the argument and the cost.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};

@@ -142,7 +142,7 @@ pub(crate) struct Flights<K, V, W> {
 type Ids<'a, K, V, W> = std::sync::MutexGuard<'a, HashMap<K, IdState<V, W>>>;
 
 /// Forgets `id` if nothing of it holds any more.
-fn tidy<K: Eq + Hash, V, W>(ids: &mut HashMap<K, IdState<V, W>>, id: &K) {
+pub(crate) fn tidy<K: Eq + Hash, V, W>(ids: &mut HashMap<K, IdState<V, W>>, id: &K) {
     if ids.get(id).is_some_and(IdState::is_empty) {
         ids.remove(id);
     }
@@ -157,7 +157,8 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         Flights { board, owner }
     }
 
-    fn ids(&self) -> Ids<'_, K, V, W> {
+    /// The ids' states, under the board's lock.
+    pub(crate) fn ids(&self) -> Ids<'_, K, V, W> {
         self.board.ids()
     }
 

@@ -1,58 +1,67 @@
 //! A process's own writes as coherence sees them: the pushes they cause come back to the writer
-//! ([`OwnWrites`]); `docs/coherence.md`, "The self-push", has the argument and the cost.
+//! ([`OwnWrites`]); `docs/coherence.md`, "The self-push", has the argument and the cost. What is
+//! expected of each id is in its state on the board (`IdState::own`), changed here by the owner.
 
-use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
 use crate::coherence::Tracking;
+use crate::shard::flights::{Flights, tidy};
+use crate::state::board::IdState;
 use crate::valkey::envelope::Fingerprint;
 
-/// The envelopes this process is writing, per id: the pushes they cause are its own. A push
-/// taken for one is not trusted blindly — the owner reads the value back and drops L1 only
-/// if Valkey holds something else (another write may have landed in the same event-loop turn,
-/// and Valkey sends one push for both).
+/// Whether this process expects the pushes of its own writes, and the moves of what it expects
+/// per id: the envelopes it is writing, whose pushes are its own. A push taken for one is not
+/// trusted blindly — the owner reads the value back and drops L1 only if Valkey holds something
+/// else (another write may have landed in the same event-loop turn, and Valkey sends one push
+/// for both).
 ///
 /// Under key tracking none is expected: Valkey pushes a write only to a store that read the key
 /// since its last change, which the writer cannot tell when it writes, so an expectation could
 /// wait for a push that never comes, and put the read back in front of another process's push.
 /// There every push drops the id, the store's own included.
-pub(crate) struct OwnWrites<K> {
-    pending: HashMap<K, VecDeque<Fingerprint>>,
+pub(crate) struct OwnWrites {
     expects: bool,
 }
 
-impl<K: Eq + Hash + Clone> OwnWrites<K> {
+impl OwnWrites {
     /// `mode`: the store's tracking.
     pub(crate) fn new(mode: Tracking) -> Self {
         OwnWrites {
-            pending: HashMap::new(),
             expects: mode == Tracking::Broadcast,
         }
     }
 
     /// This process is about to write an envelope with `fingerprint` under `id`.
-    pub(crate) fn expect(&mut self, id: &K, fingerprint: Fingerprint) {
-        if !self.expects {
-            return;
+    pub(crate) fn expect<K: Eq + Hash + Clone, V, W>(
+        &self,
+        flights: &Flights<K, V, W>,
+        id: &K,
+        fingerprint: Fingerprint,
+    ) {
+        if self.expects {
+            let mut ids = flights.ids();
+            let state = ids.entry(id.clone()).or_insert(IdState::NOTHING);
+            state.own.push_back(fingerprint);
         }
-        self.pending
-            .entry(id.clone())
-            .or_default()
-            .push_back(fingerprint);
     }
 
     /// A push for `id` arrived: the oldest own write it may stand for, if any.
-    pub(crate) fn take(&mut self, id: &K) -> Option<Fingerprint> {
-        let queue = self.pending.get_mut(id)?;
-        let fingerprint = queue.pop_front();
-        if queue.is_empty() {
-            self.pending.remove(id);
-        }
+    pub(crate) fn take<K: Eq + Hash + Clone, V, W>(
+        &self,
+        flights: &Flights<K, V, W>,
+        id: &K,
+    ) -> Option<Fingerprint> {
+        let mut ids = flights.ids();
+        let fingerprint = ids.get_mut(id)?.own.pop_front();
+        tidy(&mut ids, id);
         fingerprint
     }
 
     /// Pushes were lost: nothing is expected any more.
-    pub(crate) fn clear(&mut self) {
-        self.pending.clear();
+    pub(crate) fn clear<K: Eq + Hash + Clone, V, W>(&self, flights: &Flights<K, V, W>) {
+        flights.ids().retain(|_, state| {
+            state.own.clear();
+            !state.is_empty()
+        });
     }
 }

@@ -165,7 +165,7 @@ pub(crate) struct OwnerState<K, V> {
     shard: usize,
     flights: Flights<K, V, PendingWrite<V>>,
     /// Writes of this process whose pushes are its own.
-    own: OwnWrites<K>,
+    own: OwnWrites,
 }
 
 impl<K: Key, V: Value> Actor for Owner<K, V> {
@@ -241,7 +241,9 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 found,
             } => state.confirmed(&myself, id, fingerprint, found),
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
-            OwnerMsg::Writing { id, fingerprint } => state.own.expect(&id, fingerprint),
+            OwnerMsg::Writing { id, fingerprint } => {
+                state.own.expect(&state.flights, &id, fingerprint)
+            }
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Behind { id, reply } => state.behind(&id, reply),
             OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),

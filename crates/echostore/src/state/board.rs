@@ -304,8 +304,7 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // The board keeps an id only while something of it holds.
-        let quiet = || !self.ids().contains_key(id);
+        let quiet = || self.ids().get(id).is_none_or(IdState::is_quiet);
         // A key whose `Hash` or `Eq` panics: not quiet (the peek answers nothing).
         std::panic::catch_unwind(AssertUnwindSafe(quiet)).unwrap_or(false)
     }

@@ -21,7 +21,7 @@
 //! reached, are never read again. A generation is used only once every other live process has
 //! heard of it (two renewals after it started): a table that starts or joins a younger one waits
 //! before it serves, and a process whose lease lapsed keeps copies only it reads meanwhile
-//! ([`Schemas::settle`]).
+//! ([`Schemas::settle`]), its writes dropping the generation's copy it will move onto.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -61,6 +61,29 @@ struct Live {
     own: Vec<u8>,
     /// Every other live schema's suffix; schema 0's (empty) always, unless it is this one.
     others: Vec<Vec<u8>>,
+}
+
+impl Live {
+    /// This process keeps copies of its own (`private`) until it settles on the generation
+    /// (`own` so far). Its writes meanwhile drop the generation's copy too: otherwise, once
+    /// settled, it would read there a copy older than what it wrote while private (another
+    /// process's fill of the generation, made before that write), and go back past its own write.
+    fn private(mut self, private: Vec<u8>) -> Live {
+        let generation = std::mem::replace(&mut self.own, private);
+        self.others.push(generation);
+        self.others.sort();
+        self.others.dedup();
+        self
+    }
+
+    /// Settled on `own`: its keys are the generation's, which its writes no longer drop.
+    fn settled(&self, own: Vec<u8>) -> Live {
+        Live {
+            generation: self.generation.clone(),
+            others: self.others.iter().filter(|s| **s != own).cloned().collect(),
+            own,
+        }
+    }
 }
 
 /// What a renewal found.
@@ -138,13 +161,14 @@ impl Schemas {
                 "the schemas script answered nothing".into(),
             ));
         };
-        let mut learned = self.learned(generation, members);
+        let learned = self.learned(generation, members);
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
         let moved = self.schema != 0 && live.own != learned.own;
-        if moved {
-            learned.own = self.private();
-        }
-        *live = Arc::new(learned);
+        *live = Arc::new(if moved {
+            learned.private(self.private())
+        } else {
+            learned
+        });
         Ok(Renewed {
             age: Duration::from_millis(age.parse().unwrap_or(0)),
             others_live: !members.is_empty(),
@@ -184,13 +208,8 @@ impl Schemas {
         }
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
         if let Some(generation) = &live.generation {
-            let own = suffix(self.schema, generation);
-            let others = live.others.clone();
-            *live = Arc::new(Live {
-                generation: live.generation.clone(),
-                own,
-                others,
-            });
+            let settled = live.settled(suffix(self.schema, generation));
+            *live = Arc::new(settled);
         }
     }
 
@@ -327,6 +346,35 @@ mod tests {
         assert_eq!(
             zero.learned("5", &members[..1]).others,
             vec![b"#1.55".to_vec()]
+        );
+    }
+
+    /// A process whose keys moved (it first joined, or its lease lapsed) keeps copies of its own
+    /// until it settles on its generation; its writes meanwhile drop the generation's copy too, so
+    /// that once settled it never reads there a copy older than its own write. Settled, its
+    /// writes drop the generation's copy no more (they write it).
+    #[test]
+    fn a_write_before_settling_drops_the_generations_copy() {
+        let schemas = Schemas::new("", "t", 2);
+        let learned = schemas.learned("99", &["1:55:abc".to_owned()]);
+        let private = learned.private(schemas.private());
+        assert_eq!(private.own, schemas.private());
+        *schemas.live.write().unwrap() = Arc::new(private);
+        let plain = KeyNames::new("", "t", &7u64).unwrap();
+        let generation_copy = [plain.value.clone(), b"#2.99".to_vec()].concat();
+        let write = schemas.names(plain.clone(), true);
+        assert!(
+            write.others.contains(&generation_copy),
+            "a private write leaves the generation's copy: {:?}",
+            write.others
+        );
+        let settled = schemas.live().settled(b"#2.99".to_vec());
+        *schemas.live.write().unwrap() = Arc::new(settled);
+        let write = schemas.names(plain, true);
+        assert_eq!(write.value, generation_copy);
+        assert!(
+            !write.others.contains(&generation_copy),
+            "a write drops its own copy"
         );
     }
 }

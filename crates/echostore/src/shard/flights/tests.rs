@@ -57,7 +57,10 @@ fn misses_on_one_id_share_one_flight() {
         .expect("ok");
     assert_eq!((*answer.value, answer.origin), (7, Origin::Loaded));
     assert_eq!(map.len(), 0);
-    assert!(!map.board.quiet(&1), "landing until the owner is done with it");
+    assert!(
+        !map.board.quiet(&1),
+        "landing until the owner is done with it"
+    );
     map.landing_done(&1);
     assert!(
         map.board.ids().is_empty(),
@@ -489,4 +492,30 @@ fn a_standing_is_the_flags_it_folds() {
         assert_eq!(standing == Standing::Keeps, stores, "{standing:?}");
         assert_eq!(standing == Standing::FliesAgain, replaced, "{standing:?}");
     }
+}
+
+/// What a process expects of its own writes' pushes is in the id's state: it keeps the id on the
+/// board (but quiet: a peek may still read it), a push takes the oldest, lost pushes forget all,
+/// and under key tracking nothing is expected.
+#[test]
+fn own_writes_are_kept_in_the_ids_state() {
+    use crate::coherence::Tracking;
+    use crate::shard::own_writes::OwnWrites;
+    use crate::valkey::envelope::fingerprint;
+    let map = new_map();
+    let own = OwnWrites::new(Tracking::Broadcast);
+    let (first, second) = (fingerprint(b"first"), fingerprint(b"second"));
+    own.expect(&map, &1, first);
+    own.expect(&map, &1, second);
+    own.expect(&map, &2, first);
+    assert!(map.board.quiet(&1), "an expectation is not in motion");
+    assert_eq!(own.take(&map, &1), Some(first), "the oldest first");
+    assert_eq!(own.take(&map, &1), Some(second));
+    assert_eq!(own.take(&map, &1), None);
+    assert!(!map.board.ids().contains_key(&1), "nothing left of id 1");
+    own.clear(&map);
+    assert!(map.board.ids().is_empty(), "lost pushes: nothing expected");
+    let keys = OwnWrites::new(Tracking::Keys);
+    keys.expect(&map, &3, first);
+    assert_eq!(keys.take(&map, &3), None, "key tracking expects none");
 }

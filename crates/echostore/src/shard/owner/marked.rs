@@ -36,7 +36,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         flushed: Arc<EveryShard<K, V>>,
     ) {
         self.drop_all();
-        self.own.clear();
+        self.own.clear(&self.flights);
         if self.shard == 0 {
             self.read_marks(myself, true);
         }

@@ -54,7 +54,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     ) {
         let written_as = pending.fingerprint();
         if let Some(fingerprint) = written_as {
-            self.own.expect(&id, fingerprint);
+            self.own.expect(&self.flights, &id, fingerprint);
         }
         let running = self.core.board(&id).running_write(id.clone());
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
@@ -116,7 +116,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// detach a running flight.
     pub(super) fn invalidated(&mut self, myself: &ActorRef<OwnerMsg<K, V>>, id: K, checked: bool) {
         if !checked
-            && let Some(mine) = self.own.take(&id)
+            && let Some(mine) = self.own.take(&self.flights, &id)
             && let Some(l2) = self.core.l2.clone()
             && let Ok(names) = self.core.names(&id)
         {

@@ -12,20 +12,24 @@
 //! | `detached` | flights a write or a change overtook, still running | the owner |
 //! | `landing` | the owner is landing an overtaken flight and has not stored it yet | the owner |
 //! | `running` | write tasks of the id running | each write's own task (`RunningWrite`) |
+//! | `own` | this process's writes of the id whose pushes are its own (their fingerprints) | the owner (`crate::shard::own_writes`) |
 //!
 //! The ordering rule these enforce is stated once, in `crate::shard::flights`: a fill never reads
 //! back what a write is replacing, and a write that overtakes a fill wins. What must outlive an
 //! owner that crashes is `running` alone (a crashed owner's writes still land): a new owner
 //! clears every other field of its shard's ids ([`Board::clear`](super::Board::clear)).
-//! Other per-id facts live apart, each where it must: own-write fingerprints with the owner
-//! (`crate::shard::own_writes`), unsettled ids with the table (`crate::state::unsettled`, so that a
-//! crash cannot drop a repair), unconfirmed L1 entries and key tracking's reads with the tracker.
+//! Other per-id facts live apart, each where it must: unsettled ids with the table
+//! (`crate::state::unsettled`, whose repairs run on their own and outlive an owner), L1 entries
+//! awaiting key tracking's confirmation beside L1 (`crate::state::l1::unconfirmed`, which L1's
+//! inserts consult), and key tracking's own reads in the store's tracking registry
+//! (`crate::coherence`, by Valkey key, shared by every table of the store).
 
 use std::collections::VecDeque;
 
 use super::ReadId;
 use super::flight::Flight;
 use crate::state::flight_id::FlightId;
+use crate::valkey::envelope::Fingerprint;
 
 /// Loads of one id that may run at once in one process: the current flight and those overtaken by
 /// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
@@ -48,6 +52,9 @@ pub(crate) struct IdState<V, W> {
     /// Write tasks of the id running: counted by the tasks themselves, so that an owner's crash
     /// clears none of them.
     pub(crate) running: usize,
+    /// This process's writes of the id whose coherence pushes are its own, as the fingerprints of
+    /// their envelopes, oldest first; a push takes the oldest.
+    pub(crate) own: VecDeque<Fingerprint>,
 }
 
 /// The phase of an id's current flight.
@@ -82,10 +89,17 @@ impl<V, W> IdState<V, W> {
         detached: Vec::new(),
         landing: false,
         running: 0,
+        own: VecDeque::new(),
     };
 
     /// Nothing of the id holds: the board forgets it.
     pub(crate) fn is_empty(&self) -> bool {
+        self.is_quiet() && self.own.is_empty()
+    }
+
+    /// Nothing of the id is listed or in motion: a copy read from Valkey now cannot be older than
+    /// what a landing of this process would serve next.
+    pub(crate) fn is_quiet(&self) -> bool {
         self.read.is_none() && self.current().is_none() && !self.in_motion()
     }
 
@@ -103,6 +117,7 @@ impl<V, W> IdState<V, W> {
         self.writes = Writes::None;
         self.detached.clear();
         self.landing = false;
+        self.own.clear();
     }
 
     /// The current flight, queued or loading.

@@ -236,7 +236,11 @@ fn a_caller_admits_itself_only_as_the_owner_would() {
         panic!("a current flight is joined, whatever L1 holds");
     };
     assert!(Arc::ptr_eq(&lead, &joined), "one cell");
-    assert_eq!(map.miss(&1).0, Miss::Coalesced, "the owner sees the same flight");
+    assert_eq!(
+        map.miss(&1).0,
+        Miss::Coalesced,
+        "the owner sees the same flight"
+    );
     let mut landed = map.land(&1, fid).expect("the owner lands it");
     assert!(landed.store, "it was current");
     assert!(
@@ -253,9 +257,6 @@ fn a_caller_admits_itself_only_as_the_owner_would() {
         "another actor's board"
     );
     drop(map);
-    assert!(
-        matches!(admit(3, None), Admission::Owner),
-        "its owner went"
-    );
+    assert!(matches!(admit(3, None), Admission::Owner), "its owner went");
     assert!(board.ids().is_empty(), "nothing started");
 }
