@@ -241,9 +241,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 found,
             } => state.confirmed(&myself, id, fingerprint, found),
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
-            OwnerMsg::Writing { id, fingerprint } => {
-                state.own.expect(&state.flights, &id, fingerprint)
-            }
+            OwnerMsg::Writing { id, fingerprint } => state.writing(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Behind { id, reply } => state.behind(&id, reply),
             OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),
@@ -261,6 +259,12 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
 }
 
 impl<K: Key, V: Value> OwnerState<K, V> {
+    /// A flight of `id` is about to write an envelope with `fingerprint`: its push is this
+    /// process's own.
+    fn writing(&self, id: &K, fingerprint: Fingerprint) {
+        self.own.expect(&self.flights, id, fingerprint);
+    }
+
     /// A fresh L1 entry for `id`, counted as a hit.
     fn l1_hit(&self, id: &K) -> Option<Fetched<V>> {
         let entry = self.core.l1.get(id).filter(Entry::is_fresh)?;
