@@ -67,9 +67,11 @@ where
     V: Value,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    let entered = core
-        .board(id)
-        .enter(id, core.l2.is_some(), || id.to_owned());
+    if core.l2.is_none() {
+        // Nothing to read: the miss joins or starts the flight at once (one look at the board).
+        return ask(core, owner, id.to_owned(), losers, false).boxed();
+    }
+    let entered = core.board(id).enter(id, true, || id.to_owned());
     let id = id.to_owned();
     match entered {
         Entered::Joined(cell) => {

@@ -1,11 +1,12 @@
 //! The table's owner: one ractor actor per shard of the table's ids (`.shards(n)`, see
 //! [`owner_ref`]), the Elixir table's GenServer.
 //!
-//! The owner serialises everything that must be ordered per id of its shard — misses, puts, invalidations and
-//! the flights' landings — and never awaits I/O or the loader. It asks the flights map
-//! ([`crate::shard::flights`], where the per-id ordering rule lives) what each event means, and does it:
-//! a flight runs as a spawned task that reports back with [`OwnerMsg::Landed`] (having stored and
-//! answered on its own task already when it was still current and alone, as the board tells it);
+//! The owner serialises everything that must be ordered per id of its shard — misses, puts,
+//! invalidations and the flights' landings — and never awaits I/O or the loader. It asks the
+//! flights map ([`crate::shard::flights`], where the per-id ordering rule lives) what each event
+//! means, and does it: a flight runs as a spawned task (the owner's, or that of a caller that
+//! admitted its miss on the board) that reports back with [`OwnerMsg::Landed`] unless it landed
+//! on its own task (still current and alone, as the board tells it: stored, answered and gone);
 //! a Valkey write runs as a spawned task that reports back with [`OwnerMsg::Written`].
 //!
 //! L1 follows what reached Valkey (writes and coherence pushes: `owner/ordered_writes.rs`; a flight's
@@ -68,7 +69,7 @@ pub(crate) enum OwnerMsg<K, V> {
     Reading { id: K, flight: FlightId },
     /// A flight is about to write an envelope with this fingerprint (its push will be our own).
     Writing { id: K, fingerprint: Fingerprint },
-    /// A flight finished; `refresh`: it was an early refresh.
+    /// A flight finished, and did not land on its own task; `refresh`: it was an early refresh.
     Landed {
         id: K,
         flight: FlightId,

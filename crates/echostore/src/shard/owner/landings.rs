@@ -9,8 +9,9 @@ use super::*;
 /// may: still the id's current flight, with nothing else of the id in motion. That is the landing
 /// the owner would make of it at that instant (a current flight stores what it may keep and
 /// answers what it read), and the owner changes the board before L1, so every later change of
-/// the id undoes the entry as it would the owner's. [`Landing::Answered`] is then what is left for
-/// the owner; any other outcome is returned untouched, for the owner to land.
+/// the id undoes the entry as it would the owner's. [`Landing::Answered`] then says it is done
+/// (the owner hears nothing of it); any other outcome is returned untouched, for the owner to
+/// land.
 pub(super) fn land_on_own_task<K: Key, V: Value>(
     core: &TableCore<K, V>,
     id: &K,
@@ -79,8 +80,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         };
         let answer = match outcome {
-            // Stored and answered on its own task, where it also left the map: `land` finds
-            // nothing of it, so this is only the flight queued behind it, if one ever is.
+            // Stored and answered on its own task, where it also left the map: such a landing
+            // is never reported, and `land` would find nothing of it.
             Ok(Landing::Answered) => return self.launch_next(myself, id, landed),
             // Another process is rebuilding the id: callers who joined (their copy expired
             // meanwhile) fly again, and a new flight waits for that process's value.
