@@ -62,17 +62,7 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
         echostore.load_ms = tracing::field::Empty,
     );
     tokio::spawn(async move {
-        let signals = {
-            let (owner, id) = (owner.clone(), id.clone());
-            move |signal| {
-                let id = id.clone();
-                let _ = owner.cast(match signal {
-                    Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
-                    Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
-                    Signal::Reading => OwnerMsg::Reading { id, flight },
-                });
-            }
-        };
+        let signals = signals_to(owner.clone(), id.clone(), flight);
         let fill = Fill::new(&core, &id, &signals)
             .losing_by(losers)
             .after_read(read);
@@ -105,6 +95,22 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
             outcome,
         });
     });
+}
+
+/// The signals of `flight` of `id`, cast to `owner` as they come.
+fn signals_to<K: Key, V: Value>(
+    owner: ActorRef<OwnerMsg<K, V>>,
+    id: K,
+    flight: FlightId,
+) -> impl Fn(Signal<V>) {
+    move |signal| {
+        let id = id.clone();
+        let _ = owner.cast(match signal {
+            Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
+            Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+            Signal::Reading => OwnerMsg::Reading { id, flight },
+        });
+    }
 }
 
 /// What a fill landed as, for its span's `echostore.origin`.
