@@ -23,14 +23,16 @@
 //! then costs the caller one round trip to Valkey and no hand-off between tasks, which on a
 //! loaded two-core machine is most of what the owner's path added (`docs/benchmarks.md`, "The
 //! miss path, hop by hop"). It only ever *answers* a fresh value it settled into L1 (one a
-//! change overtook may be newer than what L1 then keeps, so it goes to the owner); a missing, stale,
-//! oversized or undecodable value (a `Deserialize` that panics included), or a Valkey error, goes
-//! to the owner untouched and uncounted, and the owner's flight does everything the protocol says
-//! (the lock, the loser policies, the counters). So the one source read per id stays the owner's
-//! to admit.
+//! change overtook may be newer than what L1 then keeps, so it goes to the flight); a missing,
+//! stale, oversized or undecodable value (a `Deserialize` that panics included), or a Valkey
+//! error, goes to the id's flight untouched and uncounted, and the flight does everything the
+//! protocol says (the lock, the loser policies, the counters). The flight is admitted on the
+//! board, by this caller as the owner would admit it (`admit_here`) or by the owner: either way
+//! one flight per id, so the one source read per id is still admitted in one place, the id's
+//! state.
 //!
-//! Nobody joins a read: a miss that finds one listed goes to the owner, whose flight replaces it
-//! on the board (so a herd costs one read and one flight at most). No caller's answer therefore
+//! Nobody joins a read: a miss that finds one listed starts the id's flight instead, which
+//! replaces the read (so a herd costs one read and one flight at most). No caller's answer therefore
 //! depends on another caller's task being polled; a caller that drops its future, or keeps it
 //! and stops polling, holds up nobody.
 
@@ -218,9 +220,9 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
             Ok(hit) => return Ok(hit),
             Err(unsettled) => unsettled == Unsettled::NotFresh,
         };
-        // Not a fresh value: the owner's flight takes it from here. The read stays listed until
-        // then, so the misses meanwhile go to the owner too (not into reads of their own); the
-        // flight replaces it on the board.
+        // Not a fresh value: the id's flight takes it from here. The read stays listed until
+        // then, so the misses meanwhile start that flight (not reads of their own), which
+        // replaces it.
         ask(self.core, owner, self.id.clone(), losers, read).await
     }
 

@@ -16,9 +16,14 @@
 //! An id with no flight and nothing in motion (no write on its way or running, no overtaken
 //! flight) may instead be **read**: the miss lists a read and reads Valkey on its own task
 //! (`crate::handle::miss`). A fresh value is *settled* — put in L1 under the board's lock, only
-//! if the read is still listed — and answered; anything else goes to the owner as a miss. A read
-//! is never joined: misses that find one go to the owner, whose flight replaces it, so no caller
-//! ever waits on another caller's task. The owner withdraws a read when a flight, a write or a
+//! if the read is still listed — and answered; anything else goes on to the id's flight. A read
+//! is never joined: misses that find one start the id's flight instead, which replaces it, so no
+//! caller ever waits on another caller's task.
+//!
+//! A miss with no flight to join is **admitted** on its caller's task ([`Board::admit`]) exactly
+//! as the owner would admit it at that instant: with nothing of the id in motion, the caller
+//! starts the flight and launches it itself; anything else (a write on its way, an overtaken
+//! flight, a landing the owner is making, an owner restarting) goes to the owner. The owner withdraws a read when a flight, a write or a
 //! push of the id comes, and on a flush, each *before* it changes L1; so a read never leaves in L1
 //! what a write replaced or a push announced gone, and an L2 hit costs its caller one round trip
 //! and no hand-off.

@@ -17,7 +17,8 @@
 //! The ordering rule these enforce is stated once, in `crate::shard::flights`: a fill never reads
 //! back what a write is replacing, and a write that overtakes a fill wins. What must outlive an
 //! owner that crashes is `running` alone (a crashed owner's writes still land): a new owner
-//! clears every other field of its shard's ids ([`Board::clear`](super::Board::clear)).
+//! clears every other field of its shard's ids ([`Board::take_over`](super::Board::take_over)),
+//! as an owner that goes does ([`Board::release`](super::Board::release)).
 //! Other per-id facts live apart, each where it must: unsettled ids with the table
 //! (`crate::state::unsettled`, whose repairs run on their own and outlive an owner), L1 entries
 //! awaiting key tracking's confirmation beside L1 (`crate::state::l1::unconfirmed`, which L1's
