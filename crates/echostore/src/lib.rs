@@ -56,14 +56,16 @@
 //!   in one command; `marks` — the generations they set, which every copy read from Valkey is
 //!   checked against (the tags themselves: `config::tagging`).
 //! - `l2_write` — a `put`'s or `invalidate`'s way to Valkey, and what it leaves in L1;
-//!   `unsettled` — the ids whose Valkey copy may be behind what this process wrote or answered
-//!   (a failed write, a load answered in-process), until it is repaired.
+//!   `unsettled` — marks, counts and repairs the ids whose Valkey copy may be behind what this
+//!   process wrote or answered (a failed write, a load answered in-process).
 //! - `coherence` — the store's tracking connection: Valkey's invalidation pushes reach every L1
 //!   and wake losers (client-side caching, by prefix with `BCAST` or by key: [`Tracking`]);
 //!   `own_writes` — the pushes a process's own writes cause, told apart from others'.
-//! - `flights` — the flights map: per id one state (`flights::id_state`: the current flight's
-//!   phase, the writes' phase, the overtaken flights), the one load misses join, the writes it
-//!   waits for (`flights::write_queue`); the per-id ordering rule lives here.
+//! - `board` — per shard, everything this process holds of each id as one state
+//!   (`board::id_state`: a caller's read, the current flight's phase, the writes' phase, the
+//!   overtaken flights, the running writes, the own-write fingerprints, the unsettled mark);
+//!   `flights` — the owner's hand on it: the one load misses join, the writes it waits for
+//!   (`flights::write_queue`); the per-id ordering rule lives there.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
 //!   `fill::copies` — what it makes of the bytes it reads.
 //! - `reload` — [`Reload`]: refresh with the old value, "unchanged" renewing the copy in place.

@@ -1,7 +1,8 @@
 //! The table's shared state, below the shards and flights that change it and the handles that
 //! read it: [`TableCore`](core::TableCore) (settings, L1, counters, loader), the board callers
-//! read flights from, the marks of tags and clear, the ids whose Valkey copy is unsettled, the
-//! live schemas, the source budget, and the settings' own types (loser policy, reloader).
+//! read flights from (each id's one state), the marks of tags and clear, the repair of ids whose
+//! Valkey copy is unsettled, the live schemas, the source budget, and the settings' own types
+//! (loser policy, reloader).
 
 pub(crate) mod absence;
 pub(crate) mod audit;

@@ -18,7 +18,10 @@ impl<V> PendingWrite<V> {
     /// A write that fails marks the id unsettled ([`crate::state::unsettled`]) before its caller hears
     /// of it, so the id's Valkey copy is repaired and no read here trusts it meanwhile; one that
     /// lands settles it.
-    pub(crate) async fn apply<K: Key>(self, core: &TableCore<K, V>, id: &K) -> Option<Entry<V>> {
+    pub(crate) async fn apply<K: Key>(self, core: &TableCore<K, V>, id: &K) -> Option<Entry<V>>
+    where
+        V: Send + Sync + 'static,
+    {
         let PendingWrite {
             write,
             entry,

@@ -66,6 +66,17 @@ pub(crate) use id_state::{Current, IdState, Writes};
 /// What a flight's callers receive: its answer as its leader sees it, or `None` to fly again.
 pub(crate) type Answered<V> = Option<Result<Fetched<V>>>;
 
+/// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and
+/// `str` hash alike), and the same in every run, so it can be reasoned about in tests.
+pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(id: &Q, shards: usize) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    if shards <= 1 {
+        return 0;
+    }
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(id);
+    (hash % shards as u64) as usize
+}
+
 /// A table's boards, one per shard: a miss locks only the board of its id's shard, so misses of
 /// ids in different shards never wait on one another, and each owner changes its own.
 pub(crate) struct Boards<K, V>(Box<[Arc<Board<K, V>>]>);
@@ -126,6 +137,13 @@ pub(crate) struct Cell<V> {
 /// died with the flight).
 pub(crate) struct Answerer<V>(Arc<Cell<V>>);
 
+impl<K, V> Clone for Boards<K, V> {
+    /// The same boards, shared.
+    fn clone(&self) -> Self {
+        Boards(self.0.clone())
+    }
+}
+
 impl<K: Eq + Hash, V> Boards<K, V> {
     /// Empty boards for `shards` shards.
     pub(crate) fn new(shards: usize) -> Self {
@@ -135,6 +153,16 @@ impl<K: Eq + Hash, V> Boards<K, V> {
     /// Shard `shard`'s board.
     pub(crate) fn shard(&self, shard: usize) -> &Arc<Board<K, V>> {
         &self.0[shard]
+    }
+
+    /// The board of `id`'s shard.
+    pub(crate) fn of<Q: Hash + ?Sized>(&self, id: &Q) -> &Arc<Board<K, V>> {
+        &self.0[shard_of(id, self.0.len())]
+    }
+
+    /// Every shard's board.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<Board<K, V>>> {
+        self.0.iter()
     }
 
     /// Flights running or queued on every board.
@@ -196,8 +224,12 @@ impl<K, V, W> Board<K, V, W> {
 
 impl<K: Eq + Hash, V, W> Board<K, V, W> {
     /// Changes what the board holds of `id` with `change`, and forgets the id once nothing of it
-    /// holds.
-    fn change<Q, T>(&self, id: &Q, change: impl FnOnce(&mut IdState<V, W>) -> T) -> Option<T>
+    /// holds; `None` when the board holds nothing of it.
+    pub(crate) fn change<Q, T>(
+        &self,
+        id: &Q,
+        change: impl FnOnce(&mut IdState<V, W>) -> T,
+    ) -> Option<T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -209,6 +241,42 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
             ids.remove(id);
         }
         Some(changed)
+    }
+
+    /// Changes what the board holds of `id` with `change`, starting from nothing if it holds
+    /// nothing of it yet, and forgets the id once nothing of it holds.
+    pub(crate) fn change_or_make<T>(
+        &self,
+        id: K,
+        change: impl FnOnce(&mut IdState<V, W>) -> T,
+    ) -> T {
+        use std::collections::hash_map::Entry;
+        match self.ids().entry(id) {
+            Entry::Occupied(mut held) => {
+                let changed = change(held.get_mut());
+                if held.get().is_empty() {
+                    held.remove();
+                }
+                changed
+            }
+            Entry::Vacant(vacant) => {
+                let mut state = IdState::NOTHING;
+                let changed = change(&mut state);
+                if !state.is_empty() {
+                    vacant.insert(state);
+                }
+                changed
+            }
+        }
+    }
+
+    /// Up to `at_most` of what `pick` takes from the ids' states.
+    pub(crate) fn pick<T>(
+        &self,
+        at_most: usize,
+        pick: impl FnMut((&K, &IdState<V, W>)) -> Option<T>,
+    ) -> Vec<T> {
+        self.ids().iter().filter_map(pick).take(at_most).collect()
     }
 
     /// A miss on `id`: joins the current flight; else, if no read is listed, `readable`, and

@@ -27,16 +27,7 @@ use crate::wire::server_clock::wall_ms;
 /// The longest duration any setting accepts (a year): longer ones are refused at `build()`.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// The shard of `id` among `shards`: the same for a key and its borrowed form (`String` and
-/// `str` hash alike), and the same in every run, so it can be reasoned about in tests.
-pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(id: &Q, shards: usize) -> usize {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    if shards <= 1 {
-        return 0;
-    }
-    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(id);
-    (hash % shards as u64) as usize
-}
+pub(crate) use crate::state::board::shard_of;
 
 /// Every shard's owner of a table, as a shard that read a new mark reaches them all (the owners'
 /// handle implements it; the table's core only holds it).
@@ -259,7 +250,7 @@ pub(crate) struct TableCore<K, V> {
     /// the owner.
     pub(crate) boards: Boards<K, V>,
     /// Ids whose last write failed, until their Valkey copy is repaired.
-    pub(crate) unsettled: Arc<Unsettled<K>>,
+    pub(crate) unsettled: Arc<Unsettled<K, V>>,
     /// The entry's tags (`.tags`).
     pub(crate) tags: Option<TagsOf<K, V>>,
     /// The table's clears and tag invalidations, as this process knows them.
@@ -271,14 +262,9 @@ pub(crate) struct TableCore<K, V> {
 }
 
 impl<K: crate::wire::key::Key, V> TableCore<K, V> {
-    /// The shard whose owner orders `id`'s misses and writes.
-    pub(crate) fn shard_of<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> usize {
-        shard_of(id, self.shards)
-    }
-
     /// The board of `id`'s shard.
     pub(crate) fn board<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> &Arc<Board<K, V>> {
-        self.boards.shard(self.shard_of(id))
+        self.boards.of(id)
     }
 
     /// The Valkey names of `id`'s value and lock in this table's schema.

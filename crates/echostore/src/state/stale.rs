@@ -57,10 +57,6 @@ pub(crate) enum Landing<V> {
     /// An early refresh that changed nothing: another process holds the regeneration lock, and
     /// its write reaches this process through coherence. Callers who joined it fly again.
     Skipped,
-    /// Landed on the flight's own task: it was still the id's current flight, so its entry is in
-    /// L1 and its callers have their answer (`crate::shard::owner::landings::land_on_own_task`);
-    /// the owner only ends it.
-    Answered,
 }
 
 impl<V> Landing<V> {

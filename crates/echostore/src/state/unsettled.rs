@@ -21,76 +21,69 @@
 //! A repair of an id Valkey no longer holds (it restarted empty) pushes nothing, and needs not:
 //! a restart drops every tracking connection, and every process flushes its L1 for it.
 //!
-//! The set lives in the table's shared core, not in the owner: an owner that crashes with a
-//! failed write in flight does not forget it. Each mark carries a generation, so a repair that
-//! raced a newer failure of the same id does not settle it.
+//! Each mark is the id's own ([`IdState::unsettled`](crate::state::board::IdState), on its
+//! shard's board), which a crashed owner's successor does not clear: an owner that crashes with
+//! a failed write in flight does not forget it. This module marks, settles and repairs them, and
+//! counts them, so that a read of a table with no failed write never looks. Each mark carries a
+//! generation, so a repair that raced a newer failure of the same id does not settle it.
 
-use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::state::board::Boards;
+pub(crate) use crate::state::board::id_state::Repair;
+use crate::state::board::id_state::UnsettledMark;
 use crate::valkey::l2::L2;
 use crate::wire::key::KeyNames;
 
 /// How often the repair task retries while ids are unsettled.
 pub(crate) const REPAIR_EVERY: Duration = Duration::from_millis(20);
 
-/// The unsettled ids of one table.
-pub(crate) struct Unsettled<K> {
-    ids: Mutex<HashMap<K, Mark>>,
-    /// `true` while `ids` may be non-empty: reads of a table with no failed write never lock.
-    any: AtomicBool,
+/// The unsettled ids of one table: marked on their shards' boards, counted and repaired here.
+pub(crate) struct Unsettled<K, V> {
+    boards: Boards<K, V>,
+    /// Ids marked now, changed under their boards' locks: reads of a table with no failed write
+    /// never lock.
+    marked: AtomicUsize,
     generation: AtomicU64,
     /// `true` while a repair task runs.
     repairing: AtomicBool,
 }
 
-/// One unsettled id: which failure marked it, its keys, and what its repair deletes.
-#[derive(Clone)]
-struct Mark {
-    generation: u64,
-    names: KeyNames,
-    repair: Repair,
-}
-
-/// What made an id unsettled, which says what its repair deletes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Repair {
-    /// A `put` or `invalidate` that failed: the value and the lock, as the write would have.
-    Write,
-    /// A load answered in-process while Valkey could not be read: the value only.
-    Load,
-}
-
-impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
-    pub(crate) fn new() -> Arc<Self> {
+impl<K: Clone + Eq + Hash + Send + Sync + 'static, V: Send + Sync + 'static> Unsettled<K, V> {
+    /// The unsettled ids of the table whose boards are `boards`.
+    pub(crate) fn new(boards: Boards<K, V>) -> Arc<Self> {
         Arc::new(Unsettled {
-            ids: Mutex::new(HashMap::new()),
-            any: AtomicBool::new(false),
+            boards,
+            marked: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             repairing: AtomicBool::new(false),
         })
     }
 
-    /// `true` if `id`'s last write failed and is not repaired yet.
+    /// `true` if `id`'s last write failed, or its load was answered in-process, and Valkey's
+    /// copy is not repaired yet.
     pub(crate) fn holds(&self, id: &K) -> bool {
-        self.any.load(Ordering::Acquire) && self.lock().contains_key(id)
+        self.marked.load(Ordering::Acquire) > 0 && self.mark_of(id).is_some()
     }
 
     /// A write of `id` failed, or its load was answered in-process (`repair` says which):
-    /// remember it, and make sure a repair task runs.
+    /// mark it, and make sure a repair task runs.
     pub(crate) fn mark(self: &Arc<Self>, id: K, names: KeyNames, repair: Repair, l2: &L2) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let mark = Mark {
+        let mark = UnsettledMark {
             generation,
             names,
             repair,
         };
-        self.lock().insert(id, mark);
-        self.any.store(true, Ordering::Release);
+        self.boards.of(&id).change_or_make(id, |state| {
+            if state.unsettled.replace(mark).is_none() {
+                self.marked.fetch_add(1, Ordering::AcqRel);
+            }
+        });
         if !self.repairing.swap(true, Ordering::AcqRel) {
             tokio::spawn(repair_task(Arc::downgrade(self), l2.clone()));
         }
@@ -98,89 +91,111 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static> Unsettled<K> {
 
     /// A write of `id` landed: Valkey holds what this process last wrote.
     pub(crate) fn settle(&self, id: &K) {
-        if self.any.load(Ordering::Acquire) {
-            self.lock().remove(id);
+        if self.marked.load(Ordering::Acquire) > 0 {
+            self.settled(id, None);
         }
     }
 
     /// Repairs `id` now if it is unsettled; an error when the repair could not land.
     pub(crate) async fn repair(&self, id: &K, l2: &L2) -> Result<()> {
-        if !self.any.load(Ordering::Acquire) {
+        if self.marked.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        let Some(mark) = self.lock().get(id).cloned() else {
+        let Some(mark) = self.mark_of(id) else {
             return Ok(());
         };
-        mark.apply(l2).await?;
-        self.settled(id, mark.generation);
+        apply(&mark, l2).await?;
+        self.settled(id, Some(mark.generation));
         Ok(())
     }
 
-    /// Removes `id` if no failure marked it again since `generation`.
-    fn settled(&self, id: &K, generation: u64) {
-        let mut ids = self.lock();
-        if ids.get(id).is_some_and(|m| m.generation == generation) {
-            ids.remove(id);
+    fn mark_of(&self, id: &K) -> Option<UnsettledMark> {
+        let board = self.boards.of(id);
+        board.change(id, |state| state.unsettled.clone()).flatten()
+    }
+
+    /// Unmarks `id` if no failure marked it again since `generation` (`None`: whichever did).
+    fn settled(&self, id: &K, generation: Option<u64>) {
+        self.boards.of(id).change(id, |state| {
+            let Some(mark) = &state.unsettled else {
+                return;
+            };
+            if generation.is_none_or(|g| g == mark.generation) {
+                state.unsettled = None;
+                self.marked.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
+    }
+
+    /// Up to `at_most` marks, to repair next (during an outage every id loaded in-process is
+    /// marked, and a round that cannot land stops at its first repair).
+    fn some_marks(&self, at_most: usize) -> Vec<(K, UnsettledMark)> {
+        let mut marks = Vec::new();
+        for board in self.boards.all() {
+            let left = at_most - marks.len();
+            if left == 0 {
+                break;
+            }
+            marks.extend(board.pick(left, |(id, state)| {
+                Some((id.clone(), state.unsettled.clone()?))
+            }));
         }
+        marks
     }
 
-    /// Some mark, to repair next (one at a time: during an outage the set holds every id
-    /// loaded in-process, and a round that cannot land stops at its first repair).
-    fn any_mark(&self) -> Option<(K, Mark)> {
-        self.lock()
-            .iter()
-            .next()
-            .map(|(id, mark)| (id.clone(), mark.clone()))
+    /// Repairs up to a round's marks, stopping at the first that cannot land; `true` if a full
+    /// round landed (more may be waiting).
+    async fn repair_round(&self, l2: &L2) -> bool {
+        let marks = self.some_marks(ROUND);
+        let full = marks.len() == ROUND;
+        for (id, mark) in marks {
+            if apply(&mark, l2).await.is_err() {
+                return false;
+            }
+            self.settled(&id, Some(mark.generation));
+        }
+        full
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, Mark>> {
-        // A panic while holding the lock leaves the map itself intact: keep using it.
-        self.ids
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The repair task ends, unless an id was marked meanwhile (it then goes on: `true`). A mark
+    /// made after `marked` was read as zero sees `repairing` false and starts a task of its own,
+    /// or finds it true again and leaves the repairs to this one.
+    fn may_end(&self) -> bool {
+        if self.marked.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        self.repairing.store(false, Ordering::Release);
+        self.marked.load(Ordering::Acquire) == 0 || self.repairing.swap(true, Ordering::AcqRel)
     }
 }
 
-impl Mark {
-    /// The repair on Valkey.
-    async fn apply(&self, l2: &L2) -> Result<()> {
-        match self.repair {
-            Repair::Write => l2.invalidate(&self.names).await,
-            Repair::Load => l2.delete_value(&self.names).await,
-        }
+/// The repair on Valkey.
+async fn apply(mark: &UnsettledMark, l2: &L2) -> Result<()> {
+    match mark.repair {
+        Repair::Write => l2.invalidate(&mark.names).await,
+        Repair::Load => l2.delete_value(&mark.names).await,
     }
 }
+
+/// How many marks one round takes up: a full round that lands goes on to the next at once, and
+/// a round during an outage copies no more than this.
+const ROUND: usize = 64;
 
 /// Repairs every unsettled id of a table until none is left (or the table is dropped). A round
 /// stops at the first repair that cannot land: Valkey is still away.
-async fn repair_task<K: Clone + Eq + Hash + Send + Sync + 'static>(
-    unsettled: Weak<Unsettled<K>>,
-    l2: L2,
-) {
+async fn repair_task<K, V>(unsettled: Weak<Unsettled<K, V>>, l2: L2)
+where
+    K: Clone + Eq + Hash + Send + Sync + 'static,
+    V: Send + Sync + 'static,
+{
     loop {
         tokio::time::sleep(REPAIR_EVERY).await;
         let Some(set) = unsettled.upgrade() else {
             return;
         };
-        // At most as many repairs as there are marks now: a mark made again meanwhile waits for
-        // the next round.
-        let marks = set.lock().len();
-        for _ in 0..marks {
-            let Some((id, mark)) = set.any_mark() else {
-                break;
-            };
-            if mark.apply(&l2).await.is_err() {
-                break;
-            }
-            set.settled(&id, mark.generation);
-        }
-        let ids = set.lock();
-        if ids.is_empty() {
-            set.any.store(false, Ordering::Release);
-            // Under the lock: a mark after this sees `repairing` false and starts a new task.
-            set.repairing.store(false, Ordering::Release);
+        while set.repair_round(&l2).await {}
+        if set.may_end() {
             return;
         }
-        drop(ids);
     }
 }

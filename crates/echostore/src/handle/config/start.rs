@@ -159,6 +159,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             marks_kept_for(&self),
         );
         let events = Arc::new(crate::events::Events::new());
+        let boards = crate::state::board::Boards::new(shards);
         TableCore {
             audit: self.audit_sample.map(crate::state::audit::Audit::new),
             name: Arc::from(self.name.as_str()),
@@ -179,8 +180,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
-            boards: crate::state::board::Boards::new(shards),
-            unsettled: crate::state::unsettled::Unsettled::new(),
+            unsettled: crate::state::unsettled::Unsettled::new(boards.clone()),
+            boards,
             marks,
             shards,
             owners: std::sync::OnceLock::new(),

@@ -138,11 +138,10 @@ impl<K: Key, V: Value> ToOwners<K, V> {
 
 impl<K: Key, V: Value> Report<K, V> for ToOwners<K, V> {
     fn landed(&self, id: K, flight: FlightId, outcome: Result<Landing<V>>) {
-        let outcome = land_on_own_task(&self.core, &id, flight, outcome);
         // Landed on the batch's task: nothing is left for the owner (as for a single flight).
-        if matches!(outcome, Ok(Landing::Answered)) {
+        let Some(outcome) = land_on_own_task(&self.core, &id, flight, outcome) else {
             return;
-        }
+        };
         let key = id.clone();
         let landed = OwnerMsg::Landed {
             id,

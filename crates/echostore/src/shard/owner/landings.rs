@@ -9,23 +9,22 @@ use super::*;
 /// may: still the id's current flight, with nothing else of the id in motion. That is the landing
 /// the owner would make of it at that instant (a current flight stores what it may keep and
 /// answers what it read), and the owner changes the board before L1, so every later change of
-/// the id undoes the entry as it would the owner's. [`Landing::Answered`] then says it is done
-/// (the owner hears nothing of it); any other outcome is returned untouched, for the owner to
-/// land.
+/// the id undoes the entry as it would the owner's. `None` then says it is done (the owner
+/// hears nothing of it); any other outcome is returned untouched, for the owner to land.
 pub(super) fn land_on_own_task<K: Key, V: Value>(
     core: &TableCore<K, V>,
     id: &K,
     flight: FlightId,
     outcome: Result<Landing<V>>,
-) -> Result<Landing<V>> {
+) -> Option<Result<Landing<V>>> {
     // Only a value L1 keeps: a caller who joins the flight after its answer then takes what an
     // L1 hit would give it. An answer L1 keeps nowhere (a default, a stale copy) is the owner's
     // to land, so that no later miss joins it.
     let Ok(Landing::Filled(mut filled)) = outcome else {
-        return outcome;
+        return Some(outcome);
     };
     if filled.keep.is_none() {
-        return Ok(Landing::Filled(filled));
+        return Some(Ok(Landing::Filled(filled)));
     }
     let (mut keep, fingerprint) = (filled.keep.take(), filled.fingerprint);
     // A key whose `Hash` or `Eq` panics is left to the owner, which meets the same panic in its
@@ -40,11 +39,11 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
     match landed.ok().flatten() {
         Some(mut flight) => {
             flight.answer(&Ok(filled.fetched));
-            Ok(Landing::Answered)
+            None
         }
         None => {
             filled.keep = keep;
-            Ok(Landing::Filled(filled))
+            Some(Ok(Landing::Filled(filled)))
         }
     }
 }
@@ -80,9 +79,6 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         };
         let answer = match outcome {
-            // Stored and answered on its own task, where it also left the map: such a landing
-            // is never reported, and `land` would find nothing of it.
-            Ok(Landing::Answered) => return self.launch_next(myself, id, landed),
             // Another process is rebuilding the id: callers who joined (their copy expired
             // meanwhile) fly again, and a new flight waits for that process's value.
             Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),

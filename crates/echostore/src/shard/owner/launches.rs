@@ -81,12 +81,11 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
         }
         .instrument(span)
         .await;
-        let outcome = land_on_own_task(&core, &id, flight, outcome);
         // Landed on its own task, the flight has left its id's state: nothing is left for the
         // owner to end, so it hears nothing (the miss path does not touch its mailbox).
-        if matches!(outcome, Ok(Landing::Answered)) {
+        let Some(outcome) = land_on_own_task(&core, &id, flight, outcome) else {
             return;
-        }
+        };
         // If the owner is gone, its waiters were already answered `Stopped`.
         let _ = owner.cast(OwnerMsg::Landed {
             id,
@@ -118,7 +117,6 @@ fn landed_as<V>(outcome: &Result<Landing<V>>) -> &'static str {
     match outcome {
         Ok(Landing::Filled(filled)) => filled.fetched.origin.as_str(),
         Ok(Landing::Skipped) => "skipped",
-        Ok(Landing::Answered) => "answered",
         Err(_) => "error",
     }
 }

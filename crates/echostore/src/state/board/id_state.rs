@@ -13,17 +13,18 @@
 //! | `landing` | the owner is landing an overtaken flight and has not stored it yet | the owner |
 //! | `running` | write tasks of the id running | each write's own task (`RunningWrite`) |
 //! | `own` | this process's writes of the id whose pushes are its own (their fingerprints) | the owner (`crate::shard::own_writes`) |
+//! | `unsettled` | a failed write or an in-process load left Valkey's copy behind, until repaired | the write's or the flight's own task (marks); a landed write, a repair (settles) — `crate::state::unsettled` |
 //!
 //! The ordering rule these enforce is stated once, in `crate::shard::flights`: a fill never reads
 //! back what a write is replacing, and a write that overtakes a fill wins. What must outlive an
-//! owner that crashes is `running` alone (a crashed owner's writes still land): a new owner
-//! clears every other field of its shard's ids ([`Board::take_over`](super::Board::take_over)),
-//! as an owner that goes does ([`Board::release`](super::Board::release)).
-//! Other per-id facts live apart, each where it must: unsettled ids with the table
-//! (`crate::state::unsettled`, whose repairs run on their own and outlive an owner), L1 entries
-//! awaiting key tracking's confirmation beside L1 (`crate::state::l1::unconfirmed`, which L1's
-//! inserts consult), and key tracking's own reads in the store's tracking registry
-//! (`crate::coherence`, by Valkey key, shared by every table of the store).
+//! owner that crashes is `running` (a crashed owner's writes still land) and `unsettled` (a
+//! crashed owner's failed write still needs its repair): a new owner clears every other field of
+//! its shard's ids ([`Board::take_over`](super::Board::take_over)), as an owner that goes does
+//! ([`Board::release`](super::Board::release)); the board itself is the table's, not the owner's.
+//! Other per-id facts live apart, each where it must: L1 entries awaiting key tracking's
+//! confirmation beside L1 (`crate::state::l1::unconfirmed`, which L1's inserts consult), and key
+//! tracking's own reads in the store's tracking registry (`crate::coherence`, by Valkey key,
+//! shared by every table of the store).
 
 use std::collections::VecDeque;
 
@@ -31,6 +32,7 @@ use super::ReadId;
 use super::flight::Flight;
 use crate::state::flight_id::FlightId;
 use crate::valkey::envelope::Fingerprint;
+use crate::wire::key::KeyNames;
 
 /// Loads of one id that may run at once in one process: the current flight and those overtaken by
 /// writes. The bound holds however many `put`s, `invalidate`s or remote invalidations arrive.
@@ -56,6 +58,28 @@ pub(crate) struct IdState<V, W> {
     /// This process's writes of the id whose coherence pushes are its own, as the fingerprints of
     /// their envelopes, oldest first; a push takes the oldest.
     pub(crate) own: VecDeque<Fingerprint>,
+    /// Valkey's copy of the id may be behind what this process wrote or answered, until its
+    /// repair lands (`crate::state::unsettled`).
+    pub(crate) unsettled: Option<UnsettledMark>,
+}
+
+/// What left an id's Valkey copy behind, and what its repair deletes.
+#[derive(Clone)]
+pub(crate) struct UnsettledMark {
+    /// Which failure marked it (table-wide, rising): a repair that raced a newer failure of the
+    /// id does not settle it.
+    pub(crate) generation: u64,
+    pub(crate) names: KeyNames,
+    pub(crate) repair: Repair,
+}
+
+/// What made an id unsettled, which says what its repair deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repair {
+    /// A `put` or `invalidate` that failed: the value and the lock, as the write would have.
+    Write,
+    /// A load answered in-process while Valkey could not be read: the value only.
+    Load,
 }
 
 /// The phase of an id's current flight.
@@ -91,11 +115,12 @@ impl<V, W> IdState<V, W> {
         landing: false,
         running: 0,
         own: VecDeque::new(),
+        unsettled: None,
     };
 
     /// Nothing of the id holds: the board forgets it.
     pub(crate) fn is_empty(&self) -> bool {
-        self.is_quiet() && self.own.is_empty()
+        self.is_quiet() && self.own.is_empty() && self.unsettled.is_none()
     }
 
     /// Nothing of the id is listed or in motion: a copy read from Valkey now cannot be older than
@@ -111,7 +136,7 @@ impl<V, W> IdState<V, W> {
     }
 
     /// Forgets what the owner holds of the id (a new owner starts with none of it); a running
-    /// write task's count stays.
+    /// write task's count and an unsettled mark stay.
     pub(crate) fn clear_owned(&mut self) {
         self.read = None;
         self.current = Current::None;

@@ -67,6 +67,39 @@ async fn an_owner_going_clears_only_what_it_held() {
     assert!(cell.wait().now_or_never().is_none(), "and is not answered");
 }
 
+/// An id whose Valkey copy is unsettled keeps its mark through its owner's going and its
+/// successor's taking over (the repair of a crashed owner's failed write is still owed), and the
+/// board keeps the id for it alone.
+#[tokio::test]
+async fn an_unsettled_mark_outlives_its_owner() {
+    use super::id_state::{Repair, UnsettledMark};
+    let board = Arc::new(Board::new());
+    let mut first: Map = Flights::new(Arc::clone(&board), None);
+    let (_, cell) = first.miss(&1);
+    let names = crate::wire::key::KeyNames::new("ns", "t", &1u64).expect("names");
+    let mark = UnsettledMark {
+        generation: 7,
+        names,
+        repair: Repair::Write,
+    };
+    board.change_or_make(1, |state| state.unsettled = Some(mark));
+    drop(first);
+    assert!(matches!(cell.wait().await, Some(Err(Error::Stopped))));
+    let generation = |board: &Board<u64, u64, &str>| {
+        let marked = board.change(&1, |state| state.unsettled.as_ref().map(|m| m.generation));
+        marked.flatten()
+    };
+    assert_eq!(generation(&board), Some(7), "kept when its owner goes");
+    let _next: Map = Flights::new(Arc::clone(&board), None);
+    assert_eq!(
+        generation(&board),
+        Some(7),
+        "kept when the next owner takes over"
+    );
+    board.change(&1, |state| state.unsettled = None);
+    assert!(board.ids().is_empty(), "forgotten once settled");
+}
+
 /// A read is listed for the first miss; the next miss goes to the owner (a read is never
 /// joined); the read settles only while listed; a write withdraws it and refuses new ones until
 /// it is done; a flush withdraws every read; a flight replaces a read.
