@@ -63,7 +63,8 @@
 //!   `own_writes` — the pushes a process's own writes cause, told apart from others'.
 //! - `board` — per shard, everything this process holds of each id as one state
 //!   (`board::id_state`: a caller's read, the current flight's phase, the writes' phase, the
-//!   overtaken flights, the running writes, the own-write fingerprints, the unsettled mark);
+//!   overtaken flights, the running writes, the own-write fingerprints, the unsettled mark, the
+//!   L1 entry awaiting key tracking's confirmation);
 //!   `flights` — the owner's hand on it: the one load misses join, the writes it waits for
 //!   (`flights::write_queue`); the per-id ordering rule lives there.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;
@@ -77,8 +78,8 @@
 //!   (`DELIFEQ`, `SET … IFEQ`) the server has.
 //! - `l1` — L1, quick_cache or moka (ETS with read concurrency), bounded by entries or, with a
 //!   weigher, by bytes (`l1::weigher`); `l1::entry` — a value with its freshness, stale window
-//!   and early refresh; `l1::unconfirmed` — under key tracking, the entries waiting for Valkey
-//!   to confirm them; `clock` tells its entries' freshness without a serialising clock read.
+//!   and early refresh (under key tracking an entry waits for Valkey's confirmation in its id's
+//!   state on the board, `board::id_state`); `clock` tells its entries' freshness without a serialising clock read.
 //! - `connect` — where the Valkey is (one server or a cluster, TLS roots) and the connections to it.
 //! - `coherence::tracking` — coherence's tracking connections (one per server or cluster primary);
 //!   `coherence::tracking::keys` — under key tracking, the keys they read and what they found there.

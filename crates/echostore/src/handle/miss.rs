@@ -286,8 +286,8 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         // than the one read (its own put's, while another process's later write has not been
         // pushed yet), and a process never answers newer than what it then serves. The owner's
         // flight answers instead, ordered after that change.
-        let settled = core.board(&self.id).settle(&self.id, self.read, || {
-            core.keep(self.id.clone(), entry, read_as);
+        let settled = core.board(&self.id).settle(&self.id, self.read, |state| {
+            core.keep_in(state, self.id.clone(), entry, read_as);
         });
         if !settled {
             return Err(Unsettled::Overtaken);

@@ -1,7 +1,8 @@
 //! The board: one per shard ([`Boards`]), holding everything this process has in motion for
 //! each id of the shard as one [`IdState`] (`board/id_state.rs` lists every field and who changes
 //! it): a caller's read, the flight a miss joins, the writes on their way, the overtaken flights,
-//! the running write tasks. The owner changes it through its flights map
+//! the running write tasks, and what outlives an owner besides them (an unsettled mark, an entry
+//! awaiting key tracking's confirmation). The owner changes it through its flights map
 //! ([`crate::shard::flights`]); callers read it on their own tasks, under the board's lock, and
 //! an id is kept only while something of it holds, so a miss decides from one lookup.
 //!
@@ -170,11 +171,18 @@ impl<K: Eq + Hash, V> Boards<K, V> {
         self.0.iter().map(|board| board.flights()).sum()
     }
 
-    /// Runs `f` under every board's lock, taken in shard order: no read settles and no flight
-    /// lands on its own task anywhere in the table meanwhile.
-    pub(crate) fn exclusive(&self, f: impl FnOnce()) {
-        let _ids: Vec<_> = self.0.iter().map(|board| board.ids()).collect();
-        f();
+    /// Under every board's lock, taken in shard order, forgets every L1 entry waiting for key
+    /// tracking's confirmation, then runs `then`: no read settles, no flight lands on its own task
+    /// and no confirmation lands anywhere in the table meanwhile.
+    pub(crate) fn forget_unconfirmed(&self, then: impl FnOnce()) {
+        let mut boards: Vec<_> = self.0.iter().map(|board| board.ids()).collect();
+        for ids in &mut boards {
+            ids.retain(|_, state| {
+                state.unconfirmed = None;
+                !state.is_empty()
+            });
+        }
+        then();
     }
 }
 
@@ -383,13 +391,18 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
     }
 
     /// The read `read` of `id` found a fresh value: if it is still listed, `keep` runs (the L1
-    /// insert) under the board's lock and the read is withdrawn; `false` if it was not listed (a
+    /// insert, given the id's state) under the board's lock and the read is withdrawn; `false` if it was not listed (a
     /// write, a push or a flush overtook it, or a flight replaced it).
-    pub(crate) fn settle(&self, id: &K, read: ReadId, keep: impl FnOnce()) -> bool {
+    pub(crate) fn settle(
+        &self,
+        id: &K,
+        read: ReadId,
+        keep: impl FnOnce(&mut IdState<V, W>),
+    ) -> bool {
         let settled = self.change(id, |state| {
             let listed = state.lists_read(Some(read));
             if listed {
-                keep();
+                keep(state);
                 state.read = None;
             }
             listed
@@ -425,8 +438,8 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
     }
 
     /// The flight `flight` of `id` landed with a value to answer: if it is still the id's current
-    /// flight, loading, and nothing else of the id is in motion, `keep` runs (the L1 insert)
-    /// under the board's lock and the flight leaves the id's state, returned for it to answer on
+    /// flight, loading, and nothing else of the id is in motion, `keep` runs (the L1 insert,
+    /// given the id's state) under the board's lock and the flight leaves the id's state, returned for it to answer on
     /// its own task. That is the landing the owner would make of it now: the owner changes the
     /// board before it changes L1 (a write, a push, a flush, a mark), so a change either comes
     /// after this (and undoes the entry as it would the owner's) or has already detached the
@@ -435,14 +448,14 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
         &self,
         id: &K,
         flight: FlightId,
-        keep: impl FnOnce(),
+        keep: impl FnOnce(&mut IdState<V, W>),
     ) -> Option<Flight<V>> {
         self.change(id, |state| {
             let loading = matches!(&state.current, Current::Loading(f) if f.id == flight);
             if !loading || state.in_motion() {
                 return None;
             }
-            keep();
+            keep(state);
             // Landed: a miss from now on reads L1 or Valkey, as after the owner's landing, rather
             // than join an answer it did not wait for.
             state.take_current(flight)

@@ -14,8 +14,8 @@ use futures::future::BoxFuture;
 use crate::coherence::Tracker;
 use crate::coherence::tracking::keys::Read;
 use crate::error::{Result, SharedError};
-use crate::state::board::{Board, Boards};
-use crate::state::l1::{Entry, L1, L1Cache, Unconfirmed};
+use crate::state::board::{Board, Boards, IdState};
+use crate::state::l1::{Entry, L1, L1Cache};
 use crate::state::loser_policy::LoserPolicy;
 use crate::state::marks::Marks;
 use crate::state::stats::Stats;
@@ -229,8 +229,6 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) audit: Option<crate::state::audit::Audit<K, V>>,
     /// What happened to the table's ids, for its subscribers (`Table::events`).
     pub(crate) events: Arc<crate::events::Events<K>>,
-    /// Under key tracking, L1's entries that wait for Valkey to confirm them.
-    pub(crate) unconfirmed: Unconfirmed<K, V>,
     pub(crate) l2: Option<L2>,
     /// `.schema`: this table's schema and the other live ones.
     pub(crate) schemas: Arc<crate::state::schemas::Schemas>,
@@ -388,8 +386,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
     /// refresh's mark and a confirmation (which restores an entry's full life) each come wholly
     /// before the cap or after it, never astride.
     pub(crate) fn cap_l1(&self, since: std::time::Instant) {
-        self.boards.exclusive(|| {
-            self.unconfirmed.clear();
+        self.boards.forget_unconfirmed(|| {
             let left = self.unconfirmed_l1_life.saturating_sub(since.elapsed());
             self.l1.cap(left);
         });
@@ -408,26 +405,63 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
     /// read, Valkey would push no change of the key to this store. An entry with no fingerprint
     /// never lives longer.
     pub(crate) fn keep(&self, id: K, entry: Entry<V>, fingerprint: Option<Fingerprint>) {
+        match self.keeping(&id, entry, fingerprint) {
+            Keeping::Now(entry) => self.l1.insert(id, entry),
+            Keeping::Unconfirmed(waiting) => {
+                let board = self.board(&id);
+                board.change_or_make(id.clone(), |state| self.wait(state, id, waiting));
+            }
+        }
+    }
+
+    /// [`keep`](Self::keep), under the board's lock: `state` is `id`'s.
+    pub(crate) fn keep_in<W>(
+        &self,
+        state: &mut IdState<V, W>,
+        id: K,
+        entry: Entry<V>,
+        fingerprint: Option<Fingerprint>,
+    ) {
+        match self.keeping(&id, entry, fingerprint) {
+            Keeping::Now(entry) => self.l1.insert(id, entry),
+            Keeping::Unconfirmed(waiting) => self.wait(state, id, waiting),
+        }
+    }
+
+    /// How L1 may keep `entry` now: at its full life, or capped until key tracking confirms it.
+    fn keeping(&self, id: &K, entry: Entry<V>, fingerprint: Option<Fingerprint>) -> Keeping<V> {
         let entry = self.keepable(entry);
         let Some(registry) = self.tracker.as_ref().and_then(|t| t.keys()) else {
-            return self.l1.insert(id, entry);
+            return Keeping::Now(entry);
         };
         let capped = entry.clone().capped(self.unconfirmed_l1_life);
-        let (Some(fingerprint), Ok(names)) = (fingerprint, self.names(&id)) else {
-            return self.l1.insert(id, capped);
+        let (Some(fingerprint), Ok(names)) = (fingerprint, self.names(id)) else {
+            return Keeping::Now(capped);
         };
         if registry.holds(&names.value, fingerprint) {
-            return self.l1.insert(id, entry);
+            return Keeping::Now(entry);
         }
-        // Waiting before the read is asked: its answer may reach the owner at once.
-        self.unconfirmed.wait(id.clone(), fingerprint, entry);
-        self.l1.insert(id.clone(), capped);
         let read = Read {
             key: names.value,
             expect: Some(fingerprint),
         };
-        if !registry.read(read) {
-            self.unconfirmed.take(&id, fingerprint); // no tracking connection up to read it
+        Keeping::Unconfirmed(Waiting {
+            fingerprint,
+            full: entry,
+            capped,
+            read,
+        })
+    }
+
+    /// L1 keeps `waiting`'s entry capped, and `id`'s state its full life until the tracking
+    /// connection's read confirms it.
+    fn wait<W>(&self, state: &mut IdState<V, W>, id: K, waiting: Waiting<V>) {
+        // Waiting before the read is asked: its answer may reach the owner at once.
+        state.unconfirmed = Some((waiting.fingerprint, waiting.full));
+        self.l1.insert(id, waiting.capped);
+        let asked = self.tracker.as_ref().and_then(|t| t.keys());
+        if !asked.is_some_and(|registry| registry.read(waiting.read)) {
+            state.unconfirmed = None; // no tracking connection up to read it
         }
     }
 
@@ -435,4 +469,20 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
     pub(crate) fn tracks_keys(&self) -> bool {
         self.tracker.as_ref().is_some_and(|t| t.keys().is_some())
     }
+}
+
+/// How L1 keeps an entry ([`TableCore::keep`]).
+enum Keeping<V> {
+    /// As it is: no key tracking, or Valkey already tracks those bytes (or none are known).
+    Now(Entry<V>),
+    /// Capped, until the tracking connection confirms the bytes.
+    Unconfirmed(Waiting<V>),
+}
+
+/// An entry waiting for key tracking's confirmation.
+struct Waiting<V> {
+    fingerprint: Fingerprint,
+    full: Entry<V>,
+    capped: Entry<V>,
+    read: Read,
 }

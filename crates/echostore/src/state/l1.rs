@@ -20,12 +20,10 @@ use crate::wire::key::Key;
 
 mod entry;
 mod idle;
-mod unconfirmed;
 mod weigher;
 
 pub(crate) use entry::{Entry, Freshness};
 use idle::IdleL1;
-pub(crate) use unconfirmed::Unconfirmed;
 use weigher::WeighedL1;
 pub(crate) use weigher::{Bound, Weigher};
 

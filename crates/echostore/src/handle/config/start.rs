@@ -166,7 +166,6 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             namespace: Arc::from(self.store.namespace()),
             l1: L1::new(self.l1_backend, l1_bound, self.l1_idle, &events),
             events,
-            unconfirmed: crate::state::l1::Unconfirmed::new(),
             l2: self.store.l2().cloned(),
             schemas: Arc::new(crate::state::schemas::Schemas::new(
                 self.store.namespace(),

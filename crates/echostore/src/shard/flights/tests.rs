@@ -306,7 +306,7 @@ fn an_early_answer_after_a_landing_on_the_flights_task_is_moot() {
     let (miss, lead) = map.miss(&1);
     let fid = launched(miss);
     let mut flight = board
-        .land_current(&1, fid, || ())
+        .land_current(&1, fid, |_| ())
         .expect("current and alone");
     flight.answer(&Ok(Fetched::new(Arc::new(2), Origin::Loaded)));
     map.answer_early(&1, fid, Fetched::new(Arc::new(1), Origin::Stale));
@@ -425,7 +425,7 @@ fn a_restarted_owner_names_its_flights_apart_from_the_dead_ones() {
     let (miss, cell) = new.miss(&1);
     let current = launched(miss);
     assert_ne!(old, current);
-    let landed = board.land_current(&1, old, || panic!("a dead owner's flight stored in L1"));
+    let landed = board.land_current(&1, old, |_| panic!("a dead owner's flight stored in L1"));
     assert!(
         landed.is_none(),
         "a dead owner's flight landed on a new one"

@@ -30,9 +30,9 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
     // A key whose `Hash` or `Eq` panics is left to the owner, which meets the same panic in its
     // flights map, crashes and answers the callers `Stopped`; this task must not die unreported.
     let landed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        core.board(id).land_current(id, flight, || {
+        core.board(id).land_current(id, flight, |state| {
             if let Some(entry) = keep.take() {
-                core.keep(id.clone(), entry, fingerprint);
+                core.keep_in(state, id.clone(), entry, fingerprint);
             }
         })
     }));

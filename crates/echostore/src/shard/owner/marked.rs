@@ -63,7 +63,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     pub(super) fn drop_all(&mut self) {
         self.flights.overtake_all(); // before L1 changes: no read settles after
         self.core.l1.clear();
-        self.core.unconfirmed.clear();
+        self.core.boards.forget_unconfirmed(|| {});
         self.overtake_writes();
     }
 

@@ -162,11 +162,12 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         found: Found,
     ) {
         let (core, mut changed) = (&self.core, false);
-        // Under the board's lock, so that no read settles between the look and the insert (L1
-        // never goes back from what a read just stored), and no cap (`TableCore::cap_l1`, which
-        // drops every waiting entry) comes between the take and the insert of the full life.
-        core.board(&id).exclusive(|| {
-            let Some(full) = core.unconfirmed.take(&id, fingerprint) else {
+        // Under the board's lock, where the entry waits, so that no read settles between the look
+        // and the insert (L1 never goes back from what a read just stored), and no cap
+        // (`TableCore::cap_l1`, which drops every waiting entry) comes between the take and the
+        // insert of the full life.
+        core.board(&id).change(&id, |state| {
+            let Some(full) = state.take_unconfirmed(fingerprint) else {
                 return;
             };
             match found {

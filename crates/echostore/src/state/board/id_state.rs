@@ -1,6 +1,7 @@
-//! Everything this process holds in motion for one id, as one value on its shard's board: a
-//! caller's read, the flight a miss joins, the writes on their way to Valkey, the flights a
-//! change overtook, and the write tasks running. Each phase is an enum, so a state the ordering
+//! Everything this process holds of one id beyond L1's entry, as one value on its shard's board:
+//! a caller's read, the flight a miss joins, the writes on their way to Valkey, the flights a
+//! change overtook, the write tasks running, the own-write fingerprints, whether Valkey's copy is
+//! unsettled, and the entry awaiting key tracking's confirmation. Each phase is an enum, so a state the ordering
 //! rule rules out (writes waiting with none on the wire, a read listed beside a flight) cannot be
 //! built. Every field is changed under the board's lock, by:
 //!
@@ -14,23 +15,24 @@
 //! | `running` | write tasks of the id running | each write's own task (`RunningWrite`) |
 //! | `own` | this process's writes of the id whose pushes are its own (their fingerprints) | the owner (`crate::shard::own_writes`) |
 //! | `unsettled` | a failed write or an in-process load left Valkey's copy behind, until repaired | the write's or the flight's own task (marks); a landed write, a repair (settles) — `crate::state::unsettled` |
+//! | `unconfirmed` | under key tracking, the id's L1 entry at its full life, until Valkey confirms the bytes it was made from | whoever stores into L1 (`TableCore::keep`); the owner (confirms); a flush or a cap (forgets) |
 //!
 //! The ordering rule these enforce is stated once, in `crate::shard::flights`: a fill never reads
-//! back what a write is replacing, and a write that overtakes a fill wins. What must outlive an
-//! owner that crashes is `running` (a crashed owner's writes still land) and `unsettled` (a
-//! crashed owner's failed write still needs its repair): a new owner clears every other field of
-//! its shard's ids ([`Board::take_over`](super::Board::take_over)), as an owner that goes does
+//! back what a write is replacing, and a write that overtakes a fill wins. What outlives an owner
+//! that crashes is `running` (a crashed owner's writes still land), `unsettled` (its failed write
+//! still needs its repair) and `unconfirmed` (L1's entry outlives it; the next owner takes its
+//! confirmation): a new owner clears every other field of its shard's ids
+//! ([`Board::take_over`](super::Board::take_over)), as an owner that goes does
 //! ([`Board::release`](super::Board::release)); the board itself is the table's, not the owner's.
-//! Other per-id facts live apart, each where it must: L1 entries awaiting key tracking's
-//! confirmation beside L1 (`crate::state::l1::unconfirmed`, which L1's inserts consult), and key
-//! tracking's own reads in the store's tracking registry (`crate::coherence`, by Valkey key,
-//! shared by every table of the store).
+//! Key tracking's reads and the losers waiting for a push are the store's, not one table's: they
+//! live in its tracking registry (`crate::coherence`), by Valkey key, shared by every table.
 
 use std::collections::VecDeque;
 
 use super::ReadId;
 use super::flight::Flight;
 use crate::state::flight_id::FlightId;
+use crate::state::l1::Entry;
 use crate::valkey::envelope::Fingerprint;
 use crate::wire::key::KeyNames;
 
@@ -61,6 +63,10 @@ pub(crate) struct IdState<V, W> {
     /// Valkey's copy of the id may be behind what this process wrote or answered, until its
     /// repair lands (`crate::state::unsettled`).
     pub(crate) unsettled: Option<UnsettledMark>,
+    /// Under key tracking, the id's L1 entry at its full life, waiting for Valkey to confirm the
+    /// bytes (their fingerprint) it was made from; L1 holds it capped at the unconfirmed life
+    /// meanwhile (`crate::coherence::tracking::keys`). The latest entry of the id only.
+    pub(crate) unconfirmed: Option<(Fingerprint, Entry<V>)>,
 }
 
 /// What left an id's Valkey copy behind, and what its repair deletes.
@@ -116,11 +122,15 @@ impl<V, W> IdState<V, W> {
         running: 0,
         own: VecDeque::new(),
         unsettled: None,
+        unconfirmed: None,
     };
 
     /// Nothing of the id holds: the board forgets it.
     pub(crate) fn is_empty(&self) -> bool {
-        self.is_quiet() && self.own.is_empty() && self.unsettled.is_none()
+        self.is_quiet()
+            && self.own.is_empty()
+            && self.unsettled.is_none()
+            && self.unconfirmed.is_none()
     }
 
     /// Nothing of the id is listed or in motion: a copy read from Valkey now cannot be older than
@@ -136,7 +146,8 @@ impl<V, W> IdState<V, W> {
     }
 
     /// Forgets what the owner holds of the id (a new owner starts with none of it); a running
-    /// write task's count and an unsettled mark stay.
+    /// write task's count, an unsettled mark and an entry awaiting confirmation stay (L1's
+    /// entry outlives the owner, and the next one takes its confirmation).
     pub(crate) fn clear_owned(&mut self) {
         self.read = None;
         self.current = Current::None;
@@ -236,6 +247,17 @@ impl<V, W> IdState<V, W> {
     pub(crate) fn remove_detached(&mut self, fid: FlightId) -> Option<Flight<V>> {
         let at = self.detached.iter().position(|f| f.id == fid)?;
         Some(self.detached.swap_remove(at))
+    }
+
+    /// The entry waiting for `fingerprint`'s confirmation, taken; `None` when a later entry
+    /// replaced it (its own confirmation follows) or none waits.
+    pub(crate) fn take_unconfirmed(&mut self, fingerprint: Fingerprint) -> Option<Entry<V>> {
+        match &self.unconfirmed {
+            Some((waits_for, _)) if *waits_for == fingerprint => {
+                self.unconfirmed.take().map(|(_, full)| full)
+            }
+            _ => None,
+        }
     }
 
     /// The read listed, if it is `read` (any read, with `None`).

@@ -3,6 +3,7 @@
 use super::*;
 use crate::fetched::Origin;
 use futures::FutureExt;
+use std::time::Duration;
 
 use crate::shard::flights::{Flights, Miss, Next};
 
@@ -100,6 +101,48 @@ async fn an_unsettled_mark_outlives_its_owner() {
     assert!(board.ids().is_empty(), "forgotten once settled");
 }
 
+/// An L1 entry awaiting key tracking's confirmation is kept in its id's state through an owner's
+/// going (the next owner takes the confirmation), taken only for the bytes it waits for, and
+/// forgotten by a flush or a cap, with the id once nothing else of it holds.
+#[tokio::test]
+async fn an_entry_awaiting_confirmation_is_the_ids_until_confirmed_or_forgotten() {
+    use crate::state::l1::Entry;
+    use crate::valkey::envelope::fingerprint;
+    let boards: Boards<u64, u64> = Boards::new(1);
+    let board = Arc::clone(boards.shard(0));
+    let entry = |v| {
+        Entry::new(
+            Arc::new(v),
+            Duration::from_secs(60),
+            Duration::ZERO,
+            Duration::ZERO,
+        )
+    };
+    let (older, newer) = (fingerprint(b"v1"), fingerprint(b"v2"));
+    let owner: Flights<u64, u64, PendingWrite<u64>> = Flights::new(Arc::clone(&board), None);
+    board.change_or_make(1, |state| state.unconfirmed = Some((older, entry(1))));
+    board.change_or_make(2, |state| state.unconfirmed = Some((newer, entry(2))));
+    drop(owner);
+    let took = |id, fp| {
+        board
+            .change(&id, |state| state.take_unconfirmed(fp))
+            .flatten()
+    };
+    assert!(took(1, newer).is_none(), "not the bytes it waits for");
+    assert_eq!(
+        took(1, older).map(|e| *e.value),
+        Some(1),
+        "kept through the owner's going"
+    );
+    assert!(
+        board.change(&1, |_| ()).is_none(),
+        "confirmed: the id is forgotten"
+    );
+    let mut capped = false;
+    boards.forget_unconfirmed(|| capped = true);
+    assert!(capped && board.ids().is_empty(), "a flush forgets the rest");
+}
+
 /// A read is listed for the first miss; the next miss goes to the owner (a read is never
 /// joined); the read settles only while listed; a write withdraws it and refuses new ones until
 /// it is done; a flush withdraws every read; a flight replaces a read.
@@ -112,14 +155,14 @@ fn reads_are_listed_settled_and_withdrawn() {
     };
     assert!(matches!(board.enter(&1, true, || 1), Entered::Owner));
     let mut kept = false;
-    assert!(board.settle(&1, read, || kept = true));
+    assert!(board.settle(&1, read, |_| kept = true));
     assert!(kept && board.ids().is_empty(), "settled and withdrawn");
 
     let Entered::Read(read) = board.enter(&2, true, || 2) else {
         panic!("a read");
     };
     assert_eq!(map.write(&2, "put", true), Some("put"));
-    assert!(!board.settle(&2, read, || panic!("a withdrawn read keeps nothing")));
+    assert!(!board.settle(&2, read, |_| panic!("a withdrawn read keeps nothing")));
     assert!(
         matches!(board.enter(&2, true, || 2), Entered::Owner),
         "being written"
@@ -135,12 +178,12 @@ fn reads_are_listed_settled_and_withdrawn() {
         panic!("a read");
     };
     map.overtake_all();
-    assert!(!board.settle(&6, read, || panic!("a flush withdrew it")));
+    assert!(!board.settle(&6, read, |_| panic!("a flush withdrew it")));
     let Entered::Read(read) = board.enter(&4, true, || 4) else {
         panic!("a read");
     };
     launched(map.miss(&4).0);
-    assert!(!board.settle(&4, read, || panic!("replaced by a flight")));
+    assert!(!board.settle(&4, read, |_| panic!("replaced by a flight")));
     board.withdraw_read(&4, read);
     assert!(
         board.join(&4).is_some(),
@@ -189,7 +232,7 @@ async fn a_flight_lands_on_its_own_task_only_while_current_and_alone() {
     let (miss, joined) = map.miss(&1);
     let second = launched(miss);
     let mut stored = 0;
-    let mut land = |fid| board.land_current(&1, fid, || stored += 1);
+    let mut land = |fid| board.land_current(&1, fid, |_| stored += 1);
     assert!(land(first).is_none(), "an overtaken flight");
     assert!(land(second).is_none(), "an overtaken flight running");
     map.land(&1, first).expect("detached");
@@ -264,7 +307,7 @@ fn a_caller_admits_itself_only_as_the_owner_would() {
     let Admission::Launch(fid, lead) = admit(1, None) else {
         panic!("nothing in motion: the caller starts the flight");
     };
-    assert!(!board.settle(&1, read, || panic!("the flight replaced the read")));
+    assert!(!board.settle(&1, read, |_| panic!("the flight replaced the read")));
     let Admission::Joined(joined) = admit(1, Some(5)) else {
         panic!("a current flight is joined, whatever L1 holds");
     };
