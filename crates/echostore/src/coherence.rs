@@ -94,13 +94,16 @@ pub(crate) trait Sink: Send + Sync {
     /// Key tracking read the value key of this rendered id for an entry made from
     /// `fingerprint`'s bytes, and found them (or not).
     fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found);
+    /// The value or lock key of this rendered id changed: wake the id's losers in this process.
+    fn pushed(&self, id: &[u8]);
+    /// Pushes may have been missed: wake every loser of the table.
+    fn wake_losers(&self);
 }
 
-/// The store's coherence: the tables to tell, the losers to wake, and whether tracking is up.
+/// The store's coherence: the tables to tell (which wake their own losers), and whether tracking
+/// is up.
 pub(crate) struct Tracker {
     tables: Mutex<HashMap<String, Vec<Weak<dyn Sink>>>>,
-    /// Losers waiting on a key (value or lock), by key bytes.
-    waiters: Mutex<HashMap<Vec<u8>, Weak<Notify>>>,
     /// The store's key namespace (`""` or `"<ns>:"`).
     namespace: String,
     /// The tables to track, for the tracking tasks (one per server, or per cluster primary).
@@ -128,7 +131,6 @@ impl Tracker {
         let (tables_tx, _) = watch::channel(Vec::new());
         Arc::new(Tracker {
             tables: Mutex::new(HashMap::new()),
-            waiters: Mutex::new(HashMap::new()),
             namespace: namespace.to_owned(),
             tables_tx,
             nodes: Mutex::new(Nodes::default()),
@@ -238,19 +240,11 @@ impl Tracker {
         nodes.expected > 0 && nodes.tracking.len() == nodes.expected
     }
 
-    /// A wake-up for the loser of some ids: notified when one of `keys` (their value and lock
-    /// keys) changes, and whenever tracking is lost. Hold it while waiting; it unregisters when
-    /// dropped.
-    pub(crate) fn watch(&self, keys: &[&[u8]]) -> Arc<Notify> {
-        let notify = Arc::new(Notify::new());
-        let mut waiters = lock(&self.waiters);
-        waiters.retain(|_, w| w.strong_count() > 0);
-        for &key in keys {
-            waiters.insert(key.to_vec(), Arc::downgrade(&notify));
-        }
-        drop(waiters);
-        // Under key tracking Valkey pushes these keys' changes only once its connection has read
-        // them; a change before that is found by the loser's next safety poll.
+    /// A loser waits on `keys` (an id's value and lock keys; its wake-up is kept in the id's
+    /// state, `TableCore::watch`): under key tracking Valkey pushes these keys' changes only once
+    /// its connection has read them, so they are read now; a change before that is found by the
+    /// loser's next safety poll.
+    pub(crate) fn track(&self, keys: &[&[u8]]) {
         if let Some(registry) = &self.keys {
             for &key in keys {
                 registry.read(Read {
@@ -259,7 +253,6 @@ impl Tracker {
                 });
             }
         }
-        notify
     }
 
     fn sinks(&self, table: &str) -> Vec<Arc<dyn Sink>> {
@@ -290,6 +283,12 @@ impl Tracker {
             Some((KeyKind::Value, table, id)) => {
                 for sink in self.sinks(table).iter().filter(|s| s.owns(schema)) {
                     sink.invalidated(id);
+                    sink.pushed(id);
+                }
+            }
+            Some((KeyKind::Lock, table, id)) => {
+                for sink in self.sinks(table).iter().filter(|s| s.owns(schema)) {
+                    sink.pushed(id);
                 }
             }
             Some((KeyKind::Marks, table, _)) => {
@@ -297,13 +296,9 @@ impl Tracker {
                     sink.marks_changed();
                 }
             }
-            Some((KeyKind::Lock, ..)) => {}
             None => {
                 tracing::debug!(key = %String::from_utf8_lossy(key), "a push for a key of no table")
             }
-        }
-        if let Some(notify) = lock(&self.waiters).get(key).and_then(Weak::upgrade) {
-            notify.notify_one();
         }
     }
 
@@ -332,9 +327,7 @@ impl Tracker {
         }
         for sink in self.all_sinks() {
             sink.cap(since);
-        }
-        for notify in lock(&self.waiters).values().filter_map(Weak::upgrade) {
-            notify.notify_one();
+            sink.wake_losers();
         }
     }
 
@@ -355,9 +348,7 @@ impl Tracker {
         }
         for sink in self.all_sinks() {
             sink.flush(when_held);
-        }
-        for notify in lock(&self.waiters).values().filter_map(Weak::upgrade) {
-            notify.notify_one();
+            sink.wake_losers();
         }
     }
 }

@@ -64,7 +64,7 @@
 //! - `board` — per shard, everything this process holds of each id as one state
 //!   (`board::id_state`: a caller's read, the current flight's phase, the writes' phase, the
 //!   overtaken flights, the running writes, the own-write fingerprints, the unsettled mark, the
-//!   L1 entry awaiting key tracking's confirmation);
+//!   L1 entry awaiting key tracking's confirmation, the losers' wake-ups);
 //!   `flights` — the owner's hand on it: the one load misses join, the writes it waits for
 //!   (`flights::write_queue`); the per-id ordering rule lives there.
 //! - `fill` — one flight's protocol: L2, the lock, the lease (`fill::lease`), the fenced write;

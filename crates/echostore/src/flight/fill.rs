@@ -174,12 +174,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let (lock_ttl_ms, max) = (millis(config.lock_ttl), config.max_value_bytes);
         let mut deadline = None;
         // Watch the id's keys before the first acquire, so that no push in between is missed.
-        let wake = self
-            .core
-            .tracker
-            .as_ref()
-            .filter(|t| t.is_up())
-            .map(|t| t.watch(&[&at.names.value, &at.names.lock]));
+        let wake = self.core.watch([(self.id, &at.names)]);
         loop {
             // Taken before the lock attempt: a load this attempt wins reads the source after it.
             let stamp = self.core.marks.stamp();

@@ -2,7 +2,7 @@
 //! each id of the shard as one [`IdState`] (`board/id_state.rs` lists every field and who changes
 //! it): a caller's read, the flight a miss joins, the writes on their way, the overtaken flights,
 //! the running write tasks, and what outlives an owner besides them (an unsettled mark, an entry
-//! awaiting key tracking's confirmation). The owner changes it through its flights map
+//! awaiting key tracking's confirmation, the losers' wake-ups). The owner changes it through its flights map
 //! ([`crate::shard::flights`]); callers read it on their own tasks, under the board's lock, and
 //! an id is kept only while something of it holds, so a miss decides from one lookup.
 //!
@@ -461,6 +461,24 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
             state.take_current(flight)
         })
         .flatten()
+    }
+
+    /// Wakes the losers of `id` in this process: a push said its value or lock key changed.
+    pub(crate) fn wake_losers<Q>(&self, id: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // A key whose `Hash` or `Eq` panics: its losers wake at their next safety poll.
+        let wake = || self.change(id, IdState::wake_losers);
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(wake));
+    }
+
+    /// Wakes every loser of the shard (pushes may have been missed).
+    pub(crate) fn wake_all_losers(&self) {
+        let mut ids = self.ids();
+        ids.values_mut().for_each(IdState::wake_losers);
+        ids.retain(|_, state| !state.is_empty());
     }
 
     /// Flights running or queued, current and overtaken.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use tokio::sync::Notify;
 
 use crate::coherence::Tracker;
 use crate::coherence::tracking::keys::Read;
@@ -22,6 +23,7 @@ use crate::state::stats::Stats;
 use crate::state::unsettled::Unsettled;
 use crate::valkey::envelope::{self, Envelope, Fingerprint, Marking, Stamp};
 use crate::valkey::l2::L2;
+use crate::wire::key::KeyNames;
 use crate::wire::server_clock::wall_ms;
 
 /// The longest duration any setting accepts (a year): longer ones are refused at `build()`.
@@ -463,6 +465,27 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
         if !asked.is_some_and(|registry| registry.read(waiting.read)) {
             state.unconfirmed = None; // no tracking connection up to read it
         }
+    }
+
+    /// A wake-up for a loser of `ids` (with their key names): notified when a push says one of
+    /// their value or lock keys changed, and whenever pushes may have been missed; kept in each
+    /// id's state until the loser drops it. `None` while tracking is down: no push would come.
+    pub(crate) fn watch<'a>(
+        &self,
+        ids: impl IntoIterator<Item = (&'a K, &'a KeyNames)>,
+    ) -> Option<Arc<Notify>>
+    where
+        K: 'a,
+    {
+        let tracker = self.tracker.as_ref().filter(|t| t.is_up())?;
+        let wake = Arc::new(Notify::new());
+        for (id, names) in ids {
+            // Watched before its keys are tracked: no push after the track is missed.
+            self.board(id)
+                .change_or_make(id.clone(), |state| state.watch(&wake));
+            tracker.track(&[&names.value, &names.lock]);
+        }
+        Some(wake)
     }
 
     /// `true` under key tracking: what L1 keeps needs its bytes' fingerprint.

@@ -81,17 +81,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         every: Duration,
         (until, up_to): (Instant, Duration),
     ) -> Vec<(K, FlightId)> {
-        let keys: Vec<&[u8]> = waiting
-            .iter()
-            .flat_map(|m| [m.names.value.as_slice(), m.names.lock.as_slice()])
-            .collect();
-        let wake = self
-            .core
-            .tracker
-            .as_ref()
-            .filter(|t| t.is_up())
-            .map(|t| t.watch(&keys));
-        drop(keys);
+        let wake = self.core.watch(waiting.iter().map(|m| (&m.id, &m.names)));
         let mut pause = every;
         while !waiting.is_empty() {
             let now = Instant::now();

@@ -291,6 +291,19 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
             });
         }
     }
+
+    fn pushed(&self, id: &[u8]) {
+        match K::from_rendered(id) {
+            Some(id) => self.core.board(&id).wake_losers(&id),
+            None => self.wake_losers(),
+        }
+    }
+
+    fn wake_losers(&self) {
+        for board in self.core.boards.all() {
+            board.wake_all_losers();
+        }
+    }
 }
 
 /// How the supervisor replaces the owner of `shard` after a crash.

@@ -1,7 +1,7 @@
 //! Everything this process holds of one id beyond L1's entry, as one value on its shard's board:
 //! a caller's read, the flight a miss joins, the writes on their way to Valkey, the flights a
 //! change overtook, the write tasks running, the own-write fingerprints, whether Valkey's copy is
-//! unsettled, and the entry awaiting key tracking's confirmation. Each phase is an enum, so a state the ordering
+//! unsettled, the entry awaiting key tracking's confirmation, and its losers' wake-ups. Each phase is an enum, so a state the ordering
 //! rule rules out (writes waiting with none on the wire, a read listed beside a flight) cannot be
 //! built. Every field is changed under the board's lock, by:
 //!
@@ -16,18 +16,22 @@
 //! | `own` | this process's writes of the id whose pushes are its own (their fingerprints) | the owner (`crate::shard::own_writes`) |
 //! | `unsettled` | a failed write or an in-process load left Valkey's copy behind, until repaired | the write's or the flight's own task (marks); a landed write, a repair (settles) — `crate::state::unsettled` |
 //! | `unconfirmed` | under key tracking, the id's L1 entry at its full life, until Valkey confirms the bytes it was made from | whoever stores into L1 (`TableCore::keep`); the owner (confirms); a flush or a cap (forgets) |
+//! | `losers` | the wake-ups of this process's losers of the id, waiting for another process's write | a losing flight's own task (`TableCore::watch`); the tracking connection's task wakes them (a push of the id's value or lock key, or pushes missed) |
 //!
 //! The ordering rule these enforce is stated once, in `crate::shard::flights`: a fill never reads
 //! back what a write is replacing, and a write that overtakes a fill wins. What outlives an owner
 //! that crashes is `running` (a crashed owner's writes still land), `unsettled` (its failed write
-//! still needs its repair) and `unconfirmed` (L1's entry outlives it; the next owner takes its
-//! confirmation): a new owner clears every other field of its shard's ids
+//! still needs its repair), `unconfirmed` (L1's entry outlives it; the next owner takes its
+//! confirmation) and `losers` (a crashed owner's flights still run to their end): a new owner clears every other field of its shard's ids
 //! ([`Board::take_over`](super::Board::take_over)), as an owner that goes does
 //! ([`Board::release`](super::Board::release)); the board itself is the table's, not the owner's.
-//! Key tracking's reads and the losers waiting for a push are the store's, not one table's: they
-//! live in its tracking registry (`crate::coherence`), by Valkey key, shared by every table.
+//! What key tracking's connection has read is the connection's, not the id's: the store's
+//! tracking registry keeps it (`crate::coherence::tracking::keys`), by Valkey key, for every table.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+use tokio::sync::Notify;
 
 use super::ReadId;
 use super::flight::Flight;
@@ -67,6 +71,10 @@ pub(crate) struct IdState<V, W> {
     /// bytes (their fingerprint) it was made from; L1 holds it capped at the unconfirmed life
     /// meanwhile (`crate::coherence::tracking::keys`). The latest entry of the id only.
     pub(crate) unconfirmed: Option<(Fingerprint, Entry<V>)>,
+    /// The wake-ups of this process's losers of the id (a flight that lost the lock polls for
+    /// another process's write): a push of the id's value or lock key wakes them at once. Each
+    /// loser holds its own; one dropped is gone.
+    pub(crate) losers: Vec<Weak<Notify>>,
 }
 
 /// What left an id's Valkey copy behind, and what its repair deletes.
@@ -123,6 +131,7 @@ impl<V, W> IdState<V, W> {
         own: VecDeque::new(),
         unsettled: None,
         unconfirmed: None,
+        losers: Vec::new(),
     };
 
     /// Nothing of the id holds: the board forgets it.
@@ -131,6 +140,7 @@ impl<V, W> IdState<V, W> {
             && self.own.is_empty()
             && self.unsettled.is_none()
             && self.unconfirmed.is_none()
+            && self.losers.iter().all(|wake| wake.strong_count() == 0)
     }
 
     /// Nothing of the id is listed or in motion: a copy read from Valkey now cannot be older than
@@ -258,6 +268,23 @@ impl<V, W> IdState<V, W> {
             }
             _ => None,
         }
+    }
+
+    /// `wake` is a loser's of the id, until it drops it.
+    pub(crate) fn watch(&mut self, wake: &Arc<Notify>) {
+        self.losers.retain(|held| held.strong_count() > 0);
+        self.losers.push(Arc::downgrade(wake));
+    }
+
+    /// Wakes the id's losers (a push said its keys changed, or pushes were missed).
+    pub(crate) fn wake_losers(&mut self) {
+        self.losers.retain(|held| match held.upgrade() {
+            Some(wake) => {
+                wake.notify_one();
+                true
+            }
+            None => false,
+        });
     }
 
     /// The read listed, if it is `read` (any read, with `None`).

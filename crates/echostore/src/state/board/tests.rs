@@ -143,6 +143,41 @@ async fn an_entry_awaiting_confirmation_is_the_ids_until_confirmed_or_forgotten(
     assert!(capped && board.ids().is_empty(), "a flush forgets the rest");
 }
 
+/// A loser's wake-up waits in its id's state: a push of the id wakes it (a permit, if it is not
+/// waiting yet), pushes missed wake every one, an owner's going keeps it, and one its loser
+/// dropped keeps nothing.
+#[tokio::test]
+async fn a_losers_wake_up_is_kept_in_its_ids_state() {
+    use tokio::sync::Notify;
+    let board: Arc<Board<u64, u64, &str>> = Arc::new(Board::new());
+    let owner: Map = Flights::new(Arc::clone(&board), None);
+    let (one, two) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    board.change_or_make(1, |state| state.watch(&one));
+    board.change_or_make(2, |state| state.watch(&two));
+    drop(owner);
+    board.wake_losers(&1);
+    assert!(
+        one.notified().now_or_never().is_some(),
+        "a push of its id wakes it"
+    );
+    assert!(two.notified().now_or_never().is_none(), "not another id's");
+    board.wake_all_losers();
+    assert!(
+        two.notified().now_or_never().is_some(),
+        "pushes missed wake every one"
+    );
+    drop(one);
+    board.wake_losers(&1);
+    assert_eq!(
+        board.ids().len(),
+        1,
+        "a dropped wake-up keeps nothing of its id"
+    );
+    drop(two);
+    board.wake_all_losers();
+    assert!(board.ids().is_empty());
+}
+
 /// A read is listed for the first miss; the next miss goes to the owner (a read is never
 /// joined); the read settles only while listed; a write withdraws it and refuses new ones until
 /// it is done; a flush withdraws every read; a flight replaces a read.
