@@ -1,9 +1,10 @@
 //! Everything this process holds of one id beyond L1's entry, as one value on its shard's board:
 //! a caller's read, the flight a miss joins, the writes on their way to Valkey, the flights a
 //! change overtook, the write tasks running, the own-write fingerprints, whether Valkey's copy is
-//! unsettled, the entry awaiting key tracking's confirmation, and its losers' wake-ups. Each phase is an enum, so a state the ordering
-//! rule rules out (writes waiting with none on the wire, a read listed beside a flight) cannot be
-//! built. Every field is changed under the board's lock, by:
+//! unsettled, the entry awaiting key tracking's confirmation, and its losers' wake-ups. Each phase
+//! is an enum, so a state the ordering rule rules out (writes waiting with none on the wire, a
+//! read listed beside a flight) cannot be built. Every field is changed under the board's lock,
+//! by:
 //!
 //! | field | what it holds | changed by |
 //! | --- | --- | --- |
@@ -22,9 +23,10 @@
 //! back what a write is replacing, and a write that overtakes a fill wins. What outlives an owner
 //! that crashes is `running` (a crashed owner's writes still land), `unsettled` (its failed write
 //! still needs its repair), `unconfirmed` (L1's entry outlives it; the next owner takes its
-//! confirmation) and `losers` (a crashed owner's flights still run to their end): a new owner clears every other field of its shard's ids
-//! ([`Board::take_over`](super::Board::take_over)), as an owner that goes does
-//! ([`Board::release`](super::Board::release)); the board itself is the table's, not the owner's.
+//! confirmation) and `losers` (a crashed owner's flights still run to their end): a new owner
+//! clears every other field of its shard's ids ([`Board::take_over`](super::Board::take_over)), as
+//! an owner that goes does ([`Board::release`](super::Board::release)); the board itself is the
+//! table's, not the owner's.
 //! What key tracking's connection has read is the connection's, not the id's: the store's
 //! tracking registry keeps it (`crate::coherence::tracking::keys`), by Valkey key, for every table.
 
