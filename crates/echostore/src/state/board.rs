@@ -2,9 +2,9 @@
 //! each id of the shard as one [`IdState`] (`board/id_state.rs` lists every field and who changes
 //! it): a caller's read, the flight a miss joins, the writes on their way, the overtaken flights,
 //! the running write tasks, and what outlives an owner besides them (an unsettled mark, an entry
-//! awaiting key tracking's confirmation, the losers' wake-ups). The owner changes it through its flights map
-//! ([`crate::shard::flights`]); callers read it on their own tasks, under the board's lock, and
-//! an id is kept only while something of it holds, so a miss decides from one lookup.
+//! awaiting key tracking's confirmation, the losers' wake-ups). The owner changes it through its
+//! flights map ([`crate::shard::flights`]); callers read it on their own tasks, under the board's
+//! lock, and an id is kept only while something of it holds, so a miss decides from one lookup.
 //!
 //! A miss that finds its id's **current flight** joins it on its own task — counted `coalesced`,
 //! it waits on the flight's [`Cell`] for the one answer — so a herd of misses costs the owner one
@@ -24,10 +24,10 @@
 //! A miss with no flight to join is **admitted** on its caller's task ([`Board::admit`]) exactly
 //! as the owner would admit it at that instant: with nothing of the id in motion, the caller
 //! starts the flight and launches it itself; anything else (a write on its way, an overtaken
-//! flight, a landing the owner is making, an owner restarting) goes to the owner. The owner withdraws a read when a flight, a write or a
-//! push of the id comes, and on a flush, each *before* it changes L1; so a read never leaves in L1
-//! what a write replaced or a push announced gone, and an L2 hit costs its caller one round trip
-//! and no hand-off.
+//! flight, a landing the owner is making, an owner restarting) goes to the owner. The owner
+//! withdraws a read when a flight, a write or a push of the id comes, and on a flush, each
+//! *before* it changes L1; so a read never leaves in L1 what a write replaced or a push announced
+//! gone, and an L2 hit costs its caller one round trip and no hand-off.
 //!
 //! A current flight that filled a value L1 keeps **lands here**, on its own task
 //! ([`Board::land_current`]): under the board's lock, while it is still current and nothing else
@@ -35,12 +35,14 @@
 //! is what the owner would do with it at that instant. Every change the owner makes to an id
 //! reaches the board before L1, so it is ordered before or after that landing as a whole.
 //!
-//! The running write tasks are counted by the tasks themselves ([`RunningWrite`](running::RunningWrite)):
-//! an owner that crashes leaves its writes on the wire, and they land all the same, so no read of
-//! those ids starts until they do, and the restarted owner queues its flights and writes of them
-//! behind them ([`Board::landed`]). Everything else of an id is the owner's: an owner that stops
-//! or crashes clears it ([`Board::release`]), answering its flights' callers [`Error::Stopped`]
-//! (an [`Answerer`] dropped unanswered does), and so does the owner that replaces it.
+//! The running write tasks are counted by the tasks themselves
+//! ([`RunningWrite`](running::RunningWrite)): an owner that crashes leaves its writes on the wire,
+//! and they land all the same, so no read of those ids starts until they do, and the restarted
+//! owner queues its flights and writes of them behind them ([`Board::landed`]). So do an
+//! unsettled mark, an entry awaiting confirmation and the losers' wake-ups (`id_state.rs` says
+//! why). Everything else of an id is the owner's: an owner that stops or crashes clears it
+//! ([`Board::release`]), answering its flights' callers [`Error::Stopped`] (an [`Answerer`]
+//! dropped unanswered does), and so does the owner that replaces it.
 //!
 //! A cell is answered once, with the flight's answer as its leader sees it; each caller works out
 //! its own origin from it (`crate::handle::miss::follow`). A flight that answers early (its soft
