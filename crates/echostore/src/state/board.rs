@@ -38,9 +38,9 @@
 //! The running write tasks are counted by the tasks themselves
 //! ([`RunningWrite`](running::RunningWrite)): an owner that crashes leaves its writes on the wire,
 //! and they land all the same, so no read of those ids starts until they do, and the restarted
-//! owner queues its flights and writes of them behind them ([`Board::landed`]). So do an
-//! unsettled mark, an entry awaiting confirmation and the losers' wake-ups (`id_state.rs` says
-//! why). Everything else of an id is the owner's: an owner that stops or crashes clears it
+//! owner queues its flights and writes of them behind them ([`Board::landed`]). An unsettled
+//! mark, an entry awaiting confirmation and the losers' wake-ups outlive an owner too
+//! (`id_state.rs` says why). Everything else of an id is the owner's: an owner that stops or crashes clears it
 //! ([`Board::release`]), answering its flights' callers [`Error::Stopped`] (an [`Answerer`]
 //! dropped unanswered does), and so does the owner that replaces it.
 //!
