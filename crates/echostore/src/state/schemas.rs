@@ -18,18 +18,13 @@
 //! its own every [`RENEW_EVERY`] and learns the others from the answer; a process that stops
 //! renewing drops out after [`LEASE`]. A schema's generation is chosen when it joins with no
 //! process of it left, so its copies from an earlier life, which other schemas' writes no longer
-//! reached, are never read again. A process uses a generation only once every other process that
-//! writes has heard of it ([`Schemas::settle`]): every live member of another schema has renewed
-//! since it began (its renewal answered it), none this process saw live before has gone missing
-//! from the set (a Valkey restart empties it, and a writer that has not renewed since still
-//! writes as if the generation did not exist), and it is two renewals old. A table that starts
-//! waits for that before it serves, a little while; a process whose keys move (its lease lapsed,
-//! or Valkey lost the set) keeps copies only it reads meanwhile, its writes dropping the
-//! generation's copy it will move onto.
+//! reached, are never read again. A generation is used only once every other live process has
+//! heard of it (two renewals after it started): a table that starts or joins a younger one waits
+//! before it serves, and a process whose lease lapsed keeps copies only it reads meanwhile
+//! ([`Schemas::settle`]), its writes dropping the generation's copy it will move onto.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::valkey::l2::L2;
@@ -41,10 +36,6 @@ pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
 
 /// How long a lease lives unrenewed: a process silent this long is no longer counted live.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
-
-/// Renewals a starting table makes at most while it waits to settle on its generation; past them
-/// it serves with copies of its own, and the renewals settle it later.
-const JOIN_RENEWALS: u32 = 6;
 
 /// The Valkey name of a table's live schemas: `[<namespace>:]schemas:<table>`. No value, lock or
 /// marks key takes that name: theirs all hold a `{…}` hash tag after the table's name.
@@ -58,9 +49,6 @@ pub(crate) struct Schemas {
     key: Vec<u8>,
     token: String,
     live: RwLock<Arc<Live>>,
-    /// The other schemas' processes (their tokens) this process has seen live, and when it last
-    /// did: one missing from a renewal's answer may still write without knowing a new generation.
-    seen: Mutex<HashMap<String, Instant>>,
 }
 
 /// The key suffixes of this process's schema and of every other live one.
@@ -101,18 +89,15 @@ impl Live {
 /// What a renewal found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Renewed {
-    /// How long ago the generation started (by Valkey's clock).
+    /// How long ago the generation started (by Valkey's clock): every other live process has
+    /// heard of it once two renewals have passed since.
     pub(crate) age: Duration,
     /// Processes of other schemas are live.
     pub(crate) others_live: bool,
-    /// Every process of another schema that may write has heard of the generation: each live one
-    /// renewed since it began, and none seen live within a lease is missing.
-    pub(crate) heard: bool,
-    /// This process's generation changed (it first joined, or its schema starts anew: its lease
-    /// lapsed with no other process of its schema left, or Valkey lost the set): what it wrote and
-    /// read under the suffix before, no other schema's writes reach, so its L1 is not to be
-    /// trusted; it keeps a suffix of its own until it [settles](Schemas::settle) on the
-    /// generation.
+    /// This process's generation is not the one its keys carry (it first joined, or its lease
+    /// lapsed and its schema starts anew): what it wrote and read under the suffix before, no
+    /// other schema's writes reach, so its L1 is not to be trusted; it keeps a suffix of its own
+    /// until it [settles](Schemas::settle) on the generation.
     pub(crate) moved: bool,
 }
 
@@ -135,7 +120,6 @@ impl Schemas {
             key: schemas_key_under(namespace, table),
             token,
             live: RwLock::new(Arc::new(provisional)),
-            seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -172,18 +156,15 @@ impl Schemas {
                 invocation.invoke_async(&mut c).await
             })
             .await?;
-        let [generation, _how, age, heard, members @ ..] = &answer[..] else {
+        let [generation, _how, age, members @ ..] = &answer[..] else {
             return Err(crate::Error::Codec(
                 "the schemas script answered nothing".into(),
             ));
         };
         let learned = self.learned(generation, members);
-        let none_missing = self.none_missing(members);
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
-        let moved = self.schema != 0 && live.generation != learned.generation;
-        // Until it settles, a process keeps copies of its own, whatever the renewals since.
-        let private = self.schema != 0 && live.own != learned.own;
-        *live = Arc::new(if private {
+        let moved = self.schema != 0 && live.own != learned.own;
+        *live = Arc::new(if moved {
             learned.private(self.private())
         } else {
             learned
@@ -191,72 +172,45 @@ impl Schemas {
         Ok(Renewed {
             age: Duration::from_millis(age.parse().unwrap_or(0)),
             others_live: !members.is_empty(),
-            heard: heard == "1" && none_missing,
             moved,
         })
     }
 
-    /// Notes the other schemas' processes a renewal answered (`members`); `true` unless one seen
-    /// live within a lease is missing from them (Valkey lost the set, or its lease lapsed: it
-    /// may not have renewed since, and still write as it knew the schemas then).
-    fn none_missing(&self, members: &[String]) -> bool {
-        let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.retain(|_, at| now.duration_since(*at) < LEASE);
-        let missing = seen.len();
-        let mut found = 0;
-        for token in members.iter().filter_map(|m| m.splitn(3, ':').nth(2)) {
-            found += usize::from(seen.insert(token.to_owned(), now).is_some());
-        }
-        found == missing
-    }
-
-    /// Joins the table's live schemas as the table starts, and waits (a few renewals at most)
-    /// until it may settle on its generation ([`Self::settle`]). Valkey not answering is logged:
-    /// the renewals join later; until this process settles, it keeps copies of its own.
+    /// Joins the table's live schemas as the table starts ([`Self::settle`]). Valkey not
+    /// answering is logged: the renewals join later, and until then this process keeps copies
+    /// of its own.
     pub(crate) async fn join(&self, l2: &L2, table: &str) {
-        for renewal in 0..JOIN_RENEWALS {
-            match self.renew(l2).await {
-                Ok(renewed) if self.settle(&renewed) || !self.is_private() => return,
-                Ok(_) if renewal == 0 => tracing::info!(
-                    table,
-                    schema = self.schema,
-                    "a new generation of the schema: waiting for the other schemas to hear of it"
-                ),
-                Ok(_) => {}
-                Err(e) => {
-                    return tracing::warn!(table, error = %e, "joining the table's live schemas failed: retried every renewal");
-                }
+        match self.renew(l2).await {
+            Ok(renewed) => self.settle(&renewed, table).await,
+            Err(e) => {
+                tracing::warn!(table, error = %e, "joining the table's live schemas failed: retried every renewal")
             }
-            tokio::time::sleep(RENEW_EVERY).await;
         }
     }
 
-    /// Settles this process's keys on its generation if they are not on it yet and `renewed`
-    /// says it may: every process of another schema that may write has heard of the generation,
-    /// and it is two renewals old while others are live (a write one of them sent before it
-    /// heard may still land). `true` if it settled now.
-    pub(crate) fn settle(&self, renewed: &Renewed) -> bool {
-        let young = renewed.others_live && renewed.age < 2 * RENEW_EVERY;
-        if !renewed.heard || young {
-            return false;
+    /// After a renewal that `moved`, takes the generation's suffix for this process's keys. A
+    /// generation younger than two renewals while other schemas are live (this process started
+    /// it, or joined another that just did) is first left to age that long, so that their writes
+    /// drop its copies before this process makes any (meanwhile it reads and writes copies of
+    /// its own, which no other reads); schema 0's copies every write drops.
+    pub(crate) async fn settle(&self, renewed: &Renewed, table: &str) {
+        if !renewed.moved {
+            return;
+        }
+        let heard = (2 * RENEW_EVERY).saturating_sub(renewed.age);
+        if renewed.others_live && !heard.is_zero() {
+            tracing::info!(
+                table,
+                schema = self.schema,
+                "a new generation of the schema: waiting for the other schemas to hear of it"
+            );
+            tokio::time::sleep(heard).await;
         }
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
-        let Some(generation) = &live.generation else {
-            return false;
-        };
-        let own = suffix(self.schema, generation);
-        if live.own == own {
-            return false;
+        if let Some(generation) = &live.generation {
+            let settled = live.settled(suffix(self.schema, generation));
+            *live = Arc::new(settled);
         }
-        *live = Arc::new(live.settled(own));
-        true
-    }
-
-    /// Whether this process keeps copies of its own (it has not settled on its generation);
-    /// never for schema 0, whose copies are a table's without schemas.
-    fn is_private(&self) -> bool {
-        self.schema != 0 && self.live().own == self.private()
     }
 
     /// The suffix of copies only this process reads (`#<schema>.<token>`).
@@ -369,4 +323,58 @@ fn suffix(schema: u32, generation: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    /// Another schema's copies are dropped by writes (schema 0's always), never its own; a
+    /// schema 0 table's names are a table's without schemas.
+    #[test]
+    fn a_write_names_every_other_live_schema() {
+        let schemas = Schemas::new("", "t", 2);
+        let members = [
+            "1:55:abc".to_owned(),
+            "0:7:def".to_owned(),
+            "1:55:x".to_owned(),
+        ];
+        let live = schemas.learned("99", &members);
+        assert_eq!(live.own, b"#2.99");
+        assert_eq!(live.others, vec![b"".to_vec(), b"#1.55".to_vec()]);
+
+        let zero = Schemas::new("", "t", 0);
+        let plain = KeyNames::new("", "t", &7u64).unwrap();
+        assert_eq!(zero.names(plain.clone(), false), plain);
+        assert_eq!(
+            zero.learned("5", &members[..1]).others,
+            vec![b"#1.55".to_vec()]
+        );
+    }
+
+    /// A process whose keys moved (it first joined, or its lease lapsed) keeps copies of its own
+    /// until it settles on its generation; its writes meanwhile drop the generation's copy too, so
+    /// that once settled it never reads there a copy older than its own write. Settled, its
+    /// writes drop the generation's copy no more (they write it).
+    #[test]
+    fn a_write_before_settling_drops_the_generations_copy() {
+        let schemas = Schemas::new("", "t", 2);
+        let learned = schemas.learned("99", &["1:55:abc".to_owned()]);
+        let private = learned.private(schemas.private());
+        assert_eq!(private.own, schemas.private());
+        *schemas.live.write().unwrap() = Arc::new(private);
+        let plain = KeyNames::new("", "t", &7u64).unwrap();
+        let generation_copy = [plain.value.clone(), b"#2.99".to_vec()].concat();
+        let write = schemas.names(plain.clone(), true);
+        assert!(
+            write.others.contains(&generation_copy),
+            "a private write leaves the generation's copy: {:?}",
+            write.others
+        );
+        let settled = schemas.live().settled(b"#2.99".to_vec());
+        *schemas.live.write().unwrap() = Arc::new(settled);
+        let write = schemas.names(plain, true);
+        assert_eq!(write.value, generation_copy);
+        assert!(
+            !write.others.contains(&generation_copy),
+            "a write drops its own copy"
+        );
+    }
+}

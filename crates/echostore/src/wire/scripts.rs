@@ -338,11 +338,9 @@ return 1
 /// A table's live schemas (`crate::state::schemas`): drop the leases that ended on the server's clock,
 /// then renew this process's lease (`<schema>:<generation>:<token>`), taking its schema's live
 /// generation, or a new one (the server's clock in µs) when no process of the schema is left.
-/// The key lives as long as its newest lease. Returns `{generation, how, age, heard, member, …}`:
-/// `how` 0 when this process's lease went on, 1 when it joins its schema's live generation, 2 when
-/// it starts a new one; the generation's age in ms; `heard` 1 when every live member of another
-/// schema has renewed since the generation began (so it knows it: its renewal answered it), else
-/// 0; then every live member of another schema.
+/// The key lives as long as its newest lease. Returns `{generation, how, age, member, …}`: `how`
+/// 0 when this process's lease went on, 1 when it joins its schema's live generation, 2 when it
+/// starts a new one; the generation's age in ms; then every live member of another schema.
 pub(crate) const SCHEMAS_SCRIPT: &str = r#"
 -- KEYS[1] = the table's live schemas; ARGV[1] = schema, ARGV[2] = token, ARGV[3] = lease, ms
 local t = redis.call('TIME')
@@ -371,14 +369,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
 end
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local age = math.max(0, math.floor((now_us - tonumber(generation)) / 1000))
-local began_ms = math.floor(tonumber(generation) / 1000)
-local heard = 1
-for _, other in ipairs(others) do
-  local renewed = tonumber(redis.call('ZSCORE', KEYS[1], other)) - tonumber(ARGV[3])
-  -- In the millisecond the generation began, a renewal may have come before it: not heard.
-  if renewed <= began_ms then heard = 0 end
-end
-local out = {generation, tostring(how), string.format('%d', age), tostring(heard)}
+local out = {generation, tostring(how), string.format('%d', age)}
 for _, other in ipairs(others) do table.insert(out, other) end
 return out
 "#;

@@ -30,17 +30,15 @@ pub(crate) fn keep_schema<K: Key, V: Value>(
                 return schemas.leave(&l2).await;
             }
             match schemas.renew(&l2).await {
-                Ok(renewed) => {
+                Ok(renewed) if renewed.moved => {
+                    tracing::warn!(%table, "this process's keys move to its schema's generation (its lease had lapsed, or it had not joined): L1 is flushed");
                     // Flushed once as the keys move to this process's own suffix, and again as
                     // they settle on the generation: nothing read meanwhile outlives the move.
-                    if renewed.moved {
-                        tracing::warn!(%table, "this process's keys move to its schema's generation (its lease had lapsed, Valkey lost the live schemas, or it had not joined): L1 is flushed");
-                        flush(&owner);
-                    }
-                    if schemas.settle(&renewed) {
-                        flush(&owner);
-                    }
+                    flush(&owner);
+                    schemas.settle(&renewed, &table).await;
+                    flush(&owner);
                 }
+                Ok(_) => {}
                 Err(e) => tracing::debug!(%table, error = %e, "renewing the schema's lease failed"),
             }
         }
