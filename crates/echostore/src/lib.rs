@@ -201,6 +201,7 @@ pub struct GuideDoctests;
 /// (token-checked), and the envelope header's decoder. Not needed to use a cache; see
 /// `docs/lock-protocol.md` for the protocol, script by script.
 pub mod protocol {
+    pub use crate::state::schemas::RENEW_EVERY as SCHEMA_RENEW_EVERY;
     pub use crate::state::schemas::{schema_key_names, schemas_key};
     pub use crate::valkey::header::{Header, HeaderError, LONGEST_HEADER, decode_header};
     pub use crate::valkey::lock::new_token;

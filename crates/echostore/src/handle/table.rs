@@ -338,7 +338,7 @@ impl<K: Key, V: Value> Table<K, V> {
             Some(_) => {
                 let marking = core.marking(&id, &value, core.marks.stamp())?;
                 Some(L2Write::Put {
-                    names: core.write_names(&id)?,
+                    names: core.write_names(&id).await?,
                     envelope: life.encode(&value, &core.config, &marking)?,
                     px: life.physical_ms(),
                 })
@@ -409,7 +409,7 @@ impl<K: Key, V: Value> Table<K, V> {
         let write = match &core.l2 {
             None => None,
             Some(_) => Some(L2Write::Invalidate {
-                names: core.write_names(&id)?,
+                names: core.write_names(&id).await?,
             }),
         };
         self.inner

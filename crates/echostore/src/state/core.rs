@@ -273,9 +273,13 @@ impl<K: crate::wire::key::Key, V> TableCore<K, V> {
         Ok(self.schemas.names(names, false))
     }
 
-    /// [`Self::names`] for a put or an invalidation, which drops every other live schema's copy.
-    pub(crate) fn write_names(&self, id: &K) -> Result<crate::wire::key::KeyNames> {
+    /// [`Self::names`] for a put or an invalidation, which drops every other live schema's copy:
+    /// the live schemas heard again first if what this process knows of them may be out of date.
+    pub(crate) async fn write_names(&self, id: &K) -> Result<crate::wire::key::KeyNames> {
         let names = crate::wire::key::KeyNames::new(&self.namespace, &self.name, id)?;
+        if let Some(l2) = &self.l2 {
+            self.schemas.hear_before_writing(l2).await;
+        }
         Ok(self.schemas.names(names, true))
     }
 

@@ -21,18 +21,22 @@
 //! reached, are never read again. A generation is used only once every other live process has
 //! heard of it (two renewals after it started): a table that starts or joins a younger one waits
 //! before it serves, and a process whose lease lapsed keeps copies only it reads meanwhile
-//! ([`Schemas::settle`]), its writes dropping the generation's copy it will move onto.
+//! ([`Schemas::settle`]), its writes dropping the generation's copy it will move onto. A write
+//! trusts what its process heard only while it is recent and no connection was lost since
+//! ([`Heard`]): Valkey may have come back empty and another schema begun a generation.
 
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::valkey::l2::L2;
 use crate::wire::key::{KeyNames, SCHEMA_MARK};
 use crate::wire::scripts::SCRIPTS;
 
-/// How often a process renews its schema's lease, and so learns of another schema joining.
-pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
+/// How often a process renews its schema's lease, and so learns of another schema joining. A
+/// process whose generation moved (its lease lapsed, or Valkey came back empty) finds out at its
+/// next renewal and settles two renewals later; meanwhile it hears no other process's write.
+pub const RENEW_EVERY: Duration = Duration::from_millis(500);
 
 /// How long a lease lives unrenewed: a process silent this long is no longer counted live.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
@@ -49,6 +53,20 @@ pub(crate) struct Schemas {
     key: Vec<u8>,
     token: String,
     live: RwLock<Arc<Live>>,
+    /// When `live` was last renewed, and the store's connection losses then ([`Heard`]).
+    heard: Mutex<Option<Heard>>,
+    /// One renewal at a time for writers whose view is out of date.
+    renewing: tokio::sync::Mutex<()>,
+}
+
+/// When this process last heard the live schemas: a write trusts what it heard only while it is
+/// younger than two renewals and no connection was lost since, for Valkey may have come back
+/// empty and another schema started a generation this process has not heard of (its writes would
+/// not drop that generation's copies, which then outlive them for a whole life).
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    at: Instant,
+    losses: u64,
 }
 
 /// The key suffixes of this process's schema and of every other live one.
@@ -120,6 +138,8 @@ impl Schemas {
             key: schemas_key_under(namespace, table),
             token,
             live: RwLock::new(Arc::new(provisional)),
+            heard: Mutex::new(None),
+            renewing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -142,8 +162,36 @@ impl Schemas {
         names.in_schema(&live.own, others.filter(|_| writing))
     }
 
+    /// Before a write: renews first if what this process heard of the live schemas is out of
+    /// date ([`Heard`]). A renewal that fails leaves the write to go with what was heard (Valkey
+    /// is then likely to refuse the write too). A renewal that finds the keys moved leaves the
+    /// move to the lease's task, which flushes L1 and settles.
+    pub(crate) async fn hear_before_writing(&self, l2: &L2) {
+        if self.heard_lately(l2) {
+            return;
+        }
+        let _one = self.renewing.lock().await;
+        if self.heard_lately(l2) {
+            return;
+        }
+        if let Err(e) = self.renew(l2).await {
+            tracing::debug!(error = %e, "renewing the schema's lease before a write failed");
+        }
+    }
+
+    fn heard_lately(&self, l2: &L2) -> bool {
+        let heard = *self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        heard.is_some_and(|heard| {
+            heard.losses == l2.connection_losses() && heard.at.elapsed() < 2 * RENEW_EVERY
+        })
+    }
+
     /// Renews this process's lease (or joins), and learns the other live schemas.
     pub(crate) async fn renew(&self, l2: &L2) -> Result<Renewed> {
+        let asked = Heard {
+            at: Instant::now(),
+            losses: l2.connection_losses(),
+        };
         let mut invocation = SCRIPTS.schemas.prepare_invoke();
         invocation
             .key(self.key.as_slice())
@@ -169,6 +217,7 @@ impl Schemas {
         } else {
             learned
         });
+        *self.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(asked);
         Ok(Renewed {
             age: Duration::from_millis(age.parse().unwrap_or(0)),
             others_live: !members.is_empty(),

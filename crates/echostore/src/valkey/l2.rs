@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use redis::{AsyncCommands, RedisResult};
@@ -41,6 +42,10 @@ pub(crate) struct L2 {
     clock: Arc<ServerClock>,
     /// How long a caller waits for a reply (`valkey_timeout`).
     timeout: Duration,
+    /// Calls that failed at the connection level (refused, reset, dropped; not a timeout): what
+    /// this process learned of Valkey before such a loss may be out of date, since Valkey may have
+    /// come back empty.
+    losses: Arc<AtomicU64>,
 }
 
 impl L2 {
@@ -61,6 +66,7 @@ impl L2 {
             natives: Arc::new(Natives::default()),
             clock: Arc::new(ServerClock::new()),
             timeout: endpoint.timeout,
+            losses: Arc::default(),
         };
         if let Kind::Cluster(_) = endpoint.kind {
             tokio::spawn(healing::watch(Arc::downgrade(&l2.conn), endpoint.clone()));
@@ -141,6 +147,11 @@ impl L2 {
         self.conn.rebuilt()
     }
 
+    /// Calls so far that failed at the connection level ([`L2::losses`]'s count).
+    pub(crate) fn connection_losses(&self) -> u64 {
+        self.losses.load(Relaxed)
+    }
+
     /// How long a caller waits for a reply (`valkey_timeout`).
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
@@ -173,6 +184,7 @@ impl L2 {
                     breaker.timed_out(began, permit);
                 } else if is_connection_failure(&e) {
                     breaker.failed(permit);
+                    self.losses.fetch_add(1, Relaxed);
                 }
                 if e.is_timeout() || is_connection_failure(&e) {
                     self.conn.failed(names.map(|n| n.value.as_slice()));

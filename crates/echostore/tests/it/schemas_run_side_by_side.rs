@@ -271,6 +271,59 @@ async fn a_process_whose_lease_lapsed_reads_what_was_written_meanwhile() {
     assert_eq!(away.get(&7).await.unwrap().version, 1);
 }
 
+/// A writer that lost its connection hears the live schemas again before it writes: Valkey may
+/// have come back empty, and a process of another schema started a generation meanwhile, whose
+/// copies the write must drop, or they outlive it for a whole life. (Found by `echostore check
+/// --faults all`: after an outage, puts made before their process's next renewal left another
+/// schema's copy standing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_lost_its_connection_hears_the_live_schemas_before_it_writes() {
+    let valkey = valkey();
+    let url = valkey.url();
+    if common::cluster_seeds(&url).is_some() {
+        return; // one server's connections are killed; a cluster's writers hear the same way
+    }
+    let store = common::builder_on(&url)
+        .require_valkey(true)
+        .breaker_cooldown(Duration::from_millis(1))
+        .build()
+        .await
+        .expect("store");
+    let source = Arc::new(Rows::default());
+    let writer = users(&store, 0, &source, v1).await;
+    // A process of schema 1 starts generation 777 with a copy of id 7, unheard of by the writer,
+    // whose connection is then lost.
+    let copy = [writer.key_names(&7).unwrap().value, b"#1.777".to_vec()].concat();
+    let mut raw = common::raw(&url).await;
+    let lease_end_ms = 4_102_444_800_000_u64;
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg("schemas:users")
+        .arg(lease_end_ms)
+        .arg("1:777:elsewhere")
+        .ignore()
+        .cmd("SET")
+        .arg(&copy)
+        .arg("schema 1's copy")
+        .ignore()
+        .cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .expect("the other schema joins; the writer's connections are killed");
+
+    source.set(1);
+    until_async("a put goes through after the loss", async || {
+        writer.put(&7, v1(1)).await.is_ok()
+    })
+    .await;
+    assert!(
+        !common::exists(&mut raw, &copy).await,
+        "the put left the copy of the generation begun while its connection was lost"
+    );
+}
+
 /// Two OS processes, the old type in schema 1 and the new in schema 2, read and write 32 ids for
 /// 30 s: no decode error, no read older than the process's own write, every write seen by both in
 /// the end, and no invalidation back and forth (each process loads an id at most once more than

@@ -9,6 +9,7 @@ fn bounds() -> Bounds {
     Bounds {
         staleness: B,
         fault_grace: 5_000,
+        settle_grace: 2_000,
         fresh_for: 1_000_000,
         schemas: 1,
     }
@@ -254,6 +255,31 @@ fn faults_excuse_staleness_and_reloads_but_never_going_back() {
     assert_eq!(found.excused_source_reads, 1);
 
     assert_eq!(violations(&going_back(), &[fault(0, 100)]).non_monotonic, 1);
+}
+
+/// A fault that empties Valkey is excused the settle grace longer (a schema's process whose
+/// generation moved hears no write until it settles); any other fault is not.
+#[test]
+fn a_fault_that_empties_valkey_is_excused_until_its_schemas_settle() {
+    let past_grace = 400 + bounds().fault_grace + 1;
+    let stale = [put(0, 1, 100, 200), read(1, 0, past_grace, past_grace + 1)];
+    for (name, violations) in [("outage", 0), ("restart", 0), ("crash", 1)] {
+        let fault = FaultSpan::new(name, 150, 400);
+        let found = check(&stale, &[fault], bounds());
+        assert_eq!(found.violations.stale_after_write, violations, "{name}");
+    }
+    let past_settle = past_grace + bounds().settle_grace;
+    let stale = [
+        put(0, 1, 100, 200),
+        read(1, 0, past_settle, past_settle + 1),
+    ];
+    let outage = FaultSpan::new("outage", 150, 400);
+    assert_eq!(
+        check(&stale, &[outage], bounds())
+            .violations
+            .stale_after_write,
+        1
+    );
 }
 
 /// Every rule is found on one key while another key of the same history stays clean: the
