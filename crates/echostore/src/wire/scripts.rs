@@ -158,8 +158,11 @@ return 1
 /// 0 for none) has passed, and drop the lock of any fill in flight so that its fenced write
 /// cannot land over this value. The other live schemas' copies of the id (`KEYS[3..]`, value
 /// and lock pairs: `crate::state::schemas`) count as stored values too, and are dropped with their
-/// locks when the put lands. Returns `{1, now}` (written), `{0, now}` (superseded: a newer
-/// value is stored) or `{-2, now}` (too late: its caller has given up), with the server's time.
+/// locks when the put lands. Superseded by another schema's newer copy, it drops its own
+/// schema's copy and lock, which are older than the put: the newer write may not have known them
+/// (a process not yet settled on its generation keeps copies that only it reads), and they must
+/// not outlive this put. Returns `{1, now}` (written), `{0, now}` (superseded: a newer value is
+/// stored) or `{-2, now}` (too late: its caller has given up), with the server's time.
 pub(crate) const PUT_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
@@ -169,7 +172,10 @@ local now = server_ms()
 local deadline = tonumber(ARGV[3])
 if deadline > 0 and now > deadline then return {-2, now} end
 for i = 1, #KEYS, 2 do
-  if newer(redis.pcall('GETRANGE', KEYS[i], 0, 28), now, ARGV[1]) then return {0, now} end
+  if newer(redis.pcall('GETRANGE', KEYS[i], 0, 28), now, ARGV[1]) then
+    if i > 1 then redis.call('DEL', KEYS[1], KEYS[2]) end -- another schema's: drop our older copy
+    return {0, now}
+  end
 end
 redis.call('SET', KEYS[1], stamped(ARGV[1], now), 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])

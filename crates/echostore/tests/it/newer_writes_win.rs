@@ -212,6 +212,64 @@ async fn the_versioned_scripts_compare_written_at() {
     );
 }
 
+/// A put superseded by another schema's newer copy drops its own schema's copy and lock, older
+/// than the put: the newer write may not have known them (a process not yet settled on its
+/// generation keeps copies only it reads), and its writer would read its own copy back, older
+/// than its own put. (Found by `echostore check --faults all`: `read_your_writes` after an outage.)
+/// Superseded by its own schema's copy, it leaves everything as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_superseded_by_another_schemas_copy_drops_its_own() {
+    const OTHER_VALUE: &str = "nw:{1}#1.5";
+    const OTHER_LOCK: &str = "lock:nw:{1}#1.5";
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let now = unix_ms();
+    let older = envelope(now + HOUR_MS, now - 1_000, &"older");
+    let newer = envelope(now + HOUR_MS, now + 60_000, &"newer");
+    let put = envelope(now + HOUR_MS, now, &"put");
+    let put_over = async |conn: &mut common::RawConn| -> i64 {
+        let (written, _at): (i64, u64) = redis::Script::new(PUT_SCRIPT)
+            .key(VALUE)
+            .key(LOCK)
+            .key(OTHER_VALUE)
+            .key(OTHER_LOCK)
+            .arg(&put)
+            .arg(60_000)
+            .arg(0)
+            .invoke_async(conn)
+            .await
+            .expect("put");
+        written
+    };
+
+    let _: () = redis::pipe()
+        .set(VALUE, &older)
+        .set(LOCK, "a fill's token")
+        .set(OTHER_VALUE, &newer)
+        .query_async(&mut conn)
+        .await
+        .expect("plant");
+    assert_eq!(put_over(&mut conn).await, 0, "superseded");
+    assert!(
+        !exists(&mut conn, VALUE).await && !exists(&mut conn, LOCK).await,
+        "its own older copy and its lock are gone"
+    );
+    let kept: Vec<u8> = conn.get(OTHER_VALUE).await.expect("GET");
+    assert_eq!(kept, newer, "the newer copy stands");
+
+    let _: () = redis::pipe()
+        .set(VALUE, &newer)
+        .set(LOCK, "a fill's token")
+        .set(OTHER_VALUE, &older)
+        .query_async(&mut conn)
+        .await
+        .expect("plant");
+    assert_eq!(put_over(&mut conn).await, 0, "superseded by its own copy");
+    let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
+    assert_eq!(kept, newer);
+    assert!(exists(&mut conn, LOCK).await && exists(&mut conn, OTHER_VALUE).await);
+}
+
 /// A put carries a deadline on the server's clock (its caller's timeout from when it was sent):
 /// arriving after it, the script writes nothing and says so, so a put its caller gave up on (a
 /// silent link that heals later) cannot land over newer writes. Before it, the put writes.
