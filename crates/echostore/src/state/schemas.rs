@@ -25,6 +25,7 @@
 //! trusts what its process heard only while it is recent and no connection was lost since
 //! ([`Heard`]): Valkey may have come back empty and another schema begun a generation.
 
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Release};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,9 @@ pub(crate) struct Schemas {
     heard: Mutex<Option<Heard>>,
     /// One renewal at a time for writers whose view is out of date.
     renewing: tokio::sync::Mutex<()>,
+    /// How many such renewals were tried: a writer that waited behind one goes on with what it
+    /// found, failed or not, so that a slow Valkey costs the writers one renewal, not one each.
+    renewals_tried: AtomicU64,
 }
 
 /// When this process last heard the live schemas: a write trusts what it heard only while it is
@@ -140,6 +144,7 @@ impl Schemas {
             live: RwLock::new(Arc::new(provisional)),
             heard: Mutex::new(None),
             renewing: tokio::sync::Mutex::new(()),
+            renewals_tried: AtomicU64::new(0),
         }
     }
 
@@ -170,13 +175,15 @@ impl Schemas {
         if self.heard_lately(l2) {
             return;
         }
+        let tried = self.renewals_tried.load(Acquire);
         let _one = self.renewing.lock().await;
-        if self.heard_lately(l2) {
+        if self.renewals_tried.load(Acquire) != tried || self.heard_lately(l2) {
             return;
         }
         if let Err(e) = self.renew(l2).await {
             tracing::debug!(error = %e, "renewing the schema's lease before a write failed");
         }
+        self.renewals_tried.fetch_add(1, Release);
     }
 
     fn heard_lately(&self, l2: &L2) -> bool {
