@@ -242,13 +242,18 @@ async fn a_put_superseded_by_another_schemas_copy_drops_its_own() {
         written
     };
 
-    let _: () = redis::pipe()
-        .set(VALUE, &older)
-        .set(LOCK, "a fill's token")
-        .set(OTHER_VALUE, &newer)
-        .query_async(&mut conn)
-        .await
-        .expect("plant");
+    // This schema's copy and a fill's lock on it, and the other schema's copy.
+    let plant = async |conn: &mut common::RawConn, own: &[u8], other: &[u8]| {
+        let _: () = redis::pipe()
+            .set(VALUE, own)
+            .set(LOCK, "a fill's token")
+            .set(OTHER_VALUE, other)
+            .query_async(conn)
+            .await
+            .expect("plant");
+    };
+
+    plant(&mut conn, &older, &newer).await;
     assert_eq!(put_over(&mut conn).await, 0, "superseded");
     assert!(
         !exists(&mut conn, VALUE).await && !exists(&mut conn, LOCK).await,
@@ -257,13 +262,7 @@ async fn a_put_superseded_by_another_schemas_copy_drops_its_own() {
     let kept: Vec<u8> = conn.get(OTHER_VALUE).await.expect("GET");
     assert_eq!(kept, newer, "the newer copy stands");
 
-    let _: () = redis::pipe()
-        .set(VALUE, &newer)
-        .set(LOCK, "a fill's token")
-        .set(OTHER_VALUE, &older)
-        .query_async(&mut conn)
-        .await
-        .expect("plant");
+    plant(&mut conn, &newer, &older).await;
     assert_eq!(put_over(&mut conn).await, 0, "superseded by its own copy");
     let kept: Vec<u8> = conn.get(VALUE).await.expect("GET");
     assert_eq!(kept, newer);
