@@ -110,6 +110,39 @@ impl Topology {
         roles.sort_unstable();
         (roles, self.layout())
     }
+
+    /// What this view lists that `other` does not, and the reverse, role
+    /// by role and range by range: the reason two views' shapes differ,
+    /// for an error a person can act on.
+    pub(crate) fn differences(&self, other: &Topology) -> String {
+        let (roles, layout) = self.shape();
+        let (their_roles, their_layout) = other.shape();
+        let role = |(id, primary): &Role<'_>| match primary {
+            Some(primary) => format!("{id} replica of {primary}"),
+            None => format!("{id} primary"),
+        };
+        let range = |(first, last, id): &(u16, u16, &str)| format!("{first}-{last} on {id}");
+        let only = |mine: Vec<String>, theirs: &[String]| -> Vec<String> {
+            mine.into_iter()
+                .filter(|item| !theirs.contains(item))
+                .collect()
+        };
+        let ours: Vec<String> = roles
+            .iter()
+            .map(role)
+            .chain(layout.iter().map(range))
+            .collect();
+        let theirs: Vec<String> = their_roles
+            .iter()
+            .map(role)
+            .chain(their_layout.iter().map(range))
+            .collect();
+        format!(
+            "it lists [{}] where the other lists [{}]",
+            only(ours.clone(), &theirs).join(", "),
+            only(theirs, &ours).join(", ")
+        )
+    }
 }
 
 impl NodeEntry {
@@ -212,6 +245,22 @@ b751 127.0.0.1:7102@7202 master,fail - 0 1796228884727 3 disconnected 8192-16383
                 (8191, 8191, "81e7"),
                 (8192, 16383, "b751")
             ]
+        );
+    }
+
+    #[test]
+    fn says_which_roles_and_ranges_two_views_differ_on() {
+        let ours = Topology::parse(NODES).expect("parses");
+        let theirs = Topology::parse(
+            "d9de 127.0.0.1:7103@7203 myself,master - 0 0 4 connected\n\
+             b751 127.0.0.1:7102@7202 master - 0 0 3 connected 8192-16383\n\
+             81e7 127.0.0.1:7101@7201 master - 0 0 1 connected 0-8191\n",
+        )
+        .expect("parses");
+        assert_eq!(
+            ours.differences(&theirs),
+            "it lists [d9de replica of 81e7, 0-8190 on 81e7, 8191-8191 on 81e7] \
+             where the other lists [d9de primary, 0-8191 on 81e7]"
         );
     }
 

@@ -358,8 +358,9 @@ fn agrees(view: &NodeView, first: &NodeView, health: Health) -> Result<(), Strin
         Ok(())
     } else {
         Err(format!(
-            "its CLUSTER NODES differs from node {}'s",
-            first.index
+            "its CLUSTER NODES differs from node {}'s: {}",
+            first.index,
+            view.topology.differences(&first.topology)
         ))
     }
 }
