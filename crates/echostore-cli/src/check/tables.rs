@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use echostore::{Key, LoserPolicy, ReadOptions, Store, Table, Version};
+use echostore::{Key, L1Backend, LoserPolicy, ReadOptions, Store, Table, TableBuilder, Version};
 
 use super::history::{Action, Op, Recorder, now_ns};
 use super::source::Source;
@@ -227,6 +227,48 @@ pub(crate) struct Loading {
     pub(crate) ttl: Duration,
     /// The tables' `.schema(n)`.
     pub(crate) schema: u32,
+    /// This worker's number: with the table's, it picks the table's [`L1`] here.
+    pub(crate) process: u32,
+}
+
+/// The kinds of L1 a table can keep. Each worker's table keeps one, a different one per worker
+/// and table, so that a run of three workers meets all four: coherence, expiry and the landing
+/// rules are each backend's own code, and a run on one backend would leave the others unchecked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum L1 {
+    /// quick_cache bounded by a count of entries: the default.
+    Entries,
+    /// moka (`L1Backend::Moka`).
+    Moka,
+    /// quick_cache bounded by bytes, with a weigher.
+    Weighed,
+    /// quick_cache whose entries leave once not read for a quarter of the ttl (`l1_idle`).
+    Idle,
+}
+
+impl L1 {
+    /// The L1 worker `process` keeps for table `table`.
+    pub(crate) fn of(process: u32, table: u8) -> L1 {
+        match (process + u32::from(table)) % 4 {
+            0 => L1::Entries,
+            1 => L1::Moka,
+            2 => L1::Weighed,
+            _ => L1::Idle,
+        }
+    }
+
+    /// `builder` keeping this L1.
+    fn keep<K: Key>(self, builder: TableBuilder<K, u64>, ttl: Duration) -> TableBuilder<K, u64> {
+        match self {
+            L1::Entries => builder,
+            L1::Moka => builder.l1_backend(L1Backend::Moka),
+            // Room for thousands of ids: the check's reads are meant to hit, not be evicted.
+            L1::Weighed => builder
+                .l1_capacity_bytes(1 << 20)
+                .l1_weigher(|_: &K, _: &u64| 64),
+            L1::Idle => builder.l1_idle((ttl / 4).max(Duration::from_millis(1))),
+        }
+    }
 }
 
 impl Loading {
@@ -290,8 +332,9 @@ async fn open<K: Key>(
     id_of: fn(&K) -> u32,
 ) -> CliResult<Table<K, u64>> {
     let (one, many) = (loading.clone(), loading.clone());
-    let table = store
-        .table::<K, u64>(TABLES[usize::from(table)])
+    let builder = store.table::<K, u64>(TABLES[usize::from(table)]);
+    let table = L1::of(loading.process, table)
+        .keep(builder, loading.ttl)
         .ttl(loading.ttl)
         .stale_for(loading.ttl)
         .schema(loading.schema)
@@ -326,4 +369,20 @@ async fn open<K: Key>(
         .build()
         .await?;
     Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default run (three workers, three tables) keeps every kind of L1 somewhere.
+    #[test]
+    fn a_run_of_three_workers_meets_every_l1() {
+        let mut met: Vec<L1> = (0..3)
+            .flat_map(|process| (0..3).map(move |table| L1::of(process, table)))
+            .collect();
+        met.sort_by_key(|l1| *l1 as u8);
+        met.dedup();
+        assert_eq!(met, [L1::Entries, L1::Moka, L1::Weighed, L1::Idle]);
+    }
 }

@@ -103,6 +103,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         latency: args.source_latency,
         ttl: args.ttl,
         schema: args.schema,
+        process: args.process,
     };
     let tables = Tables::open(&store, &loading).await?;
     match (args.coherence, args.tracking) {
