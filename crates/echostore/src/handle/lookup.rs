@@ -178,11 +178,12 @@ where
 #[inline(never)]
 fn expired<K, V, Q>(core: &TableCore<K, V>, id: &Q)
 where
-    K: Key,
+    K: Key + Borrow<Q>,
     V: Value,
-    Q: ToOwned<Owned = K> + ?Sized,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    if core.events.heard() {
+    // An entry key tracking has yet to confirm is not fresh, but has not expired either.
+    if core.events.heard() && !core.board(id).awaits_confirmation(id) {
         let cause = crate::events::EvictionCause::Expired;
         let kind = crate::events::EventKind::Evicted { cause };
         core.events.emit_owned(id.to_owned(), kind);

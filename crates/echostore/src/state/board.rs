@@ -392,6 +392,17 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
         std::panic::catch_unwind(AssertUnwindSafe(quiet)).unwrap_or(false)
     }
 
+    /// `true` while `id`'s L1 entry waits for key tracking's confirmation (it is not fresh
+    /// until then, without having expired). A key whose `Hash` or `Eq` panics: `false`.
+    pub(crate) fn awaits_confirmation<Q>(&self, id: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let waits = || self.ids().get(id).is_some_and(|s| s.unconfirmed.is_some());
+        std::panic::catch_unwind(AssertUnwindSafe(waits)).unwrap_or(false)
+    }
+
     /// The read `read` of `id` found a fresh value: if it is still listed, `keep` runs (the L1
     /// insert, given the id's state) under the board's lock and the read is withdrawn; `false` if it was not listed (a
     /// write, a push or a flush overtook it, or a flight replaced it).

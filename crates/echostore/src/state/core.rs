@@ -434,7 +434,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
         }
     }
 
-    /// How L1 may keep `entry` now: at its full life, or capped until key tracking confirms it.
+    /// How L1 may keep `entry` now: at its full life, or not fresh until key tracking confirms it.
     fn keeping(&self, id: &K, entry: Entry<V>, fingerprint: Option<Fingerprint>) -> Keeping<V> {
         let entry = self.keepable(entry);
         let Some(registry) = self.tracker.as_ref().and_then(|t| t.keys()) else {
@@ -453,21 +453,26 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
         };
         Keeping::Unconfirmed(Waiting {
             fingerprint,
+            unconfirmed: entry.clone().unconfirmed(),
             full: entry,
             capped,
             read,
         })
     }
 
-    /// L1 keeps `waiting`'s entry capped, and `id`'s state its full life until the tracking
-    /// connection's read confirms it.
+    /// L1 keeps `waiting`'s entry as not fresh (a stale stand-in at most), and `id`'s state its
+    /// full life until the tracking connection's read confirms it: until then Valkey would push
+    /// no change of the key, so a read that took the entry could go on past a write anywhere
+    /// for as long as the confirmation takes. With no tracking connection up to ask, L1 keeps it
+    /// capped instead, as it keeps everything while tracking is down.
     fn wait<W>(&self, state: &mut IdState<V, W>, id: K, waiting: Waiting<V>) {
         // Waiting before the read is asked: its answer may reach the owner at once.
         state.unconfirmed = Some((waiting.fingerprint, waiting.full));
-        self.l1.insert(id, waiting.capped);
+        self.l1.insert(id.clone(), waiting.unconfirmed);
         let asked = self.tracker.as_ref().and_then(|t| t.keys());
         if !asked.is_some_and(|registry| registry.read(waiting.read)) {
             state.unconfirmed = None; // no tracking connection up to read it
+            self.l1.insert(id, waiting.capped);
         }
     }
 
@@ -502,14 +507,16 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
 enum Keeping<V> {
     /// As it is: no key tracking, or Valkey already tracks those bytes (or none are known).
     Now(Entry<V>),
-    /// Capped, until the tracking connection confirms the bytes.
+    /// Not fresh, until the tracking connection confirms the bytes.
     Unconfirmed(Waiting<V>),
 }
 
-/// An entry waiting for key tracking's confirmation.
+/// An entry waiting for key tracking's confirmation: kept `unconfirmed` meanwhile, `full` once
+/// confirmed, `capped` if no tracking connection is up to confirm it.
 struct Waiting<V> {
     fingerprint: Fingerprint,
     full: Entry<V>,
+    unconfirmed: Entry<V>,
     capped: Entry<V>,
     read: Read,
 }

@@ -99,3 +99,46 @@ async fn a_change_before_the_key_is_tracked_is_found_by_the_confirmation() {
     .await;
     assert_eq!(source.calls(), 0, "every value came from a put");
 }
+
+/// As above, with the tracking connection unable to confirm v1 yet (what Valkey sends it waits
+/// at the proxy): until that read, Valkey would push no change of the key, so the entry answers
+/// no read meanwhile. A read begun after v2's put returned reads v2 from Valkey, not v1 from L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_after_a_write_never_takes_an_entry_awaiting_confirmation() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let proxy = Proxy::start(&url).await;
+    let source = Source::open();
+    let here = keyed_table(&proxy.url(), &source, Duration::from_secs(60)).await;
+    let there = keyed_table(&url, &source, Duration::from_secs(60)).await;
+    there.put(&7, "v1".into()).await.expect("put v1");
+
+    let mut conn = raw(&url).await;
+    let reads = command_calls(&mut conn, "getrange").await;
+    proxy.hold_replies();
+    let read = tokio::spawn({
+        let here = here.clone();
+        async move { here.fetch(&7).await }
+    });
+    until_async("the read ran on Valkey", async || {
+        command_calls(&mut conn, "getrange").await > reads
+    })
+    .await;
+    there.put(&7, "v2".into()).await.expect("put v2");
+    proxy.hold_pushes(); // the confirmation's answer waits from now on
+    proxy.release_replies();
+    let first = read.await.expect("task").expect("fetch");
+    assert_eq!(
+        *first.value, "v1",
+        "the read answers what Valkey held when it ran"
+    );
+
+    let after = here.fetch(&7).await.expect("fetch");
+    assert_eq!(
+        *after.value, "v2",
+        "a read begun after the put returned reads it"
+    );
+    assert_eq!(after.origin, Origin::L2);
+    proxy.release_pushes();
+    assert_eq!(source.calls(), 0, "every value came from a put");
+}

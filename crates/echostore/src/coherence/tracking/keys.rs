@@ -5,8 +5,8 @@
 //!
 //! A value enters L1 from the data connection, which Valkey does not track. Until the tracking
 //! connection has read the same key and found the same bytes (the envelope's fingerprint), a
-//! change made between the two reads would never be pushed: so L1 keeps the value for at most
-//! `unconfirmed_l1_life` until then. Once found, Valkey tracks the key from that read on, and
+//! change made between the two reads would never be pushed: so L1 keeps the value not fresh until
+//! then, and reads of it read Valkey. Once found, Valkey tracks the key from that read on, and
 //! every later change is pushed on the same connection, after the read's reply. A key whose
 //! bytes were found and not pushed since is *held*: a value with those bytes is confirmed
 //! without another read.

@@ -70,8 +70,8 @@ pub(crate) struct IdState<V, W> {
     /// repair lands (`crate::state::unsettled`).
     pub(crate) unsettled: Option<UnsettledMark>,
     /// Under key tracking, the id's L1 entry at its full life, waiting for Valkey to confirm the
-    /// bytes (their fingerprint) it was made from; L1 holds it capped at the unconfirmed life
-    /// meanwhile (`crate::coherence::tracking::keys`). The latest entry of the id only.
+    /// bytes (their fingerprint) it was made from; L1 holds it not fresh meanwhile, so reads
+    /// miss and read Valkey (`crate::coherence::tracking::keys`). The latest entry of the id only.
     pub(crate) unconfirmed: Option<(Fingerprint, Entry<V>)>,
     /// The wake-ups of this process's losers of the id (a flight that lost the lock polls for
     /// another process's write): a push of the id's value or lock key wakes them at once. Each

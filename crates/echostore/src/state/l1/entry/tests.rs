@@ -53,3 +53,23 @@ fn packed_fields_saturate_and_caps_keep_the_stale_end() {
     let drift = stale_end.since(capped.stale_until()) + capped.stale_until().since(stale_end);
     assert!(drift <= Duration::from_millis(1), "{drift:?}");
 }
+
+/// An entry awaiting key tracking's confirmation answers no read, yet keeps its stale window
+/// (it may still stand in as a stale copy) and draws no early refresh.
+#[test]
+fn an_unconfirmed_entry_is_not_fresh_but_keeps_its_stale_window() {
+    let minute = Duration::from_secs(60);
+    let e = Entry::new(Arc::new(1u64), minute, minute, Duration::from_millis(5));
+    let stale_end = e.stale_until();
+    let unconfirmed = e.unconfirmed();
+    assert!(!unconfirmed.is_fresh());
+    assert_eq!(unconfirmed.freshness(), Freshness::Expired);
+    assert!(!unconfirmed.refreshes_early());
+    assert!(
+        unconfirmed.stale_window().is_some(),
+        "a stale stand-in still"
+    );
+    let drift =
+        stale_end.since(unconfirmed.stale_until()) + unconfirmed.stale_until().since(stale_end);
+    assert!(drift <= Duration::from_millis(1), "{drift:?}");
+}
