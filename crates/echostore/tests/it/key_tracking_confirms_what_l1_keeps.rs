@@ -59,22 +59,21 @@ async fn a_confirmed_value_lives_its_ttl_and_hears_of_changes() {
     assert_eq!(source.calls(), 0, "every value came from a put");
 }
 
-/// A store reads v1, and before its tracking connection reads the key, another store writes v2:
-/// Valkey pushes nothing to the first store (it tracked nothing yet). Its confirmation finds v2
-/// instead of v1, and the entry leaves L1, which would otherwise keep v1 for the unconfirmed
-/// life (here a minute, the ttl).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_before_the_key_is_tracked_is_found_by_the_confirmation() {
-    let valkey = valkey();
-    let url = valkey.url();
-    let proxy = Proxy::start(&url).await;
-    let source = Source::open();
-    let here = keyed_table(&proxy.url(), &source, Duration::from_secs(60)).await;
-    let there = keyed_table(&url, &source, Duration::from_secs(60)).await;
+/// A store `here`, behind a proxy, reads v1 of id 7 from Valkey; before the answer comes back,
+/// another store writes v2 and `meanwhile` acts on the proxy. Returns `here`, its proxy and the
+/// read's answer, which is what Valkey held when the read ran.
+async fn a_read_overtaken_by_a_write(
+    url: &str,
+    source: &Source,
+    meanwhile: impl FnOnce(&Proxy),
+) -> (Table<u64, String>, Proxy) {
+    let proxy = Proxy::start(url).await;
+    let here = keyed_table(&proxy.url(), source, Duration::from_secs(60)).await;
+    let there = keyed_table(url, source, Duration::from_secs(60)).await;
     there.put(&7, "v1".into()).await.expect("put v1");
 
     // The read runs on Valkey, its answer is held on the way back: v2 lands after it.
-    let mut conn = raw(&url).await;
+    let mut conn = raw(url).await;
     let reads = command_calls(&mut conn, "getrange").await;
     proxy.hold_replies();
     let read = tokio::spawn({
@@ -86,13 +85,25 @@ async fn a_change_before_the_key_is_tracked_is_found_by_the_confirmation() {
     })
     .await;
     there.put(&7, "v2".into()).await.expect("put v2");
+    meanwhile(&proxy);
     proxy.release_replies();
     let first = read.await.expect("task").expect("fetch");
     assert_eq!(
         *first.value, "v1",
         "the read answers what Valkey held when it ran"
     );
+    (here, proxy)
+}
 
+/// A store reads v1, and before its tracking connection reads the key, another store writes v2:
+/// Valkey pushes nothing to the first store (it tracked nothing yet). Its confirmation finds v2
+/// instead of v1, and the entry leaves L1 (which would otherwise keep it as a stale copy for a
+/// minute, the ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_before_the_key_is_tracked_is_found_by_the_confirmation() {
+    let valkey = valkey();
+    let source = Source::open();
+    let (here, _proxy) = a_read_overtaken_by_a_write(&valkey.url(), &source, |_| {}).await;
     until_async("this L1 let go of v1", async || {
         *here.fetch(&7).await.expect("fetch").value == "v2"
     })
@@ -106,33 +117,10 @@ async fn a_change_before_the_key_is_tracked_is_found_by_the_confirmation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_after_a_write_never_takes_an_entry_awaiting_confirmation() {
     let valkey = valkey();
-    let url = valkey.url();
-    let proxy = Proxy::start(&url).await;
     let source = Source::open();
-    let here = keyed_table(&proxy.url(), &source, Duration::from_secs(60)).await;
-    let there = keyed_table(&url, &source, Duration::from_secs(60)).await;
-    there.put(&7, "v1".into()).await.expect("put v1");
-
-    let mut conn = raw(&url).await;
-    let reads = command_calls(&mut conn, "getrange").await;
-    proxy.hold_replies();
-    let read = tokio::spawn({
-        let here = here.clone();
-        async move { here.fetch(&7).await }
-    });
-    until_async("the read ran on Valkey", async || {
-        command_calls(&mut conn, "getrange").await > reads
-    })
-    .await;
-    there.put(&7, "v2".into()).await.expect("put v2");
-    proxy.hold_pushes(); // the confirmation's answer waits from now on
-    proxy.release_replies();
-    let first = read.await.expect("task").expect("fetch");
-    assert_eq!(
-        *first.value, "v1",
-        "the read answers what Valkey held when it ran"
-    );
-
+    // The confirmation's answer waits at the proxy from before the read's answer comes back.
+    let (here, proxy) =
+        a_read_overtaken_by_a_write(&valkey.url(), &source, Proxy::hold_pushes).await;
     let after = here.fetch(&7).await.expect("fetch");
     assert_eq!(
         *after.value, "v2",
