@@ -48,9 +48,9 @@ pub enum Tracking {
     /// `CLIENT TRACKING ON`, Valkey's default mode: Valkey remembers the keys each store's
     /// tracking connection read and pushes only their changes, so a push costs nothing on the
     /// processes that do not hold the key. Each value L1 takes is read once more on that
-    /// connection (the bytes compared with L1's), and lives at most `unconfirmed_l1_life` until
-    /// then; Valkey keeps a record per key and store. For fleets where each process holds a small
-    /// share of the keys.
+    /// connection (the bytes compared with L1's), and answers no read until then (reads in that
+    /// round trip read Valkey); Valkey keeps a record per key and store. For fleets where each
+    /// process holds a small share of the keys.
     Keys,
 }
 
