@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Source, on_task, round_trips_of, settled, store_on, table_on, until_stats, valkey};
-use echostore::{Origin, Store, Table, TableBuilder};
+use echostore::{LoserPolicy, Origin, Store, Table, TableBuilder};
 use tokio::sync::watch;
 
 /// A batch source: it records every call's ids, can hold calls at a gate, leaves out the ids
@@ -380,8 +380,16 @@ async fn a_large_batch_waits_for_another_stores_batch_as_one() {
     let here = rows
         .table(&common::coherent_store(&valkey.url(), None).await)
         .await;
+    // The second batch waits through two leases and then the load: far past the default
+    // policy's 5 s on a loaded machine, so it waits for as long as the test does.
+    let patient = LoserPolicy::Poll {
+        every: Duration::from_millis(10),
+        up_to: Duration::from_secs(600),
+    };
     let there = rows
-        .table(&common::coherent_store(&valkey.url(), None).await)
+        .tuned(&common::coherent_store(&valkey.url(), None).await, |t| {
+            t.losers(patient)
+        })
         .await;
     let loading = on_task(&here, |t| {
         let ids = ids.clone();
