@@ -463,12 +463,14 @@ impl Run<'_> {
         self.describe(rule, why);
     }
 
-    /// An operation's process, id and start, for a description.
+    /// An operation's process, table (with the L1 it keeps there), id and start, for a
+    /// description.
     fn who(&self, op: &Op) -> String {
         format!(
-            "p{} of t{} id {} at {}",
+            "p{} of t{} ({} L1) id {} at {}",
             op.process,
             op.table,
+            super::tables::L1::of(op.process, op.table).name(),
             op.id,
             self.at(op.start)
         )

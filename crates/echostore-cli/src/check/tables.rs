@@ -257,6 +257,16 @@ impl L1 {
         }
     }
 
+    /// Its name in the check's readout.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            L1::Entries => "entries",
+            L1::Moka => "moka",
+            L1::Weighed => "weighed",
+            L1::Idle => "idle",
+        }
+    }
+
     /// `builder` keeping this L1.
     fn keep<K: Key>(self, builder: TableBuilder<K, u64>, ttl: Duration) -> TableBuilder<K, u64> {
         match self {
