@@ -440,9 +440,8 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
         let Some(registry) = self.tracker.as_ref().and_then(|t| t.keys()) else {
             return Keeping::Now(entry);
         };
-        let capped = entry.clone().capped(self.unconfirmed_l1_life);
         let (Some(fingerprint), Ok(names)) = (fingerprint, self.names(id)) else {
-            return Keeping::Now(capped);
+            return Keeping::Now(entry.capped(self.unconfirmed_l1_life));
         };
         if registry.holds(&names.value, fingerprint) {
             return Keeping::Now(entry);
@@ -453,9 +452,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
         };
         Keeping::Unconfirmed(Waiting {
             fingerprint,
-            unconfirmed: entry.clone().unconfirmed(),
             full: entry,
-            capped,
             read,
         })
     }
@@ -467,12 +464,15 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
     /// capped instead, as it keeps everything while tracking is down.
     fn wait<W>(&self, state: &mut IdState<V, W>, id: K, waiting: Waiting<V>) {
         // Waiting before the read is asked: its answer may reach the owner at once.
+        self.l1
+            .insert(id.clone(), waiting.full.clone().unconfirmed());
         state.unconfirmed = Some((waiting.fingerprint, waiting.full));
-        self.l1.insert(id.clone(), waiting.unconfirmed);
         let asked = self.tracker.as_ref().and_then(|t| t.keys());
-        if !asked.is_some_and(|registry| registry.read(waiting.read)) {
-            state.unconfirmed = None; // no tracking connection up to read it
-            self.l1.insert(id, waiting.capped);
+        if !asked.is_some_and(|registry| registry.read(waiting.read))
+            // No tracking connection up to read it.
+            && let Some((_, full)) = state.unconfirmed.take()
+        {
+            self.l1.insert(id, full.capped(self.unconfirmed_l1_life));
         }
     }
 
@@ -511,12 +511,10 @@ enum Keeping<V> {
     Unconfirmed(Waiting<V>),
 }
 
-/// An entry waiting for key tracking's confirmation: kept `unconfirmed` meanwhile, `full` once
-/// confirmed, `capped` if no tracking connection is up to confirm it.
+/// An entry waiting for key tracking's confirmation: L1 keeps it not fresh meanwhile, `full`
+/// once confirmed, capped if no tracking connection is up to confirm it.
 struct Waiting<V> {
     fingerprint: Fingerprint,
     full: Entry<V>,
-    unconfirmed: Entry<V>,
-    capped: Entry<V>,
     read: Read,
 }

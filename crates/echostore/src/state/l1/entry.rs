@@ -105,14 +105,7 @@ impl<V> Entry<V> {
     /// has not confirmed the bytes it was made from. A read then misses and reads Valkey, which
     /// would push no change of the key before the confirmation; a stale stand-in may still be it.
     pub(crate) fn unconfirmed(self) -> Self {
-        let now = Deadline::after(Duration::ZERO);
-        let stale_until = self.stale_until();
-        Entry {
-            fresh_until: now,
-            stale_ms: saturating_u32(stale_until.since(now.moment()).as_millis()),
-            early_us: 0,
-            ..self
-        }
+        self.capped(Duration::ZERO)
     }
 
     /// The same entry, with its early refresh asked for already: later hits draw no more.
