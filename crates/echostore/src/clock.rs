@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 /// More than the coarse clock can lag the precise one (one kernel tick, 1–10 ms).
 const MARGIN: Duration = Duration::from_millis(25);
 
+#[inline]
 fn coarse_now() -> u64 {
     // Not `now()`: that also stores into a process-wide cell, one shared line for every hit.
     coarsetime::Instant::now_without_cache_update().as_ticks()

@@ -8,7 +8,7 @@
 //! | `echostore_load_seconds` | histogram | `table` | each source read (the loader), whatever its outcome |
 //! | `echostore_l2_seconds` | histogram | `table` | each timed Valkey round trip of a fill |
 //!
-//! Counters and gauges are *read*, never pushed: the L1 hit path keeps its one striped increment
+//! Counters and gauges are *read*, never pushed: the L1 hit path keeps its one per-thread increment
 //! and never calls the facade. A small task per table ([`spawn_exporter`]) reads the table's
 //! [`TableStats`] every [`METRICS_EXPORT_EVERY`] and sets absolute values; [`TableStats::export`]
 //! does the same on demand. Histograms are observed where a load or a Valkey call ends

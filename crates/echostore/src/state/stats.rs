@@ -1,50 +1,17 @@
 //! The table's counters: atomics inside, a plain [`TableStats`] snapshot outside.
 //!
-//! The L1 hit counter is bumped on every hit by every caller thread, so it is striped: each thread
-//! adds to its own cache-line-padded slot and a snapshot sums the slots. Two threads hitting L1 at
-//! once never write the same cache line. The other counters move on misses, fills and lock events,
-//! which already cost a message or a round trip, so one padded block of plain atomics is enough.
+//! The L1 hit counter is bumped on every hit by every caller thread: it has a module of its own
+//! ([`hit_counter`]). The other counters move on misses, fills and lock events, which already cost
+//! a message or a round trip, so one padded block of plain atomics is enough.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
-/// Slots of the striped L1 hit counter; more than the threads that usually hit one table at once.
-const STRIPES: usize = 16;
+mod hit_counter;
 
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// This thread's slot, handed out round-robin the first time the thread counts a hit.
-    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Relaxed) % STRIPES;
-}
-
-/// A counter that many threads bump without sharing a cache line.
-pub(crate) struct StripedCounter {
-    slots: Box<[CachePadded<AtomicU64>]>,
-}
-
-impl StripedCounter {
-    fn new() -> Self {
-        StripedCounter {
-            slots: (0..STRIPES)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-        }
-    }
-
-    /// Adds one to this thread's slot.
-    #[inline]
-    pub(crate) fn incr(&self) {
-        let slot = STRIPE.with(|s| *s);
-        self.slots[slot].fetch_add(1, Relaxed);
-    }
-
-    fn sum(&self) -> u64 {
-        self.slots.iter().map(|s| s.load(Relaxed)).sum()
-    }
-}
+use hit_counter::HitCounter;
 
 /// What a named figure of [`TableStats`] is, for the metrics export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +42,7 @@ pub(crate) struct Figure {
 
 macro_rules! counters {
     (
-        striped { $(#[doc = $hot_doc:literal])* $hot:ident, }
+        per_thread { $(#[doc = $hot_doc:literal])* $hot:ident, }
         counters { $( $(#[doc = $doc:literal])* $name:ident, )* }
         gauges { $( $(#[doc = $gauge_doc:literal])* $gauge:ident, )* }
     ) => {
@@ -182,7 +149,7 @@ macro_rules! counters {
 }
 
 counters! {
-    striped {
+    per_thread {
         /// Gets answered from this process's L1 without a miss.
         l1_hits,
     }
@@ -295,9 +262,9 @@ counters! {
 
 /// All counters of one table.
 pub(crate) struct Stats {
-    /// Striped: bumped on every L1 hit.
-    pub(crate) l1_hits: StripedCounter,
-    /// Kept off the stripes' cache lines.
+    /// Bumped on every L1 hit, each thread in a slot of its own.
+    pub(crate) l1_hits: HitCounter,
+    /// Kept off the hit counter's cache lines.
     pub(crate) counters: CachePadded<Counters>,
 }
 
@@ -305,7 +272,7 @@ impl Stats {
     /// A table's counters, all zero.
     pub(crate) fn new() -> Self {
         Stats {
-            l1_hits: StripedCounter::new(),
+            l1_hits: HitCounter::new(),
             counters: CachePadded::new(Counters::default()),
         }
     }
@@ -323,7 +290,7 @@ mod tests {
 
     /// Hits from many threads all land in the sum.
     #[test]
-    fn striped_hits_sum_across_threads() {
+    fn hits_from_many_threads_all_land_in_the_sum() {
         let stats = Stats::new();
         std::thread::scope(|s| {
             for _ in 0..8 {
