@@ -47,13 +47,16 @@ type Run<'a> = Box<dyn FnMut(u64) -> Duration + 'a>;
 struct Row<'a> {
     title: String,
     batch: u64,
+    /// Interleaved rounds: the run's count, or more and shorter ones for a row whose baseline
+    /// shifts between modes (the L2 row).
+    rounds: usize,
     contenders: Vec<(&'static str, Run<'a>)>,
 }
 
-/// Runs `rounds` interleaved rounds of `row` and prints each contender's median per operation and
+/// Runs `row.rounds` interleaved rounds of `row` and prints each contender's median per operation and
 /// EchoStore's ratio to each other contender (the median of the per-round ratios).
-fn interleaved(row: &mut Row<'_>, rounds: usize) -> Vec<Ratio> {
-    let n = row.contenders.len();
+fn interleaved(row: &mut Row<'_>) -> Vec<Ratio> {
+    let (n, rounds) = (row.contenders.len(), row.rounds);
     let mut per_op: Vec<Vec<f64>> = vec![Vec::new(); n];
     // A warm-up round, not recorded.
     for (_, run) in &mut row.contenders {
@@ -284,7 +287,11 @@ fn peers(c: &mut Criterion) {
         });
         rows.push(Row {
             title: format!("an L2 hit, {keys} keys, {VALUE_BYTES}-byte values"),
-            batch: size(4_000, 500) as u64,
+            // Ten times the rounds, each a tenth as long: the loopback round trip here switches
+            // between two modes (docs/benchmarks.md) every few hundred ms, and a round that long
+            // often met one mode on one side and the other on the other.
+            batch: size(400, 50) as u64,
+            rounds: rounds * 10,
             contenders: vec![("echostore L2 hit", fetch), ("raw GET", raw)],
         });
     }
@@ -313,6 +320,7 @@ fn peers(c: &mut Criterion) {
         rows.push(Row {
             title: format!("a herd of {callers} misses on one key, 5 ms source"),
             batch: size(5, 2) as u64,
+            rounds,
             contenders: vec![
                 ("echostore herd", herd_run(leak(table_herd))),
                 ("bare single-flight", herd_run(leak(bare_herd))),
@@ -373,6 +381,7 @@ fn peers(c: &mut Criterion) {
         rows.push(Row {
             title: format!("an L1 hit in an async loop, {l1_keys} random keys"),
             batch: size(400_000, 20_000) as u64,
+            rounds,
             contenders: vec![
                 ("echostore L1 hit", echostore),
                 ("echostore L1 hit with a subscriber", with_events),
@@ -421,6 +430,7 @@ fn peers(c: &mut Criterion) {
         rows.push(Row {
             title: format!("misses on distinct ids, {MISS_TASKS} tasks"),
             batch: size(80_000, 8_000) as u64,
+            rounds,
             contenders: vec![
                 ("echostore miss", echostore),
                 ("moka get_with", moka),
@@ -431,7 +441,7 @@ fn peers(c: &mut Criterion) {
 
     let mut summary = Vec::new();
     for row in &mut rows {
-        summary.push((row.title.clone(), interleaved(row, rounds)));
+        summary.push((row.title.clone(), interleaved(row)));
     }
     for (at, row) in rows.iter_mut().enumerate() {
         criterion_row(c, row, at == 1);
