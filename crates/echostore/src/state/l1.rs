@@ -131,7 +131,7 @@ impl<K: Key, V: Send + Sync + 'static> L1<K, V> {
 }
 
 impl<K: Key, V: Send + Sync + 'static> L1Cache<K, V> for L1<K, V> {
-    // Inline in the caller's hit path: a call here measurably slows a loop of hits.
+    // Inline in the caller's hit path: one call fewer between one hit's lookup and the next's.
     #[inline(always)]
     fn get<Q>(&self, id: &Q) -> Option<Entry<V>>
     where
