@@ -25,13 +25,24 @@ pub async fn until_async(what: &str, mut cond: impl AsyncFnMut() -> bool) {
     }
 }
 
-/// Waits until `table`'s stats satisfy `cond`.
+/// Waits until `table`'s stats satisfy `cond`; a timeout says what the stats were last.
 pub async fn until_stats<K: Key, V: Value>(
     table: &Table<K, V>,
     what: &str,
     cond: impl Fn(&TableStats) -> bool,
 ) {
-    until(what, || cond(&table.stats())).await;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let stats = table.stats();
+        if cond(&stats) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}; the stats last: {stats:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// Waits until `table` has no flight and no waiter left (`in_flight == 0`), which
