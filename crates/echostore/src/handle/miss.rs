@@ -48,7 +48,7 @@ use crate::error::Result;
 use crate::fetched::{Fetched, Origin};
 use crate::shard::flights::Admitted;
 use crate::shard::owner::owner_ref::OwnerRef;
-use crate::shard::owner::{OwnerMsg, Start, spawn_fill};
+use crate::shard::owner::{OwnerMsg, Start, launch_fill};
 use crate::state::board::{Admission, Entered, ReadId};
 use crate::state::core::TableCore;
 use crate::state::l1::L1Cache;
@@ -116,7 +116,8 @@ async fn ask<K: Key, V: Value>(
 /// The miss admitted on the caller's own task, as the owner would admit it now
 /// ([`Board::admit`](crate::state::board::Board::admit)): it joins the current flight, takes
 /// L1's fresh entry, or starts the flight and launches it itself, so a cold miss's answer
-/// crosses two task hand-offs (to the flight and back), not three. `None`: the owner admits it
+/// crosses two task hand-offs (to the flight and back), not three, and none if the fill never
+/// waits ([`launch_fill`]). `None`: the owner admits it
 /// (something of the id is in motion, its owner is restarting, or there is no runtime to launch
 /// a flight on).
 fn admit_here<K: Key, V: Value>(
@@ -145,7 +146,7 @@ fn admit_here<K: Key, V: Value>(
                 read,
                 ..Start::default()
             };
-            spawn_fill(Arc::clone(owner.core()), actor, id.clone(), flight, start);
+            launch_fill(Arc::clone(owner.core()), actor, id.clone(), flight, start);
             Some(Admitted::Flight { cell, leads: true })
         }
         Admission::Owner => None,

@@ -140,7 +140,7 @@ mod schema_lease;
 
 pub(crate) use batches::Gather;
 use landings::land_on_own_task;
-pub(crate) use launches::{Start, spawn_fill};
+pub(crate) use launches::{Start, launch_fill};
 pub(crate) use marked::poll_marks;
 pub(crate) use schema_lease::keep_schema;
 

@@ -1,6 +1,7 @@
-//! How the owner starts a flight: as a task of its own that runs the fill (`crate::flight::fill`),
+//! How a flight starts: as a task of its own that runs the fill (`crate::flight::fill`),
 //! signals the owner on the way, lands on its own task when it may (`landings::land_on_own_task`)
-//! and reports its landing; the owner goes on serving meanwhile.
+//! and reports its landing; the owner goes on serving meanwhile. A caller that admitted the
+//! flight itself runs it on its own task up to its first wait ([`launch_fill`]).
 
 use super::*;
 
@@ -48,6 +49,38 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
     flight: FlightId,
     start: Start<V>,
 ) {
+    tokio::spawn(fill_task(core, owner, id, flight, start));
+}
+
+/// Like [`spawn_fill`], for a caller that admitted the flight itself: the fill is polled once
+/// on the caller's task first, and spawned only if that poll left it pending. A loader that
+/// answers at once (no Valkey, a value computed in memory) then lands with no task hand-off,
+/// as moka's `get_with` does; a fill that waits on anything is a task of its own from its first
+/// wait on, so no joiner ever depends on the caller polling its own read.
+pub(crate) fn launch_fill<K: Key, V: Value>(
+    core: Arc<TableCore<K, V>>,
+    owner: ActorRef<OwnerMsg<K, V>>,
+    id: K,
+    flight: FlightId,
+    start: Start<V>,
+) {
+    let mut fill = Box::pin(fill_task(core, owner, id, flight, start));
+    // Nothing must wake this caller for the fill: the spawned task polls it again at once,
+    // with its own waker, which is the one a pending future wakes.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if fill.as_mut().poll(&mut cx).is_pending() {
+        tokio::spawn(fill);
+    }
+}
+
+/// The fill of `owner`'s flight `flight` of `id`, as the future a task runs.
+fn fill_task<K: Key, V: Value>(
+    core: Arc<TableCore<K, V>>,
+    owner: ActorRef<OwnerMsg<K, V>>,
+    id: K,
+    flight: FlightId,
+    start: Start<V>,
+) -> impl Future<Output = ()> + Send + 'static {
     let Start {
         refreshing,
         losers,
@@ -61,7 +94,7 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
         echostore.origin = tracing::field::Empty,
         echostore.load_ms = tracing::field::Empty,
     );
-    tokio::spawn(async move {
+    async move {
         let signals = signals_to(owner.clone(), id.clone(), flight);
         let fill = Fill::new(&core, &id, &signals)
             .losing_by(losers)
@@ -93,7 +126,7 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
             refresh: refreshing.is_some(),
             outcome,
         });
-    });
+    }
 }
 
 /// The signals of `flight` of `id`, cast to `owner` as they come.
