@@ -41,13 +41,19 @@ pub async fn coherent_store(url: &str, namespace: Option<&str>) -> Store {
     store
 }
 
-/// A store on `url`.
+/// A store on `url`, once its coherence is up. A store serves before its tracking connection
+/// has subscribed, and the subscription then drops what the store holds and overtakes its
+/// flights (what they read may have changed unseen): a herd a test starts meanwhile would meet a
+/// second flight of its id, which loses the lock to the first (one source read still, but not
+/// the one flight the test counts on).
 pub async fn store_on(url: &str) -> Store {
-    builder_on(url)
+    let store = builder_on(url)
         .require_valkey(true)
         .build()
         .await
-        .expect("store on valkey")
+        .expect("store on valkey");
+    super::until("tracking is up", || store.is_coherent()).await;
+    store
 }
 
 /// A store on `url` that waits `timeout` for each reply: a long one makes a hold at a proxy a
