@@ -47,13 +47,7 @@ pub async fn coherent_store(url: &str, namespace: Option<&str>) -> Store {
 /// second flight of its id, which loses the lock to the first (one source read still, but not
 /// the one flight the test counts on).
 pub async fn store_on(url: &str) -> Store {
-    let store = builder_on(url)
-        .require_valkey(true)
-        .build()
-        .await
-        .expect("store on valkey");
-    super::until("tracking is up", || store.is_coherent()).await;
-    store
+    coherent_store(url, None).await
 }
 
 /// A store on `url` that waits `timeout` for each reply: a long one makes a hold at a proxy a

@@ -18,11 +18,7 @@ pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
 /// Waits until the async `cond` holds (for conditions that ask Valkey, or fetch); panics after
 /// 30 s.
 pub async fn until_async(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(POLL).await;
-    }
+    poll_until(what, async || (!cond().await).then_some(Unmet)).await;
 }
 
 /// Waits until `table`'s stats satisfy `cond`; a timeout says what the stats were last.
@@ -31,15 +27,21 @@ pub async fn until_stats<K: Key, V: Value>(
     what: &str,
     cond: impl Fn(&TableStats) -> bool,
 ) {
+    poll_until(what, async || Some(table.stats()).filter(|s| !cond(s))).await;
+}
+
+/// What a plain condition says while it does not hold.
+#[derive(Debug)]
+struct Unmet;
+
+/// The one wait loop: checks until `check` answers `None`, and on timeout panics with what it
+/// answered last.
+async fn poll_until<T: std::fmt::Debug>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) {
     let deadline = Instant::now() + DEADLINE;
-    loop {
-        let stats = table.stats();
-        if cond(&stats) {
-            return;
-        }
+    while let Some(last) = check().await {
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for: {what}; the stats last: {stats:?}"
+            "timed out waiting for: {what}; last seen: {last:?}"
         );
         tokio::time::sleep(POLL).await;
     }
