@@ -310,7 +310,9 @@ impl Run<'_> {
     }
 
     /// The `divergent` rule: after each group of overlapping writes, the reads of the quiet
-    /// stretch agree.
+    /// stretch agree. `reads` are in the order of their ends, so each stretch's reads are found
+    /// by bisection: a long run's history is checked in time linear in its reads, not in its
+    /// reads times its writes.
     fn divergence(&mut self, ops: &[&Op], reads: &[&Op], flagged: &[bool]) {
         let mut writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
         writes.sort_by_key(|w| w.start);
@@ -330,7 +332,7 @@ impl Run<'_> {
             // write of the same group already moved on (docs/consistency.md, "Schemas").
             let schemas = self.bounds.schemas.max(1);
             for schema in 0..schemas {
-                let quiet: Vec<usize> = (0..reads.len())
+                let quiet: Vec<usize> = ending_within(reads, from, to)
                     .filter(|&r| reads[r].process % schemas == schema)
                     .filter(|&r| !flagged[r] && reads[r].start > from && reads[r].end < to)
                     .collect();
@@ -366,35 +368,11 @@ impl Run<'_> {
             .collect();
         loads.sort_by_key(|l| l.start);
         self.findings.source_reads += loads.len() as u64;
-        let mut setters: Vec<&Op> = ops
-            .iter()
-            .copied()
-            .filter(|o| o.ok && matches!(o.action, Action::Load | Action::Put))
-            .collect();
-        setters.sort_by_key(|s| s.start);
-        // Each schema keeps copies of its own: only a load or put of the load's schema covers it.
-        let schemas = self.bounds.schemas.max(1);
-        let schema = move |op: &Op| op.process % schemas;
-        let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
+        let setters = covering::Setters::new(ops);
         for load in loads {
-            let earlier = setters.partition_point(|s| s.start < load.start);
-            // A load's flight took its lock, and a put began, up to `B` before the times on
-            // record: a write that ended within `B` before a load began may have dropped that
-            // load's lock (and its value with it), and a put that ended within `B` before a load
-            // began may have landed after the load's flight found nothing.
-            let b = self.bounds.staleness;
-            let covering = setters[..earlier].iter().rev().find(|set| {
-                !std::ptr::eq(**set, load)
-                    && schema(set) == schema(load)
-                    && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
-                    && load.start < set.end.saturating_add(self.bounds.fresh_for)
-                    && !writes.iter().any(|w| {
-                        !std::ptr::eq(*w, **set)
-                            && w.start < load.start
-                            && w.end.saturating_add(b) > set.start
-                    })
-            });
-            let Some(set) = covering else { continue };
+            let Some(set) = setters.covering(load, &self.bounds) else {
+                continue;
+            };
             if self.excused_since(set.start, load.start) {
                 self.findings.excused_source_reads += 1;
             } else {
@@ -500,6 +478,13 @@ fn how(read: &Op) -> String {
     }
 }
 
+/// The positions in `reads` (in the order of their ends) of the reads that ended after `from`
+/// and before `to`: every read that began after `from` and ended before `to` is among them.
+fn ending_within(reads: &[&Op], from: u64, to: u64) -> std::ops::Range<usize> {
+    let first = reads.partition_point(|r| r.end <= from);
+    first..reads.partition_point(|r| r.end < to).max(first)
+}
+
 /// The version the fleet settled on in a quiet stretch: the one the most processes returned,
 /// then the one returned most often.
 fn settled_version<'a>(reads: impl Iterator<Item = &'a Op>) -> Option<u64> {
@@ -517,5 +502,6 @@ fn settled_version<'a>(reads: impl Iterator<Item = &'a Op>) -> Option<u64> {
         .map(|(v, _)| v)
 }
 
+mod covering;
 #[cfg(test)]
 mod tests;

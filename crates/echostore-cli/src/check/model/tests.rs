@@ -303,3 +303,114 @@ fn a_read_below_its_at_least_version_breaks_at_least() {
     let ops = vec![put(0, 1, 100, 110), put(0, 2, 290, 400), below, met];
     only(&ops, "at_least", |v| v.at_least);
 }
+
+/// Random histories of one id: reads, loads and writes of three processes, some long, some
+/// failed, many overlapping; the same for every run of the test.
+fn random_histories() -> impl Iterator<Item = Vec<Op>> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(33);
+    (0..400).map(move |_| {
+        // Sparse histories too, where an old, long setter can still cover a load.
+        let n = rng.random_range(5..150);
+        (0..n)
+            .map(|v| {
+                let action = [
+                    Action::Read,
+                    Action::Read,
+                    Action::Load,
+                    Action::Put,
+                    Action::Invalidate,
+                    Action::Delete,
+                ][rng.random_range(0..6)];
+                let start = rng.random_range(0..20_000);
+                let long = rng.random_bool(0.1);
+                let took = match rng.random_range(0..10) {
+                    0 => 0, // within one tick of the clock
+                    _ => rng.random_range(0..if long { 8_000 } else { 800 }),
+                };
+                let mut made = op(rng.random_range(0..3), action, v, start, start + took);
+                made.ok = rng.random_bool(0.9);
+                made
+            })
+            .collect()
+    })
+}
+
+/// The one-read rule's search by bisection finds, for every load, the very setter the scan it
+/// replaced found (the scan, kept here as the oracle: every earlier setter, every write).
+#[test]
+fn the_covering_search_finds_what_a_full_scan_finds() {
+    for schemas in [1, 2] {
+        let bounds = Bounds {
+            staleness: 300,
+            fresh_for: 3_000,
+            schemas,
+            ..bounds()
+        };
+        for history in random_histories() {
+            let ops: Vec<&Op> = history.iter().collect();
+            let setters = covering::Setters::new(&ops);
+            for load in ops.iter().filter(|o| o.action == Action::Load) {
+                let found = setters.covering(load, &bounds);
+                let scanned = covering_by_scan(&ops, load, &bounds);
+                assert!(
+                    found.map(|o| o as *const Op) == scanned.map(|o| o as *const Op),
+                    "{load:?}: {found:?} against {scanned:?}"
+                );
+            }
+        }
+    }
+}
+
+fn covering_by_scan<'a>(ops: &[&'a Op], load: &Op, bounds: &Bounds) -> Option<&'a Op> {
+    let mut setters: Vec<&Op> = ops
+        .iter()
+        .copied()
+        .filter(|o| o.ok && matches!(o.action, Action::Load | Action::Put))
+        .collect();
+    setters.sort_by_key(|s| s.start);
+    let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
+    let (schemas, b) = (bounds.schemas.max(1), bounds.staleness);
+    let earlier = setters.partition_point(|s| s.start < load.start);
+    setters[..earlier]
+        .iter()
+        .rev()
+        .find(|set| {
+            !std::ptr::eq(**set, load)
+                && set.process % schemas == load.process % schemas
+                && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
+                && load.start < set.end.saturating_add(bounds.fresh_for)
+                && !writes.iter().any(|w| {
+                    !std::ptr::eq(*w, **set)
+                        && w.start < load.start
+                        && w.end.saturating_add(b) > set.start
+                })
+        })
+        .copied()
+}
+
+/// The quiet stretch's reads found by bisection are exactly those a scan of every read finds.
+#[test]
+fn a_quiet_stretch_holds_every_read_a_full_scan_finds() {
+    for history in random_histories() {
+        let mut reads: Vec<&Op> = history.iter().collect();
+        reads.sort_by_key(|r| r.end);
+        // Stretches whose bounds fall on reads' own starts and ends, and one past them.
+        let points: Vec<u64> = reads
+            .iter()
+            .take(6)
+            .flat_map(|r| [r.start, r.start + 1, r.end, r.end + 1])
+            .collect();
+        let stretches = points
+            .iter()
+            .flat_map(|&from| points.iter().map(move |&to| (from, to)));
+        for (from, to) in stretches {
+            let quiet = |r: &&Op| r.start > from && r.end < to;
+            let scanned: Vec<usize> = (0..reads.len()).filter(|&r| quiet(&reads[r])).collect();
+            let bisected: Vec<usize> = ending_within(&reads, from, to)
+                .filter(|&r| quiet(&reads[r]))
+                .collect();
+            assert_eq!(bisected, scanned, "from {from} to {to}");
+        }
+    }
+}

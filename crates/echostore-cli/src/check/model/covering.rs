@@ -1,0 +1,107 @@
+//! The one-read rule's search: which earlier load or put of an id still covered a load of it
+//! (its value fresh, no write in between that could have dropped it). Both searches are
+//! bisections over sorted arrays, so a long run's history is checked in time near linear in its
+//! operations rather than in loads times writes.
+
+use super::{Action, Bounds, Op};
+
+/// The successful loads and puts of one id (the operations that set its value), and every write
+/// of it, arranged for [`Setters::covering`].
+pub(super) struct Setters<'a> {
+    /// Loads and puts, by start.
+    by_start: Vec<&'a Op>,
+    /// The longest any of them took: how far back a setter can still have ended late.
+    longest: u64,
+    writes: Writes<'a>,
+}
+
+impl<'a> Setters<'a> {
+    pub(super) fn new(ops: &[&'a Op]) -> Self {
+        let mut by_start: Vec<&Op> = ops
+            .iter()
+            .copied()
+            .filter(|o| o.ok && matches!(o.action, Action::Load | Action::Put))
+            .collect();
+        by_start.sort_by_key(|s| s.start);
+        let longest = by_start.iter().map(|s| s.end.saturating_sub(s.start)).max();
+        Setters {
+            by_start,
+            longest: longest.unwrap_or(0),
+            writes: Writes::new(ops),
+        }
+    }
+
+    /// The latest setter that began before `load` and whose value `load` should have found: of
+    /// the load's schema, a load or a put that ended more than `B` before it, still fresh when
+    /// it began, and no other write begun before it that ended after the setter began (less `B`).
+    ///
+    /// A load's flight took its lock, and a put began, up to `B` before the times on record: a
+    /// write that ended within `B` before a load began may have dropped that load's lock (and its
+    /// value with it), and a put that ended within `B` before a load began may have landed after
+    /// the load's flight found nothing.
+    pub(super) fn covering(&self, load: &Op, bounds: &Bounds) -> Option<&'a Op> {
+        let schemas = bounds.schemas.max(1);
+        let b = bounds.staleness;
+        let earlier = self.by_start.partition_point(|s| s.start < load.start);
+        self.by_start[..earlier]
+            .iter()
+            .rev()
+            // Earlier still, none can have ended within a fresh life of the load.
+            .take_while(|set| {
+                let latest_end = set.start.saturating_add(self.longest);
+                load.start < latest_end.saturating_add(bounds.fresh_for)
+            })
+            .find(|set| {
+                !std::ptr::eq(**set, load)
+                    && set.process % schemas == load.process % schemas
+                    && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
+                    && load.start < set.end.saturating_add(bounds.fresh_for)
+                    && self
+                        .writes
+                        .latest_end_before(load.start, set)
+                        .is_none_or(|end| end.saturating_add(b) <= set.start)
+            })
+            .copied()
+    }
+}
+
+/// The writes of one id by start, with the two latest ends among the writes up to each: the
+/// latest end of a write begun before a moment, leaving one write out, in one bisection.
+struct Writes<'a> {
+    starts: Vec<u64>,
+    latest_two: Vec<[Option<(u64, &'a Op)>; 2]>,
+}
+
+impl<'a> Writes<'a> {
+    fn new(ops: &[&'a Op]) -> Self {
+        let mut writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
+        writes.sort_by_key(|w| w.start);
+        let mut top: [Option<(u64, &Op)>; 2] = [None, None];
+        let latest_two = writes
+            .iter()
+            .map(|w| {
+                let entry = Some((w.end, *w));
+                if top[0].is_none_or(|(end, _)| w.end > end) {
+                    top = [entry, top[0]];
+                } else if top[1].is_none_or(|(end, _)| w.end > end) {
+                    top[1] = entry;
+                }
+                top
+            })
+            .collect();
+        Writes {
+            starts: writes.iter().map(|w| w.start).collect(),
+            latest_two,
+        }
+    }
+
+    /// The latest end among the writes begun before `before`, `except` left out.
+    fn latest_end_before(&self, before: u64, except: &Op) -> Option<u64> {
+        let n = self.starts.partition_point(|&s| s < before);
+        let top = self.latest_two.get(n.checked_sub(1)?)?;
+        top.iter()
+            .flatten()
+            .find(|(_, w)| !std::ptr::eq(*w, except))
+            .map(|(end, _)| *end)
+    }
+}
