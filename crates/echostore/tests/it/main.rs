@@ -33,6 +33,7 @@ mod a_source_budget_bounds_the_fleets_loads;
 mod a_spent_source_budget_follows_the_loser_policy;
 mod a_values_own_ttl_is_its_life_everywhere;
 mod a_version_carried_between_replicas_is_read;
+mod an_answer_kept_nowhere_retires_older_stale_copies;
 mod an_audit_sees_stale_hits;
 mod bad_input_gets_a_clear_error_and_loses_nothing;
 mod batch_reads_across_processes;

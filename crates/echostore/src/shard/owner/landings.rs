@@ -88,8 +88,9 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 return self.fly_again(myself, id, landed);
             }
             Ok(Landing::Filled(filled)) if landed.store => {
-                if let Some(entry) = filled.keep {
-                    self.core.keep(id.clone(), entry, filled.fingerprint);
+                match filled.keep {
+                    Some(entry) => self.core.keep(id.clone(), entry, filled.fingerprint),
+                    None => self.retire_stand_in(id, &filled.fetched),
                 }
                 Ok(self.answered_own(id, &landed, filled.fetched))
             }
@@ -99,7 +100,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             // process has answered, and its next read would go back.
             Ok(Landing::Filled(filled)) => Ok(match self.l1_hit(id) {
                 Some(hit) => hit,
-                None => self.answered_own(id, &landed, filled.fetched),
+                None => {
+                    self.retire_stand_in(id, &filled.fetched);
+                    self.answered_own(id, &landed, filled.fetched)
+                }
             }),
             Err(e) => Err(self.load_failed(id, refresh, landed.flight.waiters(), e)),
         };
@@ -135,6 +139,26 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             bump(&counters.errors);
         }
         e
+    }
+
+    /// The callers are about to be answered `answer`, a value read just now (from Valkey or the
+    /// source) that L1 keeps nowhere. L1's entry of `id`, if it is no longer fresh (expired,
+    /// capped when coherence was lost, waiting for key tracking's confirmation), may be older:
+    /// served later as a stale copy (fail-safe, a soft timeout, a spent budget) it would take
+    /// this process back in time, so it goes, with any confirmation it waits for. Under the
+    /// board's lock, so a read settling a fresh entry meanwhile keeps it.
+    fn retire_stand_in(&self, id: &K, answer: &Fetched<V>) {
+        if !matches!(answer.origin, Origin::Loaded | Origin::L2) {
+            return;
+        }
+        let l1 = &self.core.l1;
+        self.core.board(id).change_or_make(id.clone(), |state| {
+            if l1.get(id).is_some_and(|entry| entry.is_fresh()) {
+                return;
+            }
+            state.unconfirmed = None;
+            l1.remove(id);
+        });
     }
 
     /// A flight's callers take what it read. If it had been overtaken, the id's current flight

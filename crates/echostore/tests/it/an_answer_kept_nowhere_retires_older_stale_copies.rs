@@ -1,0 +1,101 @@
+//! A flight whose value L1 keeps nowhere (overtaken by a lost tracking connection, with Valkey
+//! down) still answers its callers what it loaded; L1's older copy, no longer fresh, must not
+//! outlive that answer as a stale stand-in, or the next read that serves a stale copy (fail-safe,
+//! a soft timeout, a spent budget) takes the process back in time. Found by `echostore check
+//! --faults all --tracking keys` (120 s, six processes): during an outage a process answered
+//! v6123 from its own load and then v6120, L1's capped copy, as a stale answer.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{on_task, until, valkey};
+use echostore::{Store, Table};
+use tokio::sync::watch;
+
+/// A source whose n-th read answers `v<n>`; the second waits for the gate, the third fails.
+#[derive(Clone)]
+struct Rows {
+    reads: Arc<AtomicUsize>,
+    gate: watch::Sender<bool>,
+}
+
+impl Rows {
+    fn new() -> Self {
+        Rows {
+            reads: Arc::new(AtomicUsize::new(0)),
+            gate: watch::Sender::new(false),
+        }
+    }
+
+    async fn read(self) -> Result<String, std::io::Error> {
+        let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == 2 {
+            let mut open = self.gate.subscribe();
+            let _ = open.wait_for(|open| *open).await;
+        }
+        match n {
+            3 => Err(std::io::Error::other("the source is down")),
+            n => Ok(format!("v{n}")),
+        }
+    }
+}
+
+async fn table(store: &Store, rows: &Rows) -> Table<u64, String> {
+    let rows = rows.clone();
+    store
+        .table::<u64, String>("kept-nowhere")
+        .ttl(Duration::from_millis(200))
+        .stale_for(Duration::from_secs(3600))
+        .jitter(0.0)
+        .early_refresh(0.0)
+        .fail_safe(true)
+        .loader(move |_id: u64| rows.clone().read())
+        .build()
+        .await
+        .expect("table")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_kept_nowhere_retires_the_older_stale_copy() {
+    let mut valkey = valkey();
+    let store = Store::builder()
+        .valkey(valkey.url())
+        .valkey_timeout(Duration::from_millis(500))
+        .breaker_cooldown(Duration::from_secs(3600))
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    let rows = Rows::new();
+    let t = table(&store, &rows).await;
+
+    assert_eq!(*t.get(&1).await.expect("v1"), "v1");
+    // v1's freshness ends; L1 keeps it as a stale copy (its window is an hour).
+    until("v1 is no longer fresh", || t.peek_local(&1).is_none()).await;
+    let second = on_task(&t, |t| async move { t.get(&1).await });
+    until("the second read loads", || {
+        rows.reads.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    // Valkey goes away under the flight: the tracking connection is lost, which overtakes it.
+    valkey.stop();
+    until("coherence is lost", || !store.is_coherent()).await;
+    rows.gate.send_replace(true);
+    let second = second.await.expect("task").expect("the flight's own load");
+    assert_eq!(*second, "v2", "the overtaken flight answers what it loaded");
+
+    // The third read's load fails; fail-safe may serve a stale copy, but never one older than
+    // what this process already answered.
+    let third = t.get(&1).await;
+    assert_eq!(
+        rows.reads.load(Ordering::SeqCst),
+        3,
+        "the third read loaded"
+    );
+    if let Ok(value) = &third {
+        assert_eq!(**value, "v2", "a stale answer older than the last one");
+    }
+}
