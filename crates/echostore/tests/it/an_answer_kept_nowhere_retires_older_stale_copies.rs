@@ -87,15 +87,22 @@ async fn an_answer_kept_nowhere_retires_the_older_stale_copy() {
     let second = second.await.expect("task").expect("the flight's own load");
     assert_eq!(*second, "v2", "the overtaken flight answers what it loaded");
 
-    // The third read's load fails; fail-safe may serve a stale copy, but never one older than
-    // what this process already answered.
+    // The third read's load fails. Fail-safe serves a stale copy only if one at least as new as
+    // v2 is at hand; v2 was kept nowhere and v1 is older, so the loader's error comes back.
+    let served_before = t.stats().fail_safe_served;
     let third = t.get(&1).await;
     assert_eq!(
         rows.reads.load(Ordering::SeqCst),
         3,
         "the third read loaded"
     );
-    if let Ok(value) = &third {
-        assert_eq!(**value, "v2", "a stale answer older than the last one");
+    match third {
+        Ok(value) => panic!("answered {value} after v2: a stale copy older than the last answer"),
+        Err(e) => assert!(e.to_string().contains("the source is down"), "{e}"),
     }
+    assert_eq!(
+        t.stats().fail_safe_served,
+        served_before,
+        "no stale copy served"
+    );
 }
