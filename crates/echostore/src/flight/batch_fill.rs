@@ -33,10 +33,12 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::join_all;
+use tokio::time::Instant;
 
 use self::on_valkey::{ToWrite, Wrote};
 use crate::error::{Error, Result};
 use crate::flight::fill::Fill;
+use crate::flight::losers::{self, Wait};
 use crate::state::core::{TableCore, millis};
 use crate::state::flight_id::FlightId;
 use crate::state::stale::{Landing, Signal, Stale};
@@ -280,8 +282,9 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
     }
 
     /// Members whose lock a write elsewhere dropped while they loaded answer what Valkey holds
-    /// now when it is fresh, as the single fill does (`Fill::fenced_out`): later reads there
-    /// find that copy, so answering the loaded row, when newer, would make them go back.
+    /// now when it is fresh, or what the lock's new holder writes, as the single fill does
+    /// (`Fill::fenced_out`): later reads there find that copy, so answering the loaded row,
+    /// when newer, would make them go back.
     async fn fenced_out(
         &self,
         l2: &L2,
@@ -289,13 +292,21 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         landings: &mut [Option<Result<Landing<V>>>],
         fenced_out: Vec<usize>,
     ) {
-        let max = self.core.config.max_value_bytes;
         for i in fenced_out {
-            let Ok(bytes) = l2.get(&members[i].names, max).await else {
-                continue;
+            let m = &members[i];
+            let wake = self.core.watch([(&m.id, &m.names)]);
+            let wait = Wait {
+                l2,
+                names: &m.names,
+                max_bytes: self.core.config.max_value_bytes,
+                every: losers::FENCED_OUT_POLL,
+                deadline: Instant::now() + self.core.config.lock_ttl,
+                wake: wake.as_deref(),
             };
-            if let Some(env) = self.decode(bytes)
-                && env.is_fresh(self.core.now_ms())
+            let reading = || self.report.signal(&m.id, m.flight, Signal::Reading);
+            let decode = |bytes| self.decode(bytes);
+            if let Some(env) =
+                losers::after_fenced_out(wait, reading, &self.core.stats, decode).await
             {
                 bump(&self.core.stats.counters.l2_hits);
                 landings[i] = Some(Ok(Landing::Filled(self.core.l2_filled(env))));

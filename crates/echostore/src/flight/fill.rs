@@ -350,17 +350,25 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// A write elsewhere dropped this flight's lock while it loaded. What Valkey holds now is
     /// what every later read there finds until the next write lands, so a fresh copy there
     /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
-    /// those later reads go back. With nothing fresh there (an invalidation's `DEL` landed), the
-    /// loaded row answers, kept nowhere: later reads load again.
+    /// those later reads go back. So does the copy of a flight that took the lock over since
+    /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL` landed and nobody
+    /// reloads), the loaded row answers, kept nowhere: later reads load again.
     async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Filled<V> {
-        let max = self.core.config.max_value_bytes;
-        if let Ok(bytes) = at.l2.get(&at.names, max).await
-            && let Some(env) = self.decode(bytes)
-            && self.takes(&env)
-        {
-            return self.l2_hit(env);
+        let wake = self.core.watch([(self.id, &at.names)]);
+        let wait = Wait {
+            l2: at.l2,
+            names: &at.names,
+            max_bytes: self.core.config.max_value_bytes,
+            every: losers::FENCED_OUT_POLL,
+            deadline: Instant::now() + self.core.config.lock_ttl,
+            wake: wake.as_deref(),
+        };
+        let reading = || (self.signals)(Signal::Reading);
+        let decode = |bytes| self.decode(bytes);
+        match losers::after_fenced_out(wait, reading, &self.core.stats, decode).await {
+            Some(env) if self.takes(&env) => self.l2_hit(env),
+            _ => Filled::answer_only(value, Origin::Loaded),
         }
-        Filled::answer_only(value, Origin::Loaded)
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this

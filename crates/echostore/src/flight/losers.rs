@@ -19,6 +19,10 @@ use crate::valkey::l2::L2;
 use crate::valkey::lock;
 use crate::wire::key::KeyNames;
 
+/// How often a fenced-out flight re-reads Valkey while it waits for the lock's new holder
+/// ([`after_fenced_out`]; with coherence up, the holder's write wakes it at once).
+pub(crate) const FENCED_OUT_POLL: Duration = Duration::from_millis(10);
+
 /// The longest pause between retries of a failed poll.
 const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
@@ -106,5 +110,29 @@ pub(crate) async fn poll<V>(
                 pause = (pause * 2).min(MAX_BACKOFF.max(every));
             }
         }
+    }
+}
+
+/// What a flight whose lock a write elsewhere dropped while it loaded finds on Valkey: a fresh
+/// copy there now, or, with none but the lock held again, the copy its new holder writes, waited
+/// for as a loser waits (`wait`). That holder may have read the source before this flight did,
+/// and its copy is what every later read there finds, so answering the loaded row instead could
+/// make those reads go back. `None`: no fresh copy and no holder, the wait ended without one, or
+/// Valkey could not be read.
+pub(crate) async fn after_fenced_out<V>(
+    wait: Wait<'_>,
+    reading: impl Fn(),
+    stats: &Stats,
+    decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
+) -> Option<Envelope<V>> {
+    let (bytes, locked) = lock::poll(wait.l2, wait.names, wait.max_bytes).await.ok()?;
+    match decode(bytes) {
+        Some(env) if env.is_fresh(wait.l2.now_ms()) => return Some(env),
+        _ if !locked => return None,
+        _ => {}
+    }
+    match poll(wait, reading, stats, decode).await {
+        Ok(PollEnd::Fresh(env)) => Some(env),
+        _ => None,
     }
 }

@@ -230,3 +230,120 @@ async fn an_overtaken_flight_that_read_a_newer_row_answers_l1() {
         "the overtaken flight answers what L1 holds, so the next read does not go back"
     );
 }
+
+/// When a gated loader reads the source's row: before its first call waits at the gate, or after.
+#[derive(Clone, Copy)]
+enum Reads {
+    BeforeTheGate,
+    AfterTheGate,
+}
+
+/// A table `overtaken` on its own store at `url`, whose loader counts its calls and answers the
+/// source's row as `v<row>`; its first call waits for `gate`, reading the row as `reads` says.
+async fn gated_table(
+    url: &str,
+    row: &Arc<std::sync::atomic::AtomicU64>,
+    calls: &Arc<AtomicUsize>,
+    gate: &Arc<tokio::sync::Notify>,
+    reads: Reads,
+) -> Table<u64, String> {
+    let (row, calls, gate) = (row.clone(), calls.clone(), gate.clone());
+    coherent_store(url, None)
+        .await
+        .table::<u64, String>("overtaken")
+        .ttl(Duration::from_secs(60))
+        .loader(move |_id: u64| {
+            let (row, calls, gate) = (row.clone(), calls.clone(), gate.clone());
+            async move {
+                let read_now = || format!("v{}", row.load(Ordering::SeqCst));
+                let early = matches!(reads, Reads::BeforeTheGate).then(read_now);
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    gate.notified().await;
+                }
+                Ok::<_, std::io::Error>(early.unwrap_or_else(read_now))
+            }
+        })
+        .build()
+        .await
+        .expect("table")
+}
+
+/// A flight whose lock was taken over while it loaded answers the new holder's copy, not what it
+/// read: here another process's flight took the lock and read an older row first, and writes it
+/// after this flight's load; answering the newer row would make the next read, which finds the
+/// older one on Valkey, go back. Found by `echostore check --faults all`, where a flight
+/// detached by a restart's flush loaded while a batch flight that had read the source before it
+/// held the new lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flight_that_lost_its_lock_answers_the_new_holders_value() {
+    let valkey = valkey();
+    let row = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let (here_calls, there_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (here_gate, there_gate) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let here = gated_table(
+        &valkey.url(),
+        &row,
+        &here_calls,
+        &here_gate,
+        Reads::AfterTheGate,
+    )
+    .await;
+    let there = gated_table(
+        &valkey.url(),
+        &row,
+        &there_calls,
+        &there_gate,
+        Reads::BeforeTheGate,
+    )
+    .await;
+
+    let overtaken = on_task(&here, |here| async move {
+        here.get(&1).await.expect("read").to_string()
+    });
+    until("this process's flight is loading", || {
+        here_calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The other process writes the id (dropping this flight's lock; its push overtakes the
+    // flight) and invalidates it, and its own read takes the lock and reads the source's row 1.
+    there.put(&1, "v0".to_owned()).await.expect("put");
+    common::until_stats(&here, "the put's push arrived", |s| s.invalidations >= 1).await;
+    there.invalidate(&1).await.expect("invalidate");
+    let other = on_task(&there, |there| async move {
+        there.get(&1).await.expect("read there").to_string()
+    });
+    until("the other process's flight is loading", || {
+        there_calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The source moves on; this process's flight reads row 2 and finds its lock gone and
+    // nothing on Valkey: it answers (or waits for the lock's new holder); only then does the
+    // other flight write row 1.
+    row.store(2, Ordering::SeqCst);
+    here_gate.notify_one();
+    until("this process's flight answered or waits", || {
+        let s = here.stats();
+        overtaken.is_finished() || s.poll_waits + s.push_wakeups >= 1
+    })
+    .await;
+    there_gate.notify_one();
+    assert_eq!(other.await.expect("task"), "v1");
+    let answered = overtaken.await.expect("task");
+    let next = here.get(&1).await.expect("read");
+    assert_eq!(
+        (answered.as_str(), next.as_str()),
+        ("v1", "v1"),
+        "the flight answers the lock holder's value, so the next read does not go back"
+    );
+    assert_eq!(
+        (
+            here_calls.load(Ordering::SeqCst),
+            there_calls.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "waiting read Valkey's copy, not the source"
+    );
+}
