@@ -238,112 +238,147 @@ enum Reads {
     AfterTheGate,
 }
 
-/// A table `overtaken` on its own store at `url`, whose loader counts its calls and answers the
-/// source's row as `v<row>`; its first call waits for `gate`, reading the row as `reads` says.
-async fn gated_table(
-    url: &str,
-    row: &Arc<std::sync::atomic::AtomicU64>,
-    calls: &Arc<AtomicUsize>,
-    gate: &Arc<tokio::sync::Notify>,
+/// One process's view of a source whose row both processes share: its loader's calls, and the
+/// gate its first call waits at, reading the row as `reads` says.
+#[derive(Clone)]
+struct GatedSource {
+    row: Arc<std::sync::atomic::AtomicU64>,
+    calls: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Notify>,
     reads: Reads,
-) -> Table<u64, String> {
-    let (row, calls, gate) = (row.clone(), calls.clone(), gate.clone());
-    coherent_store(url, None)
-        .await
-        .table::<u64, String>("overtaken")
-        .ttl(Duration::from_secs(60))
-        .loader(move |_id: u64| {
-            let (row, calls, gate) = (row.clone(), calls.clone(), gate.clone());
-            async move {
-                let read_now = || format!("v{}", row.load(Ordering::SeqCst));
-                let early = matches!(reads, Reads::BeforeTheGate).then(read_now);
-                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                    gate.notified().await;
-                }
-                Ok::<_, std::io::Error>(early.unwrap_or_else(read_now))
-            }
-        })
-        .build()
-        .await
-        .expect("table")
 }
 
-/// A flight whose lock was taken over while it loaded answers the new holder's copy, not what it
-/// read: here another process's flight took the lock and read an older row first, and writes it
-/// after this flight's load; answering the newer row would make the next read, which finds the
-/// older one on Valkey, go back. Found by `echostore check --faults all`, where a flight
-/// detached by a restart's flush loaded while a batch flight that had read the source before it
-/// held the new lock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flight_that_lost_its_lock_answers_the_new_holders_value() {
+impl GatedSource {
+    fn new(row: &Arc<std::sync::atomic::AtomicU64>, reads: Reads) -> GatedSource {
+        GatedSource {
+            row: Arc::clone(row),
+            calls: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(tokio::sync::Notify::new()),
+            reads,
+        }
+    }
+
+    /// One loader call: the row as `v<row>`.
+    async fn read(&self) -> String {
+        let read_now = || format!("v{}", self.row.load(Ordering::SeqCst));
+        let early = matches!(self.reads, Reads::BeforeTheGate).then(read_now);
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.gate.notified().await;
+        }
+        early.unwrap_or_else(read_now)
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn open(&self) {
+        self.gate.notify_one();
+    }
+}
+
+/// A table `overtaken` on its own store at `url`, loading from `source`: id by id, or with
+/// `batch` one call for every id.
+async fn gated_table(url: &str, source: &GatedSource, batch: bool) -> Table<u64, String> {
+    let builder = coherent_store(url, None)
+        .await
+        .table::<u64, String>("overtaken")
+        .ttl(Duration::from_secs(60));
+    let source = source.clone();
+    let table = if batch {
+        builder
+            .batch_loader(move |ids: Vec<u64>| {
+                let source = source.clone();
+                async move {
+                    let read = source.read().await;
+                    let rows = ids.into_iter().map(|id| (id, read.clone()));
+                    Ok::<_, std::io::Error>(rows.collect::<std::collections::HashMap<_, _>>())
+                }
+            })
+            .build()
+            .await
+    } else {
+        builder
+            .loader(move |_id: u64| {
+                let source = source.clone();
+                async move { Ok::<_, std::io::Error>(source.read().await) }
+            })
+            .build()
+            .await
+    };
+    table.expect("table")
+}
+
+/// The race of the two tests below: this process's read of id 1 (with `batch`, of ids 1 and 2
+/// in one batch) holds the lock and loads; another process writes the id (dropping that lock;
+/// its push overtakes the flight) and invalidates it, and its own read takes the lock and reads
+/// the source's row 1; the source moves to row 2, and this process's load reads it, finds its
+/// lock gone and nothing on Valkey, and answers (or waits for the lock's new holder); only then
+/// does the other process write row 1. Answers what this process's read answered for id 1, its
+/// next read's, and each process's loader calls.
+async fn lost_lock_race(batch: bool) -> (String, String, usize, usize) {
     let valkey = valkey();
     let row = Arc::new(std::sync::atomic::AtomicU64::new(1));
-    let (here_calls, there_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (here_gate, there_gate) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
+    let (here_source, there_source) = (
+        GatedSource::new(&row, Reads::AfterTheGate),
+        GatedSource::new(&row, Reads::BeforeTheGate),
     );
-    let here = gated_table(
-        &valkey.url(),
-        &row,
-        &here_calls,
-        &here_gate,
-        Reads::AfterTheGate,
-    )
-    .await;
-    let there = gated_table(
-        &valkey.url(),
-        &row,
-        &there_calls,
-        &there_gate,
-        Reads::BeforeTheGate,
-    )
-    .await;
+    let here = gated_table(&valkey.url(), &here_source, batch).await;
+    let there = gated_table(&valkey.url(), &there_source, false).await;
 
-    let overtaken = on_task(&here, |here| async move {
-        here.get(&1).await.expect("read").to_string()
+    let overtaken = on_task(&here, move |here| async move {
+        if batch {
+            let found = here.get_many([1, 2]).await.expect("batch read");
+            found[&1].to_string()
+        } else {
+            here.get(&1).await.expect("read").to_string()
+        }
     });
-    until("this process's flight is loading", || {
-        here_calls.load(Ordering::SeqCst) == 1
-    })
-    .await;
-    // The other process writes the id (dropping this flight's lock; its push overtakes the
-    // flight) and invalidates it, and its own read takes the lock and reads the source's row 1.
+    until("this process's load runs", || here_source.calls() == 1).await;
     there.put(&1, "v0".to_owned()).await.expect("put");
     common::until_stats(&here, "the put's push arrived", |s| s.invalidations >= 1).await;
     there.invalidate(&1).await.expect("invalidate");
     let other = on_task(&there, |there| async move {
         there.get(&1).await.expect("read there").to_string()
     });
-    until("the other process's flight is loading", || {
-        there_calls.load(Ordering::SeqCst) == 1
+    until("the other process's load runs", || {
+        there_source.calls() == 1
     })
     .await;
-    // The source moves on; this process's flight reads row 2 and finds its lock gone and
-    // nothing on Valkey: it answers (or waits for the lock's new holder); only then does the
-    // other flight write row 1.
     row.store(2, Ordering::SeqCst);
-    here_gate.notify_one();
-    until("this process's flight answered or waits", || {
+    here_source.open();
+    until("this process's read answered or waits", || {
         let s = here.stats();
         overtaken.is_finished() || s.poll_waits + s.push_wakeups >= 1
     })
     .await;
-    there_gate.notify_one();
+    there_source.open();
     assert_eq!(other.await.expect("task"), "v1");
     let answered = overtaken.await.expect("task");
-    let next = here.get(&1).await.expect("read");
+    let next = here.get(&1).await.expect("read").to_string();
+    (answered, next, here_source.calls(), there_source.calls())
+}
+
+/// A flight whose lock was taken over while it loaded answers the new holder's copy, not what it
+/// read: the holder read an older row first and writes it after this flight's load, and
+/// answering the newer row would make the next read, which finds the older one on Valkey, go
+/// back. Found by `echostore check --faults all`, where a flight detached by a restart's flush
+/// loaded while a batch flight that had read the source before it held the new lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flight_that_lost_its_lock_answers_the_new_holders_value() {
     assert_eq!(
-        (answered.as_str(), next.as_str()),
-        ("v1", "v1"),
-        "the flight answers the lock holder's value, so the next read does not go back"
+        lost_lock_race(false).await,
+        ("v1".to_owned(), "v1".to_owned(), 1, 1),
+        "the flight answers the holder's copy (so the next read does not go back), read from Valkey"
     );
+}
+
+/// The same for a member of a batch read, whose batch loaded it with another id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_member_that_lost_its_lock_answers_the_new_holders_value() {
     assert_eq!(
-        (
-            here_calls.load(Ordering::SeqCst),
-            there_calls.load(Ordering::SeqCst)
-        ),
-        (1, 1),
-        "waiting read Valkey's copy, not the source"
+        lost_lock_race(true).await,
+        ("v1".to_owned(), "v1".to_owned(), 1, 1),
+        "the member answers the holder's copy (so the next read does not go back), read from Valkey"
     );
 }
