@@ -55,9 +55,11 @@ impl<K: Key, V: Value> Table<K, V> {
     ///
     /// Valkey's copy is refused (`None`) as a read would refuse it: past its freshness on Valkey's
     /// clock, made a miss by a `clear` or a tag invalidation, oversized, undecodable — and while
-    /// this process's own failed write of `id` is not yet repaired on Valkey, or a load or write
-    /// of `id` is under way in this process (it may land an older value than Valkey's, and a
-    /// process never answers newer than what it serves next). A Valkey error is the error.
+    /// this process's own failed write of `id` is not yet repaired on Valkey, a load or write of
+    /// `id` is under way in this process (it may land an older value than Valkey's), or, under
+    /// key tracking, L1's copy of `id` waits for its confirmation (which makes that copy fresh
+    /// again until the push of a later change lands): a process never answers newer than what
+    /// it serves next. A Valkey error is the error.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -109,7 +111,8 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
         return Ok(None);
     };
     // A flight or a write of the id in this process may still land an older value than Valkey
-    // holds now: a peek then answers nothing rather than something newer than the next read.
+    // holds now, and a confirmation make L1's older copy fresh again: a peek then answers
+    // nothing rather than something newer than the next read.
     if core.unsettled.holds(id) || !core.board(id).quiet(id) {
         return Ok(None);
     }

@@ -130,3 +130,44 @@ async fn a_read_after_a_write_never_takes_an_entry_awaiting_confirmation() {
     proxy.release_pushes();
     assert_eq!(source.calls(), 0, "every value came from a put");
 }
+
+/// A store reads v1, and its tracking connection reads the key before another store writes v2:
+/// the confirmation (v1 held) and the push of v2 are both on their way (waiting at the proxy).
+/// A `peek` meanwhile answers nothing rather than Valkey's v2: the confirmation makes v1 fresh
+/// in L1 again until the push lands, so a read then would answer v1 after the peek's v2, going
+/// back. Found by `echostore check` (a batch read's L1 hit older than what the process had
+/// answered before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peek_answers_nothing_newer_than_an_entry_awaiting_confirmation() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Source::open();
+    let proxy = Proxy::start(&url).await;
+    let here = keyed_table(&proxy.url(), &source, Duration::from_secs(60)).await;
+    let there = keyed_table(&url, &source, Duration::from_secs(60)).await;
+    there.put(&7, "v1".into()).await.expect("put v1");
+
+    let mut conn = raw(&url).await;
+    let tracking_reads = command_calls(&mut conn, "get").await;
+    proxy.hold_pushes();
+    let read = here.fetch(&7).await.expect("fetch");
+    assert_eq!((read.value.as_str(), read.origin), ("v1", Origin::L2));
+    until_async("the tracking connection read the key", async || {
+        command_calls(&mut conn, "get").await > tracking_reads
+    })
+    .await;
+    there.put(&7, "v2".into()).await.expect("put v2");
+
+    let peeked = here.peek(&7).await.expect("peek");
+    assert_eq!(
+        peeked.map(|f| f.value.to_string()),
+        None,
+        "the peek answers nothing while v1 may become fresh again"
+    );
+    proxy.release_pushes();
+    until_async("the push reached this L1", async || {
+        *here.fetch(&7).await.expect("fetch").value == "v2"
+    })
+    .await;
+    assert_eq!(source.calls(), 0, "every value came from a put");
+}

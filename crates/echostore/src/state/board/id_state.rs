@@ -16,7 +16,7 @@
 //! | `running` | write tasks of the id running | each write's own task (`RunningWrite`) |
 //! | `own` | this process's writes of the id whose pushes are its own (their fingerprints) | the owner (`crate::shard::own_writes`) |
 //! | `unsettled` | a failed write or an in-process load left Valkey's copy behind, until repaired | the write's or the flight's own task (marks); a landed write, a repair (settles) — `crate::state::unsettled` |
-//! | `unconfirmed` | under key tracking, the id's L1 entry at its full life, until Valkey confirms the bytes it was made from | whoever stores into L1 (`TableCore::keep`); the owner (confirms; forgets it with the entry when a landing answers a value L1 keeps nowhere); a flush or a cap (forgets) |
+//! | `unconfirmed` | under key tracking, the id's L1 entry at its full life, until Valkey confirms the bytes it was made from | whoever stores into L1 (`TableCore::keep`); the owner (confirms; forgets it with the entry when a landing answers a value L1 keeps nowhere); a flush or a cap (forgets); while set, the id is not quiet (a peek reads no Valkey copy) |
 //! | `losers` | the wake-ups of this process's losers of the id, waiting for another process's write | a losing flight's own task (`TableCore::watch`); the tracking connection's task wakes them (a push of the id's value or lock key, or pushes missed) |
 //!
 //! The ordering rule these enforce is stated once, in `crate::shard::flights`: a fill never reads
@@ -141,14 +141,17 @@ impl<V, W> IdState<V, W> {
         self.is_quiet()
             && self.own.is_empty()
             && self.unsettled.is_none()
-            && self.unconfirmed.is_none()
             && self.losers.iter().all(|wake| wake.strong_count() == 0)
     }
 
-    /// Nothing of the id is listed or in motion: a copy read from Valkey now cannot be older than
-    /// what a landing of this process would serve next.
+    /// Nothing of the id is listed or in motion, and no L1 entry of it waits for key tracking's
+    /// confirmation (which makes an older copy fresh again until the push of a later change
+    /// lands): a copy read from Valkey now cannot be newer than what this process serves next.
     pub(crate) fn is_quiet(&self) -> bool {
-        self.read.is_none() && self.current().is_none() && !self.in_motion()
+        self.read.is_none()
+            && self.current().is_none()
+            && !self.in_motion()
+            && self.unconfirmed.is_none()
     }
 
     /// A write of the id, or a flight the owner alone may land, is in motion: nothing of the id
