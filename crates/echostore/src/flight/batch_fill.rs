@@ -292,26 +292,34 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         landings: &mut [Option<Result<Landing<V>>>],
         fenced_out: Vec<usize>,
     ) {
-        for i in fenced_out {
-            let m = &members[i];
-            let wake = self.core.watch([(&m.id, &m.names)]);
-            let wait = Wait {
-                l2,
-                names: &m.names,
-                max_bytes: self.core.config.max_value_bytes,
-                every: losers::FENCED_OUT_POLL,
-                deadline: Instant::now() + self.core.config.lock_ttl,
-                wake: wake.as_deref(),
-            };
-            let reading = || self.report.signal(&m.id, m.flight, Signal::Reading);
-            let decode = |bytes| self.decode(bytes);
-            if let Some(env) =
-                losers::after_fenced_out(wait, reading, &self.core.stats, decode).await
-            {
+        // Each waits on its own (a new holder's load may take up to its lock's ttl): together.
+        let found = join_all(
+            fenced_out
+                .into_iter()
+                .map(|i| async move { (i, self.after_fenced_out(l2, &members[i]).await) }),
+        );
+        for (i, env) in found.await {
+            if let Some(env) = env {
                 bump(&self.core.stats.counters.l2_hits);
                 landings[i] = Some(Ok(Landing::Filled(self.core.l2_filled(env))));
             }
         }
+    }
+
+    /// What a fenced-out member finds on Valkey ([`losers::after_fenced_out`]).
+    async fn after_fenced_out(&self, l2: &L2, m: &Member<K, V>) -> Option<Envelope<V>> {
+        let wake = self.core.watch([(&m.id, &m.names)]);
+        let wait = Wait {
+            l2,
+            names: &m.names,
+            max_bytes: self.core.config.max_value_bytes,
+            every: losers::FENCED_OUT_POLL,
+            deadline: Instant::now() + self.core.config.lock_ttl,
+            wake: wake.as_deref(),
+        };
+        let reading = || self.report.signal(&m.id, m.flight, Signal::Reading);
+        let decode = |bytes| self.decode(bytes);
+        losers::after_fenced_out(wait, reading, &self.core.stats, decode).await
     }
 
     /// The table's source budget is spent: members with a stale copy answer it now, while the
