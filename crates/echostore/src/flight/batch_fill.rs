@@ -27,7 +27,6 @@
 //! the lease over it are [`source`]'s, and what a loaded member is written with and lands with
 //! is [`landing`]'s.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -126,7 +125,8 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
             .partition(|m| !m.landed && !m.won && !m.load);
         let alone = join_all(alone.into_iter().map(|(id, flight)| self.alone(id, flight)));
         let batch = self.load_and_write(l2, members);
-        let (_, (), again) = futures::join!(alone, batch, self.lost(l2, lost, deadline));
+        let (_, mut again, polled) = futures::join!(alone, batch, self.lost(l2, lost, deadline));
+        again.extend(polled);
         again
     }
 
@@ -227,22 +227,15 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
     }
 
     /// Loads every member that needs it in one source call (under the lease of the won locks),
-    /// then writes and releases them, group by group.
-    async fn load_and_write(&self, l2: &L2, mut members: Vec<Member<K, V>>) {
-        let loading: Vec<&Member<K, V>> = members.iter().filter(|m| m.load).collect();
-        let mut loaded = if loading.is_empty() {
-            HashMap::new()
-        } else {
-            let ids = loading.iter().map(|m| m.id.clone()).collect();
-            let lease = crate::flight::load::try_lease(self.core).await;
-            if matches!(lease, crate::flight::load::Lease::Spent) {
-                self.stale_meanwhile(&loading);
-            }
-            tokio::select! {
-                loaded = self.load(ids, lease) => loaded,
-                never = self.lease(l2, &loading) => match never {},
-            }
-        };
+    /// then writes and releases them, group by group; returns the members whose lock was lost
+    /// before the source call ([`BatchFill::queued`]), to contend for again.
+    async fn load_and_write(&self, l2: &L2, mut members: Vec<Member<K, V>>) -> Vec<(K, FlightId)> {
+        let (mut loaded, lost) = self.load_leased(l2, &members).await;
+        let (lost, kept): (Vec<_>, Vec<_>) = members
+            .into_iter()
+            .partition(|m| m.load && lost.contains(&m.flight));
+        members = kept;
+        let again = lost.into_iter().map(|m| (m.id, m.flight)).collect();
         let mut landings: Vec<Option<Result<Landing<V>>>> = Vec::with_capacity(members.len());
         let mut envelopes: Vec<Option<Vec<u8>>> = Vec::with_capacity(members.len());
         let mut lives = Vec::with_capacity(members.len());
@@ -279,6 +272,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 self.report.landed(m.id.clone(), m.flight, landing);
             }
         }
+        again
     }
 
     /// Members whose lock a write elsewhere dropped while they loaded answer what Valkey holds

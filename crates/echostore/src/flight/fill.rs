@@ -198,7 +198,13 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             if let Some(held) = &acquired.held {
                 crate::spans::record("echostore.lock", "won");
                 bump(&self.core.stats.counters.lock_won);
-                return self.win(at, held, stamp, stale).await.map(Landing::Filled);
+                match self.win(at, held, stamp, stale).await {
+                    Won::Done(filled) => return filled.map(Landing::Filled),
+                    Won::LostWhileQueued(seen) => {
+                        stale = seen;
+                        continue;
+                    }
+                }
             }
             bump(&self.core.stats.counters.lock_lost);
             crate::spans::record("echostore.lock", "lost");
@@ -257,30 +263,31 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         held: &HeldLock<'_>,
         stamp: u64,
         stale: Option<Stale<V>>,
-    ) -> Result<Filled<V>> {
+    ) -> Won<V> {
         let stale = match self.reload(held, stale).await {
             reloader_call::Reloaded::NotAsked(stale) => stale,
             reloader_call::Reloaded::Changed(value, delta) => {
-                return self.store(at, held, stamp, (Arc::new(value), delta)).await;
+                return Won::Done(self.store(at, held, stamp, (Arc::new(value), delta)).await);
             }
-            reloader_call::Reloaded::Done(answer) => return answer,
+            reloader_call::Reloaded::Done(answer) => return Won::Done(answer),
         };
         let still_ours = || async { self.extend(held).await };
         let leased = self
             .load
             .leased(self.lease(held), stale.as_ref(), still_ours);
-        match leased.await {
-            Ok((value, delta)) => self.store(at, held, stamp, (Arc::new(value), delta)).await,
+        Won::Done(match leased.await {
+            Ok(Some((value, delta))) => self.store(at, held, stamp, (Arc::new(value), delta)).await,
+            Ok(None) => return Won::LostWhileQueued(stale),
             Err(e) => {
                 // Serve a stale copy only if the lock was still ours: then no put or invalidate
                 // (which drop the lock) and no other winner replaced the copy in the meantime.
                 let ours = self.release(held).await != Some(false);
                 if self.refreshing.is_some() {
-                    return Err(e); // the current value stays in L1 until its freshness ends
+                    return Won::Done(Err(e)); // the current value stays in L1 until its freshness ends
                 }
                 self.load.fail_safe(e, stale.filter(|_| ours), ours)
             }
-        }
+        })
     }
 
     /// The winner's loaded value (and how long the load took), written fenced and released.
@@ -391,6 +398,15 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         }
         Ok(landing.capped(life))
     }
+}
+
+/// What a won lock came to.
+enum Won<V> {
+    /// The flight's answer (or its error).
+    Done(Result<Filled<V>>),
+    /// The lock was lost while the read waited for the table's budget, before any source read:
+    /// the flight contends again, with its stale copy, and finds what the id's change left.
+    LostWhileQueued(Option<Stale<V>>),
 }
 
 /// What became of a winner's fenced write.

@@ -43,7 +43,11 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     pub(crate) async fn here(&self) -> Result<Filled<V>> {
         let stale = self.l1_stale();
         let mine = || async { Some(true) };
-        match self.softly(stale.as_ref(), mine).await {
+        let loaded = match self.admitted(stale.as_ref()).await {
+            Ok((permit, _)) => self.softly(permit, stale.as_ref(), mine).await,
+            Err(e) => Err(e),
+        };
+        match loaded {
             Ok(loaded) => Ok(self.keep_here(loaded)),
             Err(e) => self.fail_safe(e, stale, true),
         }
@@ -62,10 +66,40 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         Filled::fresh(entry, Origin::Loaded)
     }
 
-    /// The load while `lease` keeps the lock; `still_ours` asks whether it still holds.
+    /// The load while `lease` keeps the lock; `still_ours` asks whether it still holds. `None`:
+    /// the read waited for the table's budget and the lock was no longer this flight's after the
+    /// wait (a put or an invalidate dropped it, or it expired and was taken over), so another
+    /// process may have read or written the id meanwhile: reading the source now could be one
+    /// read too many, and the flight looks at Valkey again instead.
     pub(crate) async fn leased<F, Fut>(
         &self,
         lease: impl Future<Output = Infallible>,
+        stale: Option<&Stale<V>>,
+        still_ours: F,
+    ) -> Result<Option<(V, Duration)>>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Option<bool>>,
+    {
+        let load = async {
+            let (permit, waited) = self.admitted(stale).await?;
+            if waited && still_ours().await == Some(false) {
+                return Ok(None);
+            }
+            self.softly(permit, stale, still_ours).await.map(Some)
+        };
+        tokio::select! {
+            loaded = load => loaded,
+            never = lease => match never {},
+        }
+    }
+
+    /// The load under the table's soft timeout, holding `_permit` of the table's budget: once
+    /// it has run that long and a stale copy may be served, the waiters get it now and the load
+    /// goes on to fill the cache.
+    async fn softly<F, Fut>(
+        &self,
+        _permit: Option<Permit>,
         stale: Option<&Stale<V>>,
         still_ours: F,
     ) -> Result<(V, Duration)>
@@ -73,20 +107,6 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         F: Fn() -> Fut,
         Fut: Future<Output = Option<bool>>,
     {
-        tokio::select! {
-            loaded = self.softly(stale, still_ours) => loaded,
-            never = lease => match never {},
-        }
-    }
-
-    /// The load under the table's soft timeout: once it has run that long and a stale copy may
-    /// be served, the waiters get it now and the load goes on to fill the cache.
-    async fn softly<F, Fut>(&self, stale: Option<&Stale<V>>, still_ours: F) -> Result<(V, Duration)>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Option<bool>>,
-    {
-        let _lease = self.admitted(stale).await?;
         let load = self.load();
         let (Some(soft), Some(stale)) = (self.core.config.soft_timeout, stale) else {
             return load.await;
@@ -110,12 +130,13 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     /// A lease of the table's source budget, if it has one. Over budget, the loser policy
     /// decides what the waiters get while the load waits for a lease: the stale copy if there is
     /// one, else the placeholder, else nothing (they wait too); `FailFast` fails the load at once.
-    async fn admitted(&self, stale: Option<&Stale<V>>) -> Result<Option<Permit>> {
+    /// `true` beside the permit when the read had to wait for it.
+    async fn admitted(&self, stale: Option<&Stale<V>>) -> Result<(Option<Permit>, bool)> {
         let Some(budget) = &self.core.budget else {
-            return Ok(None);
+            return Ok((None, false));
         };
         if let Some(permit) = budget.try_admit(self.core.l2.as_ref()).await {
-            return Ok(Some(permit));
+            return Ok((Some(permit), false));
         }
         let counters = &self.core.stats.counters;
         let config = &self.core.config;
@@ -139,7 +160,9 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         if let Some(answer) = early {
             (self.signals)(Signal::Early(answer));
         }
-        leased(self.core, budget).await.map(Some)
+        leased(self.core, budget)
+            .await
+            .map(|permit| (Some(permit), true))
     }
 
     /// One source read, with the table's timeout, a panic turned into an error; the value and
@@ -219,6 +242,8 @@ pub(crate) enum Lease {
     Held(Permit),
     /// The budget is spent for now: the read waits for a lease ([`lease_after`]).
     Spent,
+    /// Waited for and not granted: the read fails with this.
+    Refused(Error),
 }
 
 /// Asks the table's budget for a lease now, without waiting.
@@ -241,6 +266,7 @@ pub(crate) async fn lease_after<K, V>(
     match (lease, &core.budget) {
         (Lease::Free, _) | (Lease::Spent, None) => Ok(None),
         (Lease::Held(permit), _) => Ok(Some(permit)),
+        (Lease::Refused(e), _) => Err(e),
         (Lease::Spent, Some(budget)) => {
             bump(&core.stats.counters.budget_waits);
             leased(core, budget).await.map(Some)

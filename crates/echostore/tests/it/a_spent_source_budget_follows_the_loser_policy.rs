@@ -160,3 +160,95 @@ async fn over_budget_a_batchs_stale_copies_are_served_at_once() {
     .await;
     assert_eq!(calls.load(SeqCst), 2, "one call per batch: one lease");
 }
+
+/// A table `name` of budget one on its own store at `url`, with a long life (the put's copy stays
+/// fresh) and the default loser policy; its per-id loader, or with `batch` its batch loader,
+/// counts the ids it is asked for in `asked` and answers 0 for each.
+async fn counted_table(
+    url: &str,
+    name: &str,
+    batch: bool,
+    asked: &Arc<AtomicU64>,
+) -> Table<u64, u64> {
+    let store = common::coherent_store(url, None).await;
+    let builder = store
+        .table::<u64, u64>(name)
+        .ttl(Duration::from_secs(60))
+        .source_budget(1);
+    let asked = Arc::clone(asked);
+    let table = if batch {
+        builder
+            .batch_loader(move |ids: Vec<u64>| {
+                asked.fetch_add(ids.len() as u64, SeqCst);
+                let rows = ids.into_iter().map(|id| (id, 0));
+                async move { Ok::<_, std::io::Error>(rows.collect::<std::collections::HashMap<_, _>>()) }
+            })
+            .build()
+            .await
+    } else {
+        builder
+            .loader(move |_id: u64| {
+                asked.fetch_add(1, SeqCst);
+                async { Ok::<_, std::io::Error>(0) }
+            })
+            .build()
+            .await
+    };
+    table.expect("table")
+}
+
+/// The race of the two tests below: this process's read of ids 1 and 2 (with `batch`, one batch
+/// read; else a get of id 1 alone) wins their locks and waits for a budget another process's
+/// lease has spent; meanwhile another process puts id 1 (dropping its lock, its copy on
+/// Valkey); then the lease ends. Answers the read's answer for id 1 and how many ids this
+/// process's loader was asked for.
+async fn lock_dropped_while_queued(name: &str, batch: bool) -> (u64, u64) {
+    let valkey = valkey();
+    let asked = Arc::new(AtomicU64::new(0));
+    let here = counted_table(&valkey.url(), name, batch, &asked).await;
+    let there = counted_table(&valkey.url(), name, false, &Arc::new(AtomicU64::new(0))).await;
+    let mut conn = raw(&valkey.url()).await;
+    let _: u64 = conn
+        .zadd(format!("budget:{name}"), "another-process", u64::MAX / 2)
+        .await
+        .expect("ZADD");
+    let read = common::on_task(&here, move |here| async move {
+        if batch {
+            *here.get_many([1, 2]).await.expect("batch read")[&1]
+        } else {
+            *here.get(&1).await.expect("read")
+        }
+    });
+    common::until_stats(&here, "the read waits for the budget", |s| {
+        s.budget_waits >= 1
+    })
+    .await;
+    there.put(&1, 7).await.expect("put");
+    let _: u64 = conn
+        .zrem(format!("budget:{name}"), "another-process")
+        .await
+        .expect("ZREM");
+    (read.await.expect("task"), asked.load(SeqCst))
+}
+
+/// A winner whose lock a put dropped while it waited for the budget reads no source: the put's
+/// copy is the id's value for this expiry, and the flight, contending again, takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_dropped_while_waiting_for_the_budget_reads_no_source() {
+    assert_eq!(
+        lock_dropped_while_queued("queued-one", false).await,
+        (7, 0),
+        "the put's value, and no source read"
+    );
+}
+
+/// The same for a batch: the batch call leaves out the id whose lock was dropped, which
+/// contends again and takes the put's copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_reads_no_source_for_an_id_whose_lock_was_dropped_while_it_waited() {
+    assert_eq!(
+        lock_dropped_while_queued("queued-many", true).await,
+        (7, 1),
+        "the put's value, and only id 2 read from the source"
+    );
+}

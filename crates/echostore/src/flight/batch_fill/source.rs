@@ -110,6 +110,79 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }
     }
 
+    /// The source read of the members that load, under the lease of their locks, and the
+    /// flights of those whose lock was lost while the read waited for the table's budget.
+    pub(super) async fn load_leased(
+        &self,
+        l2: &L2,
+        members: &[Member<K, V>],
+    ) -> (HashMap<K, Result<(V, Duration)>>, Vec<FlightId>) {
+        let loading: Vec<&Member<K, V>> = members.iter().filter(|m| m.load).collect();
+        if loading.is_empty() {
+            return (HashMap::new(), Vec::new());
+        }
+        let lease = crate::flight::load::try_lease(self.core).await;
+        if matches!(lease, Lease::Spent) {
+            self.stale_meanwhile(&loading);
+        }
+        let read = async {
+            let (lease, lost) = self.queued(l2, &loading, lease).await;
+            let ids = loading.iter().filter(|m| !lost.contains(&m.flight));
+            let ids = ids.map(|m| m.id.clone()).collect();
+            (self.load(ids, lease).await, lost)
+        };
+        tokio::select! {
+            read = read => read,
+            never = self.lease(l2, &loading) => match never {},
+        }
+    }
+
+    /// The batch call's lease of a spent budget, waited for here, and the won locks asked once
+    /// more after the wait: a lock a put or an invalidate dropped meanwhile (or that expired and
+    /// was taken over) leaves its id to what that change left on Valkey, or to another
+    /// process's read, so the batch reads no source for it and it contends again (as a single
+    /// fill does, `Won::LostWhileQueued`). The per-id loader takes a lease per id and is not
+    /// waited for here.
+    async fn queued(
+        &self,
+        l2: &L2,
+        loading: &[&Member<K, V>],
+        lease: Lease,
+    ) -> (Lease, Vec<FlightId>) {
+        if !matches!(lease, Lease::Spent) || self.core.batch_loader.is_none() {
+            return (lease, Vec::new());
+        }
+        let lease = match crate::flight::load::lease_after(self.core, lease).await {
+            Ok(Some(permit)) => Lease::Held(permit),
+            Ok(None) => Lease::Free,
+            Err(e) => return (Lease::Refused(e), Vec::new()),
+        };
+        let won: Vec<&Member<K, V>> = loading.iter().copied().filter(|m| m.won).collect();
+        let names: Vec<&KeyNames> = won.iter().map(|m| &m.names).collect();
+        let ttl = millis(self.core.config.lock_ttl);
+        let asked = join_all(on_valkey::groups(l2, &names).into_iter().map(|group| {
+            let locks: Vec<(&KeyNames, &str)> = group
+                .iter()
+                .map(|&i| (&won[i].names, won[i].token.as_str()))
+                .collect();
+            let flights: Vec<FlightId> = group.iter().map(|&i| won[i].flight).collect();
+            async move { (flights, on_valkey::extend_many(l2, &locks, ttl).await) }
+        }));
+        let mut lost = Vec::new();
+        for (flights, ours) in asked.await {
+            // An error leaves the lock as it was thought to be: ours.
+            let Ok(ours) = ours else { continue };
+            lost.extend(
+                flights
+                    .into_iter()
+                    .zip(ours)
+                    .filter(|(_, o)| !o)
+                    .map(|(f, _)| f),
+            );
+        }
+        (lease, lost)
+    }
+
     /// The lease of every won lock among `loading`: extended every `lock_ttl / 3` while the
     /// batch loads, one command per group. Never returns; the load ending drops it.
     pub(super) async fn lease(
