@@ -32,12 +32,11 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::join_all;
-use tokio::time::Instant;
 
 use self::on_valkey::{ToWrite, Wrote};
 use crate::error::{Error, Result};
 use crate::flight::fill::Fill;
-use crate::flight::losers::{self, Wait};
+use crate::flight::losers;
 use crate::state::core::{TableCore, millis};
 use crate::state::flight_id::FlightId;
 use crate::state::stale::{Landing, Signal, Stale};
@@ -302,18 +301,9 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
 
     /// What a fenced-out member finds on Valkey ([`losers::after_fenced_out`]).
     async fn after_fenced_out(&self, l2: &L2, m: &Member<K, V>) -> Option<Envelope<V>> {
-        let wake = self.core.watch([(&m.id, &m.names)]);
-        let wait = Wait {
-            l2,
-            names: &m.names,
-            max_bytes: self.core.config.max_value_bytes,
-            every: losers::FENCED_OUT_POLL,
-            deadline: Instant::now() + self.core.config.lock_ttl,
-            wake: wake.as_deref(),
-        };
         let reading = || self.report.signal(&m.id, m.flight, Signal::Reading);
         let decode = |bytes| self.decode(bytes);
-        losers::after_fenced_out(wait, reading, &self.core.stats, decode).await
+        losers::after_fenced_out(self.core, l2, (&m.id, &m.names), reading, decode).await
     }
 
     /// The table's source budget is spent: members with a stale copy answer it now, while the

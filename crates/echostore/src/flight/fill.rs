@@ -361,18 +361,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL` landed and nobody
     /// reloads), the loaded row answers, kept nowhere: later reads load again.
     async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Filled<V> {
-        let wake = self.core.watch([(self.id, &at.names)]);
-        let wait = Wait {
-            l2: at.l2,
-            names: &at.names,
-            max_bytes: self.core.config.max_value_bytes,
-            every: losers::FENCED_OUT_POLL,
-            deadline: Instant::now() + self.core.config.lock_ttl,
-            wake: wake.as_deref(),
-        };
         let reading = || (self.signals)(Signal::Reading);
         let decode = |bytes| self.decode(bytes);
-        match losers::after_fenced_out(wait, reading, &self.core.stats, decode).await {
+        let id = (self.id, &at.names);
+        match losers::after_fenced_out(self.core, at.l2, id, reading, decode).await {
             Some(env) if self.takes(&env) => self.l2_hit(env),
             _ => Filled::answer_only(value, Origin::Loaded),
         }

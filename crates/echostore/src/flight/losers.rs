@@ -13,11 +13,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::state::core::TableCore;
 use crate::state::stats::{Stats, bump};
 use crate::valkey::envelope::Envelope;
 use crate::valkey::l2::L2;
 use crate::valkey::lock;
-use crate::wire::key::KeyNames;
+use crate::wire::key::{Key, KeyNames, Value};
 
 /// How often a fenced-out flight re-reads Valkey while it waits for the lock's new holder
 /// ([`after_fenced_out`]; with coherence up, the holder's write wakes it at once).
@@ -113,25 +114,38 @@ pub(crate) async fn poll<V>(
     }
 }
 
-/// What a flight whose lock a write elsewhere dropped while it loaded finds on Valkey: a fresh
-/// copy there now, or, with none but the lock held again, the copy its new holder writes, waited
-/// for as a loser waits (`wait`). That holder may have read the source before this flight did,
-/// and its copy is what every later read there finds, so answering the loaded row instead could
-/// make those reads go back. `None`: no fresh copy and no holder, the wait ended without one, or
-/// Valkey could not be read.
-pub(crate) async fn after_fenced_out<V>(
-    wait: Wait<'_>,
+/// What a flight whose lock a write elsewhere dropped while it loaded finds on Valkey for `id`:
+/// a fresh copy there now, or, with none but the lock held again, the copy its new holder
+/// writes, waited for as a loser waits (every [`FENCED_OUT_POLL`] and on its push, up to the
+/// table's `lock_ttl`; `reading` as for [`poll`]). That holder may have read the source before
+/// this flight did, and its copy is what every later read there finds, so answering the loaded
+/// row instead could make those reads go back. `None`: no fresh copy and no holder, the wait
+/// ended without one, or Valkey could not be read.
+pub(crate) async fn after_fenced_out<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    l2: &L2,
+    (id, names): (&K, &KeyNames),
     reading: impl Fn(),
-    stats: &Stats,
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
 ) -> Option<Envelope<V>> {
-    let (bytes, locked) = lock::poll(wait.l2, wait.names, wait.max_bytes).await.ok()?;
+    // Watched before the first read, so that the holder's push is not missed in between.
+    let wake = core.watch([(id, names)]);
+    let max_bytes = core.config.max_value_bytes;
+    let (bytes, locked) = lock::poll(l2, names, max_bytes).await.ok()?;
     match decode(bytes) {
-        Some(env) if env.is_fresh(wait.l2.now_ms()) => return Some(env),
+        Some(env) if env.is_fresh(l2.now_ms()) => return Some(env),
         _ if !locked => return None,
         _ => {}
     }
-    match poll(wait, reading, stats, decode).await {
+    let wait = Wait {
+        l2,
+        names,
+        max_bytes,
+        every: FENCED_OUT_POLL,
+        deadline: Instant::now() + core.config.lock_ttl,
+        wake: wake.as_deref(),
+    };
+    match poll(wait, reading, &core.stats, decode).await {
         Ok(PollEnd::Fresh(env)) => Some(env),
         _ => None,
     }
