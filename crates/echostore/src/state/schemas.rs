@@ -18,7 +18,9 @@
 //! its own every [`RENEW_EVERY`] and learns the others from the answer; a process that stops
 //! renewing drops out after [`LEASE`]. A schema's generation is chosen when it joins with no
 //! process of it left, so its copies from an earlier life, which other schemas' writes no longer
-//! reached, are never read again. A generation is used only once every other live process has
+//! reached, are never read again. Valkey coming back empty is not such a life's end: the first
+//! renewal that finds the set gone while its own lease surely ran puts back every member it last
+//! heard, so the generations stay and no process's keys move. A generation is used only once every other live process has
 //! heard of it (two renewals after it started): a table that starts or joins a younger one waits
 //! before it serves, and a process whose lease lapsed keeps copies only it reads meanwhile
 //! ([`Schemas::settle`]), its writes dropping the generation's copy it will move onto. A write
@@ -41,6 +43,11 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(500);
 
 /// How long a lease lives unrenewed: a process silent this long is no longer counted live.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
+
+/// How recently a process must have renewed for its own lease to be surely running on Valkey's
+/// clock: a renewal that then finds the live schemas gone knows Valkey lost them (no lease of its
+/// ran out, and it never left), and puts back what it last heard ([`Schemas::renew`]).
+const SURELY_LIVE: Duration = LEASE.saturating_sub(RENEW_EVERY.saturating_mul(2));
 
 /// The Valkey name of a table's live schemas: `[<namespace>:]schemas:<table>`. No value, lock or
 /// marks key takes that name: theirs all hold a `{…}` hash tag after the table's name.
@@ -83,6 +90,9 @@ struct Live {
     own: Vec<u8>,
     /// Every other live schema's suffix; schema 0's (empty) always, unless it is this one.
     others: Vec<Vec<u8>>,
+    /// Every live member as last answered, this process's own among them: what a renewal puts
+    /// back if Valkey lost the key.
+    members: Vec<String>,
 }
 
 impl Live {
@@ -104,6 +114,7 @@ impl Live {
             generation: self.generation.clone(),
             others: self.others.iter().filter(|s| **s != own).cloned().collect(),
             own,
+            members: self.members.clone(),
         }
     }
 }
@@ -136,6 +147,7 @@ impl Schemas {
                 suffix(schema, &token)
             },
             others: if schema == 0 { vec![] } else { vec![vec![]] },
+            members: Vec::new(),
         };
         Schemas {
             schema,
@@ -193,29 +205,43 @@ impl Schemas {
         })
     }
 
-    /// Renews this process's lease (or joins), and learns the other live schemas.
+    /// Renews this process's lease (or joins), and learns the other live schemas. Should Valkey
+    /// have lost them (it came back empty) while this process's lease was surely running, the
+    /// renewal puts back every member it last heard: their generations stay, so no process's keys
+    /// move and no write of one that has not renewed yet misses the copies another reads.
     pub(crate) async fn renew(&self, l2: &L2) -> Result<Renewed> {
         let asked = Heard {
             at: Instant::now(),
             losses: l2.connection_losses(),
         };
+        let restore = self.restorable();
         let mut invocation = SCRIPTS.schemas.prepare_invoke();
         invocation
             .key(self.key.as_slice())
             .arg(self.schema)
             .arg(&self.token)
             .arg(LEASE.as_millis() as u64);
+        for member in &restore {
+            invocation.arg(member);
+        }
         let invocation = &invocation;
         let answer: Vec<String> = l2
             .run("schemas (renew the lease)", None, |mut c| async move {
                 invocation.invoke_async(&mut c).await
             })
             .await?;
-        let [generation, _how, age, members @ ..] = &answer[..] else {
+        let [generation, how, age, members @ ..] = &answer[..] else {
             return Err(crate::Error::Codec(
                 "the schemas script answered nothing".into(),
             ));
         };
+        if how == "3" {
+            tracing::warn!(
+                key = %String::from_utf8_lossy(&self.key),
+                members = restore.len(),
+                "Valkey had lost the table's live schemas (it came back empty): put back what this process last heard"
+            );
+        }
         let learned = self.learned(generation, members);
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
         let moved = self.schema != 0 && live.own != learned.own;
@@ -269,6 +295,17 @@ impl Schemas {
         }
     }
 
+    /// What a renewal puts back should Valkey have lost the live schemas: every member this
+    /// process last heard, if its own lease is surely running still (nothing else can have
+    /// removed the key then); otherwise nothing, and a schema with no process left begins anew.
+    fn restorable(&self) -> Vec<String> {
+        let heard = *self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        match heard {
+            Some(heard) if heard.at.elapsed() < SURELY_LIVE => self.live().members.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The suffix of copies only this process reads (`#<schema>.<token>`).
     fn private(&self) -> Vec<u8> {
         suffix(self.schema, &self.token)
@@ -289,10 +326,12 @@ impl Schemas {
         }
         others.sort();
         others.dedup();
+        let mine = format!("{}:{generation}:{}", self.schema, self.token);
         Live {
             generation: Some(generation.to_owned()),
             own: suffix(self.schema, generation),
             others,
+            members: members.iter().cloned().chain([mine]).collect(),
         }
     }
 
@@ -395,6 +434,10 @@ mod tests {
         let live = schemas.learned("99", &members);
         assert_eq!(live.own, b"#2.99");
         assert_eq!(live.others, vec![b"".to_vec(), b"#1.55".to_vec()]);
+        let mine = format!("2:99:{}", schemas.token);
+        let mut heard = members.to_vec();
+        heard.push(mine);
+        assert_eq!(live.members, heard, "what a renewal puts back if Valkey lost it");
 
         let zero = Schemas::new("", "t", 0);
         let plain = KeyNames::new("", "t", &7u64).unwrap();

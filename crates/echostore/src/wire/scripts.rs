@@ -344,13 +344,22 @@ return 1
 /// A table's live schemas (`crate::state::schemas`): drop the leases that ended on the server's clock,
 /// then renew this process's lease (`<schema>:<generation>:<token>`), taking its schema's live
 /// generation, or a new one (the server's clock in µs) when no process of the schema is left.
-/// The key lives as long as its newest lease. Returns `{generation, how, age, member, …}`: `how`
-/// 0 when this process's lease went on, 1 when it joins its schema's live generation, 2 when it
-/// starts a new one; the generation's age in ms; then every live member of another schema.
+/// The key lives as long as its newest lease. A key that is gone while this process's own lease
+/// is still running was lost with Valkey's data (a restart, an outage, a flush): the members
+/// `ARGV[4..]` (what the process last heard, its own among them) are put back first, each for a
+/// lease, so that no schema's generation moves because Valkey forgot it. Returns `{generation,
+/// how, age, member, …}`: `how` 0 when this process's lease went on, 1 when it joins its schema's
+/// live generation, 2 when it starts a new one, 3 when it put the lost members back; the
+/// generation's age in ms; then every live member of another schema.
 pub(crate) const SCHEMAS_SCRIPT: &str = r#"
--- KEYS[1] = the table's live schemas; ARGV[1] = schema, ARGV[2] = token, ARGV[3] = lease, ms
+-- KEYS[1] = the table's live schemas; ARGV[1] = schema, ARGV[2] = token, ARGV[3] = lease, ms;
+-- ARGV[4..] = the members to put back if the key was lost
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local restored = #ARGV > 3 and redis.call('EXISTS', KEYS[1]) == 0
+if restored then
+  for i = 4, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[i]) end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local generation, mine, others = nil, nil, {}
 for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
@@ -362,7 +371,7 @@ for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     table.insert(others, member)
   end
 end
-local how = mine and 0 or 1
+local how = (mine and restored and 3) or (mine and 0) or 1
 if not generation then
   generation = t[1] .. string.format('%06d', tonumber(t[2]))
   how = 2
