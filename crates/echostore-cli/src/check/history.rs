@@ -151,12 +151,6 @@ impl FaultSpan {
         }
     }
 
-    /// Whether Valkey came back from the fault empty (`restart`, `outage`): every schema's lease
-    /// is gone with it, and the first process of each schema to renew starts a new generation.
-    pub(crate) fn empties_valkey(&self) -> bool {
-        matches!(self.name.as_str(), "restart" | "outage")
-    }
-
     /// When the fault was over, for the recovery time: [`FaultSpan::healed`], or the end.
     pub(crate) fn over(&self) -> u64 {
         self.healed.unwrap_or(self.end)

@@ -229,7 +229,6 @@ impl CheckArgs {
         Bounds {
             staleness: self.bound.as_nanos() as u64,
             fault_grace: self.grace().as_nanos() as u64,
-            settle_grace: self.settle_grace().as_nanos() as u64,
             fresh_for: fresh_for.as_nanos() as u64,
             schemas: self.schemas,
         }
@@ -242,18 +241,6 @@ impl CheckArgs {
     fn grace(&self) -> Duration {
         self.fault_grace
             .unwrap_or(self.unconfirmed_l1_life + Duration::from_millis(1_500))
-    }
-
-    /// How much longer a fault that empties Valkey is excused when schemas run side by side: a
-    /// process whose schema's generation moved with it finds out at its next renewal and settles
-    /// two renewals later, hearing no other process's write meanwhile (`docs/consistency.md`,
-    /// "Schemas after Valkey comes back empty").
-    fn settle_grace(&self) -> Duration {
-        if self.schemas > 1 {
-            3 * echostore::protocol::SCHEMA_RENEW_EVERY
-        } else {
-            Duration::ZERO
-        }
     }
 }
 

@@ -43,9 +43,6 @@ pub(crate) struct Bounds {
     pub(crate) staleness: u64,
     /// How long after a fault ended its effects are excused.
     pub(crate) fault_grace: u64,
-    /// How much longer after a fault that empties Valkey, with schemas side by side: a schema's
-    /// process whose generation moved hears no other process's write until it settles.
-    pub(crate) settle_grace: u64,
     /// The shortest fresh life a value can get: the ttl less its jitter, less a margin.
     pub(crate) fresh_for: u64,
     /// Schemas side by side: process `p` runs schema `p % schemas`, and loads only its own.
@@ -295,18 +292,8 @@ impl Run<'_> {
     fn excused(&self, since: u64, until: u64) -> bool {
         self.faults.iter().filter(|f| f.excuses).any(|f| {
             since.saturating_add(self.bounds.staleness) >= f.start
-                && until <= f.end.saturating_add(self.grace(f))
+                && until <= f.end.saturating_add(self.bounds.fault_grace)
         })
-    }
-
-    /// How long after `fault` ended its effects are excused.
-    fn grace(&self, fault: &FaultSpan) -> u64 {
-        let settle = if fault.empties_valkey() {
-            self.bounds.settle_grace
-        } else {
-            0
-        };
-        self.bounds.fault_grace.saturating_add(settle)
     }
 
     /// The `divergent` rule: after each group of overlapping writes, the reads of the quiet
@@ -398,7 +385,7 @@ impl Run<'_> {
         self.faults
             .iter()
             .filter(|f| f.excuses)
-            .any(|f| f.start <= until && f.end.saturating_add(self.grace(f)) >= since)
+            .any(|f| f.start <= until && f.end.saturating_add(self.bounds.fault_grace) >= since)
     }
 
     fn count(&mut self, rule: Rule, read: &Op, made: &HashMap<u64, Made>) {

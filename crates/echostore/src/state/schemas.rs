@@ -437,7 +437,10 @@ mod tests {
         let mine = format!("2:99:{}", schemas.token);
         let mut heard = members.to_vec();
         heard.push(mine);
-        assert_eq!(live.members, heard, "what a renewal puts back if Valkey lost it");
+        assert_eq!(
+            live.members, heard,
+            "what a renewal puts back if Valkey lost it"
+        );
 
         let zero = Schemas::new("", "t", 0);
         let plain = KeyNames::new("", "t", &7u64).unwrap();
