@@ -197,15 +197,16 @@ async fn counted_table(
     table.expect("table")
 }
 
-/// The race of the two tests below: this process's read of ids 1 and 2 (with `batch`, one batch
+/// The race of the tests below: this process's read of ids 1 and 2 (with `batch`, one batch
 /// read; else a get of id 1 alone) wins their locks and waits for a budget another process's
 /// lease has spent; meanwhile another process puts id 1 (dropping its lock, its copy on
-/// Valkey); then the lease ends. Answers the read's answer for id 1 and how many ids this
-/// process's loader was asked for.
-async fn lock_dropped_while_queued(name: &str, batch: bool) -> (u64, u64) {
+/// Valkey); then the lease ends. `batch_loader`: this process loads with a batch loader, else
+/// with a per-id loader. Answers the read's answer for id 1 and how many ids this process's
+/// loader was asked for.
+async fn lock_dropped_while_queued(name: &str, batch: bool, batch_loader: bool) -> (u64, u64) {
     let valkey = valkey();
     let asked = Arc::new(AtomicU64::new(0));
-    let here = counted_table(&valkey.url(), name, batch, &asked).await;
+    let here = counted_table(&valkey.url(), name, batch_loader, &asked).await;
     let there = counted_table(&valkey.url(), name, false, &Arc::new(AtomicU64::new(0))).await;
     let mut conn = raw(&valkey.url()).await;
     let _: u64 = conn
@@ -236,7 +237,7 @@ async fn lock_dropped_while_queued(name: &str, batch: bool) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_dropped_while_waiting_for_the_budget_reads_no_source() {
     assert_eq!(
-        lock_dropped_while_queued("queued-one", false).await,
+        lock_dropped_while_queued("queued-one", false, false).await,
         (7, 0),
         "the put's value, and no source read"
     );
@@ -247,7 +248,18 @@ async fn a_lock_dropped_while_waiting_for_the_budget_reads_no_source() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_reads_no_source_for_an_id_whose_lock_was_dropped_while_it_waited() {
     assert_eq!(
-        lock_dropped_while_queued("queued-many", true).await,
+        lock_dropped_while_queued("queued-many", true, true).await,
+        (7, 1),
+        "the put's value, and only id 2 read from the source"
+    );
+}
+
+/// The same for a batch read of a table with only a per-id loader, whose calls each wait for a
+/// lease of their own: the id whose lock was dropped reads no source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_without_a_batch_loader_reads_no_source_for_an_id_whose_lock_was_dropped() {
+    assert_eq!(
+        lock_dropped_while_queued("queued-each", true, false).await,
         (7, 1),
         "the put's value, and only id 2 read from the source"
     );

@@ -59,6 +59,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         lease: Lease,
     ) -> HashMap<K, Result<(V, Duration)>> {
         let Some(batch) = &self.core.batch_loader else {
+            drop(lease); // each call takes a lease of its own
             let each = futures::stream::iter(ids)
                 .map(|id| async move {
                     let loaded = match crate::flight::load::waiting(self.core).await {
@@ -121,6 +122,12 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         if loading.is_empty() {
             return (HashMap::new(), Vec::new());
         }
+        if self.core.batch_loader.is_none() {
+            return tokio::select! {
+                read = self.load_each(l2, &loading) => read,
+                never = self.lease(l2, &loading) => match never {},
+            };
+        }
         let lease = crate::flight::load::try_lease(self.core).await;
         if matches!(lease, Lease::Spent) {
             self.stale_meanwhile(&loading);
@@ -141,15 +148,14 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     /// more after the wait: a lock a put or an invalidate dropped meanwhile (or that expired and
     /// was taken over) leaves its id to what that change left on Valkey, or to another
     /// process's read, so the batch reads no source for it and it contends again (as a single
-    /// fill does, `Won::LostWhileQueued`). The per-id loader takes a lease per id and is not
-    /// waited for here.
+    /// fill does, `Won::LostWhileQueued`).
     async fn queued(
         &self,
         l2: &L2,
         loading: &[&Member<K, V>],
         lease: Lease,
     ) -> (Lease, Vec<FlightId>) {
-        if !matches!(lease, Lease::Spent) || self.core.batch_loader.is_none() {
+        if !matches!(lease, Lease::Spent) {
             return (lease, Vec::new());
         }
         let lease = match crate::flight::load::lease_after(self.core, lease).await {
@@ -181,6 +187,60 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             );
         }
         (lease, lost)
+    }
+
+    /// Without a batch loader: the per-id loader for each member, at most [`LOADS_AT_ONCE`] at a
+    /// time, each under a lease of the table's budget of its own. A member that had to wait for
+    /// the lease asks once more whether its lock is still its own, as the batch call's members
+    /// do ([`Self::queued`]): one whose lock went meanwhile reads no source and contends again.
+    async fn load_each(
+        &self,
+        l2: &L2,
+        loading: &[&Member<K, V>],
+    ) -> (HashMap<K, Result<(V, Duration)>>, Vec<FlightId>) {
+        let calls: Vec<_> = loading.iter().map(|&m| self.load_one(l2, m)).collect();
+        let each = futures::stream::iter(calls).buffer_unordered(LOADS_AT_ONCE);
+        let (mut loaded, mut lost) = (HashMap::new(), Vec::new());
+        for outcome in each.collect::<Vec<_>>().await {
+            match outcome {
+                Ok((id, outcome)) => {
+                    loaded.insert(id, outcome);
+                }
+                Err(flight) => lost.push(flight),
+            }
+        }
+        (loaded, lost)
+    }
+
+    /// One member's per-id loader call under a lease of its own; its flight instead when it
+    /// waited for the lease and its lock went meanwhile.
+    async fn load_one(
+        &self,
+        l2: &L2,
+        m: &Member<K, V>,
+    ) -> std::result::Result<(K, Result<(V, Duration)>), FlightId> {
+        let lease = crate::flight::load::try_lease(self.core).await;
+        let queued = matches!(lease, Lease::Spent);
+        if queued {
+            self.stale_meanwhile(&[m]);
+        }
+        let loaded = match crate::flight::load::lease_after(self.core, lease).await {
+            Ok(_) if queued && !self.still_ours(l2, m).await => return Err(m.flight),
+            Ok(_lease) => Load::new(self.core, &m.id, &|_| {}).load().await,
+            Err(e) => Err(e),
+        };
+        Ok((m.id.clone(), loaded))
+    }
+
+    /// Whether `m`'s lock is still its own (a lock it did not win is none of its business). An
+    /// error leaves the lock as it was thought to be: its own.
+    async fn still_ours(&self, l2: &L2, m: &Member<K, V>) -> bool {
+        if !m.won {
+            return true;
+        }
+        let ttl = millis(self.core.config.lock_ttl);
+        let asked = on_valkey::extend_many(l2, &[(&m.names, m.token.as_str())], ttl).await;
+        !matches!(asked.as_deref(), Ok([false]))
     }
 
     /// The lease of every won lock among `loading`: extended every `lock_ttl / 3` while the
