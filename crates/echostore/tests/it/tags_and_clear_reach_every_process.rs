@@ -197,8 +197,21 @@ async fn invalidating_a_tag_is_one_round_trip_whatever_it_covers() {
     let source = Source::open();
     let here = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
     let there = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
+    // A third store without coherence loads the entries: a store that writes them hears its own
+    // writes' pushes and reads each value back to know them for its own, reads that a loaded
+    // host may leave for the measured stretch.
+    let filler_store = common::builder_on(&valkey.url())
+        .coherence(false)
+        .build()
+        .await
+        .expect("store");
     let ids: Vec<u64> = (1..=200).collect();
-    here.get_many(&ids).await.expect("load");
+    tagged(&filler_store, &source)
+        .await
+        .get_many(&ids)
+        .await
+        .expect("load");
+    here.get_many(&ids).await.expect("read");
     there.get_many(&ids).await.expect("read");
     // The first mark loads the script on the server (a NOSCRIPT, then the script): not counted.
     here.invalidate_tag("none")
