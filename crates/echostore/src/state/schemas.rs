@@ -20,10 +20,11 @@
 //! process of it left, so its copies from an earlier life, which other schemas' writes no longer
 //! reached, are never read again. Valkey coming back empty is not such a life's end: the first
 //! renewal that finds the set gone while its own lease surely ran puts back every member it last
-//! heard, so the generations stay and no process's keys move. A generation is used only once every other live process has
-//! heard of it (two renewals after it started): a table that starts or joins a younger one waits
-//! before it serves, and a process whose lease lapsed keeps copies only it reads meanwhile
-//! ([`Schemas::settle`]), its writes dropping the generation's copy it will move onto. A write
+//! heard, so the generations stay and no process's keys move. A generation is used only once
+//! every other live process has heard of it (two renewals after it started): a table that starts
+//! or joins a younger one waits before it serves, and a process whose lease lapsed keeps copies
+//! only it reads meanwhile ([`Schemas::settle`]), its writes dropping the generation's copy it
+//! will move onto. A write
 //! trusts what its process heard only while it is recent and no connection was lost since
 //! ([`Heard`]): Valkey may have come back empty and another schema begun a generation.
 
