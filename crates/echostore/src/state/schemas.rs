@@ -45,11 +45,6 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(500);
 /// How long a lease lives unrenewed: a process silent this long is no longer counted live.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
 
-/// How recently a process must have renewed for its own lease to be surely running on Valkey's
-/// clock: a renewal that then finds the live schemas gone knows Valkey lost them (no lease of its
-/// ran out, and it never left), and puts back what it last heard ([`Schemas::renew`]).
-const SURELY_LIVE: Duration = LEASE.saturating_sub(RENEW_EVERY.saturating_mul(2));
-
 /// The Valkey name of a table's live schemas: `[<namespace>:]schemas:<table>`. No value, lock or
 /// marks key takes that name: theirs all hold a `{…}` hash tag after the table's name.
 pub(crate) fn schemas_key_under(namespace: &str, table: &str) -> Vec<u8> {
@@ -91,9 +86,9 @@ struct Live {
     own: Vec<u8>,
     /// Every other live schema's suffix; schema 0's (empty) always, unless it is this one.
     others: Vec<Vec<u8>>,
-    /// Every live member as last answered, this process's own among them: what a renewal puts
-    /// back if Valkey lost the key.
-    members: Vec<String>,
+    /// Every live member as last answered and when its lease ends (unix ms, Valkey's clock),
+    /// this process's own among them: what a renewal puts back if Valkey lost the set.
+    members: Vec<(String, u64)>,
 }
 
 impl Live {
@@ -222,8 +217,8 @@ impl Schemas {
             .arg(self.schema)
             .arg(&self.token)
             .arg(LEASE.as_millis() as u64);
-        for member in &restore {
-            invocation.arg(member);
+        for (member, ends) in &restore {
+            invocation.arg(member).arg(ends);
         }
         let invocation = &invocation;
         let answer: Vec<String> = l2
@@ -231,7 +226,7 @@ impl Schemas {
                 invocation.invoke_async(&mut c).await
             })
             .await?;
-        let [generation, how, age, members @ ..] = &answer[..] else {
+        let [generation, how, age, ends, members @ ..] = &answer[..] else {
             return Err(crate::Error::Codec(
                 "the schemas script answered nothing".into(),
             ));
@@ -243,7 +238,7 @@ impl Schemas {
                 "Valkey had lost the table's live schemas (it came back empty): put back what this process last heard"
             );
         }
-        let learned = self.learned(generation, members);
+        let learned = self.learned(generation, members, ends);
         let mut live = self.live.write().unwrap_or_else(|e| e.into_inner());
         let moved = self.schema != 0 && live.own != learned.own;
         *live = Arc::new(if moved {
@@ -296,13 +291,13 @@ impl Schemas {
         }
     }
 
-    /// What a renewal puts back should Valkey have lost the live schemas: every member this
-    /// process last heard, if its own lease is surely running still (nothing else can have
-    /// removed the key then); otherwise nothing, and a schema with no process left begins anew.
-    fn restorable(&self) -> Vec<String> {
+    /// What a renewal passes, to be put back should Valkey have lost the live schemas: every
+    /// member this process last heard, while its own lease may still run (the script decides on
+    /// the server's clock, when it runs: a renewal held up on the way is judged by then).
+    fn restorable(&self) -> Vec<(String, u64)> {
         let heard = *self.heard.lock().unwrap_or_else(|e| e.into_inner());
         match heard {
-            Some(heard) if heard.at.elapsed() < SURELY_LIVE => self.live().members.clone(),
+            Some(heard) if heard.at.elapsed() < LEASE => self.live().members.clone(),
             _ => Vec::new(),
         }
     }
@@ -312,11 +307,16 @@ impl Schemas {
         suffix(self.schema, &self.token)
     }
 
-    /// What the script's answer says: this schema's `generation`, and the other `members`.
-    fn learned(&self, generation: &str, members: &[String]) -> Live {
-        let mut others: Vec<Vec<u8>> = members
+    /// What the script's answer says: this schema's `generation`, the other `members`, each
+    /// followed by when its lease ends, and when this process's own `ends`.
+    fn learned(&self, generation: &str, members: &[String], ends: &str) -> Live {
+        let heard: Vec<(String, u64)> = members
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), millis(&pair[1])))
+            .collect();
+        let mut others: Vec<Vec<u8>> = heard
             .iter()
-            .filter_map(|member| {
+            .filter_map(|(member, _)| {
                 let mut parts = member.splitn(3, ':');
                 let schema: u32 = parts.next()?.parse().ok()?;
                 Some(suffix(schema, parts.next()?))
@@ -332,7 +332,7 @@ impl Schemas {
             generation: Some(generation.to_owned()),
             own: suffix(self.schema, generation),
             others,
-            members: members.iter().cloned().chain([mine]).collect(),
+            members: heard.into_iter().chain([(mine, millis(ends))]).collect(),
         }
     }
 
@@ -408,6 +408,12 @@ pub fn schema_key_names(
     Ok(names.in_schema(&suffix(schema, generation), std::iter::empty()))
 }
 
+/// A time the script answered (unix ms; a sorted set's score may read as a float); 0, long
+/// past, if unreadable.
+fn millis(answered: &str) -> u64 {
+    answered.parse::<f64>().unwrap_or(0.0) as u64
+}
+
 /// The suffix of `schema`'s keys in `generation`: none for schema 0.
 fn suffix(schema: u32, generation: &str) -> Vec<u8> {
     if schema == 0 {
@@ -428,16 +434,23 @@ mod tests {
     fn a_write_names_every_other_live_schema() {
         let schemas = Schemas::new("", "t", 2);
         let members = [
-            "1:55:abc".to_owned(),
-            "0:7:def".to_owned(),
-            "1:55:x".to_owned(),
-        ];
-        let live = schemas.learned("99", &members);
+            "1:55:abc",
+            "1700000010000",
+            "0:7:def",
+            "1700000009500",
+            "1:55:x",
+            "1.7e12",
+        ]
+        .map(str::to_owned);
+        let live = schemas.learned("99", &members, "1700000010400");
         assert_eq!(live.own, b"#2.99");
         assert_eq!(live.others, vec![b"".to_vec(), b"#1.55".to_vec()]);
-        let mine = format!("2:99:{}", schemas.token);
-        let mut heard = members.to_vec();
-        heard.push(mine);
+        let heard = [
+            ("1:55:abc".to_owned(), 1_700_000_010_000),
+            ("0:7:def".to_owned(), 1_700_000_009_500),
+            ("1:55:x".to_owned(), 1_700_000_000_000),
+            (format!("2:99:{}", schemas.token), 1_700_000_010_400),
+        ];
         assert_eq!(
             live.members, heard,
             "what a renewal puts back if Valkey lost it"
@@ -447,7 +460,7 @@ mod tests {
         let plain = KeyNames::new("", "t", &7u64).unwrap();
         assert_eq!(zero.names(plain.clone(), false), plain);
         assert_eq!(
-            zero.learned("5", &members[..1]).others,
+            zero.learned("5", &members[..2], "0").others,
             vec![b"#1.55".to_vec()]
         );
     }
@@ -459,7 +472,11 @@ mod tests {
     #[test]
     fn a_write_before_settling_drops_the_generations_copy() {
         let schemas = Schemas::new("", "t", 2);
-        let learned = schemas.learned("99", &["1:55:abc".to_owned()]);
+        let learned = schemas.learned(
+            "99",
+            &["1:55:abc".to_owned(), "1700000010000".to_owned()],
+            "0",
+        );
         let private = learned.private(schemas.private());
         assert_eq!(private.own, schemas.private());
         *schemas.live.write().unwrap() = Arc::new(private);

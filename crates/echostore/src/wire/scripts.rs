@@ -344,34 +344,58 @@ return 1
 /// A table's live schemas (`crate::state::schemas`): drop the leases that ended on the server's clock,
 /// then renew this process's lease (`<schema>:<generation>:<token>`), taking its schema's live
 /// generation, or a new one (the server's clock in µs) when no process of the schema is left.
-/// The key lives as long as its newest lease. A key that is gone while this process's own lease
-/// is still running was lost with Valkey's data (a restart, an outage, a flush): the members
-/// `ARGV[4..]` (what the process last heard, its own among them) are put back first, each for a
-/// lease, so that no schema's generation moves because Valkey forgot it. Returns `{generation,
-/// how, age, member, …}`: `how` 0 when this process's lease went on, 1 when it joins its schema's
-/// live generation, 2 when it starts a new one, 3 when it put the lost members back; the
-/// generation's age in ms; then every live member of another schema.
+/// The key lives as long as its newest lease. A process passes what it last heard (`ARGV[4..]`,
+/// member and lease-end pairs, its own among them): should its own member be gone while its
+/// lease has not ended on the server's clock, no expiry removed it, Valkey lost the set (a
+/// restart, an outage, a flush), and every schema with no member left is put back as it was
+/// heard, each member until its lease's end (its own for a lease), so that no generation moves
+/// because Valkey forgot it. Returns `{generation, how, age, ends, member, lease end, …}`: `how`
+/// 0 when this process's lease went on, 1 when it joins its schema's live generation, 2 when it
+/// starts a new one, 3 when it put members back; the generation's age in ms; when this
+/// process's lease now ends; then every live member of another schema and when its lease ends.
 pub(crate) const SCHEMAS_SCRIPT: &str = r#"
 -- KEYS[1] = the table's live schemas; ARGV[1] = schema, ARGV[2] = token, ARGV[3] = lease, ms;
--- ARGV[4..] = the members to put back if the key was lost
+-- ARGV[4..] = member, lease end (ms) pairs to put back if this process's own member was lost
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local restored = #ARGV > 3 and redis.call('EXISTS', KEYS[1]) == 0
-if restored then
-  for i = 4, #ARGV do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[i]) end
-end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local function parse(member) return string.match(member, '^(%d+):(%d+):(.*)$') end
+local restored = false
+if #ARGV > 3 then
+  local present, lost = {}, false
+  for i = 4, #ARGV - 1, 2 do
+    local schema, _, token = parse(ARGV[i])
+    if schema == ARGV[1] and token == ARGV[2] then lost = tonumber(ARGV[i + 1]) > now end
+  end
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    local schema, _, token = parse(member)
+    if schema then present[schema] = true end
+    if schema == ARGV[1] and token == ARGV[2] then lost = false end
+  end
+  for i = 4, #ARGV - 1, 2 do
+    local schema, _, token = parse(ARGV[i])
+    local ends = tonumber(ARGV[i + 1])
+    if schema == ARGV[1] and token == ARGV[2] then ends = now + tonumber(ARGV[3]) end
+    if lost and schema and not present[schema] and ends > now then
+      redis.call('ZADD', KEYS[1], ends, ARGV[i])
+      restored = true
+    end
+  end
+end
 local generation, mine, others = nil, nil, {}
-for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local schema, g, token = string.match(member, '^(%d+):(%d+):(.*)$')
+local live = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #live, 2 do
+  local member = live[i]
+  local schema, g, token = parse(member)
   if schema == ARGV[1] then
     generation = generation or g
     if token == ARGV[2] then mine = member end
   elseif schema then
     table.insert(others, member)
+    table.insert(others, live[i + 1])
   end
 end
-local how = (mine and restored and 3) or (mine and 0) or 1
+local how = (restored and 3) or (mine and 0) or 1
 if not generation then
   generation = t[1] .. string.format('%06d', tonumber(t[2]))
   how = 2
@@ -384,7 +408,8 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
 end
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local age = math.max(0, math.floor((now_us - tonumber(generation)) / 1000))
-local out = {generation, tostring(how), string.format('%d', age)}
+local ends = string.format('%d', now + tonumber(ARGV[3]))
+local out = {generation, tostring(how), string.format('%d', age), ends}
 for _, other in ipairs(others) do table.insert(out, other) end
 return out
 "#;

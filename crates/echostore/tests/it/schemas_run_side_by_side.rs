@@ -280,6 +280,42 @@ fn generation_of<V: echostore::Value>(table: &Table<u64, V>, schema: u32) -> Str
         .unwrap_or_default()
 }
 
+/// Valkey's clock, in unix ms.
+async fn valkey_ms(raw: &mut common::RawConn) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(raw).await.expect("TIME");
+    secs * 1_000 + micros / 1_000
+}
+
+/// Both processes of schema 1 are on one generation that the live schemas list, `zeros` members
+/// of schema 0 are listed, and every member renewed since `since_ms` (Valkey's clock): its lease
+/// ends a whole lease (10 s) after that.
+async fn schema_one_settled<V: echostore::Value>(
+    raw: &mut common::RawConn,
+    (one, two): (&Table<u64, V>, &Table<u64, V>),
+    zeros: usize,
+    since_ms: u64,
+) -> bool {
+    let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg("schemas:users")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(raw)
+        .await
+        .expect("ZRANGE");
+    let (a, b) = (generation_of(one, 1), generation_of(two, 1));
+    let count = |prefix: &str| {
+        members
+            .iter()
+            .filter(|(m, _)| m.starts_with(prefix))
+            .count()
+    };
+    let renewed = members
+        .iter()
+        .all(|(_, ends)| *ends as u64 >= since_ms + 10_000);
+    a == b && count(&format!("1:{a}:")) == 2 && count("0:") == zeros && renewed
+}
+
 /// Valkey restarted empty takes the live schemas with it; the first process to renew afterwards
 /// puts back what it last heard, so no schema's generation moves: the processes of one schema
 /// never read and write apart while they move one at a time (found by `echostore check --faults
@@ -298,15 +334,9 @@ async fn a_restart_that_empties_valkey_moves_no_schemas_generation() {
     let one = users(&coherent_store(&url, None).await, 1, &source, v2).await;
     let two = users(&coherent_store(&url, None).await, 1, &source, v2).await;
     let mut raw = common::raw(&url).await;
-    let settled = async |raw: &mut common::RawConn| {
-        let members = live_schemas(raw).await;
-        let (a, b) = (generation_of(&one, 1), generation_of(&two, 1));
-        let listed = |g: &str| members.iter().any(|m| m.starts_with(&format!("1:{g}:")));
-        members.len() == 3 && a == b && listed(&a)
-    };
     until_async(
         "both processes of schema 1 settled on one generation",
-        async || settled(&mut raw).await,
+        async || schema_one_settled(&mut raw, (&one, &two), 1, 0).await,
     )
     .await;
     let before = generation_of(&one, 1);
@@ -314,9 +344,10 @@ async fn a_restart_that_empties_valkey_moves_no_schemas_generation() {
     valkey.stop();
     valkey.restart().expect("an empty Valkey on the same port");
     let mut raw = common::raw(&url).await;
+    let restarted = valkey_ms(&mut raw).await;
     until_async(
         "every process renewed on the restarted Valkey",
-        async || settled(&mut raw).await,
+        async || schema_one_settled(&mut raw, (&one, &two), 1, restarted).await,
     )
     .await;
     assert_eq!(
@@ -342,6 +373,52 @@ async fn a_restart_that_empties_valkey_moves_no_schemas_generation() {
         })
         .await;
     }
+}
+
+/// The same when the first process to renew after the loss knows nothing to put back (it just
+/// started, a process of schema 0 here): the processes of schema 1, finding their own members
+/// gone while their leases surely ran, put their schema back as they last heard it. On the code
+/// that put members back only into a missing set, both moved to a new generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_first_renewed_by_a_newcomer_moves_no_schemas_generation() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Arc::new(Rows::default());
+    let _writer = users(&coherent_store(&url, None).await, 0, &source, v1).await;
+    let one = users(&coherent_store(&url, None).await, 1, &source, v2).await;
+    let two = users(&coherent_store(&url, None).await, 1, &source, v2).await;
+    let mut raw = common::raw(&url).await;
+    until_async(
+        "both processes of schema 1 settled on one generation",
+        async || schema_one_settled(&mut raw, (&one, &two), 1, 0).await,
+    )
+    .await;
+    let before = generation_of(&one, 1);
+
+    // The set lost, and renewed at once by a process that has heard nothing yet.
+    let lost = valkey_ms(&mut raw).await;
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("schemas:users")
+        .ignore()
+        .cmd("ZADD")
+        .arg("schemas:users")
+        .arg(lost + 60_000)
+        .arg("0:1:newcomer")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .expect("the set lost, and a newcomer's lease");
+    until_async("every process renewed after the loss", async || {
+        schema_one_settled(&mut raw, (&one, &two), 2, lost).await
+    })
+    .await;
+    assert_eq!(
+        (generation_of(&one, 1), generation_of(&two, 1)),
+        (before.clone(), before),
+        "schema 1's generation moved"
+    );
 }
 
 /// A writer that lost its connection hears the live schemas again before it writes: Valkey may

@@ -198,7 +198,16 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         l2: &L2,
         loading: &[&Member<K, V>],
     ) -> (HashMap<K, Result<(V, Duration)>>, Vec<FlightId>) {
-        let calls: Vec<_> = loading.iter().map(|&m| self.load_one(l2, m)).collect();
+        // The first call's ask is the batch's, as the batch loader's call asks: a spent budget
+        // answers every member's stale copy now, not as each call's turn comes.
+        let first = crate::flight::load::try_lease(self.core).await;
+        if matches!(first, Lease::Spent) {
+            self.stale_meanwhile(loading);
+        }
+        let mut first = Some(first);
+        let calls: Vec<_> = (loading.iter())
+            .map(|&m| self.load_one(l2, m, first.take()))
+            .collect();
         let each = futures::stream::iter(calls).buffer_unordered(LOADS_AT_ONCE);
         let (mut loaded, mut lost) = (HashMap::new(), Vec::new());
         for outcome in each.collect::<Vec<_>>().await {
@@ -212,18 +221,19 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         (loaded, lost)
     }
 
-    /// One member's per-id loader call under a lease of its own; its flight instead when it
-    /// waited for the lease and its lock went meanwhile.
+    /// One member's per-id loader call under a lease of its own (`asked`: the budget's answer
+    /// already had); its flight instead when it waited for the lease and its lock went meanwhile.
     async fn load_one(
         &self,
         l2: &L2,
         m: &Member<K, V>,
+        asked: Option<Lease>,
     ) -> std::result::Result<(K, Result<(V, Duration)>), FlightId> {
-        let lease = crate::flight::load::try_lease(self.core).await;
+        let lease = match asked {
+            Some(lease) => lease,
+            None => crate::flight::load::try_lease(self.core).await,
+        };
         let queued = matches!(lease, Lease::Spent);
-        if queued {
-            self.stale_meanwhile(&[m]);
-        }
         let loaded = match crate::flight::load::lease_after(self.core, lease).await {
             Ok(_) if queued && !self.still_ours(l2, m).await => return Err(m.flight),
             Ok(_lease) => Load::new(self.core, &m.id, &|_| {}).load().await,
