@@ -18,9 +18,9 @@
 //! its own every [`RENEW_EVERY`] and learns the others from the answer; a process that stops
 //! renewing drops out after [`LEASE`]. A schema's generation is chosen when it joins with no
 //! process of it left, so its copies from an earlier life, which other schemas' writes no longer
-//! reached, are never read again. Valkey coming back empty is not such a life's end: the first
-//! renewal that finds the set gone while its own lease surely ran puts back every member it last
-//! heard, so the generations stay and no process's keys move. A generation is used only once
+//! reached, are never read again. Valkey coming back empty is not such a life's end: a renewal
+//! that finds its own member gone before its lease's end puts back every schema it last heard
+//! that has no member left, so the generations stay and no process's keys move. A generation is used only once
 //! every other live process has heard of it (two renewals after it started): a table that starts
 //! or joins a younger one waits before it serves, and a process whose lease lapsed keeps copies
 //! only it reads meanwhile ([`Schemas::settle`]), its writes dropping the generation's copy it
@@ -202,9 +202,10 @@ impl Schemas {
     }
 
     /// Renews this process's lease (or joins), and learns the other live schemas. Should Valkey
-    /// have lost them (it came back empty) while this process's lease was surely running, the
-    /// renewal puts back every member it last heard: their generations stay, so no process's keys
-    /// move and no write of one that has not renewed yet misses the copies another reads.
+    /// have lost them (it came back empty) before this process's lease ended, the renewal puts
+    /// back the schemas it last heard that have no member left: their generations stay, so no
+    /// process's keys move and no write of one that has not renewed yet misses the copies
+    /// another reads.
     pub(crate) async fn renew(&self, l2: &L2) -> Result<Renewed> {
         let asked = Heard {
             at: Instant::now(),
