@@ -316,6 +316,25 @@ async fn schema_one_settled<V: echostore::Value>(
     a == b && count(&format!("1:{a}:")) == 2 && count("0:") == zeros && renewed
 }
 
+/// A process of schema 0 and two of schema 1 on `url`, once both of schema 1 have settled on one
+/// generation: the tables, and that generation.
+async fn side_by_side(
+    url: &str,
+    source: &Arc<Rows>,
+) -> (Table<u64, RowV1>, [Table<u64, RowV2>; 2], String) {
+    let writer = users(&coherent_store(url, None).await, 0, source, v1).await;
+    let one = users(&coherent_store(url, None).await, 1, source, v2).await;
+    let two = users(&coherent_store(url, None).await, 1, source, v2).await;
+    let mut raw = common::raw(url).await;
+    until_async(
+        "both processes of schema 1 settled on one generation",
+        async || schema_one_settled(&mut raw, (&one, &two), 1, 0).await,
+    )
+    .await;
+    let generation = generation_of(&one, 1);
+    (writer, [one, two], generation)
+}
+
 /// Valkey restarted empty takes the live schemas with it; the first process to renew afterwards
 /// puts back what it last heard, so no schema's generation moves: the processes of one schema
 /// never read and write apart while they move one at a time (found by `echostore check --faults
@@ -330,16 +349,7 @@ async fn a_restart_that_empties_valkey_moves_no_schemas_generation() {
         return; // one server is restarted empty; a cluster's nodes keep the key on failover
     }
     let source = Arc::new(Rows::default());
-    let writer = users(&coherent_store(&url, None).await, 0, &source, v1).await;
-    let one = users(&coherent_store(&url, None).await, 1, &source, v2).await;
-    let two = users(&coherent_store(&url, None).await, 1, &source, v2).await;
-    let mut raw = common::raw(&url).await;
-    until_async(
-        "both processes of schema 1 settled on one generation",
-        async || schema_one_settled(&mut raw, (&one, &two), 1, 0).await,
-    )
-    .await;
-    let before = generation_of(&one, 1);
+    let (writer, [one, two], before) = side_by_side(&url, &source).await;
 
     valkey.stop();
     valkey.restart().expect("an empty Valkey on the same port");
@@ -384,16 +394,8 @@ async fn a_loss_first_renewed_by_a_newcomer_moves_no_schemas_generation() {
     let valkey = valkey();
     let url = valkey.url();
     let source = Arc::new(Rows::default());
-    let _writer = users(&coherent_store(&url, None).await, 0, &source, v1).await;
-    let one = users(&coherent_store(&url, None).await, 1, &source, v2).await;
-    let two = users(&coherent_store(&url, None).await, 1, &source, v2).await;
+    let (_writer, [one, two], before) = side_by_side(&url, &source).await;
     let mut raw = common::raw(&url).await;
-    until_async(
-        "both processes of schema 1 settled on one generation",
-        async || schema_one_settled(&mut raw, (&one, &two), 1, 0).await,
-    )
-    .await;
-    let before = generation_of(&one, 1);
 
     // The set lost, and renewed at once by a process that has heard nothing yet.
     let lost = valkey_ms(&mut raw).await;
