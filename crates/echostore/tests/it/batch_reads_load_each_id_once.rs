@@ -422,3 +422,58 @@ async fn a_large_batch_waits_for_another_stores_batch_as_one() {
         there.stats()
     );
 }
+
+/// A batch of more misses than the per-id loader runs at once (16: docs/batch-reads.md): an id
+/// whose call waited for a free slot asks whether its lock is still its own before it reads the
+/// source, so a put meanwhile (which drops the lock) costs no source read, and the batch answers
+/// the put's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_queued_behind_the_per_id_loaders_calls_reads_no_source_after_a_put() {
+    const AT_ONCE: u64 = 16;
+    let valkey = valkey();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let gate = watch::channel(false).0;
+    let loader = {
+        let (asked, gate) = (Arc::clone(&asked), gate.clone());
+        move |id: u64| {
+            asked.lock().expect("asked").push(id);
+            let mut open = gate.subscribe();
+            async move {
+                let _ = open.wait_for(|open| *open).await;
+                Ok::<_, std::io::Error>(format!("row {id}"))
+            }
+        }
+    };
+    let table = store_on(&valkey.url()).await.table::<u64, String>("queued");
+    let table = table.ttl(Duration::from_secs(60)).loader(loader);
+    let table = table.build().await.expect("table");
+    let writer = table_on(
+        &store_on(&valkey.url()).await,
+        "queued",
+        &Source::open(),
+        |t| t,
+    )
+    .await;
+    let batch = on_task(&table, |t| async move { t.get_many(1..=AT_ONCE + 1).await });
+    let started = || asked.lock().expect("asked").clone();
+    common::until("the first calls reached the source", || {
+        started().len() as u64 == AT_ONCE
+    })
+    .await;
+    let queued = (1..=AT_ONCE + 1)
+        .find(|id| !started().contains(id))
+        .expect("one id waits for a slot");
+    writer
+        .put(&queued, "put while queued".into())
+        .await
+        .expect("put");
+    gate.send_replace(true);
+    let found = batch.await.expect("task").expect("batch");
+    assert_eq!(*found[&queued], "put while queued", "the put's value");
+    assert_eq!(
+        started().len() as u64,
+        AT_ONCE,
+        "the queued id read no source: {:?}",
+        started()
+    );
+}

@@ -190,9 +190,10 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     }
 
     /// Without a batch loader: the per-id loader for each member, at most [`LOADS_AT_ONCE`] at a
-    /// time, each under a lease of the table's budget of its own. A member that had to wait for
-    /// the lease asks once more whether its lock is still its own, as the batch call's members
-    /// do ([`Self::queued`]): one whose lock went meanwhile reads no source and contends again.
+    /// time, each under a lease of the table's budget of its own. A member that had to wait, for
+    /// the lease or for a free slot behind the first [`LOADS_AT_ONCE`], asks once more whether
+    /// its lock is still its own, as the batch call's members do ([`Self::queued`]): one whose
+    /// lock went meanwhile reads no source and contends again.
     async fn load_each(
         &self,
         l2: &L2,
@@ -205,8 +206,8 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             self.stale_meanwhile(loading);
         }
         let mut first = Some(first);
-        let calls: Vec<_> = (loading.iter())
-            .map(|&m| self.load_one(l2, m, first.take()))
+        let calls: Vec<_> = (loading.iter().enumerate())
+            .map(|(at, &m)| self.load_one(l2, m, first.take(), at >= LOADS_AT_ONCE))
             .collect();
         let each = futures::stream::iter(calls).buffer_unordered(LOADS_AT_ONCE);
         let (mut loaded, mut lost) = (HashMap::new(), Vec::new());
@@ -222,18 +223,20 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     }
 
     /// One member's per-id loader call under a lease of its own (`asked`: the budget's answer
-    /// already had); its flight instead when it waited for the lease and its lock went meanwhile.
+    /// already had); its flight instead when it waited (for the lease, or `behind` other calls
+    /// for a slot) and its lock went meanwhile.
     async fn load_one(
         &self,
         l2: &L2,
         m: &Member<K, V>,
         asked: Option<Lease>,
+        behind: bool,
     ) -> std::result::Result<(K, Result<(V, Duration)>), FlightId> {
         let lease = match asked {
             Some(lease) => lease,
             None => crate::flight::load::try_lease(self.core).await,
         };
-        let queued = matches!(lease, Lease::Spent);
+        let queued = behind || matches!(lease, Lease::Spent);
         let loaded = match crate::flight::load::lease_after(self.core, lease).await {
             Ok(_) if queued && !self.still_ours(l2, m).await => return Err(m.flight),
             Ok(_lease) => Load::new(self.core, &m.id, &|_| {}).load().await,
