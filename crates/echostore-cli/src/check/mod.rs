@@ -99,7 +99,8 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     tasks: u32,
 
-    /// Percent of calls that are reads (one in four a `fetch_many` of 2 to 8 ids); the writes are
+    /// Percent of calls that are reads (one in four a `fetch_many` of 2 to 8 ids, one in eight
+    /// of those of 17 to 24, at most `--keys`); the writes are
     /// puts, invalidates and deletes, 16 to 5 to 4, and one in 200 invalidates a tag or clears
     /// the table (recorded as an invalidate of each id it covers).
     #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u32).range(0..=100))]

@@ -31,6 +31,11 @@ const AT_LEAST_EVERY: u32 = 8;
 /// How many distinct ids a batch read asks for (at most `--keys`).
 const BATCH_IDS: std::ops::RangeInclusive<usize> = 2..=8;
 
+/// One batch read in this many is a large one, of [`LARGE_BATCH_IDS`] (at most `--keys`): more
+/// misses than a table without a batch loader loads at once (16), so that some wait for a slot.
+const LARGE_BATCH_EVERY: u32 = 8;
+const LARGE_BATCH_IDS: std::ops::RangeInclusive<usize> = 17..=24;
+
 /// One write in this many invalidates a group: a tag (three times in four), or the whole table.
 const GROUP_WRITE_EVERY: u32 = 200;
 
@@ -88,7 +93,12 @@ impl Workload {
     /// Distinct random ids for one batch read.
     fn batch_ids(&self, rng: &mut impl Rng) -> Vec<u32> {
         let keys = self.keys as usize;
-        let n = rng.random_range(BATCH_IDS).min(keys);
+        let n = if rng.random_range(0..LARGE_BATCH_EVERY) == 0 {
+            rng.random_range(LARGE_BATCH_IDS)
+        } else {
+            rng.random_range(BATCH_IDS)
+        };
+        let n = n.min(keys);
         rand::seq::index::sample(rng, keys, n)
             .into_iter()
             .map(|i| i as u32)
