@@ -101,6 +101,15 @@ impl Deadline {
         Deadline { coarse, precise }
     }
 
+    /// The deadline `at`, checked on the precise clock only (a moment already past, as a stale
+    /// copy's end of freshness).
+    pub(crate) fn at(at: Moment) -> Self {
+        Deadline {
+            coarse: 0,
+            precise: at,
+        }
+    }
+
     /// `true` while the deadline has not passed.
     #[inline]
     pub(crate) fn is_ahead(&self) -> bool {

@@ -213,9 +213,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             } => state.fill(&myself, id, reply, losers, read),
             OwnerMsg::FillMany { misses, gather } => state.fill_many(&myself, misses, gather),
             OwnerMsg::Refresh { id, value } => state.refresh(&myself, id, &value),
-            OwnerMsg::Early { id, flight, answer } => {
-                state.flights.answer_early(&id, flight, answer)
-            }
+            OwnerMsg::Early { id, flight, answer } => state.answer_early(&id, flight, answer),
             OwnerMsg::Landed {
                 id,
                 flight,

@@ -22,6 +22,10 @@ pub(crate) struct Filled<V> {
     /// The fingerprint of the bytes `keep` was read or written as, when known: under key
     /// tracking L1 keeps it past the unconfirmed life only once Valkey confirms those bytes.
     pub(crate) fingerprint: Option<Fingerprint>,
+    /// A stale copy read from Valkey and answered: L1's stand-in for the id from now on, in
+    /// place of any older copy L1 holds past its freshness (which, served later, would take the
+    /// process back to before this answer).
+    pub(crate) stand_in: Option<Entry<V>>,
 }
 
 impl<V> Filled<V> {
@@ -31,6 +35,7 @@ impl<V> Filled<V> {
             fetched: Fetched::new(Arc::clone(&entry.value), origin),
             keep: Some(entry),
             fingerprint: None,
+            stand_in: None,
         }
     }
 
@@ -46,6 +51,7 @@ impl<V> Filled<V> {
             fetched: Fetched::new(value, origin),
             keep: None,
             fingerprint: None,
+            stand_in: None,
         }
     }
 }
@@ -143,10 +149,13 @@ impl<V> Stale<V> {
         }
         let mut fetched = Fetched::new(Arc::clone(&self.value), Origin::Stale);
         fetched.stale_by = Some(now.since(self.since));
+        let from_valkey = self.on_valkey.is_some();
         Some(Filled {
             fetched,
             keep: None,
             fingerprint: None,
+            stand_in: from_valkey
+                .then(|| Entry::stand_in(Arc::clone(&self.value), self.since, self.until)),
         })
     }
 }

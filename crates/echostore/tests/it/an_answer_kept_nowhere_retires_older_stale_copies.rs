@@ -106,3 +106,83 @@ async fn an_answer_kept_nowhere_retires_the_older_stale_copy() {
         "no stale copy served"
     );
 }
+
+/// The same for a stale answer read from Valkey: a read that serves Valkey's stale copy
+/// (fail-safe) retires L1's older one, which would otherwise be served after it once Valkey is
+/// gone, and L1 keeps the copy it answered as its stand-in instead. The reading store keeps no coherence, so its L1 still holds v1 when another store's put
+/// lands on Valkey; the put's value is fresh for a millisecond only (`ttl_for`), so it is a stale
+/// copy by the time v1 is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_answer_from_valkey_retires_the_older_stale_copy() {
+    let mut valkey = valkey();
+    let here = Store::builder()
+        .valkey(valkey.url())
+        .coherence(false)
+        .valkey_timeout(Duration::from_millis(500))
+        .breaker_cooldown(Duration::from_secs(3600))
+        .build()
+        .await
+        .expect("store");
+    let there = Store::builder()
+        .valkey(valkey.url())
+        .build()
+        .await
+        .expect("store");
+    // The first read answers v1; every read after it fails.
+    let reads = Arc::new(AtomicUsize::new(0));
+    let here = stale_table(&here, &reads).await;
+    let there = stale_table(&there, &Arc::new(AtomicUsize::new(1))).await;
+
+    assert_eq!(*here.get(&1).await.expect("v1"), "v1");
+    there.put(&1, "put".into()).await.expect("put");
+    until("v1 is no longer fresh", || here.peek_local(&1).is_none()).await;
+    let second = here
+        .fetch(&1)
+        .await
+        .expect("fail-safe: Valkey's stale copy");
+    assert_eq!(
+        (second.value.as_str(), second.origin),
+        ("put", echostore::Origin::Stale),
+        "the load failed and Valkey's stale copy was served"
+    );
+
+    // With Valkey gone too, the next read's load fails and fail-safe serves L1's stand-in: the
+    // copy last answered, never v1.
+    valkey.stop();
+    let third = here.fetch(&1).await.expect("fail-safe: L1's stand-in");
+    assert_eq!(
+        (third.value.as_str(), third.origin),
+        ("put", echostore::Origin::Stale),
+        "not back in time"
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 3, "every read loaded");
+}
+
+/// A fail-safe table whose source answers `v<n>` to its first read (counted in `reads`) and fails
+/// every later one; a value written as `put` is fresh for a millisecond.
+async fn stale_table(store: &Store, reads: &Arc<AtomicUsize>) -> Table<u64, String> {
+    let reads = Arc::clone(reads);
+    store
+        .table::<u64, String>("stale-answer")
+        .ttl(Duration::from_millis(200))
+        .ttl_for(|value: &String| {
+            let put = value == "put";
+            Duration::from_millis(if put { 1 } else { 200 })
+        })
+        .stale_for(Duration::from_secs(3600))
+        .jitter(0.0)
+        .early_refresh(0.0)
+        .fail_safe(true)
+        .loader(move |_id: u64| {
+            let n = reads.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                match n {
+                    1 => Ok(format!("v{n}")),
+                    _ => Err(std::io::Error::other("the source is down")),
+                }
+            }
+        })
+        .build()
+        .await
+        .expect("table")
+}

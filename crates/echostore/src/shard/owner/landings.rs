@@ -90,7 +90,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             Ok(Landing::Filled(filled)) if landed.store => {
                 match filled.keep {
                     Some(entry) => self.core.keep(id.clone(), entry, filled.fingerprint),
-                    None => self.retire_stand_in(id, &filled.fetched),
+                    None => self.retire_stand_in(id, &filled.fetched, filled.stand_in),
                 }
                 Ok(self.answered_own(id, &landed, filled.fetched))
             }
@@ -101,7 +101,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             Ok(Landing::Filled(filled)) => Ok(match self.l1_hit(id) {
                 Some(hit) => hit,
                 None => {
-                    self.retire_stand_in(id, &filled.fetched);
+                    // Read before the change that overtook it: no stand-in for what came after.
+                    self.retire_stand_in(id, &filled.fetched, None);
                     self.answered_own(id, &landed, filled.fetched)
                 }
             }),
@@ -141,23 +142,39 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         e
     }
 
+    /// The flight `flight` of `id` answers its callers so far before it lands (a soft timeout's
+    /// or a spent budget's stale copy): as at a landing, L1's older stand-in goes first.
+    pub(super) fn answer_early(&mut self, id: &K, flight: FlightId, answer: Fetched<V>) {
+        self.retire_stand_in(id, &answer, None);
+        self.flights.answer_early(id, flight, answer);
+    }
+
     /// The callers are about to be answered `answer`, a value read just now (from Valkey or the
-    /// source) that L1 keeps nowhere. L1's entry of `id`, if it is no longer fresh (expired,
-    /// capped when coherence was lost, waiting for key tracking's confirmation), may be older:
-    /// served later as a stale copy (fail-safe, a soft timeout, a spent budget) it would take
-    /// this process back in time, so it goes, with any confirmation it waits for. Under the
-    /// board's lock, so a read settling a fresh entry meanwhile keeps it.
-    fn retire_stand_in(&self, id: &K, answer: &Fetched<V>) {
-        if !matches!(answer.origin, Origin::Loaded | Origin::L2) {
+    /// source, or a stale copy on Valkey) that L1 keeps nowhere. L1's entry of `id`, if it is no
+    /// longer fresh (expired, capped when coherence was lost, waiting for key tracking's
+    /// confirmation) and is not the stale copy answered, may be older: served later as a stale
+    /// copy (fail-safe, a soft timeout, a spent budget) it would take this process back in time,
+    /// so it goes, with any confirmation it waits for, and `stand_in` (the answered copy, when
+    /// it was Valkey's stale one) takes its place. Under the board's lock, so a read settling a
+    /// fresh entry meanwhile keeps it.
+    fn retire_stand_in(&self, id: &K, answer: &Fetched<V>, stand_in: Option<Entry<V>>) {
+        if !matches!(answer.origin, Origin::Loaded | Origin::L2 | Origin::Stale) {
             return;
         }
         let l1 = &self.core.l1;
         self.core.board(id).change_or_make(id.clone(), |state| {
-            if l1.get(id).is_some_and(|entry| entry.is_fresh()) {
+            let answered = |value: &Arc<V>| Arc::ptr_eq(value, &answer.value);
+            if l1
+                .get(id)
+                .is_some_and(|e| e.is_fresh() || answered(&e.value))
+            {
                 return;
             }
             state.unconfirmed = None;
-            l1.remove(id);
+            match stand_in {
+                Some(entry) => l1.insert(id.clone(), entry),
+                None => l1.remove(id),
+            }
         });
     }
 

@@ -101,6 +101,17 @@ impl<V> Entry<V> {
         }
     }
 
+    /// A stale copy as L1's stand-in: fresh until `since` (past), servable as stale until
+    /// `until`, never refreshed early.
+    pub(crate) fn stand_in(value: Arc<V>, since: Moment, until: Moment) -> Self {
+        Entry {
+            value,
+            fresh_until: Deadline::at(since),
+            stale_ms: saturating_u32(until.since(since).as_millis()),
+            early_us: 0,
+        }
+    }
+
     /// The same entry, fresh no longer, its stale window kept: what L1 holds while key tracking
     /// has not confirmed the bytes it was made from. A read then misses and reads Valkey, which
     /// would push no change of the key before the confirmation; a stale stand-in may still be it.
