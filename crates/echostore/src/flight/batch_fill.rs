@@ -337,6 +337,10 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     token: &members[i].token,
                     envelope: envelopes[i].as_deref(),
                     px: lives[i].as_ref().map_or(1, |(life, _)| life.physical_ms()),
+                    others: match envelopes[i] {
+                        Some(_) => self.core.other_copies(&members[i].id),
+                        None => Vec::new(), // a release only
+                    },
                 })
                 .collect();
             async move { (won, on_valkey::write_many(l2, &writes).await) }

@@ -326,7 +326,8 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// (counted as a release would be); what became of it.
     async fn write_fenced(&self, held: &HeldLock<'_>, bytes: Vec<u8>, px: u64) -> Wrote {
         let counters = &self.core.stats.counters;
-        match held.write(bytes, px).await {
+        let others = self.core.other_copies(self.id);
+        match held.write(bytes, px, &others).await {
             Ok(Fenced::Written) => {
                 bump(&counters.released);
                 Wrote::Kept

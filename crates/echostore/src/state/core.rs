@@ -273,6 +273,13 @@ impl<K: crate::wire::key::Key, V> TableCore<K, V> {
         Ok(self.schemas.names(names, false))
     }
 
+    /// The other live schemas' value and lock keys of `id` (none with one schema live): a fill's
+    /// fenced write is refused by a newer copy among them, and drops the older ones.
+    pub(crate) fn other_copies(&self, id: &K) -> Vec<Vec<u8>> {
+        crate::wire::key::KeyNames::new(&self.namespace, &self.name, id)
+            .map_or_else(|_| Vec::new(), |names| self.schemas.others_of(names))
+    }
+
     /// [`Self::names`] for a put or an invalidation, which drops every other live schema's copy:
     /// the live schemas heard again first if what this process knows of them may be out of date.
     pub(crate) async fn write_names(&self, id: &K) -> Result<crate::wire::key::KeyNames> {

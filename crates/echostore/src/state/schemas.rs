@@ -175,6 +175,17 @@ impl Schemas {
         names.in_schema(&live.own, others.filter(|_| writing))
     }
 
+    /// The other live schemas' value and lock keys of the id named `names` (schema 0's): what a
+    /// fill's fenced write compares its version with. None while no other schema is live.
+    pub(crate) fn others_of(&self, names: KeyNames) -> Vec<Vec<u8>> {
+        let live = self.live();
+        if live.others.is_empty() {
+            return Vec::new();
+        }
+        let others = live.others.iter().map(Vec::as_slice);
+        names.in_schema(&live.own, others).others
+    }
+
     /// Before a write: renews first if what this process heard of the live schemas is out of
     /// date ([`Heard`]). A renewal that fails leaves the write to go with what was heard (Valkey
     /// is then likely to refuse the write too). A renewal that finds the keys moved leaves the

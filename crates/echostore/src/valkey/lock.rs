@@ -126,15 +126,22 @@ impl HeldLock<'_> {
     }
 
     /// Writes `envelope` with a physical life of `px` ms if the lock still holds the token and no
-    /// newer value is stored, and releases the lock if it holds the token (written or superseded).
-    pub(crate) async fn write(&self, envelope: Vec<u8>, px: u64) -> Result<Fenced> {
+    /// newer value is stored (here or in `others`, the other live schemas' value and lock keys,
+    /// whose older copies it drops), and releases the lock if it holds the token (written or
+    /// superseded).
+    pub(crate) async fn write(
+        &self,
+        envelope: Vec<u8>,
+        px: u64,
+        others: &[Vec<u8>],
+    ) -> Result<Fenced> {
         let (l2, names, token) = (self.l2, self.names, &self.token);
         let mut inv = SCRIPTS.fenced_write.prepare_invoke();
-        inv.key(&names.value)
-            .key(&names.lock)
-            .arg(token)
-            .arg(envelope)
-            .arg(px);
+        inv.key(&names.value).key(&names.lock);
+        for key in others {
+            inv.key(key);
+        }
+        inv.arg(token).arg(envelope).arg(px);
         let written: i64 = l2.script("fenced write", names, inv).await?;
         Ok(match written {
             1 => Fenced::Written,

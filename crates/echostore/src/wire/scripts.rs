@@ -105,23 +105,53 @@ end
 return 0
 "#;
 
-/// Set the value only while the lock holds this attempt's token and nothing newer is stored,
-/// and release the lock: the winner's write and release in one round trip. Returns 1 (written,
-/// released), 0 (fenced out: not our lock, nothing done) or -1 (a newer value is stored:
-/// released, nothing written).
+/// The Lua function both fenced writes (one id, many) use, after `newer_than_lua!`:
+/// `fenced(first, last, token, envelope, px, now)` writes `envelope` to `KEYS[first]` while its
+/// lock `KEYS[first + 1]` holds `token` and no copy of the id is newer, its own or another live
+/// schema's (`KEYS[first + 2 .. last]`, value and lock pairs), then releases the lock. A newer
+/// copy in another schema refuses it and drops its own schema's copy, which is older still (as
+/// `put` does); once written, every other schema's copy of an *older version* goes too: it was
+/// written before the source moved on (a `put` that landed after an invalidation it had raced),
+/// and no push would retire it before its life ends. Without versions, the other copies stay:
+/// nothing says they are older. Returns 1 (written), 0 (not our lock: nothing done) or -1
+/// (superseded: released, nothing written).
+macro_rules! fenced_lua {
+    () => {
+        r#"
+local function older(old, new)
+  return version(old) ~= nil and version(new) ~= nil and greater_version(new, old)
+end
+local function fenced(first, last, token, envelope, px, now)
+  if redis.call('GET', KEYS[first + 1]) ~= token then return 0 end
+  for i = first, last, 2 do
+    if newer(redis.pcall('GETRANGE', KEYS[i], 0, 28), now, envelope) then
+      if i > first then redis.call('DEL', KEYS[first]) end
+      redis.call('DEL', KEYS[first + 1])
+      return -1
+    end
+  end
+  redis.call('SET', KEYS[first], stamped(envelope, now), 'PX', px)
+  redis.call('DEL', KEYS[first + 1])
+  for i = first + 2, last, 2 do
+    if older(redis.pcall('GETRANGE', KEYS[i], 0, 28), envelope) then redis.call('DEL', KEYS[i]) end
+  end
+  return 1
+end
+"#
+    };
+}
+
+/// Set the value only while the lock holds this attempt's token and nothing newer is stored (in
+/// any live schema), and release the lock: the winner's write and release in one round trip.
+/// Returns 1 (written, released), 0 (fenced out: not our lock, nothing done) or -1 (a newer value
+/// is stored: released, nothing written).
 pub(crate) const FENCED_WRITE_SCRIPT: &str = concat!(
     newer_than_lua!(),
+    fenced_lua!(),
     r#"
--- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-local now = server_ms()
-if newer(redis.pcall('GETRANGE', KEYS[1], 0, 28), now, ARGV[2]) then
-  redis.call('DEL', KEYS[2])
-  return -1
-end
-redis.call('SET', KEYS[1], stamped(ARGV[2], now), 'PX', ARGV[3])
-redis.call('DEL', KEYS[2])
-return 1
+-- KEYS[1] = value key, KEYS[2] = lock key, KEYS[3..] = the other live schemas' value and lock
+-- keys; ARGV[1] = token, ARGV[2] = envelope, ARGV[3] = px ms
+return fenced(1, #KEYS, ARGV[1], ARGV[2], ARGV[3], server_ms())
 "#
 );
 
@@ -231,30 +261,31 @@ return out
 "#;
 
 /// A batch's fenced writes and releases in one round trip (per hash slot on a cluster): for
-/// each id whose lock still holds its token, set its envelope (unless it is empty: release only,
-/// or a newer value is stored), then delete the lock. Returns one code per id: 1 (written), 2
-/// (released, nothing to write), 0 (not our lock: nothing done) or -1 (a newer value is stored:
-/// released, nothing written).
+/// each id whose lock still holds its token, set its envelope as the single fenced write does
+/// (unless it is empty: release only), then delete the lock. Returns one code per id: 1
+/// (written), 2 (released, nothing to write), 0 (not our lock: nothing done) or -1 (a newer
+/// value is stored: released, nothing written).
 pub(crate) const WRITE_MANY_SCRIPT: &str = concat!(
     newer_than_lua!(),
+    fenced_lua!(),
     r#"
--- KEYS = value_1, lock_1, …; ARGV[3i - 2] = token, ARGV[3i - 1] = envelope ('' = release only),
--- ARGV[3i] = px ms, for id i
+-- KEYS = for each id i: its value and lock keys, then ARGV[4i] pairs of the other live schemas'
+-- value and lock keys; ARGV[4i - 3] = token, ARGV[4i - 2] = envelope ('' = release only),
+-- ARGV[4i - 1] = px ms
 local now = server_ms()
 local out = {}
-for i = 1, #KEYS / 2 do
-  local value, lock = KEYS[2 * i - 1], KEYS[2 * i]
-  local token, envelope, px = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
-  if redis.call('GET', lock) ~= token then
-    out[i] = 0
-  elseif envelope == '' then
-    redis.call('DEL', lock); out[i] = 2
-  elseif newer(redis.pcall('GETRANGE', value, 0, 28), now, envelope) then
-    redis.call('DEL', lock); out[i] = -1
+local first = 1
+for i = 1, #ARGV / 4 do
+  local token, envelope, px = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1]
+  local last = first + 1 + 2 * tonumber(ARGV[4 * i])
+  if envelope ~= '' then
+    out[i] = fenced(first, last, token, envelope, px, now)
+  elseif redis.call('GET', KEYS[first + 1]) == token then
+    redis.call('DEL', KEYS[first + 1]); out[i] = 2
   else
-    redis.call('SET', value, stamped(envelope, now), 'PX', px)
-    redis.call('DEL', lock); out[i] = 1
+    out[i] = 0
   end
+  first = last + 1
 end
 return out
 "#

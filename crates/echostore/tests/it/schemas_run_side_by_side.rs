@@ -522,3 +522,71 @@ fn run_nodes(nodes: [(&str, &str); 2], seconds: u64, keys: u64) -> Vec<serde_jso
         .collect();
     node_lines(children)
 }
+
+/// A schema's row type: how to build it from the source's version, and how to read that back.
+type Shape<V> = (fn(u64) -> V, fn(&V) -> u64);
+
+/// [`users`] with `.version_by` (the row's own version orders its writes); a copy of version
+/// `brief` is fresh for a millisecond only.
+async fn versioned_users<V: echostore::Value>(
+    store: &Store,
+    (schema, brief): (u32, u64),
+    source: &Arc<Rows>,
+    (row, version): Shape<V>,
+) -> Table<u64, V> {
+    let source = Arc::clone(source);
+    store
+        .table::<u64, V>("users")
+        .schema(schema)
+        .ttl(Duration::from_secs(600))
+        .ttl_for(move |v: &V| match version(v) == brief {
+            true => Duration::from_millis(1),
+            false => Duration::from_secs(600),
+        })
+        .jitter(0.0)
+        .version_by(version)
+        .loader(move |_: u64| {
+            source.reads.fetch_add(1, SeqCst);
+            let version = source.version.load(SeqCst);
+            async move { Ok::<_, std::io::Error>(row(version)) }
+        })
+        .build()
+        .await
+        .expect("the table starts")
+}
+
+/// A fill of one schema that reads a newer version than another schema's copy holds drops that
+/// copy: the source moved on without a write reaching the caches (here, outright; in a fleet, a
+/// `put` that landed after an invalidation it had raced), and without the drop the other schema
+/// would answer the older row for its copy's whole life while this one answers the newer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_drops_another_schemas_older_version() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Arc::new(Rows::default());
+    source.set(5);
+    let old: Shape<RowV1> = (v1, |r| r.version);
+    let old = versioned_users(&coherent_store(&url, None).await, (1, 0), &source, old).await;
+    let new: Shape<RowV2> = (v2, |r| r.version);
+    let new = versioned_users(&coherent_store(&url, None).await, (2, 5), &source, new).await;
+    assert_eq!(*old.get(&7).await.unwrap(), v1(5));
+    assert_eq!(
+        *new.get(&7).await.unwrap(),
+        v2(5),
+        "its copy is fresh for 1 ms"
+    );
+
+    // The source moves on, and no write tells the caches. The new schema's copy ends at once: its
+    // next read loads version 6, and its write drops the old schema's copy of version 5.
+    source.set(6);
+    until_async("the new schema reads version 6", async || {
+        new.get(&7).await.is_ok_and(|r| r.version == 6)
+    })
+    .await;
+    until_async(
+        "the old schema's copy of version 5 is dropped",
+        async || old.get(&7).await.is_ok_and(|r| r.version == 6),
+    )
+    .await;
+    assert_eq!(source.reads(), 4, "each schema read each version once");
+}

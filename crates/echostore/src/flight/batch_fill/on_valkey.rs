@@ -164,13 +164,15 @@ pub(crate) enum Wrote {
     Superseded,
 }
 
-/// One id's entry of a write-many: its lock's token, its envelope (`None`: release only) and its
-/// physical life.
+/// One id's entry of a write-many: its lock's token, its envelope (`None`: release only), its
+/// physical life, and the other live schemas' value and lock keys of the id (a newer copy there
+/// refuses the write, which drops the older ones).
 pub(crate) struct ToWrite<'a> {
     pub(crate) names: &'a KeyNames,
     pub(crate) token: &'a str,
     pub(crate) envelope: Option<&'a [u8]>,
     pub(crate) px: u64,
+    pub(crate) others: Vec<Vec<u8>>,
 }
 
 /// One group's fenced writes and releases, in one script.
@@ -180,11 +182,14 @@ pub(crate) async fn write_many(l2: &L2, group: &[ToWrite<'_>]) -> Result<Vec<Wro
     };
     let mut inv = SCRIPTS.write_many.prepare_invoke();
     for w in group {
-        inv.key(&w.names.value)
-            .key(&w.names.lock)
-            .arg(w.token)
+        inv.key(&w.names.value).key(&w.names.lock);
+        for key in &w.others {
+            inv.key(key);
+        }
+        inv.arg(w.token)
             .arg(w.envelope.unwrap_or_default())
-            .arg(w.px);
+            .arg(w.px)
+            .arg(w.others.len() / 2);
     }
     let codes: Vec<i64> = l2.script("write many", first.names, inv).await?;
     Ok(codes
