@@ -17,7 +17,9 @@
 //!   read began;
 //! - `divergent`: in a quiet stretch after a group of overlapping writes (from `B` after the last
 //!   ended to the next write, within one fresh life), a version other than the one the fleet
-//!   settled on: one process kept a copy Valkey no longer holds.
+//!   settled on: one process kept a copy Valkey no longer holds. Each schema settles on its own,
+//!   and moves up once if another schema loads the group's newest version (its write drops
+//!   this schema's older copy); reads a fault excuses settle nothing.
 //!
 //! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
 //! that began while an earlier load's or put's value of the id was still fresh, with no write
@@ -303,17 +305,29 @@ impl Run<'_> {
     fn divergence(&mut self, ops: &[&Op], reads: &[&Op], flagged: &[bool]) {
         let mut writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
         writes.sort_by_key(|w| w.start);
-        let mut groups: Vec<(u64, u64)> = Vec::new();
+        let loads: Vec<&Op> = ops
+            .iter()
+            .copied()
+            .filter(|o| o.action == Action::Load)
+            .collect();
+        let mut groups: Vec<Group> = Vec::new();
         for w in writes {
             match groups.last_mut() {
-                Some(g) if w.start <= g.1 => g.1 = g.1.max(w.end),
-                _ => groups.push((w.start, w.end)),
+                Some(g) if w.start <= g.end => {
+                    g.end = g.end.max(w.end);
+                    g.top = g.top.max(w.version);
+                }
+                _ => groups.push(Group {
+                    start: w.start,
+                    end: w.end,
+                    top: w.version,
+                }),
             }
         }
-        for (i, &(start, end)) in groups.iter().enumerate() {
-            let from = end + self.bounds.staleness;
-            let next = groups.get(i + 1).map_or(u64::MAX, |g| g.0);
-            let to = next.min(start + self.bounds.fresh_for);
+        for (i, g) in groups.iter().enumerate() {
+            let from = g.end + self.bounds.staleness;
+            let next = groups.get(i + 1).map_or(u64::MAX, |n| n.start);
+            let to = next.min(g.start + self.bounds.fresh_for);
             // Each schema settles on its own: a late put of an older row lands in its schema's
             // copy, while the copies it drops in the others are loaded from the source, which a
             // write of the same group already moved on (docs/consistency.md, "Schemas").
@@ -323,14 +337,45 @@ impl Run<'_> {
                     .filter(|&r| reads[r].process % schemas == schema)
                     .filter(|&r| !flagged[r] && reads[r].start > from && reads[r].end < to)
                     .collect();
-                self.agree(&quiet, reads, end);
+                // Until another schema loads the group's newest version: its write drops this
+                // schema's older copy, which may then move up to it.
+                let moved = loads
+                    .iter()
+                    .filter(|l| l.version == g.top && l.process % schemas != schema)
+                    .filter(|l| l.start >= g.start && l.end < to)
+                    .map(|l| l.end)
+                    .min();
+                self.agree_around(&quiet, reads, g.end, moved);
             }
         }
     }
 
+    /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree:
+    /// those before another schema's load that ended at `moved`, and those from `B` after it.
+    fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], end: u64, moved: Option<u64>) {
+        let Some(moved) = moved else {
+            return self.agree(quiet, reads, end);
+        };
+        let (before, after): (Vec<usize>, Vec<usize>) =
+            quiet.iter().partition(|&&r| reads[r].start < moved);
+        let settled_by = moved.saturating_add(self.bounds.staleness);
+        let after: Vec<usize> = after
+            .into_iter()
+            .filter(|&r| reads[r].start > settled_by)
+            .collect();
+        self.agree(&before, reads, end);
+        self.agree(&after, reads, end);
+    }
+
     /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree.
+    /// A read a fault excuses settles nothing (its process may still hold what it took while the
+    /// fault lasted), and differing from the rest it is counted as excused.
     fn agree(&mut self, quiet: &[usize], reads: &[&Op], end: u64) {
-        let Some(settled) = settled_version(quiet.iter().map(|&r| reads[r])) else {
+        let judged = quiet
+            .iter()
+            .map(|&r| reads[r])
+            .filter(|r| !self.excused(end, r.start));
+        let Some(settled) = settled_version(judged) else {
             return;
         };
         for &r in quiet {
@@ -470,6 +515,14 @@ fn how(read: &Op) -> String {
 fn ending_within(reads: &[&Op], from: u64, to: u64) -> std::ops::Range<usize> {
     let first = reads.partition_point(|r| r.end <= from);
     first..reads.partition_point(|r| r.end < to).max(first)
+}
+
+/// A group of overlapping writes of one id: when it began and ended, and the newest version
+/// it wrote (what the source holds after it).
+struct Group {
+    start: u64,
+    end: u64,
+    top: u64,
 }
 
 /// The version the fleet settled on in a quiet stretch: the one the most processes returned,

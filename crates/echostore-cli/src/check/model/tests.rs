@@ -180,6 +180,55 @@ fn a_copy_the_fleet_moved_past_is_divergent() {
     assert_eq!(violations(&ops, &[]).total(), 0);
 }
 
+/// Reads a fault excuses settle nothing: a process that kept what it took while Valkey was away
+/// (most of the stretch's reads) does not make the fleet's later, right answers divergent.
+#[test]
+fn excused_reads_do_not_decide_what_the_fleet_settled_on() {
+    let after = 300 + B;
+    let grace_ends = 400 + 5_000;
+    let ops = [
+        put(0, 1, 100, 200),
+        put(1, 2, 250, 300),
+        read(2, 1, after + 10, after + 20),
+        read(2, 1, after + 30, after + 40),
+        read(2, 1, after + 50, after + 60),
+        read(2, 2, grace_ends + 10, grace_ends + 20),
+    ];
+    let found = check(&ops, &[fault(200, 400)], bounds());
+    assert_eq!(found.violations.total(), 0, "{:?}", found.examples);
+    // Outside any fault, the early reads are stale.
+    assert_eq!(violations(&ops, &[]).stale_after_write, 3);
+}
+
+/// With schemas side by side, another schema's load of the group's newest version drops this
+/// schema's older copy: its reads may move up to that version once (each side of the load
+/// agreeing within itself), and a disagreement after the move is still divergent.
+#[test]
+fn a_schema_moves_up_after_another_schemas_load_of_the_newest_version() {
+    let bounds = Bounds {
+        schemas: 2,
+        ..bounds()
+    };
+    let after = 300 + B;
+    let moved = after + 100;
+    // Schema 0 (processes 0 and 2) kept the older put's copy; process 1 (schema 1) loads v2.
+    let mut ops = vec![
+        put(0, 1, 100, 300),
+        invalidate(1, 2, 150, 250),
+        read(0, 1, after + 10, after + 20),
+        read(2, 1, after + 30, after + 40),
+        load(1, 2, moved - 10, moved),
+        read(0, 2, moved + B + 10, moved + B + 20),
+        read(2, 2, moved + B + 30, moved + B + 40),
+    ];
+    let found = check(&ops, &[], bounds);
+    assert_eq!(found.violations.divergent, 0, "{:?}", found.examples);
+    ops.push(read(2, 1, moved + B + 50, moved + B + 60));
+    ops.push(read(2, 1, moved + B + 70, moved + B + 80));
+    let found = check(&ops, &[], bounds);
+    assert!(found.violations.divergent > 0, "{:?}", found.examples);
+}
+
 /// A version no write made, or one whose write began after the read ended.
 #[test]
 fn a_version_never_written_is_a_phantom() {
