@@ -29,6 +29,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::FutureExt;
 use futures::future::join_all;
@@ -74,8 +75,21 @@ struct Member<K, V> {
     landed: bool,
     degraded: bool,
     stale: Option<Stale<V>>,
-    /// The generation its write is stamped with (`crate::state::marks`), taken before its lock attempt.
-    stamp: u64,
+    /// The generation its write is stamped with (`crate::state::marks`): taken before its lock
+    /// attempt, and again when its source read begins (after any wait for the budget or a slot).
+    stamp: AtomicU64,
+}
+
+impl<K, V> Member<K, V> {
+    /// The generation its write is stamped with.
+    fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::SeqCst)
+    }
+
+    /// Its source read begins under generation `at` (never moving its stamp back).
+    fn read_at(&self, at: u64) {
+        self.stamp.fetch_max(at, Ordering::SeqCst);
+    }
 }
 
 /// The flights of one batch.
@@ -148,7 +162,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     landed: false,
                     degraded: false,
                     stale: None,
-                    stamp,
+                    stamp: AtomicU64::new(stamp),
                 }),
                 Err(e) => self.report.landed(id, flight, Err(e)),
             }

@@ -301,7 +301,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let life = self.core.loaded_life(&value, delta);
         let encoded = self
             .core
-            .marking(self.id, &value, stamp)
+            .marking(self.id, &value, stamp.max(self.load.read_at()))
             .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
         let bytes = match encoded {
             Ok(bytes) => bytes,

@@ -10,6 +10,7 @@ use std::any::Any;
 use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -31,11 +32,27 @@ pub(crate) struct Load<'a, K, V> {
     core: &'a TableCore<K, V>,
     id: &'a K,
     signals: Signals<'a, V>,
+    /// The newest clear or tag generation this process knew when the loader was last called
+    /// (`crate::state::marks`): what the row read reflects, so what its write is stamped with.
+    read_at: AtomicU64,
 }
 
 impl<'a, K: Key, V: Value> Load<'a, K, V> {
     pub(crate) fn new(core: &'a TableCore<K, V>, id: &'a K, signals: Signals<'a, V>) -> Self {
-        Load { core, id, signals }
+        let read_at = AtomicU64::new(core.marks.stamp());
+        Load {
+            core,
+            id,
+            signals,
+            read_at,
+        }
+    }
+
+    /// The generation the last source read began under (the flight's start before any): a read
+    /// that waited for the table's budget reflects every mark known when it began, and a copy
+    /// stamped earlier would be a miss for no reason after a clear or a tag it followed.
+    pub(crate) fn read_at(&self) -> u64 {
+        self.read_at.load(Ordering::SeqCst)
     }
 
     /// The fill without Valkey (none configured, or unreachable): the loader alone, with L1's
@@ -169,6 +186,8 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     /// how long the read took (`delta`, for early refresh).
     pub(crate) async fn load(&self) -> Result<(V, Duration)> {
         bump(&self.core.stats.counters.source_reads);
+        self.read_at
+            .store(self.core.marks.stamp(), Ordering::SeqCst);
         let loaded = guarded(self.core, || self.source_read()).await;
         let kind = match &loaded {
             Ok(_) => EventKind::Loaded,

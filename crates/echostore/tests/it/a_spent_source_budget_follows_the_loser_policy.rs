@@ -264,3 +264,67 @@ async fn a_batch_without_a_batch_loader_reads_no_source_for_an_id_whose_lock_was
         "the put's value, and only id 2 read from the source"
     );
 }
+
+/// A table `name` of budget one, every id tagged `all`, on its own store at `url`; its loader
+/// answers the number of source reads so far, counted in `reads`.
+async fn tagged_table(url: &str, name: &str, reads: &Arc<AtomicU64>) -> Table<u64, u64> {
+    let counted = Arc::clone(reads);
+    common::coherent_store(url, None)
+        .await
+        .table::<u64, u64>(name)
+        .ttl(Duration::from_secs(60))
+        .source_budget(1)
+        .tags(|_: &u64, _: &u64| ["all"])
+        .loader(move |_id: u64| {
+            let reads = Arc::clone(&counted);
+            async move { Ok::<_, std::io::Error>(reads.fetch_add(1, SeqCst) + 1) }
+        })
+        .build()
+        .await
+        .expect("table")
+}
+
+/// A read that waited for a spent budget reflects every mark known when its load began: a tag
+/// invalidated while it waited does not make its copy a miss, so another store takes the copy
+/// from Valkey instead of reading the source again (a check run read the source twice so: the
+/// copy was stamped with the generation from before the wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_waited_for_the_budget_is_stamped_when_it_loads() {
+    stamped_after_the_wait("stamped-one", false).await;
+}
+
+/// The same for a batch read (a table with only a per-id loader, its calls each under a lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_waited_for_the_budget_is_stamped_when_it_loads() {
+    stamped_after_the_wait("stamped-many", true).await;
+}
+
+/// Table `name`'s read of id 1 (with `batch`, a batch read of it alone) waits for a budget a
+/// crashed process's lease spent; meanwhile the table's tag is invalidated; then another store
+/// reads id 1, which must find the read's copy current on Valkey.
+async fn stamped_after_the_wait(name: &str, batch: bool) {
+    let valkey = valkey();
+    let reads = Arc::new(AtomicU64::new(0));
+    let here = tagged_table(&valkey.url(), name, &reads).await;
+    plant_dead_lease(&valkey.url(), name).await;
+    let read = common::on_task(&here, move |t| async move {
+        match batch {
+            true => *t.get_many([1]).await.expect("batch read")[&1],
+            false => *t.get(&1).await.expect("read"),
+        }
+    });
+    common::until_stats(&here, "the read waits for the budget", |s| {
+        s.budget_waits >= 1
+    })
+    .await;
+    here.invalidate_tag("all").await.expect("invalidate_tag");
+    assert_eq!(read.await.expect("task"), 1, "the first source read");
+    let there = tagged_table(&valkey.url(), name, &reads).await;
+    let found = there.fetch(&1).await.expect("read");
+    assert_eq!(
+        (*found.value, found.origin),
+        (1, Origin::L2),
+        "the copy is current"
+    );
+    assert_eq!(reads.load(SeqCst), 1, "one source read");
+}

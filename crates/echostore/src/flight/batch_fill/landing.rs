@@ -50,7 +50,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 }
                 let encoded = self
                     .core
-                    .marking(&m.id, &value, m.stamp)
+                    .marking(&m.id, &value, m.stamp())
                     .and_then(|marking| life.encode(&*value, &self.core.config, &marking));
                 match encoded {
                     Ok(bytes) => {

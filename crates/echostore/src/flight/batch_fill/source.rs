@@ -134,6 +134,10 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }
         let read = async {
             let (lease, lost) = self.queued(l2, &loading, lease).await;
+            // The batch loader's call begins now (its lease is had): its rows reflect every mark
+            // known by now.
+            let at = self.core.marks.stamp();
+            loading.iter().for_each(|m| m.read_at(at));
             let ids = loading.iter().filter(|m| !lost.contains(&m.flight));
             let ids = ids.map(|m| m.id.clone()).collect();
             (self.load(ids, lease).await, lost)
@@ -239,7 +243,12 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         let queued = behind || matches!(lease, Lease::Spent);
         let loaded = match crate::flight::load::lease_after(self.core, lease).await {
             Ok(_) if queued && !self.still_ours(l2, m).await => return Err(m.flight),
-            Ok(_lease) => Load::new(self.core, &m.id, &|_| {}).load().await,
+            Ok(_lease) => {
+                let load = Load::new(self.core, &m.id, &|_| {});
+                let loaded = load.load().await;
+                m.read_at(load.read_at());
+                loaded
+            }
             Err(e) => Err(e),
         };
         Ok((m.id.clone(), loaded))
