@@ -35,7 +35,7 @@ use crate::state::core::TableCore;
 use crate::state::l1::{Entry, L1Cache};
 use crate::state::loser_policy::LoserPolicy;
 use crate::state::marks::Scope;
-use crate::state::stale::{Landing, Signal};
+use crate::state::stale::{Filled, Landing, Signal};
 use crate::state::stats::bump;
 use crate::valkey::envelope::Fingerprint;
 use crate::wire::key::{Key, Value};

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use common::{Proxy, coherent_store, on_task, until, valkey};
 use echostore::{Key, Store, Table};
+use tokio::sync::watch;
 
 /// Holds a read inside the key's `render`: the `from`-th render of a gated key and every later
 /// one wait until the test opens the gate.
@@ -381,4 +382,131 @@ async fn a_batch_member_that_lost_its_lock_answers_the_new_holders_value() {
         ("v1".to_owned(), "v1".to_owned(), 1, 1),
         "the member answers the holder's copy (so the next read does not go back), read from Valkey"
     );
+}
+
+/// A source whose n-th read (1-based) answers n, the first two once the test opens their gates.
+#[derive(Clone)]
+struct Held {
+    calls: Arc<AtomicUsize>,
+    gates: Arc<[watch::Sender<bool>; 2]>,
+}
+
+impl Held {
+    fn new() -> Held {
+        Held {
+            calls: Arc::default(),
+            gates: Arc::new([watch::Sender::new(false), watch::Sender::new(false)]),
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn open(&self, n: usize) {
+        self.gates[n - 1].send_replace(true);
+    }
+
+    async fn read(self) -> Result<u64, std::io::Error> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(gate) = self.gates.get(n - 1) {
+            let _ = gate.subscribe().wait_for(|open| *open).await;
+        }
+        Ok(n as u64)
+    }
+}
+
+/// Table `kept` on `store`, loaded from `source`.
+async fn held_table(store: &Store, source: &Held) -> Table<u64, u64> {
+    let source = source.clone();
+    store
+        .table::<u64, u64>("kept")
+        .ttl(Duration::from_secs(60))
+        .jitter(0.0)
+        .loader(move |_id: u64| source.clone().read())
+        .build()
+        .await
+        .expect("table")
+}
+
+/// Table `kept` on `store`, whose loader fails once `gate` opens.
+async fn failing_table(store: &Store, gate: &watch::Sender<bool>) -> Table<u64, u64> {
+    let gate = gate.clone();
+    store
+        .table::<u64, u64>("kept")
+        .ttl(Duration::from_secs(60))
+        .loader(move |_id: u64| {
+            let mut open = gate.subscribe();
+            async move {
+                let _ = open.wait_for(|open| *open).await;
+                Err::<u64, _>(std::io::Error::other("the source is down"))
+            }
+        })
+        .build()
+        .await
+        .expect("table")
+}
+
+/// A flight whose write was fenced out, and which found nothing on Valkey to take instead, answers
+/// what L1 holds when L1 holds a fresh value: that is what this process's next read answers, and
+/// the change that dropped the flight's lock may not have been pushed here yet (so L1 still holds
+/// what came before it). Answering its own row instead, the next read went back to L1's. Found by
+/// `echostore check --faults all` (120 s, six processes): `read by p0 of t1 (moka L1) id 1 at
+/// 29.333 s (l1) returned v2637` just after p0's batch had answered v2639, its write fenced out by
+/// a delete whose push had not arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flight_kept_nowhere_answers_what_l1_holds() {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Held::new();
+    let here = held_table(&coherent_store(&proxy.url(), None).await, &source).await;
+    let there = held_table(&coherent_store(&valkey.url(), None).await, &source).await;
+
+    // The first read's flight loads, held; another process's put and invalidate drop its lock
+    // and leave nothing on Valkey, and their pushes detach it; a second read's flight takes the
+    // lock and loads, held too.
+    let first = on_task(&here, |t| async move { *t.get(&1).await.expect("first") });
+    until("the first flight loads", || source.calls() == 1).await;
+    there.put(&1, 50).await.expect("put");
+    there.invalidate(&1).await.expect("invalidate");
+    common::until_stats(&here, "both pushes are handled", |s| s.invalidations >= 2).await;
+    let second = on_task(&here, |t| async move { *t.get(&1).await.expect("second") });
+    until("the second flight loads", || source.calls() == 2).await;
+
+    // The first flight, fenced out (the second holds the lock), waits for the holder's copy.
+    source.open(1);
+    common::until_stats(&here, "the first flight polls", |s| s.poll_waits >= 1).await;
+    // This process's pushes held from now on: a put elsewhere drops the second flight's lock,
+    // and the first flight takes its copy from Valkey, which L1 keeps.
+    proxy.hold_pushes();
+    there.put(&1, 100).await.expect("put");
+    assert_eq!(first.await.expect("task"), 100);
+    assert_eq!(
+        here.peek_local(&1).as_deref(),
+        Some(&100),
+        "L1 holds the put's"
+    );
+    // Another invalidate leaves nothing on Valkey, and a third process takes the lock for a load
+    // that will fail: the second flight, fenced out too, waits for that holder's copy (reading
+    // Valkey again, which lets it keep what it loaded), and finds nothing when the lock goes.
+    there.invalidate(&1).await.expect("invalidate");
+    let failing = watch::Sender::new(false);
+    let third = failing_table(&coherent_store(&valkey.url(), None).await, &failing).await;
+    let third_read = on_task(&third, |t| async move { t.get(&1).await.is_err() });
+    common::until_stats(&third, "the third process loads", |s| s.lock_won >= 1).await;
+    let polls = here.stats().poll_waits;
+    source.open(2);
+    common::until_stats(&here, "the second flight polls", |s| s.poll_waits > polls).await;
+    failing.send_replace(true);
+    assert!(
+        third_read.await.expect("task"),
+        "the third process's load failed"
+    );
+    let answered = second.await.expect("task");
+    let next = *here.get(&1).await.expect("next");
+    assert_eq!(
+        next, answered,
+        "the next read answers what the one before did"
+    );
+    proxy.release_pushes();
 }

@@ -87,13 +87,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             Ok(Landing::Filled(_)) if landed.fly_again => {
                 return self.fly_again(myself, id, landed);
             }
-            Ok(Landing::Filled(filled)) if landed.store => {
-                match filled.keep {
-                    Some(entry) => self.core.keep(id.clone(), entry, filled.fingerprint),
-                    None => self.retire_stand_in(id, &filled.fetched, filled.stand_in),
+            Ok(Landing::Filled(filled)) if landed.store => Ok(match filled.keep {
+                Some(entry) => {
+                    self.core.keep(id.clone(), entry, filled.fingerprint);
+                    self.answered_own(id, &landed, filled.fetched)
                 }
-                Ok(self.answered_own(id, &landed, filled.fetched))
-            }
+                None => self.kept_nowhere(id, &landed, filled),
+            }),
             // Overtaken (a push, a flush, a mark) or outrun: what it read is kept nowhere, and
             // what L1 holds came after the change that overtook it. Its callers take L1's entry
             // if there is one: answering a value L1 does not hold could put L1 behind what this
@@ -140,6 +140,23 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             bump(&counters.errors);
         }
         e
+    }
+
+    /// What the callers of a current flight take when L1 keeps nothing of what it read (its
+    /// write fenced out or superseded, or a stale copy): L1's fresh entry of the id if there is
+    /// one, for that is what this process's next hit answers, and the flight's row may be newer
+    /// (a change whose push is still on its way dropped the lock): answered, it would be followed
+    /// by the older hit. Else the row, with L1's older stand-in retired.
+    fn kept_nowhere(&mut self, id: &K, landed: &Landed<V>, filled: Filled<V>) -> Fetched<V> {
+        let read = matches!(
+            filled.fetched.origin,
+            Origin::Loaded | Origin::L2 | Origin::Stale
+        );
+        if read && let Some(hit) = self.l1_hit(id) {
+            return hit;
+        }
+        self.retire_stand_in(id, &filled.fetched, filled.stand_in);
+        self.answered_own(id, landed, filled.fetched)
     }
 
     /// The flight `flight` of `id` answers its callers so far before it lands (a soft timeout's
