@@ -18,8 +18,9 @@
 //! - `divergent`: in a quiet stretch after a group of overlapping writes (from `B` after the last
 //!   ended to the next write, within one fresh life), a version other than the one the fleet
 //!   settled on: one process kept a copy Valkey no longer holds. Each schema settles on its own,
-//!   and moves up once if another schema loads the group's newest version (its write drops
-//!   this schema's older copy); reads a fault excuses settle nothing.
+//!   and moves up once after a load of the group's newest version (another schema's fill drops
+//!   this schema's older copy; a read that must see at least that version drops an older copy
+//!   and loads it); reads a fault excuses settle nothing.
 //!
 //! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
 //! that began while an earlier load's or put's value of the id was still fresh, with no write
@@ -337,11 +338,12 @@ impl Run<'_> {
                     .filter(|&r| reads[r].process % schemas == schema)
                     .filter(|&r| !flagged[r] && reads[r].start > from && reads[r].end < to)
                     .collect();
-                // Until another schema loads the group's newest version: its write drops this
-                // schema's older copy, which may then move up to it.
+                // Until a load of the group's newest version: another schema's fill drops this
+                // schema's older copy, and a read that must see at least that version drops an
+                // older copy and loads it; the schema may then move up to it.
                 let moved = loads
                     .iter()
-                    .filter(|l| l.version == g.top && l.process % schemas != schema)
+                    .filter(|l| l.version == g.top)
                     .filter(|l| l.start >= g.start && l.end < to)
                     .map(|l| l.end)
                     .min();
@@ -351,7 +353,8 @@ impl Run<'_> {
     }
 
     /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree:
-    /// those before another schema's load that ended at `moved`, and those from `B` after it.
+    /// those before a load of the group's newest version that ended at `moved`, and those from
+    /// `B` after it.
     fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], end: u64, moved: Option<u64>) {
         let Some(moved) = moved else {
             return self.agree(quiet, reads, end);

@@ -229,6 +229,25 @@ fn a_schema_moves_up_after_another_schemas_load_of_the_newest_version() {
     assert!(found.violations.divergent > 0, "{:?}", found.examples);
 }
 
+/// With one schema too: a put that landed after the invalidate it raced leaves the older
+/// version, until a read that must see at least the newest drops it and loads; the fleet then
+/// moves up to what it loaded.
+#[test]
+fn the_fleet_moves_up_after_a_load_of_the_newest_version() {
+    let after = 300 + B;
+    let moved = after + 100;
+    let ops = [
+        put(0, 1, 100, 300),
+        invalidate(1, 2, 150, 250),
+        read(0, 1, after + 10, after + 20),
+        read(2, 1, after + 30, after + 40),
+        load(1, 2, moved - 10, moved),
+        read(0, 2, moved + B + 10, moved + B + 20),
+        read(2, 2, moved + B + 30, moved + B + 40),
+    ];
+    assert_eq!(violations(&ops, &[]).total(), 0);
+}
+
 /// A version no write made, or one whose write began after the read ended.
 #[test]
 fn a_version_never_written_is_a_phantom() {
