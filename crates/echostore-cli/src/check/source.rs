@@ -4,6 +4,10 @@
 //! it under a shared one. It lives outside Valkey so that a Valkey restart, which empties the
 //! cache, leaves the truth where it was.
 //!
+//! The file locks block, so every call runs on tokio's blocking pool, as a database driver's
+//! I/O never holds a runtime thread: a row lock held by a process the scheduler set aside must
+//! stall the caller's read, not the worker's runtime, whose pushes and other reads go on.
+//!
 //! It is not `echostore_testkit::Source`: that one counts and gates reads inside one process
 //! (its counts and gate are in memory), while this one is the truth several OS processes share
 //! and move on, with a version per id that the model judges every read against. The two share no
@@ -41,34 +45,72 @@ impl Source {
     }
 
     /// The id's current version.
-    pub(crate) fn read(&self, table: u8, id: u32) -> io::Result<u64> {
-        let mut file = File::open(self.row(table, id))?;
-        file.lock_shared()?;
-        let version = read_version(&mut file);
-        file.unlock()?;
-        version
+    pub(crate) async fn read(&self, table: u8, id: u32) -> io::Result<u64> {
+        let mut versions = self.read_many(table, vec![id]).await?;
+        versions
+            .pop()
+            .ok_or_else(|| io::Error::other("no row read"))
+    }
+
+    /// The current versions of `ids`, in their order, read one row at a time (as one query).
+    pub(crate) async fn read_many(&self, table: u8, ids: Vec<u32>) -> io::Result<Vec<u64>> {
+        let rows: Vec<PathBuf> = ids.iter().map(|&id| self.row(table, id)).collect();
+        blocking(move || rows.iter().map(|row| read_row(row)).collect()).await
+    }
+
+    /// Moves each of `ids` to its next version; returns the ids that moved, with their versions.
+    pub(crate) async fn bump_many(&self, table: u8, ids: Vec<u32>) -> Vec<(u32, u64)> {
+        let rows: Vec<(u32, PathBuf)> = ids.iter().map(|&id| (id, self.row(table, id))).collect();
+        let bumped = blocking(move || {
+            let moved = rows
+                .iter()
+                .filter_map(|(id, row)| bump_row(row).ok().map(|v| (*id, v)));
+            Ok(moved.collect())
+        });
+        bumped.await.unwrap_or_default()
     }
 
     /// Moves the id to its next version and returns it.
-    pub(crate) fn bump(&self, table: u8, id: u32) -> io::Result<u64> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(self.row(table, id))?;
-        file.lock()?;
-        let next = read_version(&mut file).and_then(|v| {
-            let next = v + 1;
-            file.seek(SeekFrom::Start(0))?;
-            file.write_all(&next.to_le_bytes())?;
-            Ok(next)
-        });
-        file.unlock()?;
-        next
+    pub(crate) async fn bump(&self, table: u8, id: u32) -> io::Result<u64> {
+        let row = self.row(table, id);
+        blocking(move || bump_row(&row)).await
     }
 
     fn row(&self, table: u8, id: u32) -> PathBuf {
         self.dir.join(format!("row-{table}-{id}"))
     }
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
+}
+
+/// A row's version, under a shared lock.
+fn read_row(row: &Path) -> io::Result<u64> {
+    let mut file = File::open(row)?;
+    file.lock_shared()?;
+    let version = read_version(&mut file);
+    file.unlock()?;
+    version
+}
+
+/// Moves a row to its next version under an exclusive lock, and returns it.
+fn bump_row(row: &Path) -> io::Result<u64> {
+    let mut file = OpenOptions::new().read(true).write(true).open(row)?;
+    file.lock()?;
+    let next = read_version(&mut file).and_then(|v| {
+        let next = v + 1;
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&next.to_le_bytes())?;
+        Ok(next)
+    });
+    file.unlock()?;
+    next
 }
 
 fn read_version(file: &mut File) -> io::Result<u64> {
@@ -82,15 +124,24 @@ mod tests {
     use super::*;
 
     /// Rows start at 0, move on by one per bump, and two handles on one directory see one row.
-    #[test]
-    fn bumps_are_seen_by_every_handle() {
+    #[tokio::test]
+    async fn bumps_are_seen_by_every_handle() {
         let dir = tempfile::tempdir().expect("tempdir");
         let a = Source::create(dir.path(), 2, 3).expect("create");
         let b = Source::open(dir.path());
-        assert_eq!(a.read(1, 2).expect("read"), 0);
-        assert_eq!(a.bump(1, 2).expect("bump"), 1);
-        assert_eq!(b.bump(1, 2).expect("bump"), 2);
-        assert_eq!(a.read(1, 2).expect("read"), 2);
-        assert_eq!(b.read(0, 2).expect("read"), 0, "rows are per table and id");
+        assert_eq!(a.read(1, 2).await.expect("read"), 0);
+        assert_eq!(a.bump(1, 2).await.expect("bump"), 1);
+        assert_eq!(b.bump(1, 2).await.expect("bump"), 2);
+        assert_eq!(a.read(1, 2).await.expect("read"), 2);
+        assert_eq!(
+            b.read(0, 2).await.expect("read"),
+            0,
+            "rows are per table and id"
+        );
+        assert_eq!(b.bump_many(1, vec![0, 2]).await, vec![(0, 1), (2, 3)]);
+        assert_eq!(
+            a.read_many(1, vec![2, 0, 1]).await.expect("read"),
+            vec![3, 1, 0]
+        );
     }
 }

@@ -292,7 +292,7 @@ impl Loading {
         let start = now_ns();
         // The row is read first and the answer comes after the latency: a write that lands
         // meanwhile makes this load's value old, as a slow query's would be.
-        let version = self.source.read(table, id)?;
+        let version = self.source.read(table, id).await?;
         tokio::time::sleep(self.latency).await;
         self.record(table, id, version, (start, false));
         Ok(version)
@@ -302,10 +302,7 @@ impl Loading {
     /// latency for them all), each recorded as a `Load` of its own.
     async fn many(&self, table: u8, ids: &[u32]) -> std::io::Result<Vec<u64>> {
         let start = now_ns();
-        let versions = ids
-            .iter()
-            .map(|&id| self.source.read(table, id))
-            .collect::<std::io::Result<Vec<u64>>>()?;
+        let versions = self.source.read_many(table, ids.to_vec()).await?;
         tokio::time::sleep(self.latency).await;
         for (&id, &version) in ids.iter().zip(&versions) {
             self.record(table, id, version, (start, true));

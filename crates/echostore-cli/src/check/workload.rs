@@ -115,7 +115,7 @@ impl Workload {
     /// that version (the model's `at_least` rule).
     async fn read_at_least(&self, table: u8, id: u32) {
         let start = now_ns();
-        let Ok(wanted) = self.source.read(table, id) else {
+        let Ok(wanted) = self.source.read(table, id).await else {
             return;
         };
         let answer = bounded(self.tables.read_at_least(table, id, wanted)).await;
@@ -187,7 +187,7 @@ impl Workload {
     /// A put, invalidate or delete of one id, after moving the source on.
     async fn write(&self, table: u8, id: u32, action: Action) {
         let start = now_ns();
-        let Ok(version) = self.source.bump(table, id) else {
+        let Ok(version) = self.source.bump(table, id).await else {
             return;
         };
         let done = match action {
@@ -217,9 +217,7 @@ impl Workload {
     async fn group_write(&self, table: u8, group: Option<u32>) {
         let start = now_ns();
         let ids = (0..self.keys).filter(|id| group.is_none_or(|g| id % TAG_GROUPS == g));
-        let moved: Vec<(u32, u64)> = ids
-            .filter_map(|id| self.source.bump(table, id).ok().map(|v| (id, v)))
-            .collect();
+        let moved = self.source.bump_many(table, ids.collect()).await;
         let done = bounded(self.tables.invalidate_group(table, group)).await;
         let end = now_ns();
         let error = done.as_ref().err().map(ToString::to_string);
