@@ -5,6 +5,8 @@
 //! - Gates, for a test that holds one kind of traffic at a chosen moment. A connection that
 //!   turned on `CLIENT TRACKING` (a store's coherence connection) is never held by
 //!   [`Proxy::hold`]: only the data connection is delayed, while pushes and health checks pass.
+//!   [`Proxy::hold_open_connections`] holds only the data connections open at the call (a
+//!   store's data path hangs while its new tracking connection comes back).
 //!   [`Proxy::hold_pushes`] holds the other way: what Valkey sends on the coherence connection (a
 //!   push that is late); and [`Proxy::hold_replies`] what it sends on the data connection (a
 //!   write that has landed, whose reply is late).
@@ -13,7 +15,7 @@
 //!   (what was held is delivered). `echostore check`'s `proxy` fault is this.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +42,8 @@ pub struct Proxy {
     gates: Gates,
     /// Requests (reads of the client's socket) waiting at the gate now.
     waiting: Arc<AtomicUsize>,
+    /// Connections accepted so far: each is numbered in that order.
+    accepted: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -48,6 +52,8 @@ pub struct Proxy {
 struct Gates {
     /// Whether requests on data connections pass.
     open: watch::Sender<bool>,
+    /// Requests on data connections numbered below this wait (0: none).
+    held_below: watch::Sender<u64>,
     /// Whether what Valkey sends on coherence connections passes.
     pushes: watch::Sender<bool>,
     /// Whether what Valkey sends on data connections passes.
@@ -70,14 +76,18 @@ impl Proxy {
         let port = listener.local_addr()?.port();
         let gates = Gates {
             open: watch::channel(true).0,
+            held_below: watch::channel(0).0,
             pushes: watch::channel(true).0,
             replies: watch::channel(true).0,
             link: watch::channel(Link::Healthy).0,
         };
         let waiting = Arc::new(AtomicUsize::new(0));
-        let (shared, counted) = (gates.clone(), Arc::clone(&waiting));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (shared, counted, numbers) =
+            (gates.clone(), Arc::clone(&waiting), Arc::clone(&accepted));
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let number = numbers.fetch_add(1, Ordering::SeqCst);
                 // Valkey down (a restart, an outage): this client's connection is dropped, as a
                 // refused one would be, and the next is tried afresh.
                 let Ok(server) = TcpStream::connect(&upstream).await else {
@@ -86,7 +96,7 @@ impl Proxy {
                 let (from_client, to_client) = client.into_split();
                 let (from_server, to_server) = server.into_split();
                 let tracking = Arc::new(AtomicBool::new(false));
-                let way = Way::Requests(Arc::clone(&counted));
+                let way = Way::Requests(Arc::clone(&counted), number);
                 let (gates, tracked) = (shared.clone(), Arc::clone(&tracking));
                 tokio::spawn(pump(from_client, to_server, gates, tracked, way));
                 tokio::spawn(pump(
@@ -102,6 +112,7 @@ impl Proxy {
             port,
             gates,
             waiting,
+            accepted,
             accept,
         })
     }
@@ -122,9 +133,17 @@ impl Proxy {
         self.waiting.load(Ordering::SeqCst)
     }
 
-    /// Held and later requests go through.
+    /// Held and later requests go through (those [`Proxy::hold_open_connections`] held too).
     pub fn release(&self) {
         self.gates.open.send_replace(true);
+        self.gates.held_below.send_replace(0);
+    }
+
+    /// Requests sent from now on, on the data connections open now, wait at the proxy;
+    /// connections opened later pass.
+    pub fn hold_open_connections(&self) {
+        let opened = self.accepted.load(Ordering::SeqCst);
+        self.gates.held_below.send_replace(opened);
     }
 
     /// What Valkey sends on coherence connections from now on (pushes, health replies) waits at
@@ -163,9 +182,10 @@ impl Drop for Proxy {
 
 /// Which way a pump copies, and what it waits at on the way.
 enum Way {
-    /// Client to Valkey: marks the connection as a coherence one when it turns on tracking; a
-    /// data connection's bytes wait at the request gate, counted while they do.
-    Requests(Arc<AtomicUsize>),
+    /// Client to Valkey (the connection's number): marks the connection as a coherence one when
+    /// it turns on tracking; a data connection's bytes wait at the request gates, counted while
+    /// they do.
+    Requests(Arc<AtomicUsize>, u64),
     /// Valkey to client: the push gate on a coherence connection, the reply gate on a data one.
     Answers,
 }
@@ -179,6 +199,7 @@ async fn pump(
     way: Way,
 ) {
     let mut open = gates.open.subscribe();
+    let mut held_below = gates.held_below.subscribe();
     let mut pushes = gates.pushes.subscribe();
     let mut replies = gates.replies.subscribe();
     let mut link = gates.link.subscribe();
@@ -189,7 +210,7 @@ async fn pump(
             Ok(n) => n,
         };
         let passes = match &way {
-            Way::Requests(waiting) => {
+            Way::Requests(waiting, number) => {
                 if buf[..n].windows(8).any(|w| w == b"TRACKING") {
                     tracking.store(true, Ordering::SeqCst);
                 }
@@ -198,7 +219,8 @@ async fn pump(
                 } else {
                     // Bytes read while held wait here until the proxy opens.
                     waiting.fetch_add(1, Ordering::SeqCst);
-                    let opened = open.wait_for(|open| *open).await.is_ok();
+                    let opened = open.wait_for(|open| *open).await.is_ok()
+                        && held_below.wait_for(|below| number >= below).await.is_ok();
                     waiting.fetch_sub(1, Ordering::SeqCst);
                     opened
                 }

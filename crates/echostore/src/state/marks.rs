@@ -17,6 +17,13 @@
 //! miss, never a stale copy to serve. A process that has not yet heard of a mark stamps below it,
 //! so what it writes meanwhile is a miss to those that have: an extra load, never an old value.
 //!
+//! **A read that fails is owed.** A process that may have missed a push of the marks key (its
+//! tracking connection came back, its owner restarted, the table started) reads them in full; a
+//! read that fails there (Valkey's data path still away while tracking is back), or a read after
+//! a push that fails, leaves a full read owed ([`Marks::owes_full_read`]), retried until one
+//! lands. Until then no copy read back is current: a mark this process missed could cover it,
+//! and serving it would serve what that invalidation retired, for the rest of the copy's life.
+//!
 //! This state lives in the table's shared core, not in the owner, so an owner that crashes loses
 //! none of it. What a mark drops from L1 and which flights it overtakes is the owner's part
 //! (`OwnerMsg::Marked`), ordered with its other changes.
@@ -55,6 +62,11 @@ pub(crate) struct Marks {
     key: Vec<u8>,
     /// How long a tag's mark is kept on Valkey, µs (`0`: until the next clear).
     keep_us: u64,
+    /// Full reads owed: one per full read begun, flush, restarted owner, and read that failed.
+    asked: AtomicU64,
+    /// The count of `asked` when the last full read that landed began: behind `asked`, a mark
+    /// may be set that this process has not heard of.
+    answered: AtomicU64,
 }
 
 #[derive(Default)]
@@ -100,7 +112,21 @@ impl Marks {
             view: RwLock::new(View::default()),
             key,
             keep_us: keep.map_or(0, |k| u64::try_from(k.as_micros()).unwrap_or(u64::MAX)),
+            asked: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
         }
+    }
+
+    /// A push of the marks key may have been missed (a flush, a restarted owner): no copy is
+    /// current until a full read begun from now on lands.
+    pub(crate) fn owe_full_read(&self) {
+        self.asked.fetch_add(1, SeqCst);
+    }
+
+    /// `true` while a full read is owed: since the last one that landed began, a push of the
+    /// marks key may have been missed, or a read failed.
+    pub(crate) fn owes_full_read(&self) -> bool {
+        self.answered.load(SeqCst) < self.asked.load(SeqCst)
     }
 
     /// The generation a write whose data is read from now on is stamped with.
@@ -108,8 +134,12 @@ impl Marks {
         self.latest.load(SeqCst)
     }
 
-    /// `true` unless a mark above `marking`'s generation names the table or one of its tags.
+    /// `true` unless a mark above `marking`'s generation names the table or one of its tags, or
+    /// a full read is owed (a mark this process has not heard of may).
     pub(crate) fn is_current(&self, marking: &Marking) -> bool {
+        if self.owes_full_read() {
+            return false;
+        }
         if marking.generation >= self.latest.load(SeqCst) {
             return true;
         }
@@ -162,11 +192,17 @@ impl Marks {
         (!risen.is_empty()).then_some(Scope::Tags(risen))
     }
 
-    /// Reads the marks from Valkey: all of them (`full`), or those above the latest known.
+    /// Reads the marks from Valkey: all of them (`full`), or those above the latest known. A
+    /// full read that lands answers every full read asked before it began; a read that fails
+    /// leaves one owed.
     pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
+        let asked = match full {
+            true => self.asked.fetch_add(1, SeqCst) + 1,
+            false => 0,
+        };
         let key = &self.key;
         let above = format!("({}", self.stamp());
-        let read: Vec<(Vec<u8>, f64)> = l2
+        let read: Result<Vec<(Vec<u8>, f64)>> = l2
             .run("read the marks", None, |mut c| async move {
                 let mut cmd = redis::cmd(if full { "ZRANGE" } else { "ZRANGEBYSCORE" });
                 cmd.arg(key);
@@ -177,8 +213,17 @@ impl Marks {
                 }
                 cmd.arg("WITHSCORES").query_async(&mut c).await
             })
-            .await?;
-        Ok(self.merge(read, now_us(l2.now_ms())))
+            .await;
+        let read = match read {
+            Ok(read) => read,
+            Err(e) => {
+                self.owe_full_read();
+                return Err(e);
+            }
+        };
+        let scope = self.merge(read, now_us(l2.now_ms()));
+        self.answered.fetch_max(asked, SeqCst);
+        Ok(scope)
     }
 
     /// A clear (`tags: None`) or an invalidation of `tags`: marked on Valkey when there is one

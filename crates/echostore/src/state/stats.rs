@@ -227,8 +227,13 @@ counters! {
     /// Clears and tag invalidations this table took in, its own or pushed from another process:
     /// each dropped from L1 what it covers.
     marks_taken,
-    /// Copies read from Valkey that a clear or a tag invalidation had made a miss.
+    /// Copies read from Valkey that a clear or a tag invalidation had made a miss (or that no
+    /// read of the marks had cleared yet: see `marks_read_failures`).
     marked_misses,
+    /// Reads of the table's marks that failed. Each leaves a full read owed, retried until one
+    /// lands; until then every copy read from Valkey is a miss, since a mark this process has
+    /// not heard of may cover it.
+    marks_read_failures,
     /// L1 entries dropped because no read touched them for the table's `l1_idle`.
     l1_idle_evictions,
     /// Reloader calls that answered `Unchanged`: the copy's life renewed, no value rewritten.

@@ -6,7 +6,8 @@
 use crate::common;
 
 use common::{
-    Proxy, Source, coherent_store, long_lived, raw, settled, until, until_stats, valkey, warm,
+    Proxy, Source, coherent_store, long_lived, raw, settled, table_on, until, until_stats, valkey,
+    warm,
 };
 use echostore::Origin;
 
@@ -193,4 +194,59 @@ async fn a_lost_tracking_connection_loads_nothing_at_once() {
         (Origin::L1, 1),
         "the copy from before the loss was dropped"
     );
+}
+
+/// A tag invalidated while a store's tracking was down, whose read of the marks then failed once
+/// tracking was back (its data path still away), retires the copies it covers there all the
+/// same: until a read of the marks lands, no copy read back is current, and the failed read is
+/// retried. Before, the store served the retired copy for the rest of its life (or until the
+/// table's next mark), and stamped what it wrote below the mark, a miss to every other store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_missed_while_tracking_was_down_retires_its_copies_though_its_read_failed() {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    // No poll of the marks while tracking is down (a minute apart): the one read after the loss
+    // is the read once tracking is back.
+    let store = common::builder_on(&proxy.url())
+        .require_valkey(true)
+        .unconfirmed_l1_life(std::time::Duration::from_secs(60))
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    let tagged = |t: echostore::TableBuilder<u64, String>| {
+        t.ttl(std::time::Duration::from_secs(60))
+            .jitter(0.0)
+            .tags(|_: &u64, _: &String| ["t"])
+    };
+    let reader = table_on(&store, "marked", &source, tagged).await;
+    let other = coherent_store(&valkey.url(), None).await;
+    let writer = table_on(&other, "marked", &source, tagged).await;
+    assert_eq!(warm(&reader).await, "value-1-1");
+
+    proxy.hold_pushes();
+    until("the silence is noticed", || !store.is_coherent()).await;
+    // The reader's data connection hangs from now (its read of the marks will fail), while its
+    // next tracking connection, a new one, comes through.
+    proxy.hold_open_connections();
+    writer.invalidate_tag("t").await.expect("invalidate");
+    proxy.release_pushes();
+    until("tracking is back", || store.is_coherent()).await;
+    until_stats(&reader, "the read of the marks failed", |s| {
+        s.marks_read_failures >= 1
+    })
+    .await;
+    proxy.release();
+
+    assert_eq!(
+        *reader.get(&1).await.expect("read"),
+        "value-1-2",
+        "the copy the mark retired is not served"
+    );
+    until_stats(&reader, "the retried read hears the mark", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    settled(&reader).await;
 }

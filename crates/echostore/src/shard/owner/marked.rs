@@ -88,39 +88,73 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     }
 
     /// Reads the table's marks from Valkey off the owner (`full`: all of them, else those above
-    /// the latest known), and drops what a new one makes stale.
+    /// the latest known), and drops what a new one makes stale. A read that fails is retried
+    /// in full, quickly at first, until one lands ([`Marks::owes_full_read`]): until then no copy
+    /// read back is current.
+    ///
+    /// [`Marks::owes_full_read`]: crate::state::marks::Marks::owes_full_read
     pub(super) fn read_marks(&self, myself: &ActorRef<OwnerMsg<K, V>>, full: bool) {
         let Some(l2) = self.core.l2.clone() else {
             return;
         };
-        let (core, myself) = (Arc::clone(&self.core), myself.clone());
+        if full {
+            // Owed from now: a copy read before the read below begins is no more current.
+            self.core.marks.owe_full_read();
+        }
+        let (core, myself) = (Arc::downgrade(&self.core), myself.clone());
         tokio::spawn(async move {
-            match core.marks.refresh(&l2, full).await {
-                // Every shard drops what the mark covers; one shard's read found it.
-                Ok(Some(scope)) => match core.owners.get().and_then(Weak::upgrade) {
-                    Some(owners) => owners.marked(scope).await,
-                    None => {
-                        let counted = EveryShard::mark(Arc::clone(&core), &scope);
-                        let _ = myself.cast(OwnerMsg::Marked {
-                            scope,
-                            reply: None,
-                            counted,
-                        });
+            let mut pause = MARKS_RETRY_FIRST;
+            let mut full = full;
+            while let Some(core) = core.upgrade() {
+                match core.marks.refresh(&l2, full).await {
+                    Ok(scope) => return take_marks(&core, &myself, scope).await,
+                    Err(e) => {
+                        bump(&core.stats.counters.marks_read_failures);
+                        tracing::debug!(table = %core.name, error = %e, "reading the marks failed: retrying");
                     }
-                },
-                Ok(None) => {}
-                // Tracking is lost with Valkey: the flush when it is back reads them all.
-                Err(e) => {
-                    tracing::debug!(table = %core.name, error = %e, "reading the marks failed")
                 }
+                if !core.marks.owes_full_read() {
+                    return; // another read landed meanwhile
+                }
+                let longest = core.unconfirmed_l1_life;
+                drop(core);
+                tokio::time::sleep(pause).await;
+                (pause, full) = ((pause * 2).min(longest), true);
             }
         });
     }
 }
 
+/// How soon a failed read of the marks is tried again; each retry waits twice as long, up to
+/// `unconfirmed_l1_life`.
+const MARKS_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Every shard drops what a mark just read covers (one shard's read found it).
+async fn take_marks<K: Key, V: Value>(
+    core: &Arc<TableCore<K, V>>,
+    myself: &ActorRef<OwnerMsg<K, V>>,
+    scope: Option<Scope>,
+) {
+    let Some(scope) = scope else {
+        return;
+    };
+    match core.owners.get().and_then(Weak::upgrade) {
+        Some(owners) => owners.marked(scope).await,
+        None => {
+            let counted = EveryShard::mark(Arc::clone(core), &scope);
+            let _ = myself.cast(OwnerMsg::Marked {
+                scope,
+                reply: None,
+                counted,
+            });
+        }
+    }
+}
+
 /// Has the owner of `owner` read the table's marks every `unconfirmed_l1_life` while no push
 /// would tell it of a new one (coherence off, or tracking down), so that a mark set elsewhere is
-/// heard of within that time there too. Ends with the table.
+/// heard of within that time there too, and in full while a full read is owed. Ends with the
+/// table.
 pub(crate) fn poll_marks<K: Key, V: Value>(
     core: &Arc<TableCore<K, V>>,
     owner: Weak<OwnerRef<K, V>>,
@@ -138,10 +172,11 @@ pub(crate) fn poll_marks<K: Key, V: Value>(
             let Some(owner) = owner.upgrade() else {
                 return;
             };
-            if tracker.as_ref().is_none_or(|t| !t.is_up()) {
-                let _ = owner
-                    .current(0)
-                    .cast(OwnerMsg::MarksChanged { full: false });
+            // A full read still owed (the table's first failed, and no retry is left) is made
+            // here too.
+            let full = owner.core().marks.owes_full_read();
+            if full || tracker.as_ref().is_none_or(|t| !t.is_up()) {
+                let _ = owner.current(0).cast(OwnerMsg::MarksChanged { full });
             }
         }
     });
