@@ -24,6 +24,12 @@
 //! lands. Until then no copy read back is current: a mark this process missed could cover it,
 //! and serving it would serve what that invalidation retired, for the rest of the copy's life.
 //!
+//! **What Valkey lost is put back.** A full read that finds fewer marks than this process knows
+//! (Valkey came back empty, or a replica that had not received them took over) puts back the
+//! missing ones ([`crate::wire::scripts::PUT_BACK_MARKS_SCRIPT`], never lowering a mark): a mark
+//! one process heard and another missed just before the loss would otherwise divide them until
+//! the table's next mark, the second stamping below it, each of its copies a miss to the first.
+//!
 //! This state lives in the table's shared core, not in the owner, so an owner that crashes loses
 //! none of it. What a mark drops from L1 and which flights it overtakes is the owner's part
 //! (`OwnerMsg::Marked`), ordered with its other changes.
@@ -221,9 +227,62 @@ impl Marks {
                 return Err(e);
             }
         };
+        let lost = if full {
+            self.lost_by(&read)
+        } else {
+            Vec::new()
+        };
         let scope = self.merge(read, now_us(l2.now_ms()));
         self.answered.fetch_max(asked, SeqCst);
+        if !lost.is_empty() {
+            self.put_back(l2, &lost).await;
+        }
         Ok(scope)
+    }
+
+    /// The marks this process knows above what a full read found on Valkey (`read`), beyond its
+    /// clear: those Valkey lost.
+    fn lost_by(&self, read: &[(Vec<u8>, f64)]) -> Vec<(String, u64)> {
+        let found: HashMap<&[u8], f64> = read.iter().map(|(m, g)| (m.as_slice(), *g)).collect();
+        let below =
+            |member: &str, g: u64| found.get(member.as_bytes()).is_none_or(|&f| f < g as f64);
+        let found_clear = found.get(CLEAR.as_bytes()).copied().unwrap_or(0.0);
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        let mut lost = Vec::new();
+        if view.cleared > 0 && below(CLEAR, view.cleared) {
+            lost.push((CLEAR.to_owned(), view.cleared));
+        }
+        for (tag, &g) in &view.tags {
+            let member = format!("{TAG}{tag}");
+            if g as f64 > found_clear && below(&member, g) {
+                lost.push((member, g));
+            }
+        }
+        lost
+    }
+
+    /// Puts back on Valkey the marks it lost (`lost`): every process then hears them, so none
+    /// stamps its writes below a mark another knows (each such copy would be that other's miss,
+    /// and one more source read, until the table's next mark). A put-back that fails is left to
+    /// the next full read.
+    async fn put_back(&self, l2: &L2, lost: &[(String, u64)]) {
+        let mut invocation = SCRIPTS.put_back_marks.prepare_invoke();
+        invocation.key(&self.key).arg(self.keep_us);
+        for (member, generation) in lost {
+            invocation.arg(member).arg(*generation);
+        }
+        let invocation = &invocation;
+        let put: Result<i64> = l2
+            .run("put back the marks", None, |mut c| async move {
+                invocation.invoke_async(&mut c).await
+            })
+            .await;
+        match put {
+            Ok(_) => {
+                tracing::warn!(key = %String::from_utf8_lossy(&self.key), marks = lost.len(), "Valkey had lost marks of the table: put back what this process knew")
+            }
+            Err(e) => tracing::debug!(error = %e, "putting back the marks failed"),
+        }
     }
 
     /// A clear (`tags: None`) or an invalidation of `tags`: marked on Valkey when there is one

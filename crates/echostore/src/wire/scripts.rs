@@ -352,6 +352,22 @@ end
 return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf', 'WITHSCORES')
 "#;
 
+/// Marks this process knows that a full read did not find (Valkey came back empty, or a replica
+/// that had not received them took over): each member is set to at least the generation given,
+/// never lowered (`ZADD GT`), and the key kept as `MARK_SCRIPT` keeps it. Other processes are
+/// pushed the change and read the marks above the latest they know, so a mark one process heard
+/// and another missed before the loss is known to both again (`state/marks.rs`).
+pub(crate) const PUT_BACK_MARKS_SCRIPT: &str = r#"
+-- KEYS[1] = the table's marks; ARGV[1] = how long a mark is kept, µs (0: until a clear);
+-- ARGV[2..] = member, generation pairs
+for i = 2, #ARGV - 1, 2 do
+  redis.call('ZADD', KEYS[1], 'GT', ARGV[i + 1], ARGV[i])
+end
+local keep = tonumber(ARGV[1])
+if keep > 0 then redis.call('PEXPIRE', KEYS[1], math.ceil(keep / 1000)) end
+return 1
+"#;
+
 /// A source-budget lease (`state/budget.rs`): drop the leases that ended on the server's clock, then
 /// renew `ARGV[1]`'s if it is live, or grant it if fewer than `ARGV[2]` are; the key lives as
 /// long as its newest lease. Returns 1 (held) or 0 (the budget is spent).
@@ -459,6 +475,7 @@ pub(crate) struct Scripts {
     pub(crate) extend_many: Lua,
     pub(crate) write_many: Lua,
     pub(crate) mark: Lua,
+    pub(crate) put_back_marks: Lua,
     pub(crate) budget: Lua,
     pub(crate) schemas: Lua,
 }
@@ -480,6 +497,7 @@ impl Scripts {
             extend_many: Lua::new(EXTEND_MANY_SCRIPT),
             write_many: Lua::new(WRITE_MANY_SCRIPT),
             mark: Lua::new(MARK_SCRIPT),
+            put_back_marks: Lua::new(PUT_BACK_MARKS_SCRIPT),
             budget: Lua::new(BUDGET_SCRIPT),
             schemas: Lua::new(SCHEMAS_SCRIPT),
         }

@@ -208,13 +208,7 @@ async fn a_mark_missed_while_tracking_was_down_retires_its_copies_though_its_rea
     let source = Source::open();
     // No poll of the marks while tracking is down (a minute apart): the one read after the loss
     // is the read once tracking is back.
-    let store = common::builder_on(&proxy.url())
-        .require_valkey(true)
-        .unconfirmed_l1_life(std::time::Duration::from_secs(60))
-        .build()
-        .await
-        .expect("store");
-    until("tracking is up", || store.is_coherent()).await;
+    let store = minute_unconfirmed(&proxy.url()).await;
     let tagged = |t: echostore::TableBuilder<u64, String>| {
         t.ttl(std::time::Duration::from_secs(60))
             .jitter(0.0)
@@ -249,4 +243,67 @@ async fn a_mark_missed_while_tracking_was_down_retires_its_copies_though_its_rea
     })
     .await;
     settled(&reader).await;
+}
+
+/// A tag one store heard of and another missed, then lost with Valkey's data (a restart, empty),
+/// is put back by the store that knew it: the other hears of it, and what either writes after is
+/// current for both. Before, the two stayed divided until the table's next mark: each copy the
+/// store that missed it wrote was stamped below it, a miss to the other, one more source read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_valkey_lost_is_put_back_by_a_store_that_knew_it() {
+    let mut valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let unaware = minute_unconfirmed(&proxy.url()).await;
+    let tagged = |t: echostore::TableBuilder<u64, String>| {
+        t.ttl(std::time::Duration::from_secs(60))
+            .jitter(0.0)
+            .tags(|_: &u64, _: &String| ["t"])
+    };
+    let missed = table_on(&unaware, "marked", &source, tagged).await;
+    let knew = table_on(
+        &coherent_store(&valkey.url(), None).await,
+        "marked",
+        &source,
+        tagged,
+    )
+    .await;
+    warm(&knew).await;
+
+    proxy.hold_pushes();
+    until("the silence is noticed", || !unaware.is_coherent()).await;
+    knew.invalidate_tag("t").await.expect("invalidate");
+    valkey.restart().expect("restart"); // Valkey forgets the mark
+    until_stats(&knew, "the other store saw the loss", |s| {
+        s.coherence_caps >= 1
+    })
+    .await;
+    proxy.release_pushes();
+    until_stats(&missed, "the store that missed the mark hears it", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+
+    let loads = source.calls();
+    missed.get(&2).await.expect("a load, written to Valkey");
+    let read = knew.fetch(&2).await.expect("read");
+    assert_eq!(
+        (read.origin, source.calls()),
+        (Origin::L2, loads + 1),
+        "the copy the store that missed the mark wrote is current for the other"
+    );
+    settled(&missed).await;
+}
+
+/// A store on `url` whose L1 keeps what it holds for a minute while tracking is down, and which
+/// polls the marks that seldom: nothing but tracking tells it of a mark.
+async fn minute_unconfirmed(url: &str) -> echostore::Store {
+    let store = common::builder_on(url)
+        .require_valkey(true)
+        .unconfirmed_l1_life(std::time::Duration::from_secs(60))
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    store
 }
