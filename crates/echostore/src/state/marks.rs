@@ -23,6 +23,9 @@
 //! a push that fails, leaves a full read owed ([`Marks::owes_full_read`]), retried until one
 //! lands. Until then no copy read back is current: a mark this process missed could cover it,
 //! and serving it would serve what that invalidation retired, for the rest of the copy's life.
+//! (While the read is on its way, as for any push, copies are judged by the marks known: a
+//! window of one round trip, which every process of a fleet meets at once when its tracking
+//! connection subscribes.)
 //!
 //! **What Valkey lost is put back.** A full read that finds fewer marks than this process knows
 //! (Valkey came back empty, or a replica that had not received them took over) puts back the
@@ -35,7 +38,7 @@
 //! (`OwnerMsg::Marked`), ordered with its other changes.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
@@ -68,11 +71,13 @@ pub(crate) struct Marks {
     key: Vec<u8>,
     /// How long a tag's mark is kept on Valkey, µs (`0`: until the next clear).
     keep_us: u64,
-    /// Full reads owed: one per full read begun, flush, restarted owner, and read that failed.
-    asked: AtomicU64,
-    /// The count of `asked` when the last full read that landed began: behind `asked`, a mark
+    /// Reads of the marks that failed, so far.
+    failed: AtomicU64,
+    /// The count of `failed` when the last full read that landed began: behind `failed`, a mark
     /// may be set that this process has not heard of.
     answered: AtomicU64,
+    /// A task retries the owed read ([`Marks::claim_retries`]).
+    retrying: AtomicBool,
 }
 
 #[derive(Default)]
@@ -118,21 +123,32 @@ impl Marks {
             view: RwLock::new(View::default()),
             key,
             keep_us: keep.map_or(0, |k| u64::try_from(k.as_micros()).unwrap_or(u64::MAX)),
-            asked: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            retrying: AtomicBool::new(false),
         }
     }
 
-    /// A push of the marks key may have been missed (a flush, a restarted owner): no copy is
-    /// current until a full read begun from now on lands.
-    pub(crate) fn owe_full_read(&self) {
-        self.asked.fetch_add(1, SeqCst);
+    /// `true` if the caller is now the one task that retries an owed read, until
+    /// [`Marks::end_retries`]: reads that fail meanwhile leave the retries to it.
+    pub(crate) fn claim_retries(&self) -> bool {
+        !self.retrying.swap(true, SeqCst)
     }
 
-    /// `true` while a full read is owed: since the last one that landed began, a push of the
-    /// marks key may have been missed, or a read failed.
+    /// The retrying task is done.
+    pub(crate) fn end_retries(&self) {
+        self.retrying.store(false, SeqCst);
+    }
+
+    /// A read of the marks failed: no copy is current until a full read begun from now on lands.
+    fn owe_full_read(&self) {
+        self.failed.fetch_add(1, SeqCst);
+    }
+
+    /// `true` while a full read is owed: a read of the marks failed since the last full read that
+    /// landed began.
     pub(crate) fn owes_full_read(&self) -> bool {
-        self.answered.load(SeqCst) < self.asked.load(SeqCst)
+        self.answered.load(SeqCst) < self.failed.load(SeqCst)
     }
 
     /// The generation a write whose data is read from now on is stamped with.
@@ -198,14 +214,11 @@ impl Marks {
         (!risen.is_empty()).then_some(Scope::Tags(risen))
     }
 
-    /// Reads the marks from Valkey: all of them (`full`), or those above the latest known. A
-    /// full read that lands answers every full read asked before it began; a read that fails
-    /// leaves one owed.
+    /// Reads the marks from Valkey: all of them (`full`), or those above the latest known. A read
+    /// that fails leaves a full read owed; a full read that lands pays what was owed when it
+    /// began.
     pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
-        let asked = match full {
-            true => self.asked.fetch_add(1, SeqCst) + 1,
-            false => 0,
-        };
+        let failed_before = self.failed.load(SeqCst);
         let key = &self.key;
         let above = format!("({}", self.stamp());
         let read: Result<Vec<(Vec<u8>, f64)>> = l2
@@ -233,7 +246,9 @@ impl Marks {
             Vec::new()
         };
         let scope = self.merge(read, now_us(l2.now_ms()));
-        self.answered.fetch_max(asked, SeqCst);
+        if full {
+            self.answered.fetch_max(failed_before, SeqCst);
+        }
         if !lost.is_empty() {
             self.put_back(l2, &lost).await;
         }

@@ -12,6 +12,7 @@ use std::sync::Weak;
 
 use super::*;
 use crate::shard::owner::owner_ref::{EveryShard, OwnerRef};
+use crate::valkey::l2::L2;
 
 impl<K: Key, V: Value> OwnerState<K, V> {
     /// A mark of `scope` is known: drop what it makes stale.
@@ -97,32 +98,57 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let Some(l2) = self.core.l2.clone() else {
             return;
         };
-        if full {
-            // Owed from now: a copy read before the read below begins is no more current.
-            self.core.marks.owe_full_read();
-        }
         let (core, myself) = (Arc::downgrade(&self.core), myself.clone());
         tokio::spawn(async move {
-            let mut pause = MARKS_RETRY_FIRST;
-            let mut full = full;
-            while let Some(core) = core.upgrade() {
-                match core.marks.refresh(&l2, full).await {
-                    Ok(scope) => return take_marks(&core, &myself, scope).await,
-                    Err(e) => {
-                        bump(&core.stats.counters.marks_read_failures);
-                        tracing::debug!(table = %core.name, error = %e, "reading the marks failed: retrying");
-                    }
-                }
-                if !core.marks.owes_full_read() {
-                    return; // another read landed meanwhile
-                }
-                let longest = core.unconfirmed_l1_life;
-                drop(core);
-                tokio::time::sleep(pause).await;
-                (pause, full) = ((pause * 2).min(longest), true);
+            let Some(table) = core.upgrade() else {
+                return;
+            };
+            match table.marks.refresh(&l2, full).await {
+                Ok(scope) => return take_marks(&table, &myself, scope).await,
+                Err(e) => read_failed(&table, &e),
+            }
+            // One retry loop per table: a read that fails while one runs leaves it the retries.
+            if table.marks.claim_retries() {
+                drop(table);
+                retry_marks(core, l2, myself).await;
             }
         });
     }
+}
+
+/// Reads the marks in full again after 10 ms, 20 ms, … up to `unconfirmed_l1_life`, until a read
+/// lands, none is owed (another landed), or the table is gone. (A read that fails just as this
+/// ends is retried by `poll_marks`.)
+async fn retry_marks<K: Key, V: Value>(
+    core: Weak<TableCore<K, V>>,
+    l2: L2,
+    myself: ActorRef<OwnerMsg<K, V>>,
+) {
+    let mut pause = MARKS_RETRY_FIRST;
+    while let Some(table) = core.upgrade() {
+        if !table.marks.owes_full_read() {
+            return table.marks.end_retries();
+        }
+        let longest = table.unconfirmed_l1_life;
+        drop(table);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(longest);
+        let Some(table) = core.upgrade() else {
+            return;
+        };
+        match table.marks.refresh(&l2, true).await {
+            Ok(scope) => {
+                table.marks.end_retries();
+                return take_marks(&table, &myself, scope).await;
+            }
+            Err(e) => read_failed(&table, &e),
+        }
+    }
+}
+
+fn read_failed<K: Key, V: Value>(table: &TableCore<K, V>, error: &crate::error::Error) {
+    bump(&table.stats.counters.marks_read_failures);
+    tracing::debug!(table = %table.name, %error, "reading the marks failed: retried");
 }
 
 /// How soon a failed read of the marks is tried again; each retry waits twice as long, up to

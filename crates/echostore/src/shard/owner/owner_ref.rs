@@ -256,9 +256,6 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     }
 
     fn flush(&self, when_held: bool) {
-        // Pushes may have been missed, of the marks key too: from now until shard 0's read of
-        // the marks lands, no copy read back is current.
-        self.core.marks.owe_full_read();
         // A tracking connection's subscription of a table that holds nothing drops nothing.
         let flushed = if !when_held || self.core.holds_anything() {
             let core = Arc::clone(&self.core);
