@@ -228,7 +228,14 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
         Fault::Crash => {
             let worker = reach.next_crash % reach.workers.len();
             reach.next_crash += 1;
-            let (start, end) = reach.workers.crash(worker).await?;
+            // An owner that did not restart still had its writes held by every node: the pause
+            // stalled every process, and is a fault all the same.
+            let (start, end, restarted) = reach.workers.crash(worker).await?;
+            let name = if restarted {
+                name
+            } else {
+                "crash (no owner restart)"
+            };
             return Ok(FaultSpan::new(name, start, end));
         }
         Fault::Skew => {

@@ -5,7 +5,8 @@
 //!
 //! It talks to the controller in lines: it prints `ready` once its tables are tracked, then
 //! takes `crash` (crash the struct table's owner; it answers `crashed <start> <end>`, or
-//! `crashed none` when the owner was not restarted), `skew <ms>` (EchoStore's view of this
+//! `crashed none <start> <end>` when the owner was not restarted: the writes were held all the
+//! same), `skew <ms>` (EchoStore's view of this
 //! process's wall clock runs that far ahead, or behind when negative; it answers `skewed <ms>`)
 //! and `stop` (or the end of stdin) on stdin, and prints `done` once its history is flushed.
 
@@ -150,8 +151,8 @@ async fn obey(nodes: &[String], tables: &Tables) {
             "crash" => {
                 crashes += 1;
                 match crash(nodes, &tables.items, CRASH_IDS + crashes).await {
-                    Some((start, end)) => println!("crashed {start} {end}"),
-                    None => println!("crashed none"),
+                    (start, end, true) => println!("crashed {start} {end}"),
+                    (start, end, false) => println!("crashed none {start} {end}"),
                 }
             }
             "stop" => break,
@@ -241,10 +242,10 @@ fn served(entry: &[redis::Value]) -> Option<(std::ops::RangeInclusive<u16>, Stri
 /// (`CLIENT PAUSE … WRITE` on every node, where the server allows it), a put of a fresh crash id
 /// is on its way, and a read of another caller's copy of that id reaches the owner (an id being
 /// written is the owner's to answer), which compares the two copies in its flights map and
-/// panics — whichever of the two arrives first. Returns when the crash began and when the
-/// supervisor had restarted the owner; `None` if the owner was not restarted within 5 s (no
-/// crash to record).
-async fn crash(nodes: &[String], items: &Table<Item, u64>, n: u32) -> Option<(u64, u64)> {
+/// panics — whichever of the two arrives first. Returns when the crash began, when it ended (the
+/// supervisor had restarted the owner; or, when it had not within 5 s, the two calls had
+/// returned: the held writes still stalled every process), and whether the owner restarted.
+async fn crash(nodes: &[String], items: &Table<Item, u64>, n: u32) -> (u64, u64, bool) {
     let start = now_ns();
     for node in nodes {
         if let Ok(client) = redis::Client::open(node.as_str())
@@ -270,14 +271,15 @@ async fn crash(nodes: &[String], items: &Table<Item, u64>, n: u32) -> Option<(u6
     });
     let _ = get.await;
     let _ = put.await;
+    let answered = now_ns();
     let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
     while items.stats().owner_restarts == restarts {
         if tokio::time::Instant::now() > give_up {
-            return None;
+            return (start, answered, false);
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    Some((start, now_ns()))
+    (start, now_ns(), true)
 }
 
 /// The controller's lines on stdin; the channel closes with stdin.

@@ -75,16 +75,19 @@ impl Workers {
         Ok(())
     }
 
-    /// Has worker `i` crash its struct table's owner; the crash's start and end.
-    pub(crate) async fn crash(&mut self, i: usize) -> CliResult<(u64, u64)> {
+    /// Has worker `i` crash its struct table's owner: the crash's start and end, and whether the
+    /// owner restarted (it ends when the held writes do if not).
+    pub(crate) async fn crash(&mut self, i: usize) -> CliResult<(u64, u64, bool)> {
         self.children.say(i, "crash")?;
         let line = self.line_from(i, "crashed").await?;
-        let mut words = line.split(' ').skip(1).map(str::parse::<u64>);
-        match (words.next(), words.next()) {
-            (Some(Ok(start)), Some(Ok(end))) => Ok((start, end)),
-            _ if line == "crashed none" => {
-                Err(format!("worker {i}'s owner was not restarted within 5 s of the crash").into())
-            }
+        let words: Vec<&str> = line.split(' ').skip(1).collect();
+        let (restarted, span) = match words.as_slice() {
+            ["none", start, end] => (false, (start, end)),
+            [start, end] => (true, (start, end)),
+            _ => return Err(format!("worker {i} answered the crash with `{line}`").into()),
+        };
+        match (span.0.parse::<u64>(), span.1.parse::<u64>()) {
+            (Ok(start), Ok(end)) => Ok((start, end, restarted)),
             _ => Err(format!("worker {i} answered the crash with `{line}`").into()),
         }
     }
