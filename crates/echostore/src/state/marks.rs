@@ -20,12 +20,12 @@
 //! **A read that fails is owed.** A process that may have missed a push of the marks key (its
 //! tracking connection came back, its owner restarted, the table started) reads them in full; a
 //! read that fails there (Valkey's data path still away while tracking is back), or a read after
-//! a push that fails, leaves a full read owed ([`Marks::owes_full_read`]), retried until one
-//! lands. Until then no copy read back is current: a mark this process missed could cover it,
-//! and serving it would serve what that invalidation retired, for the rest of the copy's life.
-//! (While the read is on its way, as for any push, copies are judged by the marks known: a
-//! window of one round trip, which every process of a fleet meets at once when its tracking
-//! connection subscribes.)
+//! a push that fails, leaves a full read owed ([`Marks::owes_full_read`]), retried at once, then
+//! every 10 ms, 20 ms, … up to `unconfirmed_l1_life`, until one lands. Meanwhile copies are judged
+//! by the marks known, as while tracking is down: a mark missed then is heard within that bound
+//! once Valkey answers. (Taking every copy for a miss meanwhile was tried: in a cluster failing
+//! over, each store then reloaded ids whose fresh copies the failover had not touched, for up to
+//! a second after it healed.)
 //!
 //! **What Valkey lost is put back.** A full read that finds fewer marks than this process knows
 //! (Valkey came back empty, or a replica that had not received them took over) puts back the
@@ -156,12 +156,8 @@ impl Marks {
         self.latest.load(SeqCst)
     }
 
-    /// `true` unless a mark above `marking`'s generation names the table or one of its tags, or
-    /// a full read is owed (a mark this process has not heard of may).
+    /// `true` unless a mark above `marking`'s generation names the table or one of its tags.
     pub(crate) fn is_current(&self, marking: &Marking) -> bool {
-        if self.owes_full_read() {
-            return false;
-        }
         if marking.generation >= self.latest.load(SeqCst) {
             return true;
         }

@@ -227,12 +227,10 @@ counters! {
     /// Clears and tag invalidations this table took in, its own or pushed from another process:
     /// each dropped from L1 what it covers.
     marks_taken,
-    /// Copies read from Valkey that a clear or a tag invalidation had made a miss (or that no
-    /// read of the marks had cleared yet: see `marks_read_failures`).
+    /// Copies read from Valkey that a clear or a tag invalidation had made a miss.
     marked_misses,
     /// Reads of the table's marks that failed. Each leaves a full read owed, retried until one
-    /// lands; until then every copy read from Valkey is a miss, since a mark this process has
-    /// not heard of may cover it.
+    /// lands (a mark set meanwhile is heard of then).
     marks_read_failures,
     /// L1 entries dropped because no read touched them for the table's `l1_idle`.
     l1_idle_evictions,

@@ -90,8 +90,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 
     /// Reads the table's marks from Valkey off the owner (`full`: all of them, else those above
     /// the latest known), and drops what a new one makes stale. A read that fails is retried
-    /// in full, quickly at first, until one lands ([`Marks::owes_full_read`]): until then no copy
-    /// read back is current.
+    /// in full, quickly at first, until one lands ([`Marks::owes_full_read`]): a mark missed
+    /// meanwhile is heard of within `unconfirmed_l1_life` of Valkey answering again.
     ///
     /// [`Marks::owes_full_read`]: crate::state::marks::Marks::owes_full_read
     pub(super) fn read_marks(&self, myself: &ActorRef<OwnerMsg<K, V>>, full: bool) {

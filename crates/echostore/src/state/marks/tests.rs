@@ -88,18 +88,3 @@ async fn a_mark_without_valkey_is_local_and_above_the_latest() {
     assert!(marks.stamp() > first);
     assert!(!marks.is_current(&marking(first, &[])));
 }
-
-/// While a full read is owed (a read of the marks failed), no copy is current, whatever its
-/// stamp: a mark this process has not heard of may cover it.
-#[test]
-fn no_copy_is_current_while_a_full_read_is_owed() {
-    let marks = Marks::new(b"t:{}marks".to_vec(), None);
-    assert!(!marks.owes_full_read());
-    assert!(marks.is_current(&marking(0, &["a"])));
-    marks.owe_full_read();
-    assert!(marks.owes_full_read());
-    assert!(
-        !marks.is_current(&marking(u64::MAX, &[])),
-        "not even the newest stamp"
-    );
-}
