@@ -98,7 +98,7 @@ impl<K: Key, V: Value> Table<K, V> {
         if let Some(l2) = &core.l2
             && let Err(e) = core.marks.refresh(l2, true).await
         {
-            // Owed: read again by `poll_marks`; until then no copy read back is current.
+            // Owed: `poll_marks` reads them in full until a read lands.
             crate::state::stats::bump(&core.stats.counters.marks_read_failures);
             tracing::warn!(table = %core.name, error = %e, "reading the table's marks failed");
         }

@@ -140,7 +140,7 @@ impl Marks {
         self.retrying.store(false, SeqCst);
     }
 
-    /// A read of the marks failed: no copy is current until a full read begun from now on lands.
+    /// A read of the marks failed: a full read begun from now on is owed.
     fn owe_full_read(&self) {
         self.failed.fetch_add(1, SeqCst);
     }
