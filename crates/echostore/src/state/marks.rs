@@ -171,15 +171,15 @@ impl Marks {
 
     /// Takes in marks read from Valkey, each raising what is known (never lowering it: a read
     /// that started before a mark was set may arrive after it); returns what they make stale.
-    fn merge(&self, read: Vec<(Vec<u8>, f64)>, now_us: u64) -> Option<Scope> {
+    fn merge(&self, read: &[(Vec<u8>, f64)], now_us: u64) -> Option<Scope> {
         let mut view = self.view.write().unwrap_or_else(PoisonError::into_inner);
         let (mut cleared, mut risen) = (false, HashSet::new());
-        for (member, score) in read {
+        for &(ref member, score) in read {
             let Some(generation) = believable(score, now_us) else {
                 tracing::warn!(score, "a mark ahead of the server's clock: ignored");
                 continue;
             };
-            match std::str::from_utf8(&member) {
+            match std::str::from_utf8(member) {
                 Ok(CLEAR) if generation > view.cleared => {
                     view.cleared = generation;
                     cleared = true;
@@ -194,7 +194,7 @@ impl Marks {
                     }
                 }
                 _ => {
-                    let member = String::from_utf8_lossy(&member);
+                    let member = String::from_utf8_lossy(member);
                     tracing::warn!(%member, "not a mark: ignored");
                     continue;
                 }
@@ -236,19 +236,28 @@ impl Marks {
                 return Err(e);
             }
         };
-        let lost = if full {
-            self.lost_by(&read)
-        } else {
-            Vec::new()
-        };
-        let scope = self.merge(read, now_us(l2.now_ms()));
-        if full {
-            self.answered.fetch_max(failed_before, SeqCst);
+        let now = now_us(l2.now_ms());
+        if !full {
+            return Ok(self.merge(&read, now));
         }
+        let (scope, lost) = self.take_in_full(&read, now);
+        self.answered.fetch_max(failed_before, SeqCst);
         if !lost.is_empty() {
             self.put_back(l2, &lost).await;
         }
         Ok(scope)
+    }
+
+    /// Takes in a full read of the marks (`read`): what it makes stale, and the marks this
+    /// process still knows that Valkey lost. Judged after the merge has dropped what no longer
+    /// tells anything, so a timed tag whose mark Valkey let expire is not put back.
+    fn take_in_full(
+        &self,
+        read: &[(Vec<u8>, f64)],
+        now_us: u64,
+    ) -> (Option<Scope>, Vec<(String, u64)>) {
+        let scope = self.merge(read, now_us);
+        (scope, self.lost_by(read))
     }
 
     /// The marks this process knows above what a full read found on Valkey (`read`), beyond its
@@ -324,15 +333,16 @@ impl Marks {
                         invocation.invoke_async(&mut c).await
                     })
                     .await?;
-                let _ = self.merge(above, now_us(l2.now_ms()));
+                let _ = self.merge(&above, now_us(l2.now_ms()));
             }
             None => {
                 let now = now_us(crate::wire::server_clock::wall_ms());
                 let generation = now.max(self.stamp() + 1);
-                let marked = members
+                let marked: Vec<_> = members
                     .into_iter()
-                    .map(|m| (m.into_bytes(), generation as f64));
-                let _ = self.merge(marked.collect(), generation);
+                    .map(|m| (m.into_bytes(), generation as f64))
+                    .collect();
+                let _ = self.merge(&marked, generation);
             }
         }
         Ok(scope)

@@ -27,7 +27,7 @@ fn a_copy_is_current_unless_a_later_mark_names_it() {
         marks.is_current(&marking(0, &["a"])),
         "no marks: everything is current"
     );
-    let scope = marks.merge(read(&[("tag:a", NOW)]), NOW);
+    let scope = marks.merge(&read(&[("tag:a", NOW)]), NOW);
     assert_eq!(scope, Some(Scope::Tags(HashSet::from(["a".to_owned()]))));
     assert_eq!(marks.stamp(), NOW);
     assert!(!marks.is_current(&marking(NOW - 1, &["b", "a"])));
@@ -37,7 +37,7 @@ fn a_copy_is_current_unless_a_later_mark_names_it() {
         "stamped at the mark: read after it"
     );
     assert_eq!(
-        marks.merge(read(&[(CLEAR, NOW + 5)]), NOW),
+        marks.merge(&read(&[(CLEAR, NOW + 5)]), NOW),
         Some(Scope::All)
     );
     assert!(!marks.is_current(&marking(NOW + 4, &[])));
@@ -49,14 +49,42 @@ fn a_copy_is_current_unless_a_later_mark_names_it() {
 #[test]
 fn marks_only_rise() {
     let marks = Marks::new(b"t:{}marks".to_vec(), None);
-    marks.merge(read(&[("tag:a", NOW + 10), (CLEAR, NOW + 20)]), NOW);
+    marks.merge(&read(&[("tag:a", NOW + 10), (CLEAR, NOW + 20)]), NOW);
     assert_eq!(
-        marks.merge(read(&[("tag:a", NOW + 10), (CLEAR, NOW)]), NOW),
+        marks.merge(&read(&[("tag:a", NOW + 10), (CLEAR, NOW)]), NOW),
         None
     );
     assert_eq!(marks.stamp(), NOW + 20);
     let view = marks.view.read().expect("view");
     assert!(view.tags.is_empty(), "tag a was marked before the clear");
+}
+
+/// A full read puts back what Valkey lost, and only that: a tag marked since the last clear and
+/// missing from the read, not one a timed keep let expire (no copy it covers can be read).
+#[test]
+fn a_full_read_puts_back_what_valkey_lost_not_what_expired() {
+    let keep = Duration::from_secs(1);
+    let marks = Marks::new(b"t:{}marks".to_vec(), Some(keep));
+    let expired = NOW - 2_000_000;
+    let known = [
+        ("tag:old", expired),
+        ("tag:new", NOW),
+        (CLEAR, expired - 10),
+    ];
+    marks.merge(&read(&known), expired);
+    let (scope, lost) = marks.take_in_full(&read(&[]), NOW + 1);
+    assert_eq!(scope, None, "an empty read raises nothing");
+    assert_eq!(
+        lost,
+        vec![
+            (CLEAR.to_owned(), expired - 10),
+            ("tag:new".to_owned(), NOW)
+        ],
+        "the expired tag:old is not put back"
+    );
+    let found = [("tag:new", NOW), (CLEAR, expired - 10)];
+    let (_, lost) = marks.take_in_full(&read(&found), NOW + 1);
+    assert!(lost.is_empty(), "nothing lost: {lost:?}");
 }
 
 /// Planted members and scores are ignored: no mark far ahead of the server's clock, and
@@ -68,7 +96,7 @@ fn planted_marks_are_ignored() {
     planted.push((b"tag:\xff".to_vec(), NOW as f64));
     planted.push((b"clear".to_vec(), f64::NAN));
     planted.push((b"clear".to_vec(), -1.0));
-    assert_eq!(marks.merge(planted, NOW), None);
+    assert_eq!(marks.merge(&planted, NOW), None);
     assert_eq!(marks.stamp(), 0);
     assert!(marks.is_current(&marking(0, &["a"])));
 }
