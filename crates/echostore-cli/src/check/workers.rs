@@ -80,16 +80,8 @@ impl Workers {
     pub(crate) async fn crash(&mut self, i: usize) -> CliResult<(u64, u64, bool)> {
         self.children.say(i, "crash")?;
         let line = self.line_from(i, "crashed").await?;
-        let words: Vec<&str> = line.split(' ').skip(1).collect();
-        let (restarted, span) = match words.as_slice() {
-            ["none", start, end] => (false, (start, end)),
-            [start, end] => (true, (start, end)),
-            _ => return Err(format!("worker {i} answered the crash with `{line}`").into()),
-        };
-        match (span.0.parse::<u64>(), span.1.parse::<u64>()) {
-            (Ok(start), Ok(end)) => Ok((start, end, restarted)),
-            _ => Err(format!("worker {i} answered the crash with `{line}`").into()),
-        }
+        parse_crashed(&line)
+            .ok_or_else(|| format!("worker {i} answered the crash with `{line}`").into())
     }
 
     /// Has worker `i`'s wall clock, as EchoStore reads it, run `by_ms` ahead (negative: behind).
@@ -142,4 +134,38 @@ fn why_gone(i: usize, dir: &Path) -> String {
         std::fs::read_to_string(dir.join(format!("worker-{i}.stderr"))).unwrap_or_default();
     let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
     format!("worker {i} exited: {}", tail.join(" / "))
+}
+
+/// A worker's answer to `crash`: `crashed <start> <end>` (the owner restarted) or `crashed none
+/// <start> <end>` (it did not; the span is the held writes'), as the crash's start, end, and
+/// whether the owner restarted.
+fn parse_crashed(line: &str) -> Option<(u64, u64, bool)> {
+    let words: Vec<&str> = line.split(' ').collect();
+    let (restarted, start, end) = match words.as_slice() {
+        ["crashed", "none", start, end] => (false, start, end),
+        ["crashed", start, end] => (true, start, end),
+        _ => return None,
+    };
+    Some((start.parse().ok()?, end.parse().ok()?, restarted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_crashed;
+
+    /// Both answers a worker gives, and nothing else, are a crash's span.
+    #[test]
+    fn a_crash_answer_is_its_span_and_whether_the_owner_restarted() {
+        assert_eq!(parse_crashed("crashed 10 25"), Some((10, 25, true)));
+        assert_eq!(parse_crashed("crashed none 10 25"), Some((10, 25, false)));
+        for bad in [
+            "crashed",
+            "crashed 10",
+            "crashed none 10",
+            "crashed x 25",
+            "crashed 1 2 3",
+        ] {
+            assert_eq!(parse_crashed(bad), None, "{bad}");
+        }
+    }
 }

@@ -209,11 +209,6 @@ async fn a_mark_missed_while_tracking_was_down_is_heard_though_its_read_failed()
     // No poll of the marks while tracking is down (a minute apart): the one read after the loss
     // is the read once tracking is back.
     let store = minute_unconfirmed(&proxy.url()).await;
-    let tagged = |t: echostore::TableBuilder<u64, String>| {
-        t.ttl(std::time::Duration::from_secs(60))
-            .jitter(0.0)
-            .tags(|_: &u64, _: &String| ["t"])
-    };
     let reader = table_on(&store, "marked", &source, tagged).await;
     let other = coherent_store(&valkey.url(), None).await;
     let writer = table_on(&other, "marked", &source, tagged).await;
@@ -255,11 +250,6 @@ async fn a_mark_valkey_lost_is_put_back_by_a_store_that_knew_it() {
     let proxy = Proxy::start(&valkey.url()).await;
     let source = Source::open();
     let unaware = minute_unconfirmed(&proxy.url()).await;
-    let tagged = |t: echostore::TableBuilder<u64, String>| {
-        t.ttl(std::time::Duration::from_secs(60))
-            .jitter(0.0)
-            .tags(|_: &u64, _: &String| ["t"])
-    };
     let missed = table_on(&unaware, "marked", &source, tagged).await;
     let knew = table_on(
         &coherent_store(&valkey.url(), None).await,
@@ -293,6 +283,13 @@ async fn a_mark_valkey_lost_is_put_back_by_a_store_that_knew_it() {
         "the copy the store that missed the mark wrote is current for the other"
     );
     settled(&missed).await;
+}
+
+/// A minute's life, no jitter, every entry under tag `t`.
+fn tagged(t: echostore::TableBuilder<u64, String>) -> echostore::TableBuilder<u64, String> {
+    t.ttl(std::time::Duration::from_secs(60))
+        .jitter(0.0)
+        .tags(|_: &u64, _: &String| ["t"])
 }
 
 /// A store on `url` whose L1 keeps what it holds for a minute while tracking is down, and which
