@@ -174,6 +174,21 @@ fn plot(ratios: &[&Ratio], path: &std::path::Path) -> Result<(), String> {
     root.present().map_err(e)
 }
 
+/// `true` unless `PEERS_ONLY` is set and `title` does not contain it: the interleaved rounds of
+/// one row alone (`PEERS_ONLY=herd`), as when comparing two builds on that row.
+fn chosen(title: &str) -> bool {
+    std::env::var("PEERS_ONLY").map_or(true, |only| title.contains(&only))
+}
+
+/// A row's interleaved rounds: its usual count times `PEERS_ROUNDS_TIMES` when set (more rounds, a
+/// tighter median).
+fn rounds_of(usual: usize) -> usize {
+    let times = std::env::var("PEERS_ROUNDS_TIMES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    usual * times.unwrap_or(1).max(1)
+}
+
 /// Each contender of `row` measured by criterion on its own.
 fn criterion_row(c: &mut Criterion, row: &mut Row<'_>, herd: bool) {
     let mut group = c.benchmark_group(row.title.clone());
@@ -440,7 +455,8 @@ fn peers(c: &mut Criterion) {
     }
 
     let mut summary = Vec::new();
-    for row in &mut rows {
+    for row in rows.iter_mut().filter(|row| chosen(&row.title)) {
+        row.rounds = rounds_of(row.rounds);
         summary.push((row.title.clone(), interleaved(row)));
     }
     for (at, row) in rows.iter_mut().enumerate() {
