@@ -37,7 +37,7 @@ use futures::future::join_all;
 use self::on_valkey::{ToWrite, Wrote};
 use crate::error::{Error, Result};
 use crate::flight::fill::Fill;
-use crate::flight::losers;
+use crate::flight::losers::{self, FencedOut};
 use crate::state::core::{TableCore, millis};
 use crate::state::flight_id::FlightId;
 use crate::state::stale::{Landing, Signal, Stale};
@@ -291,7 +291,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
     /// Members whose lock a write elsewhere dropped while they loaded answer what Valkey holds
     /// now when it is fresh, or what the lock's new holder writes, as the single fill does
     /// (`Fill::fenced_out`): later reads there find that copy, so answering the loaded row,
-    /// when newer, would make them go back.
+    /// when newer, would make them go back. With neither and no holder, their callers fly again.
     async fn fenced_out(
         &self,
         l2: &L2,
@@ -305,16 +305,21 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 .into_iter()
                 .map(|i| async move { (i, self.after_fenced_out(l2, &members[i]).await) }),
         );
-        for (i, env) in found.await {
-            if let Some(env) = env {
-                bump(&self.core.stats.counters.l2_hits);
-                landings[i] = Some(Ok(Landing::Filled(self.core.l2_filled(env))));
-            }
+        for (i, found) in found.await {
+            landings[i] = Some(Ok(match found {
+                FencedOut::Copy(env) => {
+                    bump(&self.core.stats.counters.l2_hits);
+                    Landing::Filled(self.core.l2_filled(env))
+                }
+                // As the single fill: the write that dropped the lock may be unheard here.
+                FencedOut::Dropped => Landing::FlyAgain,
+                FencedOut::Unknown => continue,
+            }));
         }
     }
 
     /// What a fenced-out member finds on Valkey ([`losers::after_fenced_out`]).
-    async fn after_fenced_out(&self, l2: &L2, m: &Member<K, V>) -> Option<Envelope<V>> {
+    async fn after_fenced_out(&self, l2: &L2, m: &Member<K, V>) -> FencedOut<V> {
         let reading = || self.report.signal(&m.id, m.flight, Signal::Reading);
         let decode = |bytes| self.decode(bytes);
         losers::after_fenced_out(self.core, l2, (&m.id, &m.names), reading, decode).await

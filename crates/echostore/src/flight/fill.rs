@@ -18,7 +18,7 @@
 //! An **early refresh** (XFetch, `docs/early-refresh.md`) is the same protocol for an id whose L1
 //! value is still fresh, with three differences: a value on Valkey counts as fresh only if it is
 //! *newer* than the one being refreshed (the same value is what needs rebuilding); losing the lock
-//! ends it with nothing done ([`Landing::Skipped`]: the winner's write reaches this process through
+//! ends it with nothing done ([`Landing::FlyAgain`]: the winner's write reaches this process through
 //! coherence); and it serves no stale copy and no fail-safe (a failed refresh leaves the current
 //! value in L1 until its freshness ends).
 //!
@@ -38,7 +38,7 @@ use crate::clock::Moment;
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::flight::load::Load;
-use crate::flight::losers::{self, PollEnd, Wait};
+use crate::flight::losers::{self, FencedOut, PollEnd, Wait};
 use crate::state::core::{TableCore, millis};
 use crate::state::loser_policy::{LoserPolicy, Lost};
 use crate::state::stale::{Filled, Landing, Signal, Signals, Stale};
@@ -199,7 +199,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 crate::spans::record("echostore.lock", "won");
                 bump(&self.core.stats.counters.lock_won);
                 match self.win(at, held, stamp, stale).await {
-                    Won::Done(filled) => return filled.map(Landing::Filled),
+                    Won::Done(landing) => return landing,
                     Won::LostWhileQueued(seen) => {
                         stale = seen;
                         continue;
@@ -210,7 +210,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             crate::spans::record("echostore.lock", "lost");
             if self.refreshing.is_some() {
                 // Another process is rebuilding the id: its write will reach us.
-                return Ok(Landing::Skipped);
+                return Ok(Landing::FlyAgain);
             }
             match self.lose(at, stale, &mut deadline, wake.as_deref()).await {
                 Losing::Done(landing) => return landing,
@@ -269,7 +269,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             reloader_call::Reloaded::Changed(value, delta) => {
                 return Won::Done(self.store(at, held, stamp, (Arc::new(value), delta)).await);
             }
-            reloader_call::Reloaded::Done(answer) => return Won::Done(answer),
+            reloader_call::Reloaded::Done(answer) => {
+                return Won::Done(answer.map(Landing::Filled));
+            }
         };
         let still_ours = || async { self.extend(held).await };
         let leased = self
@@ -285,7 +287,8 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 if self.refreshing.is_some() {
                     return Won::Done(Err(e)); // the current value stays in L1 until its freshness ends
                 }
-                self.load.fail_safe(e, stale.filter(|_| ours), ours)
+                let served = self.load.fail_safe(e, stale.filter(|_| ours), ours);
+                served.map(Landing::Filled)
             }
         })
     }
@@ -297,7 +300,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         held: &HeldLock<'_>,
         stamp: u64,
         (value, delta): (Arc<V>, Duration),
-    ) -> Result<Filled<V>> {
+    ) -> Result<Landing<V>> {
         let life = self.core.loaded_life(&value, delta);
         let encoded = self
             .core
@@ -314,10 +317,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         (self.signals)(Signal::Writing(fingerprint));
         let wrote = self.write_fenced(held, bytes, life.physical_ms()).await;
         Ok(match wrote {
-            Wrote::Kept => {
-                Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint))
-            }
-            Wrote::Refused => Filled::answer_only(value, Origin::Loaded),
+            Wrote::Kept => Landing::Filled(
+                Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint)),
+            ),
+            Wrote::Refused => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
             Wrote::FencedOut => self.fenced_out(at, value).await,
         })
     }
@@ -359,15 +362,20 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// what every later read there finds until the next write lands, so a fresh copy there
     /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
     /// those later reads go back. So does the copy of a flight that took the lock over since
-    /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL` landed and nobody
-    /// reloads), the loaded row answers, kept nowhere: later reads load again.
-    async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Filled<V> {
+    /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL`, or another
+    /// schema's write, dropped the lock and nobody reloads), the callers fly again
+    /// ([`Landing::FlyAgain`]): that write may have come after the row was read, and changed no
+    /// key of this process's (its copy did not exist), so no push tells anyone here of it, and a
+    /// caller that joined after it must not take the older row. A holder that wrote nothing in
+    /// time, or a Valkey that could not be read, leaves the row to answer, kept nowhere.
+    async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Landing<V> {
         let reading = || (self.signals)(Signal::Reading);
         let decode = |bytes| self.decode(bytes);
         let id = (self.id, &at.names);
         match losers::after_fenced_out(self.core, at.l2, id, reading, decode).await {
-            Some(env) if self.takes(&env) => self.l2_hit(env),
-            _ => Filled::answer_only(value, Origin::Loaded),
+            FencedOut::Copy(env) if self.takes(&env) => Landing::Filled(self.l2_hit(env)),
+            FencedOut::Dropped => Landing::FlyAgain,
+            _ => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
         }
     }
 
@@ -396,7 +404,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
 /// What a won lock came to.
 enum Won<V> {
     /// The flight's answer (or its error).
-    Done(Result<Filled<V>>),
+    Done(Result<Landing<V>>),
     /// The lock was lost while the read waited for the table's budget, before any source read:
     /// the flight contends again, with its stale copy, and finds what the id's change left.
     LostWhileQueued(Option<Stale<V>>),

@@ -114,27 +114,39 @@ pub(crate) async fn poll<V>(
     }
 }
 
+/// What a fenced-out flight found on Valkey ([`after_fenced_out`]).
+pub(crate) enum FencedOut<V> {
+    /// A fresh copy: Valkey's when it looked, or the one the lock's new holder wrote.
+    Copy(Envelope<V>),
+    /// No fresh copy and no holder: a write that left no copy (an invalidation, a delete, a write
+    /// of another schema) dropped the lock, perhaps after the flight read its row.
+    Dropped,
+    /// The new holder wrote nothing in time, or Valkey could not be read.
+    Unknown,
+}
+
 /// What a flight whose lock a write elsewhere dropped while it loaded finds on Valkey for `id`:
 /// a fresh copy there now, or, with none but the lock held again, the copy its new holder
 /// writes, waited for as a loser waits (every [`FENCED_OUT_POLL`] and on its push, up to the
 /// table's `lock_ttl`; `reading` as for [`poll`]). That holder may have read the source before
 /// this flight did, and its copy is what every later read there finds, so answering the loaded
-/// row instead could make those reads go back. `None`: no fresh copy and no holder, the wait
-/// ended without one, or Valkey could not be read.
+/// row instead could make those reads go back.
 pub(crate) async fn after_fenced_out<K: Key, V: Value>(
     core: &TableCore<K, V>,
     l2: &L2,
     (id, names): (&K, &KeyNames),
     reading: impl Fn(),
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
-) -> Option<Envelope<V>> {
+) -> FencedOut<V> {
     // Watched before the first read, so that the holder's push is not missed in between.
     let wake = core.watch([(id, names)]);
     let max_bytes = core.config.max_value_bytes;
-    let (bytes, locked) = lock::poll(l2, names, max_bytes).await.ok()?;
+    let Ok((bytes, locked)) = lock::poll(l2, names, max_bytes).await else {
+        return FencedOut::Unknown;
+    };
     match decode(bytes) {
-        Some(env) if env.is_fresh(l2.now_ms()) => return Some(env),
-        _ if !locked => return None,
+        Some(env) if env.is_fresh(l2.now_ms()) => return FencedOut::Copy(env),
+        _ if !locked => return FencedOut::Dropped,
         _ => {}
     }
     let wait = Wait {
@@ -146,7 +158,7 @@ pub(crate) async fn after_fenced_out<K: Key, V: Value>(
         wake: wake.as_deref(),
     };
     match poll(wait, reading, &core.stats, decode).await {
-        Ok(PollEnd::Fresh(env)) => Some(env),
-        _ => None,
+        Ok(PollEnd::Fresh(env)) => FencedOut::Copy(env),
+        _ => FencedOut::Unknown,
     }
 }

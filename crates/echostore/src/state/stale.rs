@@ -60,9 +60,12 @@ impl<V> Filled<V> {
 pub(crate) enum Landing<V> {
     /// An answer for the waiters (or the error below), perhaps kept in L1.
     Filled(Filled<V>),
-    /// An early refresh that changed nothing: another process holds the regeneration lock, and
-    /// its write reaches this process through coherence. Callers who joined it fly again.
-    Skipped,
+    /// No answer its callers may take: they fly again. An early refresh that changed nothing
+    /// (another process holds the regeneration lock, and its write reaches this process through
+    /// coherence), or a load whose lock a write elsewhere dropped with nothing on Valkey to
+    /// answer instead: that write may have come after the row was read, unheard here (it changed
+    /// no key this process tracks), and a caller that joined after it must not take the row.
+    FlyAgain,
 }
 
 impl<V> Landing<V> {

@@ -10,7 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Source, on_task, round_trips_of, settled, store_on, table_on, until_stats, valkey};
+use common::{
+    Source, on_task, round_trips_of, settled, spawn_fetch, store_on, table_on, until, until_stats,
+    valkey,
+};
 use echostore::{LoserPolicy, Origin, Store, Table, TableBuilder};
 use tokio::sync::watch;
 
@@ -334,6 +337,69 @@ async fn a_put_during_a_batch_load_fences_that_ids_write() {
     assert_eq!(*by_id[&1].as_ref().expect("1").value, "row 1");
     assert_eq!(*by_id[&2].as_ref().expect("2").value, "put while loading");
     settled(&table).await;
+}
+
+/// A batch member whose lock another process's invalidate dropped while the batch loaded, with no
+/// copy of the id on Valkey: nothing here hears of it, and the member's write is fenced out with
+/// nothing to answer instead. A `get` that joined the member's flight after the invalidate
+/// returned takes a row read after it, as does the batch: the member's callers read again.
+/// Before, both took the row read before the invalidate (`echostore check` with three schemas
+/// found a batch read served so, 145 ms after another schema's put had dropped the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_member_fenced_out_by_an_unheard_invalidate_reads_again() {
+    let valkey = valkey();
+    let source = Source::gated();
+    let here = numbered(&store_on(&valkey.url()).await, &source).await;
+    let elsewhere = numbered(&store_on(&valkey.url()).await, &source).await;
+    let batch = on_task(&here, |t| async move { t.get_many([1, 2]).await });
+    until("the batch holds its locks and reads the source", || {
+        source.calls() == 2
+    })
+    .await;
+    elsewhere.invalidate(&2).await.expect("invalidate");
+    let joiner = spawn_fetch(&here, 2);
+    until_stats(&here, "the get joined the batch's flight of 2", |s| {
+        s.coalesced == 1
+    })
+    .await;
+    source.release();
+
+    let joined = joiner.await.expect("task").expect("answer");
+    assert_eq!(
+        *joined.value, "value-2-3",
+        "the get that began after the invalidate takes a row read after it"
+    );
+    let found = batch.await.expect("task").expect("batch");
+    assert_eq!(
+        (found[&1].as_str(), found[&2].as_str()),
+        ("value-1-2", "value-2-3")
+    );
+    assert_eq!(
+        (here.stats().fenced_write_skipped, source.calls()),
+        (1, 3),
+        "one member fenced out, and read once more"
+    );
+    settled(&here).await;
+}
+
+/// A table `numbered` on `store` whose batch loader reads `source`: each id's row is
+/// `value-<id>-<n>`, `n` the source's read count at the end of the call.
+async fn numbered(store: &Store, source: &Source) -> Table<u64, String> {
+    let source = source.clone();
+    store
+        .table::<u64, String>("numbered")
+        .ttl(Duration::from_secs(60))
+        .batch_loader(move |ids: Vec<u64>| {
+            let source = source.clone();
+            async move {
+                let n = source.read_many(ids.len()).await;
+                let rows = ids.into_iter().map(|id| (id, format!("value-{id}-{n}")));
+                Ok::<_, std::io::Error>(rows.collect::<HashMap<_, _>>())
+            }
+        })
+        .build()
+        .await
+        .expect("table")
 }
 
 /// A batch load that outlasts the lock's ttl keeps every lock it won (the lease): another

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::{
     BACKENDS, Source, coherent_store, local_table, on_task, pause_writes, raw, settled,
-    spawn_fetch, unpause, until_stats, valkey, valkey_table,
+    spawn_fetch, unpause, until, until_stats, valkey, valkey_table,
 };
 use echostore::Origin;
 
@@ -70,6 +70,48 @@ async fn a_fill_fenced_out_by_another_processs_put_answers_the_put() {
     );
     let after = here.fetch(&1).await.expect("get");
     assert_eq!(*after.value, "from-elsewhere");
+    settled(&here).await;
+}
+
+/// An invalidate in another process during a fill, with no copy of the id on Valkey: its `DEL`
+/// changes no key, so this process hears nothing of it, and the fill's write is fenced out with
+/// nothing on Valkey to answer instead. A caller that joined the fill after the invalidate
+/// returned must not take the row read before it: the fill's callers read again, and take the
+/// row read after. Before, both took the older row (`echostore check`, three schemas side by
+/// side: a batch read joined a batch member whose lock another schema's put had dropped 145 ms
+/// earlier, unheard, as that schema's copy did not exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_fenced_out_by_an_unheard_invalidate_reads_again() {
+    let valkey = valkey();
+    let source = Source::gated();
+    let here = valkey_table(&valkey.url(), "unheard", &source, |t| t).await;
+    let elsewhere = valkey_table(&valkey.url(), "unheard", &source, |t| t).await;
+
+    let leader = spawn_fetch(&here, 1);
+    until("the fill holds the lock and reads the source", || {
+        source.calls() == 1
+    })
+    .await;
+    elsewhere.invalidate(&1).await.expect("invalidate");
+    let joiner = spawn_fetch(&here, 1);
+    until_stats(&here, "the later read joined the fill", |s| {
+        s.coalesced == 1
+    })
+    .await;
+    source.release();
+
+    let joined = joiner.await.expect("task").expect("answer");
+    assert_eq!(
+        *joined.value, "value-1-2",
+        "the read that began after the invalidate takes a row read after it"
+    );
+    let led = leader.await.expect("task").expect("answer");
+    assert_eq!(*led.value, "value-1-2", "its callers read again, together");
+    assert_eq!(
+        (here.stats().fenced_write_skipped, source.calls()),
+        (1, 2),
+        "fenced out once, and one more source read"
+    );
     settled(&here).await;
 }
 

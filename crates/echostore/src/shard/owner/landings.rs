@@ -79,9 +79,9 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             return;
         };
         let answer = match outcome {
-            // Another process is rebuilding the id: callers who joined (their copy expired
-            // meanwhile) fly again, and a new flight waits for that process's value.
-            Ok(Landing::Skipped) => return self.fly_again(myself, id, landed),
+            // Nothing its callers may take (another process is rebuilding the id, or a write
+            // elsewhere fenced the load out and left nothing to answer): they fly again.
+            Ok(Landing::FlyAgain) => return self.fly_again(myself, id, landed),
             // A put of this process overtook the flight: L1 keeps the put's value, so callers
             // take that (or what follows it) instead of what the flight read.
             Ok(Landing::Filled(_)) if landed.fly_again => {

@@ -149,7 +149,7 @@ fn signals_to<K: Key, V: Value>(
 fn landed_as<V>(outcome: &Result<Landing<V>>) -> &'static str {
     match outcome {
         Ok(Landing::Filled(filled)) => filled.fetched.origin.as_str(),
-        Ok(Landing::Skipped) => "skipped",
+        Ok(Landing::FlyAgain) => "skipped",
         Err(_) => "error",
     }
 }
