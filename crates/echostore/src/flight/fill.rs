@@ -29,6 +29,7 @@
 //! and only an open breaker sends the flight to the in-process load.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -70,6 +71,10 @@ pub(crate) struct Fill<'a, K, V> {
     losers: Option<LoserPolicy<Arc<V>>>,
     /// The caller that started the flight has just read the value key and found no fresh copy.
     after_read: bool,
+    /// The flight was fenced out with nothing left on Valkey and read again
+    /// ([`Fill::fenced_out`]): once only, so that a run of such writes costs a caller at most
+    /// one more source read.
+    read_again: AtomicBool,
 }
 
 /// The id's keys on the store's Valkey.
@@ -96,6 +101,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             refreshing: None,
             losers: None,
             after_read: false,
+            read_again: AtomicBool::new(false),
         }
     }
 
@@ -199,6 +205,12 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 crate::spans::record("echostore.lock", "won");
                 bump(&self.core.stats.counters.lock_won);
                 match self.win(at, held, stamp, stale).await {
+                    // Fenced out with nothing left on Valkey: contend again, without the stale
+                    // copy the write that dropped the lock retired.
+                    Won::Done(Ok(Landing::FlyAgain)) if self.refreshing.is_none() => {
+                        stale = None;
+                        continue;
+                    }
                     Won::Done(landing) => return landing,
                     Won::LostWhileQueued(seen) => {
                         stale = seen;
@@ -363,18 +375,22 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
     /// those later reads go back. So does the copy of a flight that took the lock over since
     /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL`, or another
-    /// schema's write, dropped the lock and nobody reloads), the callers fly again
-    /// ([`Landing::FlyAgain`]): that write may have come after the row was read, and changed no
-    /// key of this process's (its copy did not exist), so no push tells anyone here of it, and a
-    /// caller that joined after it must not take the older row. A holder that wrote nothing in
-    /// time, or a Valkey that could not be read, leaves the row to answer, kept nowhere.
+    /// schema's write, dropped the lock and nobody reloads), the flight reads again
+    /// ([`Landing::FlyAgain`]: it contends for the lock anew): that write may have come after the
+    /// row was read, and changed no key of this process's (its copy did not exist), so no push
+    /// tells anyone here of it, and a caller that joined after it must not take the older row.
+    /// Once only: fenced out so a second time, it answers that row, so that writes landing during
+    /// every load cannot keep its callers loading. A holder that wrote nothing in time, or a
+    /// Valkey that could not be read, leaves the row to answer, kept nowhere.
     async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Landing<V> {
         let reading = || (self.signals)(Signal::Reading);
         let decode = |bytes| self.decode(bytes);
         let id = (self.id, &at.names);
         match losers::after_fenced_out(self.core, at.l2, id, reading, decode).await {
             FencedOut::Copy(env) if self.takes(&env) => Landing::Filled(self.l2_hit(env)),
-            FencedOut::Dropped => Landing::FlyAgain,
+            FencedOut::Dropped if !self.read_again.swap(true, Ordering::Relaxed) => {
+                Landing::FlyAgain
+            }
             _ => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
         }
     }

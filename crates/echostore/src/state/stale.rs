@@ -62,9 +62,10 @@ pub(crate) enum Landing<V> {
     Filled(Filled<V>),
     /// No answer its callers may take: they fly again. An early refresh that changed nothing
     /// (another process holds the regeneration lock, and its write reaches this process through
-    /// coherence), or a load whose lock a write elsewhere dropped with nothing on Valkey to
-    /// answer instead: that write may have come after the row was read, unheard here (it changed
-    /// no key this process tracks), and a caller that joined after it must not take the row.
+    /// coherence), or a batch member whose lock a write elsewhere dropped with nothing on Valkey
+    /// to answer instead: that write may have come after the row was read, unheard here (it
+    /// changed no key this process tracks), and a caller that joined after it must not take the
+    /// row. (A single fill fenced out so reads again itself, once: `crate::flight::fill`.)
     FlyAgain,
 }
 

@@ -9,6 +9,8 @@ use common::{
     spawn_fetch, unpause, until, until_stats, valkey, valkey_table,
 };
 use echostore::Origin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A put during a fill: the fill's value is stored nowhere, and its caller, like everyone after,
 /// gets the put's (what L1 holds when the overtaken fill lands).
@@ -111,6 +113,58 @@ async fn a_fill_fenced_out_by_an_unheard_invalidate_reads_again() {
         (here.stats().fenced_write_skipped, source.calls()),
         (1, 2),
         "fenced out once, and one more source read"
+    );
+    settled(&here).await;
+}
+
+/// The read again after an unheard invalidate is made once: a fill fenced out so a second time
+/// answers its second row, so that writes landing during every load cannot keep its callers
+/// loading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_reads_again_once_however_often_it_is_fenced_out() {
+    let valkey = valkey();
+    let (permits, calls) = (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let loader = {
+        let (permits, calls) = (Arc::clone(&permits), Arc::clone(&calls));
+        move |id: u64| {
+            let (permits, calls) = (Arc::clone(&permits), Arc::clone(&calls));
+            async move {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                permits.acquire().await.expect("open").forget();
+                Ok::<_, std::io::Error>(format!("value-{id}-{n}"))
+            }
+        }
+    };
+    let here = valkey_table(&valkey.url(), "again", &Source::open(), |t| {
+        t.loader(loader)
+    })
+    .await;
+    let elsewhere = valkey_table(&valkey.url(), "again", &Source::open(), |t| t).await;
+
+    let leader = spawn_fetch(&here, 1);
+    for read in 1..=2 {
+        until("the fill holds the lock and reads the source", || {
+            calls.load(Ordering::SeqCst) == read
+        })
+        .await;
+        elsewhere.invalidate(&1).await.expect("invalidate");
+        permits.add_permits(1);
+    }
+    let led = leader.await.expect("task").expect("answer");
+    assert_eq!(
+        *led.value, "value-1-2",
+        "the second row, read after the first invalidate"
+    );
+    assert_eq!(
+        (
+            here.stats().fenced_write_skipped,
+            calls.load(Ordering::SeqCst)
+        ),
+        (2, 2),
+        "fenced out twice, read again once"
     );
     settled(&here).await;
 }
