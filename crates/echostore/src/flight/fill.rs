@@ -375,13 +375,14 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
     /// those later reads go back. So does the copy of a flight that took the lock over since
     /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL`, or another
-    /// schema's write, dropped the lock and nobody reloads), the flight reads again
+    /// schema's write, dropped the lock and nobody reloads, or the holder since let it go with
+    /// nothing written), the flight reads again
     /// ([`Landing::FlyAgain`]: it contends for the lock anew): that write may have come after the
     /// row was read, and changed no key of this process's (its copy did not exist), so no push
     /// tells anyone here of it, and a caller that joined after it must not take the older row.
     /// Once only: fenced out so a second time, it answers that row, so that writes landing during
-    /// every load cannot keep its callers loading. A holder that wrote nothing in time, or a
-    /// Valkey that could not be read, leaves the row to answer, kept nowhere.
+    /// every load cannot keep its callers loading. A holder still loading when `lock_ttl` runs
+    /// out, or a Valkey that could not be read, leaves the row to answer, kept nowhere.
     async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Landing<V> {
         let reading = || (self.signals)(Signal::Reading);
         let decode = |bytes| self.decode(bytes);

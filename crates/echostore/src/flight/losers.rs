@@ -119,9 +119,12 @@ pub(crate) enum FencedOut<V> {
     /// A fresh copy: Valkey's when it looked, or the one the lock's new holder wrote.
     Copy(Envelope<V>),
     /// No fresh copy and no holder: a write that left no copy (an invalidation, a delete, a write
-    /// of another schema) dropped the lock, perhaps after the flight read its row.
+    /// of another schema) dropped the lock, perhaps after the flight read its row; or the lock's
+    /// new holder let it go with nothing written (its load failed, or a write dropped its lock
+    /// too), which leaves the same.
     Dropped,
-    /// The new holder wrote nothing in time, or Valkey could not be read.
+    /// The new holder still held the lock, with nothing written, when `lock_ttl` ran out; or
+    /// Valkey could not be read.
     Unknown,
 }
 
@@ -159,6 +162,7 @@ pub(crate) async fn after_fenced_out<K: Key, V: Value>(
     };
     match poll(wait, reading, &core.stats, decode).await {
         Ok(PollEnd::Fresh(env)) => FencedOut::Copy(env),
-        _ => FencedOut::Unknown,
+        Ok(PollEnd::LockFree(_)) => FencedOut::Dropped,
+        Ok(PollEnd::TimedOut) | Err(_) => FencedOut::Unknown,
     }
 }

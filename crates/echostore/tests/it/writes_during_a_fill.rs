@@ -5,10 +5,11 @@
 use crate::common;
 
 use common::{
-    BACKENDS, Source, coherent_store, local_table, on_task, pause_writes, raw, settled,
+    BACKENDS, Source, coherent_store, hold_lock, local_table, on_task, pause_writes, raw, settled,
     spawn_fetch, unpause, until, until_stats, valkey, valkey_table,
 };
 use echostore::Origin;
+use redis::AsyncCommands;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -166,6 +167,51 @@ async fn a_fill_reads_again_once_however_often_it_is_fenced_out() {
         (2, 2),
         "fenced out twice, read again once"
     );
+    settled(&here).await;
+}
+
+/// As above, with a new holder between: the invalidate dropped the fill's lock, another process
+/// took it, and gave it up with nothing written (its load failed, or a write dropped its lock
+/// too). The fenced-out fill, waiting for that holder's copy, sees the lock go with no copy:
+/// what it holds is still a row read perhaps before the invalidate, so its callers read again, as
+/// with no holder at all. Before, they took the older row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_fenced_out_reads_again_when_the_new_holder_gives_up() {
+    const LOCK: &str = "lock:gives-up:{1}";
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::gated();
+    let here = valkey_table(&valkey.url(), "gives-up", &source, |t| t).await;
+    let elsewhere = valkey_table(&valkey.url(), "gives-up", &source, |t| t).await;
+
+    let leader = spawn_fetch(&here, 1);
+    until("the fill holds the lock and reads the source", || {
+        source.calls() == 1
+    })
+    .await;
+    elsewhere.invalidate(&1).await.expect("invalidate");
+    hold_lock(&mut conn, LOCK, "token-of-B").await;
+    let joiner = spawn_fetch(&here, 1);
+    until_stats(&here, "the later read joined the fill", |s| {
+        s.coalesced == 1
+    })
+    .await;
+    source.release();
+    until_stats(&here, "the fenced-out fill waits for B's copy", |s| {
+        s.fenced_write_skipped == 1 && s.poll_waits + s.push_wakeups >= 1
+    })
+    .await;
+    let deleted: i64 = conn.del(LOCK).await.expect("DEL");
+    assert_eq!(deleted, 1, "B gives up, with nothing written");
+
+    let joined = joiner.await.expect("task").expect("answer");
+    assert_eq!(
+        *joined.value, "value-1-2",
+        "the read that began after the invalidate takes a row read after it"
+    );
+    let led = leader.await.expect("task").expect("answer");
+    assert_eq!(*led.value, "value-1-2", "its callers read again, together");
+    assert_eq!(source.calls(), 2, "one more source read");
     settled(&here).await;
 }
 
