@@ -21,7 +21,7 @@ pub(crate) use crate::coherence::{Mode, Switch};
 use crate::{CliResult, Outcome};
 use faults::{Fault, Reach};
 use history::{FaultSpan, Op};
-use model::Bounds;
+use model::{Bounds, Early};
 use report::Report;
 use target::Target;
 
@@ -46,6 +46,10 @@ const FAULT_SPACING: Duration = Duration::from_secs(2);
 /// The margin taken off a value's fresh life before a second load counts as extra: the span
 /// between a load's end and its value landing on Valkey.
 const FRESH_MARGIN: Duration = Duration::from_millis(100);
+
+/// How much sooner than its early window a refresh may start: the library's coarse-clock margin
+/// (25 ms) and the coarse clock's tick (up to 10 ms).
+const EARLY_SLACK: Duration = Duration::from_millis(35);
 
 /// The verdict a run is expected to reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,7 +106,8 @@ pub(crate) struct CheckArgs {
     /// Percent of calls that are reads (one in four a `fetch_many` of 2 to 8 ids, one in eight
     /// of those of 17 to 24, at most `--keys`); the writes are
     /// puts, invalidates and deletes, 16 to 5 to 4, and one in 200 invalidates a tag or clears
-    /// the table (recorded as an invalidate of each id it covers).
+    /// the table (recorded as an invalidate of each id it covers). With few writes (`98`) and a
+    /// short `--ttl`, values live to their expiry and `check-string`'s early refreshes run.
     #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u32).range(0..=100))]
     reads: u32,
 
@@ -232,6 +237,10 @@ impl CheckArgs {
             fault_grace: self.grace().as_nanos() as u64,
             fresh_for: fresh_for.as_nanos() as u64,
             schemas: self.schemas,
+            early: Early {
+                beta: tables::EARLY_REFRESH,
+                slack: EARLY_SLACK.as_nanos() as u64,
+            },
         }
     }
 

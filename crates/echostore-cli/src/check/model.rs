@@ -24,7 +24,8 @@
 //!
 //! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
 //! that began while an earlier load's or put's value of the id was still fresh, with no write
-//! that could have dropped it in between. A flight decides to load (takes its lock) a little
+//! that could have dropped it in between (on a table that refreshes early, before the load's
+//! value reached its early window: [`Bounds::early_by`]). A flight decides to load (takes its lock) a little
 //! before its loader is called, so writes and puts within `B` of a load's start are given the
 //! benefit of the doubt.
 //!
@@ -50,7 +51,40 @@ pub(crate) struct Bounds {
     pub(crate) fresh_for: u64,
     /// Schemas side by side: process `p` runs schema `p % schemas`, and loads only its own.
     pub(crate) schemas: u32,
+    /// The tables' early refresh, which loads before expiry on purpose.
+    pub(crate) early: Early,
 }
+
+/// Early refresh (XFetch) as the tables run it: a value being read is rebuilt from
+/// `4·delta·beta` before it expires (the library's early window, docs/early-refresh.md), `delta`
+/// the time its load took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Early {
+    /// Each table's `beta` ([`TABLES`](super::tables::TABLES) order); 0 turns it off.
+    pub(crate) beta: [f64; 3],
+    /// How much sooner still a refresh may start: the hit path watches for the window on the
+    /// coarse clock, set early by a margin and behind the precise clock by up to a tick.
+    pub(crate) slack: u64,
+}
+
+impl Bounds {
+    /// How long before its value's shortest fresh life ends a load may follow `set` by design:
+    /// the early window of `set`'s table, for a load's value (a put's has no `delta`, so it is
+    /// never refreshed early).
+    pub(crate) fn early_by(&self, set: &Op) -> u64 {
+        let beta = self.early.beta.get(usize::from(set.table)).copied();
+        match beta {
+            Some(beta) if beta > 0.0 && set.action == Action::Load => {
+                let delta = set.end.saturating_sub(set.start) as f64;
+                (EARLY_WINDOW * beta * delta) as u64 + self.early.slack
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// The early window in units of `delta·beta`: the library's `EARLY_WINDOW_K`.
+const EARLY_WINDOW: f64 = 4.0;
 
 /// Violations per rule.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -328,6 +328,12 @@ impl Loading {
     }
 }
 
+/// Each table's early refresh (XFetch's `beta`): the library's default on `check-string`, so that
+/// its refreshes meet every write, fault, L1 and batch read; off on the other two, whose one-read
+/// rule stays at its strictest (a refresh loads before expiry on purpose: the model allows it
+/// the early window, [`Bounds::early_by`](super::model::Bounds::early_by)).
+pub(crate) const EARLY_REFRESH: [f64; 3] = [0.0, 1.0, 0.0];
+
 /// Source reads of one table at once across the workers (`source_budget`).
 const SOURCE_BUDGET: u32 = 4;
 
@@ -345,8 +351,7 @@ async fn open<K: Key>(
         .ttl(loading.ttl)
         .stale_for(loading.ttl)
         .schema(loading.schema)
-        // Early refresh would load before expiry on purpose; the one-read rule counts by expiry.
-        .early_refresh(0.0)
+        .early_refresh(EARLY_REFRESH[usize::from(table)])
         // The value is the source's version: writes are ordered by it, as the model compares
         // versions (without it the last write to reach Valkey wins, which a slow put of an older
         // version can be: docs/consistency.md, rule 6).

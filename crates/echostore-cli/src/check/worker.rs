@@ -138,6 +138,15 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         task.await?;
     }
     recorder.flush()?;
+    // What the tables did, in the worker's stderr: which paths the run took (early refreshes,
+    // fenced writes, coalesced reads), for whoever reads a kept run.
+    for (name, stats) in TABLES.iter().zip([
+        tables.numbers.stats(),
+        tables.names.stats(),
+        tables.items.stats(),
+    ]) {
+        tracing::info!(table = name, ?stats, "table stats at the end of the run");
+    }
     println!("done");
     Ok(Outcome::Held)
 }

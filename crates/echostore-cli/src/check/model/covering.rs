@@ -33,7 +33,8 @@ impl<'a> Setters<'a> {
 
     /// The latest setter that began before `load` and whose value `load` should have found: of
     /// the load's schema, a load or a put that ended more than `B` before it, still fresh when
-    /// it began, and no other write begun before it that ended after the setter began (less `B`).
+    /// it began (and, for a load, not yet in its early-refresh window: [`Bounds::early_by`]), and
+    /// no other write begun before it that ended after the setter began (less `B`).
     ///
     /// A load's flight took its lock, and a put began, up to `B` before the times on record: a
     /// write that ended within `B` before a load began may have dropped that load's lock (and its
@@ -55,7 +56,9 @@ impl<'a> Setters<'a> {
                 !std::ptr::eq(**set, load)
                     && set.process % schemas == load.process % schemas
                     && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
-                    && load.start < set.end.saturating_add(bounds.fresh_for)
+                    && load.start
+                        < (set.end.saturating_add(bounds.fresh_for))
+                            .saturating_sub(bounds.early_by(set))
                     && self
                         .writes
                         .latest_end_before(load.start, set)

@@ -11,6 +11,10 @@ fn bounds() -> Bounds {
         fault_grace: 5_000,
         fresh_for: 1_000_000,
         schemas: 1,
+        early: Early {
+            beta: [0.0; 3],
+            slack: 0,
+        },
     }
 }
 
@@ -445,7 +449,9 @@ fn covering_by_scan<'a>(ops: &[&'a Op], load: &Op, bounds: &Bounds) -> Option<&'
             !std::ptr::eq(**set, load)
                 && set.process % schemas == load.process % schemas
                 && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
-                && load.start < set.end.saturating_add(bounds.fresh_for)
+                && load.start
+                    < (set.end.saturating_add(bounds.fresh_for))
+                        .saturating_sub(bounds.early_by(set))
                 && !writes.iter().any(|w| {
                     !std::ptr::eq(*w, **set)
                         && w.start < load.start
@@ -479,4 +485,32 @@ fn a_quiet_stretch_holds_every_read_a_full_scan_finds() {
             assert_eq!(bisected, scanned, "from {from} to {to}");
         }
     }
+}
+
+/// On a table that refreshes early, a load inside the early window of a load's value (4·delta·beta
+/// before its shortest life ends, and the slack) is by design; sooner, or after a put (whose value
+/// is never refreshed early), or on a table that does not refresh early, it is an extra read.
+#[test]
+fn an_early_refresh_is_no_extra_source_read_where_the_table_refreshes_early() {
+    let bounds = Bounds {
+        early: Early {
+            beta: [0.0, 1.0, 0.0],
+            slack: 50,
+        },
+        ..bounds()
+    };
+    let on = |table: u8, mut op: Op| {
+        op.table = table;
+        op
+    };
+    // A load of 100: its window opens 4·100 + 50 before its shortest life ends.
+    let refresh_at = 1_100 + bounds.fresh_for - 400 - 50;
+    let extra = |table: u8, first: Op, at: u64| {
+        let ops = [on(table, first), on(table, load(1, 0, at, at + 10))];
+        check(&ops, &[], bounds).violations.extra_source_reads
+    };
+    assert_eq!(extra(1, load(0, 0, 1_000, 1_100), refresh_at), 0);
+    assert_eq!(extra(1, load(0, 0, 1_000, 1_100), refresh_at - 1), 1);
+    assert_eq!(extra(0, load(0, 0, 1_000, 1_100), refresh_at), 1);
+    assert_eq!(extra(1, put(0, 0, 1_000, 1_100), refresh_at), 1);
 }
