@@ -387,17 +387,22 @@ impl Run<'_> {
     }
 
     /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree:
-    /// those before a load of the group's newest version that ended at `moved`, and those from
-    /// `B` after it.
+    /// those that ended before a load of the group's newest version ended at `moved`, and those
+    /// from `B` after it. A read under way when that load ended may have taken either version
+    /// (it may be the read that made the load, or one that joined it).
     fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], end: u64, moved: Option<u64>) {
         let Some(moved) = moved else {
             return self.agree(quiet, reads, end);
         };
-        let (before, after): (Vec<usize>, Vec<usize>) =
-            quiet.iter().partition(|&&r| reads[r].start < moved);
         let settled_by = moved.saturating_add(self.bounds.staleness);
-        let after: Vec<usize> = after
-            .into_iter()
+        let before: Vec<usize> = quiet
+            .iter()
+            .copied()
+            .filter(|&r| reads[r].end < moved)
+            .collect();
+        let after: Vec<usize> = quiet
+            .iter()
+            .copied()
             .filter(|&r| reads[r].start > settled_by)
             .collect();
         self.agree(&before, reads, end);
@@ -513,8 +518,12 @@ impl Run<'_> {
     /// An operation's process, table (with the L1 it keeps there), id and start, for a
     /// description.
     fn who(&self, op: &Op) -> String {
+        let losers = match super::tables::losers(op.process, op.table) {
+            echostore::LoserPolicy::ServeStale => ", serves stale",
+            _ => "",
+        };
         format!(
-            "p{} of t{} ({} L1) id {} at {}",
+            "p{} of t{} ({} L1{losers}) id {} at {}",
             op.process,
             op.table,
             super::tables::L1::of(op.process, op.table).name(),

@@ -357,10 +357,7 @@ async fn open<K: Key>(
         // version can be: docs/consistency.md, rule 6).
         .version_by(|version: &u64| *version)
         .tags(move |key: &K, _: &u64| [format!("g{}", id_of(key) % TAG_GROUPS)])
-        .losers(LoserPolicy::Poll {
-            every: Duration::from_millis(20),
-            up_to: Duration::from_secs(5),
-        })
+        .losers(losers(loading.process, table))
         // Small enough that a clear's or a tag's reloads spend it: reads then wait for a lease
         // (or take their stale copy), under every fault.
         .source_budget(SOURCE_BUDGET)
@@ -384,6 +381,21 @@ async fn open<K: Key>(
     Ok(builder.build().await?)
 }
 
+/// What a read of worker `process`'s table `table` does when another process holds the id's
+/// lock: one pair in two serves its stale copy at once (`ServeStale`, the fail-safe path), the
+/// others wait for the winner's copy. A stale copy is the id's newest version only until a write
+/// retires it, and the model holds it to every rule an answer obeys.
+pub(crate) fn losers(process: u32, table: u8) -> LoserPolicy<u64> {
+    if (process + u32::from(table)) % 2 == 1 {
+        LoserPolicy::ServeStale
+    } else {
+        LoserPolicy::Poll {
+            every: Duration::from_millis(20),
+            up_to: Duration::from_secs(5),
+        }
+    }
+}
+
 /// Whether worker `process`'s table `table` has a batch loader: one pair in three has none, and
 /// its batch reads call the per-id loader for each miss (at most 16 at a time), on the same ids
 /// other workers load as a batch.
@@ -404,6 +416,20 @@ mod tests {
         met.sort_by_key(|l1| *l1 as u8);
         met.dedup();
         assert_eq!(met, [L1::Entries, L1::Moka, L1::Weighed, L1::Idle]);
+    }
+
+    /// The default run meets both loser policies on every table.
+    #[test]
+    fn a_run_of_three_workers_meets_both_loser_policies_on_every_table() {
+        for table in 0..3 {
+            let stale: Vec<bool> = (0..3)
+                .map(|process| matches!(losers(process, table), LoserPolicy::ServeStale))
+                .collect();
+            assert!(
+                stale.contains(&true) && stale.contains(&false),
+                "table {table}: {stale:?}"
+            );
+        }
     }
 
     /// The default run loads every table's batch misses both ways: with a batch loader in some

@@ -252,6 +252,42 @@ fn the_fleet_moves_up_after_a_load_of_the_newest_version() {
     assert_eq!(violations(&ops, &[]).total(), 0);
 }
 
+/// The read that made that load (it had to see at least the newest version) began before the
+/// load and ended after it: it answers what it loaded, the fleet having settled on the older
+/// version, and is no divergence; nor is a read that joined the load. (`echostore check`, three
+/// schemas: `read by p3 of t2 id 1 at 1.773 s (loaded) returned v15 where the others settled on
+/// v14`, the read's own load of v15 ending inside it.)
+#[test]
+fn the_read_that_loads_the_newest_version_is_no_divergence() {
+    let after = 300 + B;
+    let moved = after + 100;
+    let mut must_see = read(1, 2, moved - 20, moved + 5);
+    must_see.at_least = 2;
+    let ops = [
+        put(0, 1, 100, 300),
+        invalidate(1, 2, 150, 250),
+        read(0, 1, after + 10, after + 20),
+        read(2, 1, after + 30, after + 40),
+        must_see,
+        load(1, 2, moved - 10, moved),
+        read(1, 2, moved - 5, moved + 2),
+        read(0, 2, moved + B + 10, moved + B + 20),
+        read(2, 2, moved + B + 30, moved + B + 40),
+    ];
+    let found = check(&ops, &[], bounds());
+    assert_eq!(found.violations.total(), 0, "{:?}", found.examples);
+    // Ending before the load, it had no newest version to take.
+    let ops = [
+        put(0, 1, 100, 300),
+        invalidate(1, 2, 150, 250),
+        read(0, 1, after + 10, after + 20),
+        read(2, 1, after + 30, after + 40),
+        read(1, 2, moved - 30, moved - 20),
+        load(1, 2, moved - 10, moved),
+    ];
+    assert_eq!(violations(&ops, &[]).divergent, 1);
+}
+
 /// A version no write made, or one whose write began after the read ended.
 #[test]
 fn a_version_never_written_is_a_phantom() {
