@@ -29,7 +29,6 @@
 //! and only an open breaker sends the flight to the in-process load.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,10 +70,6 @@ pub(crate) struct Fill<'a, K, V> {
     losers: Option<LoserPolicy<Arc<V>>>,
     /// The caller that started the flight has just read the value key and found no fresh copy.
     after_read: bool,
-    /// The flight was fenced out with nothing left on Valkey and read again
-    /// ([`Fill::fenced_out`]): once only, so that a run of such writes costs a caller at most
-    /// one more source read.
-    read_again: AtomicBool,
 }
 
 /// The id's keys on the store's Valkey.
@@ -101,7 +96,6 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             refreshing: None,
             losers: None,
             after_read: false,
-            read_again: AtomicBool::new(false),
         }
     }
 
@@ -205,12 +199,6 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 crate::spans::record("echostore.lock", "won");
                 bump(&self.core.stats.counters.lock_won);
                 match self.win(at, held, stamp, stale).await {
-                    // Fenced out with nothing left on Valkey: contend again, without the stale
-                    // copy the write that dropped the lock retired.
-                    Won::Done(Ok(Landing::FlyAgain)) if self.refreshing.is_none() => {
-                        stale = None;
-                        continue;
-                    }
                     Won::Done(landing) => return landing,
                     Won::LostWhileQueued(seen) => {
                         stale = seen;
@@ -333,7 +321,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint)),
             ),
             Wrote::Refused => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
-            Wrote::FencedOut => self.fenced_out(at, value).await,
+            Wrote::FencedOut => self.fenced_out(at, held, value).await,
         })
     }
 
@@ -374,25 +362,27 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// what every later read there finds until the next write lands, so a fresh copy there
     /// answers the waiters, even a put's older row: answering the loaded row, newer, would make
     /// those later reads go back. So does the copy of a flight that took the lock over since
-    /// ([`losers::after_fenced_out`]). With neither (an invalidation's `DEL`, or another
-    /// schema's write, dropped the lock and nobody reloads, or the holder since let it go with
-    /// nothing written), the flight reads again
-    /// ([`Landing::FlyAgain`]: it contends for the lock anew): that write may have come after the
-    /// row was read, and changed no key of this process's (its copy did not exist), so no push
-    /// tells anyone here of it, and a caller that joined after it must not take the older row.
-    /// Once only: fenced out so a second time, it answers that row, so that writes landing during
-    /// every load cannot keep its callers loading. A holder still loading when `lock_ttl` runs
-    /// out, or a Valkey that could not be read, leaves the row to answer, kept nowhere.
-    async fn fenced_out(&self, at: &OnValkey<'_>, value: Arc<V>) -> Landing<V> {
+    /// ([`losers::after_fenced_out`]). Otherwise the loaded row answers the callers who joined
+    /// before this hold's acquire was sent, and only them: the write that dropped the hold began
+    /// after that, so the row is no older than anything they must see, while a caller that joined
+    /// later may have joined after that write returned — a write this process may never hear of
+    /// (an invalidation of a copy it does not hold, another schema's write) — and must not take
+    /// an older row. Those callers fly again, to a flight of their own, which answers at least its
+    /// own first callers; the row is kept nowhere.
+    async fn fenced_out(
+        &self,
+        at: &OnValkey<'_>,
+        held: &HeldLock<'_>,
+        value: Arc<V>,
+    ) -> Landing<V> {
         let reading = || (self.signals)(Signal::Reading);
         let decode = |bytes| self.decode(bytes);
         let id = (self.id, &at.names);
         match losers::after_fenced_out(self.core, at.l2, id, reading, decode).await {
             FencedOut::Copy(env) if self.takes(&env) => Landing::Filled(self.l2_hit(env)),
-            FencedOut::Dropped if !self.read_again.swap(true, Ordering::Relaxed) => {
-                Landing::FlyAgain
-            }
-            _ => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
+            _ => Landing::Filled(
+                Filled::answer_only(value, Origin::Loaded).for_callers_before(held.sent_at()),
+            ),
         }
     }
 

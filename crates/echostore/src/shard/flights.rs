@@ -37,7 +37,7 @@
 //! flight and the overtaken ones). A flight that would exceed it stays queued until an
 //! overtaken one lands, however many writes arrive.
 //!
-//! Every caller of a flight waits on the flight's one [`Cell`], whether its miss started the flight
+//! Every caller of a flight waits on the flight's one [`Cell`](crate::state::board::Cell), whether its miss started the flight
 //! (the leader), joined it through the owner or joined it on the board: a miss is answered at
 //! once with the cell and whether it leads ([`Admitted`]), and each caller works out its own
 //! origin from the one answer (`crate::handle::miss::follow`). A caller that drops its future drops only
@@ -64,7 +64,7 @@ use ractor::RpcReplyPort;
 
 use crate::error::Result;
 use crate::fetched::Fetched;
-use crate::state::board::{Board, Cell, Flight, IdState, Overtaker, Standing, Writes};
+use crate::state::board::{Board, Flight, IdState, Overtaker, Seat, Standing, Writes};
 pub(crate) use crate::state::flight_id::FlightId;
 
 /// Where the owner sends what a miss was admitted to.
@@ -76,12 +76,12 @@ pub(crate) enum Admitted<V> {
     Hit(Fetched<V>),
     /// The flight to wait on; `leads`: this miss started it (it sees the flight's own origin,
     /// where a joiner sees `Coalesced`).
-    Flight { cell: Arc<Cell<V>>, leads: bool },
+    Flight { cell: Seat<V>, leads: bool },
 }
 
 impl<V> Admitted<V> {
     /// A caller admitted to `cell`'s flight by `miss`.
-    pub(crate) fn to(miss: &Miss, cell: Arc<Cell<V>>) -> Self {
+    pub(crate) fn to(miss: &Miss, cell: Seat<V>) -> Self {
         Admitted::Flight {
             cell,
             leads: !matches!(miss, Miss::Coalesced),
@@ -164,7 +164,7 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
 
     /// A caller missed L1 for `id`: it joins the current flight, or starts one; either way it
     /// waits on the cell returned.
-    pub(crate) fn miss(&mut self, id: &K) -> (Miss, Arc<Cell<V>>) {
+    pub(crate) fn miss(&mut self, id: &K) -> (Miss, Seat<V>) {
         let mut ids = self.ids();
         let state = ids.entry(id.clone()).or_insert(IdState::NOTHING);
         if let Some(flight) = state.current() {

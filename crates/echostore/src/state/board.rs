@@ -48,7 +48,9 @@
 //! its own origin from it (`crate::handle::miss::follow`). A flight that answers early (its soft
 //! timeout's stale copy) answers its cell and takes a fresh one for later joiners; a flight that
 //! changed nothing (an early refresh that lost the lock, a load a put overtook) answers "fly
-//! again", and its callers miss once more through the owner.
+//! again", and its callers miss once more through the owner. A load fenced out by a write it may
+//! never hear of answers only the callers seated by the moment it asked for its lock: each
+//! caller's [`Seat`] records when it took its seat, and the later ones fly again.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -56,6 +58,7 @@ use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -108,7 +111,7 @@ pub(crate) struct ReadId(u64);
 /// What a miss finds on the board.
 pub(crate) enum Entered<V> {
     /// The id's current flight, joined: wait on its cell.
-    Joined(Arc<Cell<V>>),
+    Joined(Seat<V>),
     /// No flight, and the id may be read: this caller reads it.
     Read(ReadId),
     /// Ask the owner (a read of the id is out, a write of it is on its way, or no Valkey).
@@ -118,11 +121,11 @@ pub(crate) enum Entered<V> {
 /// What a caller's own admission of a miss came to ([`Board::admit`]).
 pub(crate) enum Admission<V> {
     /// The id's current flight, joined: wait on its cell.
-    Joined(Arc<Cell<V>>),
+    Joined(Seat<V>),
     /// L1 holds a fresh entry by now.
     Hit(Fetched<V>),
     /// A flight of the id started, loading: the caller launches it and leads it.
-    Launch(FlightId, Arc<Cell<V>>),
+    Launch(FlightId, Seat<V>),
     /// Ask the owner: something of the id is in motion, or the owner the flight would report to
     /// does not hold the board.
     Owner,
@@ -130,10 +133,45 @@ pub(crate) enum Admission<V> {
 
 /// One flight's answer, for every caller waiting on it.
 pub(crate) struct Cell<V> {
-    answer: OnceLock<Answered<V>>,
+    /// The answer, and the moment from which a caller's join makes it fly again instead (`None`:
+    /// the answer is every caller's).
+    answer: OnceLock<(Answered<V>, Option<Instant>)>,
     woken: Notify,
     /// Callers who took the cell: its leader, and those who joined.
     joined: AtomicUsize,
+}
+
+/// One caller's place at a flight's cell: the cell, and when the caller took it.
+pub(crate) struct Seat<V> {
+    cell: Arc<Cell<V>>,
+    taken_at: Instant,
+}
+
+impl<V> Clone for Seat<V> {
+    fn clone(&self) -> Self {
+        Seat {
+            cell: Arc::clone(&self.cell),
+            taken_at: self.taken_at,
+        }
+    }
+}
+
+impl<V> Seat<V> {
+    /// Whether both seats are at one flight's cell.
+    #[cfg(test)]
+    pub(crate) fn same_cell(&self, other: &Seat<V>) -> bool {
+        Arc::ptr_eq(&self.cell, &other.cell)
+    }
+
+    /// This caller's answer, once the flight gives it: `None` (fly again) also when the answer is
+    /// only for callers seated by a moment before this one took its seat.
+    pub(crate) async fn wait(&self) -> Answered<V> {
+        let (answer, cutoff) = self.cell.wait().await;
+        match cutoff {
+            Some(cutoff) if self.taken_at > cutoff => None,
+            _ => answer,
+        }
+    }
 }
 
 /// The owner's end of a cell: answers it [`Error::Stopped`] if dropped unanswered (the owner
@@ -440,7 +478,7 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
 
     /// Joins the current flight of `id`, if any (the tests' view of [`enter`](Self::enter)).
     #[cfg(test)]
-    pub(crate) fn join(&self, id: &K) -> Option<Arc<Cell<V>>>
+    pub(crate) fn join(&self, id: &K) -> Option<Seat<V>>
     where
         K: Clone,
     {
@@ -502,15 +540,16 @@ impl<K: Eq + Hash, V, W> Board<K, V, W> {
 }
 
 impl<V> Cell<V> {
-    /// Answers every caller who took the cell (the first answer stands), and wakes them.
-    pub(crate) fn answer(&self, answered: Answered<V>) {
-        if self.answer.set(answered).is_ok() {
+    /// Answers the callers who took the cell by `cutoff` (every one: `None`), the others flying
+    /// again (the first answer stands), and wakes them.
+    pub(crate) fn answer(&self, answered: Answered<V>, cutoff: Option<Instant>) {
+        if self.answer.set((answered, cutoff)).is_ok() {
             self.woken.notify_waiters();
         }
     }
 
-    /// The answer, once the flight gives it.
-    pub(crate) async fn wait(&self) -> Answered<V> {
+    /// The answer and its cutoff, once the flight gives them.
+    async fn wait(&self) -> (Answered<V>, Option<Instant>) {
         loop {
             let woken = self.woken.notified();
             let mut woken = std::pin::pin!(woken);
@@ -544,22 +583,26 @@ impl<V> Answerer<V> {
         self.0.joined.load(Relaxed)
     }
 
-    /// The cell, for one more caller to wait on.
-    pub(crate) fn take(&self) -> Arc<Cell<V>> {
+    /// A seat at the cell, for one more caller to wait on.
+    pub(crate) fn take(&self) -> Seat<V> {
         self.0.joined.fetch_add(1, Relaxed);
-        Arc::clone(&self.0)
+        Seat {
+            cell: Arc::clone(&self.0),
+            taken_at: Instant::now(),
+        }
     }
 
-    /// Answers every caller who took the cell (the first answer stands), and wakes them.
-    pub(crate) fn answer(&self, answered: Answered<V>) {
-        self.0.answer(answered);
+    /// Answers the callers who took the cell by `cutoff` (every one: `None`), the others flying
+    /// again (the first answer stands), and wakes them.
+    pub(crate) fn answer(&self, answered: Answered<V>, cutoff: Option<Instant>) {
+        self.0.answer(answered, cutoff);
     }
 }
 
 impl<V> Drop for Answerer<V> {
     fn drop(&mut self) {
         if self.0.answer.get().is_none() {
-            self.answer(Some(Err(Error::Stopped)));
+            self.answer(Some(Err(Error::Stopped)), None);
         }
     }
 }

@@ -7,7 +7,7 @@
 //! `fresh_until + stale_for`, whichever process wrote it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::Moment;
 use crate::fetched::{Fetched, Origin};
@@ -26,6 +26,9 @@ pub(crate) struct Filled<V> {
     /// place of any older copy L1 holds past its freshness (which, served later, would take the
     /// process back to before this answer).
     pub(crate) stand_in: Option<Entry<V>>,
+    /// `Some`: the answer is only for the callers who joined the flight before then; those who
+    /// joined since fly again (it may be older than a write made before they joined).
+    pub(crate) cutoff: Option<Instant>,
 }
 
 impl<V> Filled<V> {
@@ -36,6 +39,7 @@ impl<V> Filled<V> {
             keep: Some(entry),
             fingerprint: None,
             stand_in: None,
+            cutoff: None,
         }
     }
 
@@ -45,6 +49,14 @@ impl<V> Filled<V> {
         self
     }
 
+    /// The same answer, only for the callers who joined by `cutoff`.
+    pub(crate) fn for_callers_before(self, cutoff: Instant) -> Self {
+        Filled {
+            cutoff: Some(cutoff),
+            ..self
+        }
+    }
+
     /// A value answered to the waiters and stored nowhere.
     pub(crate) fn answer_only(value: Arc<V>, origin: Origin) -> Self {
         Filled {
@@ -52,6 +64,7 @@ impl<V> Filled<V> {
             keep: None,
             fingerprint: None,
             stand_in: None,
+            cutoff: None,
         }
     }
 }
@@ -65,7 +78,8 @@ pub(crate) enum Landing<V> {
     /// coherence), or a batch member whose lock a write elsewhere dropped with nothing on Valkey
     /// to answer instead: that write may have come after the row was read, unheard here (it
     /// changed no key this process tracks), and a caller that joined after it must not take the
-    /// row. (A single fill fenced out so reads again itself, once: `crate::flight::fill`.)
+    /// row. (A single fill fenced out so answers its row to the callers who joined before it
+    /// asked for the lock, [`Filled::cutoff`], and only the later ones fly again.)
     FlyAgain,
 }
 
@@ -139,13 +153,13 @@ impl<V> Stale<V> {
         })
     }
 
-    /// The answer with this copy, if it is still within its window now.
     /// The value, and the copy on Valkey it was read from (`written_at`, fingerprint).
     pub(crate) fn on_valkey(&self) -> Option<(&Arc<V>, u64, Option<Fingerprint>)> {
         let (written_at, fingerprint) = self.on_valkey?;
         Some((&self.value, written_at, fingerprint))
     }
 
+    /// The answer with this copy, if it is still within its window now.
     pub(crate) fn answer(&self) -> Option<Filled<V>> {
         let now = Moment::now();
         if now >= self.until {
@@ -160,6 +174,7 @@ impl<V> Stale<V> {
             fingerprint: None,
             stand_in: from_valkey
                 .then(|| Entry::stand_in(Arc::clone(&self.value), self.since, self.until)),
+            cutoff: None,
         })
     }
 }

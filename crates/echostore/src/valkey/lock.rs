@@ -16,6 +16,8 @@
 //! Values are read with `GETRANGE <key> 0 <max_value_bytes>`, so a value over the table's limit is
 //! never pulled into memory whole: at most one byte more than the limit comes back.
 
+use std::time::Instant;
+
 use crate::error::Result;
 use crate::valkey::l2::L2;
 use crate::wire::key::KeyNames;
@@ -44,6 +46,8 @@ pub(crate) struct HeldLock<'a> {
     names: &'a KeyNames,
     token: String,
     ttl_ms: u64,
+    /// When the acquire was sent: no write that dropped this hold can have begun before then.
+    sent_at: Instant,
 }
 
 /// How a put ended on Valkey.
@@ -76,6 +80,7 @@ pub(crate) async fn acquire_or_read<'a>(
     max_bytes: usize,
 ) -> Result<Acquired<'a>> {
     let token = new_token();
+    let sent_at = Instant::now();
     let mut inv = SCRIPTS.acquire_or_read.prepare_invoke();
     inv.key(&names.value)
         .key(&names.lock)
@@ -89,6 +94,7 @@ pub(crate) async fn acquire_or_read<'a>(
         names,
         token,
         ttl_ms: lock_ttl_ms,
+        sent_at,
     });
     Ok(Acquired {
         held,
@@ -97,6 +103,12 @@ pub(crate) async fn acquire_or_read<'a>(
 }
 
 impl HeldLock<'_> {
+    /// When the acquire that won this hold was sent: a write that dropped the hold began after
+    /// it, so it cannot be older than a read begun before then.
+    pub(crate) fn sent_at(&self) -> Instant {
+        self.sent_at
+    }
+
     /// The lease: `PEXPIRE lock lock_ttl` if the lock still holds the token. `Ok(false)`: not
     /// ours. `SET lock token IFEQ token PX lock_ttl` where the server has it
     /// ([`crate::wire::natives`]).

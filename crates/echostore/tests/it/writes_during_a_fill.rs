@@ -79,12 +79,13 @@ async fn a_fill_fenced_out_by_another_processs_put_answers_the_put() {
 /// An invalidate in another process during a fill, with no copy of the id on Valkey: its `DEL`
 /// changes no key, so this process hears nothing of it, and the fill's write is fenced out with
 /// nothing on Valkey to answer instead. A caller that joined the fill after the invalidate
-/// returned must not take the row read before it: the fill's callers read again, and take the
-/// row read after. Before, both took the older row (`echostore check`, three schemas side by
-/// side: a batch read joined a batch member whose lock another schema's put had dropped 145 ms
-/// earlier, unheard, as that schema's copy did not exist).
+/// returned must not take the row read before it: it flies again, and takes a row read after.
+/// The leader, whose read began before the invalidate, takes the loaded row. Before, both took
+/// the older row (`echostore check`, three schemas side by side: a batch read joined a batch
+/// member whose lock another schema's put had dropped 145 ms earlier, unheard, as that schema's
+/// copy did not exist).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fill_fenced_out_by_an_unheard_invalidate_reads_again() {
+async fn a_fill_fenced_out_by_an_unheard_invalidate_answers_only_its_earlier_callers() {
     let valkey = valkey();
     let source = Source::gated();
     let here = valkey_table(&valkey.url(), "unheard", &source, |t| t).await;
@@ -109,20 +110,20 @@ async fn a_fill_fenced_out_by_an_unheard_invalidate_reads_again() {
         "the read that began after the invalidate takes a row read after it"
     );
     let led = leader.await.expect("task").expect("answer");
-    assert_eq!(*led.value, "value-1-2", "its callers read again, together");
+    assert_eq!(*led.value, "value-1-1", "the leader's read began before it");
     assert_eq!(
         (here.stats().fenced_write_skipped, source.calls()),
         (1, 2),
-        "fenced out once, and one more source read"
+        "fenced out once, and one more source read, for the later caller"
     );
     settled(&here).await;
 }
 
-/// The read again after an unheard invalidate is made once: a fill fenced out so a second time
-/// answers its second row, so that writes landing during every load cannot keep its callers
-/// loading.
+/// Writes landing during every load cannot keep a caller loading: a caller that flies again
+/// leads (or joins early) a flight of its own, which answers it even when fenced out in turn.
+/// Each caller loads at most twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fill_reads_again_once_however_often_it_is_fenced_out() {
+async fn a_caller_fenced_out_again_and_again_loads_at_most_twice() {
     let valkey = valkey();
     let (permits, calls) = (
         Arc::new(tokio::sync::Semaphore::new(0)),
@@ -144,45 +145,62 @@ async fn a_fill_reads_again_once_however_often_it_is_fenced_out() {
     })
     .await;
     let elsewhere = valkey_table(&valkey.url(), "again", &Source::open(), |t| t).await;
+    let loading = |n| {
+        let calls = Arc::clone(&calls);
+        move || calls.load(Ordering::SeqCst) == n
+    };
 
-    let leader = spawn_fetch(&here, 1);
-    for read in 1..=2 {
-        until("the fill holds the lock and reads the source", || {
-            calls.load(Ordering::SeqCst) == read
+    // Each round: a load, an invalidate elsewhere during it, a caller joining after that.
+    let mut callers = vec![spawn_fetch(&here, 1)];
+    for round in 1..=2 {
+        until("a fill holds the lock and reads the source", loading(round)).await;
+        elsewhere.invalidate(&1).await.expect("invalidate");
+        callers.push(spawn_fetch(&here, 1));
+        until_stats(&here, "the later read joined the fill", |s| {
+            s.coalesced == round as u64
         })
         .await;
-        elsewhere.invalidate(&1).await.expect("invalidate");
         permits.add_permits(1);
     }
-    let led = leader.await.expect("task").expect("answer");
+    until("the last caller's own fill reads", loading(3)).await;
+    permits.add_permits(1);
+
+    let mut answers = Vec::new();
+    for caller in callers {
+        answers.push(caller.await.expect("task").expect("answer").value);
+    }
+    let answers: Vec<&str> = answers.iter().map(|v| v.as_str()).collect();
     assert_eq!(
-        *led.value, "value-1-2",
-        "the second row, read after the first invalidate"
+        answers,
+        ["value-1-1", "value-1-2", "value-1-3"],
+        "each takes the first row read after its read began"
     );
     assert_eq!(
         (
             here.stats().fenced_write_skipped,
             calls.load(Ordering::SeqCst)
         ),
-        (2, 2),
-        "fenced out twice, read again once"
+        (2, 3),
+        "fenced out twice, one load per caller"
     );
     settled(&here).await;
 }
 
-/// As above, with a new holder between: the invalidate dropped the fill's lock, another process
-/// took it, and gave it up with nothing written (its load failed, or a write dropped its lock
-/// too). The fenced-out fill, waiting for that holder's copy, sees the lock go with no copy:
-/// what it holds is still a row read perhaps before the invalidate, so its callers read again, as
-/// with no holder at all. Before, they took the older row.
+/// As above, with a new holder between: the invalidate dropped the fill's lock and another
+/// process took it. The fenced-out fill waits for that holder's copy (up to `lock_ttl`); with
+/// none, whether the holder gave up or still loads, its row answers the callers who joined before
+/// it asked for its lock, and the later ones fly again (here to wait on that holder's lock, until
+/// it goes). Before, every caller took the older row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fill_fenced_out_reads_again_when_the_new_holder_gives_up() {
-    const LOCK: &str = "lock:gives-up:{1}";
+async fn a_fill_fenced_out_while_another_holds_the_lock_answers_only_its_earlier_callers() {
+    const LOCK: &str = "lock:holder:{1}";
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let source = Source::gated();
-    let here = valkey_table(&valkey.url(), "gives-up", &source, |t| t).await;
-    let elsewhere = valkey_table(&valkey.url(), "gives-up", &source, |t| t).await;
+    let fast_lock =
+        |t: echostore::TableBuilder<u64, String>| t.lock_ttl(std::time::Duration::from_millis(200));
+    let here = valkey_table(&valkey.url(), "holder", &source, fast_lock).await;
+    let elsewhere = valkey_table(&valkey.url(), "holder", &source, |t| t).await;
 
     let leader = spawn_fetch(&here, 1);
     until("the fill holds the lock and reads the source", || {
@@ -197,21 +215,25 @@ async fn a_fill_fenced_out_reads_again_when_the_new_holder_gives_up() {
     })
     .await;
     source.release();
-    until_stats(&here, "the fenced-out fill waits for B's copy", |s| {
-        s.fenced_write_skipped == 1 && s.poll_waits + s.push_wakeups >= 1
+
+    let led = leader.await.expect("task").expect("answer");
+    assert_eq!(*led.value, "value-1-1", "the leader's read began before it");
+    until_stats(&here, "the later caller waits on B's lock", |s| {
+        s.lock_lost >= 1
     })
     .await;
     let deleted: i64 = conn.del(LOCK).await.expect("DEL");
     assert_eq!(deleted, 1, "B gives up, with nothing written");
-
     let joined = joiner.await.expect("task").expect("answer");
     assert_eq!(
         *joined.value, "value-1-2",
         "the read that began after the invalidate takes a row read after it"
     );
-    let led = leader.await.expect("task").expect("answer");
-    assert_eq!(*led.value, "value-1-2", "its callers read again, together");
-    assert_eq!(source.calls(), 2, "one more source read");
+    assert_eq!(
+        source.calls(),
+        2,
+        "one more source read, for the later caller"
+    );
     settled(&here).await;
 }
 

@@ -25,6 +25,6 @@ impl<K: Eq + Hash + Clone, V, W> Flights<K, V, W> {
         // Under the board's lock: a caller joins either the old cell before its early answer or
         // the fresh one, which waits for the load.
         let early = std::mem::replace(&mut flight.cell, Answerer::new());
-        early.answer(Some(Ok(answer)));
+        early.answer(Some(Ok(answer)), None);
     }
 }

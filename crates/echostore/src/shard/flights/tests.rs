@@ -15,7 +15,7 @@ fn new_map() -> Map {
 }
 
 /// What a caller waiting on `cell` has been answered, if anything yet.
-fn answered(cell: &Cell<u32>) -> Option<Answered<u32>> {
+fn answered(cell: &Seat<u32>) -> Option<Answered<u32>> {
     cell.wait().now_or_never()
 }
 
@@ -35,13 +35,13 @@ fn misses_on_one_id_share_one_flight() {
     let fid = launched(miss);
     let (miss, join) = map.miss(&1);
     assert_eq!(miss, Miss::Coalesced);
-    assert!(Arc::ptr_eq(&lead, &join), "one cell");
+    assert!(lead.same_cell(&join), "one cell");
     assert!(matches!(
-        Admitted::to(&Miss::Launch(fid), Arc::clone(&lead)),
+        Admitted::to(&Miss::Launch(fid), lead.clone()),
         Admitted::Flight { leads: true, .. }
     ));
     assert!(matches!(
-        Admitted::to(&Miss::Coalesced, Arc::clone(&join)),
+        Admitted::to(&Miss::Coalesced, join.clone()),
         Admitted::Flight { leads: false, .. }
     ));
     assert_eq!(map.len(), 1);

@@ -78,6 +78,11 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             }
             return;
         };
+        // A fenced-out load answers only the callers who joined before its hold was asked for.
+        let cutoff = match &outcome {
+            Ok(Landing::Filled(filled)) => filled.cutoff,
+            _ => None,
+        };
         let answer = match outcome {
             // Nothing its callers may take (another process is rebuilding the id, or a write
             // elsewhere fenced the load out and left nothing to answer): they fly again.
@@ -116,7 +121,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             stored = landed.store,
             "flight landed"
         );
-        landed.flight.answer(&answer);
+        landed.flight.answer_before(&answer, cutoff);
         self.launch_next(myself, id, landed);
     }
 

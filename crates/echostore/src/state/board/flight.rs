@@ -1,6 +1,8 @@
 //! One flight: its name, the cell its callers wait on, and what it may do with what it read when
 //! it lands (its [`Standing`], moved down by every change that overtakes it).
 
+use std::time::Instant;
+
 use crate::error::Result;
 use crate::fetched::Fetched;
 use crate::state::board::Answerer;
@@ -100,12 +102,18 @@ impl<V> Flight<V> {
     /// Tells every caller to fly again: the flight changed nothing they may take. The flight is
     /// gone.
     pub(crate) fn fly_again(self) {
-        self.cell.answer(None);
+        self.cell.answer(None, None);
     }
 
     /// Sends the one answer to every caller, as the leader sees it (each caller works out its own
     /// origin). A flight answered early (soft timeout) keeps running for callers that join later.
     pub(crate) fn answer(&mut self, outcome: &Result<Fetched<V>>) {
-        self.cell.answer(Some(outcome.clone()));
+        self.answer_before(outcome, None);
+    }
+
+    /// Sends the answer to the callers who joined by `cutoff` (every one: `None`); those who
+    /// joined since fly again (the answer may be older than a write made before they joined).
+    pub(crate) fn answer_before(&mut self, outcome: &Result<Fetched<V>>, cutoff: Option<Instant>) {
+        self.cell.answer(Some(outcome.clone()), cutoff);
     }
 }

@@ -16,6 +16,17 @@ fn launched(miss: Miss) -> FlightId {
     }
 }
 
+/// The clock's first reading after `t`: what was seated by `t` is before it, what is seated
+/// after the call is after it.
+fn a_tick_after(t: std::time::Instant) -> std::time::Instant {
+    loop {
+        let now = std::time::Instant::now();
+        if now > t {
+            return now;
+        }
+    }
+}
+
 fn loaded(value: u64) -> Result<Fetched<u64>> {
     Ok(Fetched::new(Arc::new(value), Origin::Loaded))
 }
@@ -40,6 +51,31 @@ async fn joiners_get_the_one_answer() {
     assert_eq!(landed.flight.waiters(), 2);
     map.landing_done(&1);
     assert!(board.ids().is_empty());
+}
+
+/// An answer with a cutoff (a fenced-out load's row) reaches the callers who took their seats
+/// before it; a caller seated since flies again (`None`).
+#[tokio::test]
+async fn an_answer_with_a_cutoff_sends_later_callers_to_fly_again() {
+    let board = Arc::new(Board::new());
+    let mut map: Map = Flights::new(Arc::clone(&board), None);
+    let (miss, lead) = map.miss(&1);
+    let fid = launched(miss);
+    let early = board.join(&1).expect("current");
+    let cutoff = a_tick_after(std::time::Instant::now());
+    a_tick_after(cutoff);
+    let late = board.join(&1).expect("current");
+    let mut landed = map.land(&1, fid).expect("ours");
+    landed.flight.answer_before(&loaded(7), Some(cutoff));
+    for seat in [lead, early] {
+        let fetched = seat.wait().await.expect("an answer").expect("ok");
+        assert_eq!(*fetched.value, 7);
+    }
+    assert!(
+        late.wait().await.is_none(),
+        "seated after the cutoff: fly again"
+    );
+    map.landing_done(&1);
 }
 
 /// An owner that goes (stops or crashes: its map is dropped) answers its flights' callers
@@ -346,7 +382,7 @@ fn a_caller_admits_itself_only_as_the_owner_would() {
     let Admission::Joined(joined) = admit(1, Some(5)) else {
         panic!("a current flight is joined, whatever L1 holds");
     };
-    assert!(Arc::ptr_eq(&lead, &joined), "one cell");
+    assert!(lead.same_cell(&joined), "one cell");
     assert_eq!(
         map.miss(&1).0,
         Miss::Coalesced,
