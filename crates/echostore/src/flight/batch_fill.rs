@@ -30,6 +30,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use futures::FutureExt;
 use futures::future::join_all;
@@ -37,7 +38,7 @@ use futures::future::join_all;
 use self::on_valkey::{ToWrite, Wrote};
 use crate::error::{Error, Result};
 use crate::flight::fill::Fill;
-use crate::flight::losers::{self, FencedOut};
+use crate::flight::losers;
 use crate::state::core::{TableCore, millis};
 use crate::state::flight_id::FlightId;
 use crate::state::stale::{Landing, Signal, Stale};
@@ -78,6 +79,8 @@ struct Member<K, V> {
     /// The generation its write is stamped with (`crate::state::marks`): taken before its lock
     /// attempt, and again when its source read begins (after any wait for the budget or a slot).
     stamp: AtomicU64,
+    /// Taken before its lock attempt is sent: a write that drops that lock began after it.
+    asked_from: Instant,
 }
 
 impl<K, V> Member<K, V> {
@@ -163,6 +166,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     degraded: false,
                     stale: None,
                     stamp: AtomicU64::new(stamp),
+                    asked_from: Instant::now(),
                 }),
                 Err(e) => self.report.landed(id, flight, Err(e)),
             }
@@ -291,7 +295,9 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
     /// Members whose lock a write elsewhere dropped while they loaded answer what Valkey holds
     /// now when it is fresh, or what the lock's new holder writes, as the single fill does
     /// (`Fill::fenced_out`): later reads there find that copy, so answering the loaded row,
-    /// when newer, would make them go back. With neither and no holder, their callers fly again.
+    /// when newer, would make them go back. With neither, the row answers the callers seated by
+    /// the member's lock attempt, and the later ones fly again: the write that dropped the lock
+    /// may be unheard here.
     async fn fenced_out(
         &self,
         l2: &L2,
@@ -306,20 +312,19 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 .map(|i| async move { (i, self.after_fenced_out(l2, &members[i]).await) }),
         );
         for (i, found) in found.await {
-            landings[i] = Some(Ok(match found {
-                FencedOut::Copy(env) => {
+            let row = landings[i].take();
+            landings[i] = match found {
+                Some(env) => {
                     bump(&self.core.stats.counters.l2_hits);
-                    Landing::Filled(self.core.l2_filled(env))
+                    Some(Ok(Landing::Filled(self.core.l2_filled(env))))
                 }
-                // As the single fill: the write that dropped the lock may be unheard here.
-                FencedOut::Dropped => Landing::FlyAgain,
-                FencedOut::Unknown => continue,
-            }));
+                None => row.map(|row| row.map(|row| row.for_callers_before(members[i].asked_from))),
+            };
         }
     }
 
     /// What a fenced-out member finds on Valkey ([`losers::after_fenced_out`]).
-    async fn after_fenced_out(&self, l2: &L2, m: &Member<K, V>) -> FencedOut<V> {
+    async fn after_fenced_out(&self, l2: &L2, m: &Member<K, V>) -> Option<Envelope<V>> {
         let reading = || self.report.signal(&m.id, m.flight, Signal::Reading);
         let decode = |bytes| self.decode(bytes);
         losers::after_fenced_out(self.core, l2, (&m.id, &m.names), reading, decode).await

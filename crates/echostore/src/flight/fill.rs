@@ -38,7 +38,7 @@ use crate::clock::Moment;
 use crate::error::{Error, Result};
 use crate::fetched::Origin;
 use crate::flight::load::Load;
-use crate::flight::losers::{self, FencedOut, PollEnd, Wait};
+use crate::flight::losers::{self, PollEnd, Wait};
 use crate::state::core::{TableCore, millis};
 use crate::state::loser_policy::{LoserPolicy, Lost};
 use crate::state::stale::{Filled, Landing, Signal, Signals, Stale};
@@ -379,7 +379,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let decode = |bytes| self.decode(bytes);
         let id = (self.id, &at.names);
         match losers::after_fenced_out(self.core, at.l2, id, reading, decode).await {
-            FencedOut::Copy(env) if self.takes(&env) => Landing::Filled(self.l2_hit(env)),
+            Some(env) if self.takes(&env) => Landing::Filled(self.l2_hit(env)),
             _ => Landing::Filled(
                 Filled::answer_only(value, Origin::Loaded).for_callers_before(held.sent_at()),
             ),

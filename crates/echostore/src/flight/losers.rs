@@ -114,23 +114,9 @@ pub(crate) async fn poll<V>(
     }
 }
 
-/// What a fenced-out flight found on Valkey ([`after_fenced_out`]).
-pub(crate) enum FencedOut<V> {
-    /// A fresh copy: Valkey's when it looked, or the one the lock's new holder wrote.
-    Copy(Envelope<V>),
-    /// No fresh copy and no holder: a write that left no copy (an invalidation, a delete, a write
-    /// of another schema) dropped the lock, perhaps after the flight read its row; or the lock's
-    /// new holder let it go with nothing written (its load failed, or a write dropped its lock
-    /// too), which leaves the same.
-    Dropped,
-    /// The new holder still held the lock, with nothing written, when `lock_ttl` ran out; or
-    /// Valkey could not be read.
-    Unknown,
-}
-
-/// What a flight whose lock a write elsewhere dropped while it loaded finds on Valkey for `id`:
-/// a fresh copy there now, or, with none but the lock held again, the copy its new holder
-/// writes, waited for as a loser waits (every [`FENCED_OUT_POLL`] and on its push, up to the
+/// The copy a flight whose lock a write elsewhere dropped while it loaded answers instead of its
+/// row, if any: a fresh copy on Valkey for `id` now, or, with none but the lock held again, the
+/// copy its new holder writes, waited for as a loser waits (every [`FENCED_OUT_POLL`] and on its push, up to the
 /// table's `lock_ttl`; `reading` as for [`poll`]). That holder may have read the source before
 /// this flight did, and its copy is what every later read there finds, so answering the loaded
 /// row instead could make those reads go back.
@@ -140,16 +126,16 @@ pub(crate) async fn after_fenced_out<K: Key, V: Value>(
     (id, names): (&K, &KeyNames),
     reading: impl Fn(),
     decode: impl Fn(Option<Vec<u8>>) -> Option<Envelope<V>>,
-) -> FencedOut<V> {
+) -> Option<Envelope<V>> {
     // Watched before the first read, so that the holder's push is not missed in between.
     let wake = core.watch([(id, names)]);
     let max_bytes = core.config.max_value_bytes;
     let Ok((bytes, locked)) = lock::poll(l2, names, max_bytes).await else {
-        return FencedOut::Unknown;
+        return None;
     };
     match decode(bytes) {
-        Some(env) if env.is_fresh(l2.now_ms()) => return FencedOut::Copy(env),
-        _ if !locked => return FencedOut::Dropped,
+        Some(env) if env.is_fresh(l2.now_ms()) => return Some(env),
+        _ if !locked => return None,
         _ => {}
     }
     let wait = Wait {
@@ -161,8 +147,7 @@ pub(crate) async fn after_fenced_out<K: Key, V: Value>(
         wake: wake.as_deref(),
     };
     match poll(wait, reading, &core.stats, decode).await {
-        Ok(PollEnd::Fresh(env)) => FencedOut::Copy(env),
-        Ok(PollEnd::LockFree(_)) => FencedOut::Dropped,
-        Ok(PollEnd::TimedOut) | Err(_) => FencedOut::Unknown,
+        Ok(PollEnd::Fresh(env)) => Some(env),
+        Ok(PollEnd::LockFree(_) | PollEnd::TimedOut) | Err(_) => None,
     }
 }

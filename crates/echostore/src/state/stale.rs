@@ -75,15 +75,22 @@ pub(crate) enum Landing<V> {
     Filled(Filled<V>),
     /// No answer its callers may take: they fly again. An early refresh that changed nothing
     /// (another process holds the regeneration lock, and its write reaches this process through
-    /// coherence), or a batch member whose lock a write elsewhere dropped with nothing on Valkey
-    /// to answer instead: that write may have come after the row was read, unheard here (it
-    /// changed no key this process tracks), and a caller that joined after it must not take the
-    /// row. (A single fill fenced out so answers its row to the callers who joined before it
-    /// asked for the lock, [`Filled::cutoff`], and only the later ones fly again.)
+    /// coherence). (A load whose lock a write elsewhere dropped answers its row only to the
+    /// callers seated before it asked for the lock, [`Filled::cutoff`]; the later ones fly
+    /// again.)
     FlyAgain,
 }
 
 impl<V> Landing<V> {
+    /// The same landing, its answer only for the callers seated by `cutoff`
+    /// ([`Filled::for_callers_before`]).
+    pub(crate) fn for_callers_before(self, cutoff: Instant) -> Self {
+        match self {
+            Landing::Filled(filled) => Landing::Filled(filled.for_callers_before(cutoff)),
+            other => other,
+        }
+    }
+
     /// The landing with what L1 keeps of it living at most `limit`.
     pub(crate) fn capped(self, limit: Duration) -> Self {
         match self {
