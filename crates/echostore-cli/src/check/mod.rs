@@ -21,7 +21,7 @@ pub(crate) use crate::coherence::{Mode, Switch};
 use crate::{CliResult, Outcome};
 use faults::{Fault, Reach};
 use history::{FaultSpan, Op};
-use model::{Bounds, Early};
+use model::{Bounds, Early, ShortLives};
 use report::Report;
 use target::Target;
 
@@ -231,7 +231,8 @@ impl CheckArgs {
     /// The bounds the model is checked with.
     fn bounds(&self) -> Bounds {
         let jitter = 0.1; // the tables keep the default jitter
-        let fresh_for = self.ttl.mul_f64(1.0 - jitter).saturating_sub(FRESH_MARGIN);
+        let fresh = |ttl: Duration| ttl.mul_f64(1.0 - jitter).saturating_sub(FRESH_MARGIN);
+        let fresh_for = fresh(self.ttl);
         Bounds {
             staleness: self.bound.as_nanos() as u64,
             fault_grace: self.grace().as_nanos() as u64,
@@ -240,6 +241,10 @@ impl CheckArgs {
             early: Early {
                 beta: tables::EARLY_REFRESH,
                 slack: EARLY_SLACK.as_nanos() as u64,
+            },
+            short: ShortLives {
+                tables: tables::SHORT_ODD,
+                fresh_for: fresh(tables::life(0, 1, self.ttl)).as_nanos() as u64,
             },
         }
     }

@@ -53,6 +53,18 @@ pub(crate) struct Bounds {
     pub(crate) schemas: u32,
     /// The tables' early refresh, which loads before expiry on purpose.
     pub(crate) early: Early,
+    /// The tables whose values choose their own life (`ttl_for`).
+    pub(crate) short: ShortLives,
+}
+
+/// A value's own life (`ttl_for`) as the tables choose it: on the tables marked, an odd version
+/// lives half the ttl ([`tables::life`](super::tables::life)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShortLives {
+    /// Which tables ([`TABLES`](super::tables::TABLES) order).
+    pub(crate) tables: [bool; 3],
+    /// The shortest fresh life of an odd version there.
+    pub(crate) fresh_for: u64,
 }
 
 /// Early refresh (XFetch) as the tables run it: a value being read is rebuilt from
@@ -68,6 +80,24 @@ pub(crate) struct Early {
 }
 
 impl Bounds {
+    /// The shortest fresh life of `set`'s value: its own, where its table's values choose it.
+    pub(crate) fn fresh_for_of(&self, set: &Op) -> u64 {
+        let short = self.short.tables.get(usize::from(set.table)) == Some(&true);
+        if short && set.version % 2 == 1 {
+            self.short.fresh_for
+        } else {
+            self.fresh_for
+        }
+    }
+
+    /// The shortest fresh life of any value of `table`.
+    pub(crate) fn shortest_fresh_for(&self, table: u8) -> u64 {
+        match self.short.tables.get(usize::from(table)) {
+            Some(true) => self.short.fresh_for.min(self.fresh_for),
+            _ => self.fresh_for,
+        }
+    }
+
     /// How long before its value's shortest fresh life ends a load may follow `set` by design:
     /// the early window of `set`'s table, for a load's value (a put's has no `delta`, so it is
     /// never refreshed early).
@@ -359,10 +389,12 @@ impl Run<'_> {
                 }),
             }
         }
+        let table = ops.first().map_or(0, |o| o.table);
+        let fresh_for = self.bounds.shortest_fresh_for(table);
         for (i, g) in groups.iter().enumerate() {
             let from = g.end + self.bounds.staleness;
             let next = groups.get(i + 1).map_or(u64::MAX, |n| n.start);
-            let to = next.min(g.start + self.bounds.fresh_for);
+            let to = next.min(g.start + fresh_for);
             // Each schema settles on its own: a late put of an older row lands in its schema's
             // copy, while the copies it drops in the others are loaded from the source, which a
             // write of the same group already moved on (docs/consistency.md, "Schemas").

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use echostore::{Key, L1Backend, LoserPolicy, ReadOptions, Store, Table, TableBuilder, Version};
+use echostore::{
+    Key, L1Backend, LoserPolicy, ReadOptions, Reload, Store, Table, TableBuilder, Version,
+};
 
 use super::history::{Action, Op, Recorder, now_ns};
 use super::source::Source;
@@ -310,6 +312,17 @@ impl Loading {
         Ok(versions)
     }
 
+    /// One reloader call: the row of `id` read as [`Self::one`] reads it (the same source read,
+    /// recorded as a `Load`), answered `Unchanged` when it is still `old`'s version.
+    async fn again(&self, table: u8, id: u32, old: u64) -> std::io::Result<Reload<u64>> {
+        let version = self.one(table, id).await?;
+        Ok(if version == old {
+            Reload::Unchanged
+        } else {
+            Reload::Changed(version)
+        })
+    }
+
     /// Records a load of `version` that began at `from.0`, by the batch loader if `from.1`.
     fn record(&self, table: u8, id: u32, version: u64, from: (u64, bool)) {
         self.recorder.record(Op {
@@ -333,6 +346,21 @@ impl Loading {
 /// rule stays at its strictest (a refresh loads before expiry on purpose: the model allows it
 /// the early window, [`Bounds::early_by`](super::model::Bounds::early_by)).
 pub(crate) const EARLY_REFRESH: [f64; 3] = [0.0, 1.0, 0.0];
+
+/// The tables whose odd versions live half the ttl (`ttl_for`, a value's own life): every copy
+/// of such a version, on Valkey and in each L1, its stale window and its early refresh follow
+/// its life, not the table's.
+pub(crate) const SHORT_ODD: [bool; 3] = [true, false, false];
+
+/// The life of `version` in table `table`: half the ttl for an odd version of a
+/// [`SHORT_ODD`] table.
+pub(crate) fn life(table: u8, version: u64, ttl: Duration) -> Duration {
+    if SHORT_ODD[usize::from(table)] && version % 2 == 1 {
+        ttl / 2
+    } else {
+        ttl
+    }
+}
 
 /// Source reads of one table at once across the workers (`source_budget`).
 const SOURCE_BUDGET: u32 = 4;
@@ -365,6 +393,7 @@ async fn open<K: Key>(
             let one = one.clone();
             async move { one.one(table, id_of(&key)).await }
         });
+    let builder = own_lives_and_reloads(builder, loading, table, id_of);
     if !batch_loads(loading.process, table) {
         return Ok(builder.build().await?);
     }
@@ -381,6 +410,32 @@ async fn open<K: Key>(
     Ok(builder.build().await?)
 }
 
+/// `builder` with table `table`'s choice of a value's own life ([`SHORT_ODD`]) and, in worker
+/// `loading.process`, its reloader ([`reloads`]).
+fn own_lives_and_reloads<K: Key>(
+    builder: TableBuilder<K, u64>,
+    loading: &Loading,
+    table: u8,
+    id_of: fn(&K) -> u32,
+) -> TableBuilder<K, u64> {
+    let ttl = loading.ttl;
+    let builder = if SHORT_ODD[usize::from(table)] {
+        builder.ttl_for(move |version: &u64| life(table, *version, ttl))
+    } else {
+        builder
+    };
+    if !reloads(loading.process, table) {
+        return builder;
+    }
+    let again = loading.clone();
+    // A copy in its stale window is handed to the reloader: "unchanged" renews it in place
+    // (a fenced restamp of its life), the path a load that changed nothing takes.
+    builder.reloader(move |key: K, old: std::sync::Arc<u64>| {
+        let again = again.clone();
+        async move { again.again(table, id_of(&key), *old).await }
+    })
+}
+
 /// What a read of worker `process`'s table `table` does when another process holds the id's
 /// lock: one pair in two serves its stale copy at once (`ServeStale`, the fail-safe path), the
 /// others wait for the winner's copy. A stale copy is the id's newest version only until a write
@@ -394,6 +449,12 @@ pub(crate) fn losers(process: u32, table: u8) -> LoserPolicy<u64> {
             up_to: Duration::from_secs(5),
         }
     }
+}
+
+/// Whether worker `process`'s table `table` has a reloader: one pair in two, so that its
+/// renewals meet the other workers' loads of the same copies.
+pub(crate) fn reloads(process: u32, table: u8) -> bool {
+    (process + 2 * u32::from(table)) % 4 < 2
 }
 
 /// Whether worker `process`'s table `table` has a batch loader: one pair in three has none, and
@@ -428,6 +489,18 @@ mod tests {
             assert!(
                 stale.contains(&true) && stale.contains(&false),
                 "table {table}: {stale:?}"
+            );
+        }
+    }
+
+    /// The default run reloads every table's copies in some worker and loads them in another.
+    #[test]
+    fn a_run_of_three_workers_meets_both_refresh_paths_on_every_table() {
+        for table in 0..3 {
+            let reloads: Vec<bool> = (0..3).map(|process| reloads(process, table)).collect();
+            assert!(
+                reloads.contains(&true) && reloads.contains(&false),
+                "table {table}: {reloads:?}"
             );
         }
     }

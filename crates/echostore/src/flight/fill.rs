@@ -46,12 +46,14 @@ use crate::state::stats::bump;
 use crate::state::unsettled::Repair;
 use crate::valkey::envelope::{self, Envelope, Fingerprint};
 use crate::valkey::l2::L2;
-use crate::valkey::lock::{self, Fenced, HeldLock};
+use crate::valkey::lock::{self, Fenced, HeldLock, Renewed};
 use crate::wire::key::{Key, KeyNames, Value};
 
 mod copies;
 mod lease;
 mod reloader_call;
+
+use reloader_call::Reloaded;
 
 pub(crate) use copies::decode_counted;
 
@@ -265,13 +267,14 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         stale: Option<Stale<V>>,
     ) -> Won<V> {
         let stale = match self.reload(held, stale).await {
-            reloader_call::Reloaded::NotAsked(stale) => stale,
-            reloader_call::Reloaded::Changed(value, delta) => {
-                return Won::Done(self.store(at, held, stamp, (Arc::new(value), delta)).await);
+            Reloaded::NotAsked(stale) => stale,
+            Reloaded::Store(value, delta) => {
+                return Won::Done(self.store(at, held, stamp, (value, delta)).await);
             }
-            reloader_call::Reloaded::Done(answer) => {
-                return Won::Done(answer.map(Landing::Filled));
+            Reloaded::FencedOut(value) => {
+                return Won::Done(Ok(self.fenced_out(at, held, value).await));
             }
+            Reloaded::Done(answer) => return Won::Done(answer.map(Landing::Filled)),
         };
         let still_ours = || async { self.extend(held).await };
         let leased = self

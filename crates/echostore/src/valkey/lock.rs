@@ -72,6 +72,18 @@ pub(crate) enum Fenced {
     Superseded,
 }
 
+/// How a reloader's renewal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// The copy's life is restamped (or the copy deleted), and the lock released.
+    Done,
+    /// The lock no longer holds this attempt's token: nothing done.
+    NotOurs,
+    /// The copy is no longer on Valkey (its stale window ended, or it was evicted): nothing
+    /// done, and the lock is still this attempt's.
+    CopyLeft,
+}
+
 /// `SET lock token NX PX lock_ttl` with a new token, then a bounded read of the value, atomically.
 pub(crate) async fn acquire_or_read<'a>(
     l2: &'a L2,
@@ -164,12 +176,12 @@ impl HeldLock<'_> {
 
     /// The reloader's answer for the copy written at `written_at_ms`: renew its life (`Some(fresh)`:
     /// fresh for that long, kept `px` ms) or delete it (`None`), fenced by the token, releasing the
-    /// lock.
+    /// lock. [`Renewed::CopyLeft`] releases nothing.
     pub(crate) async fn renew(
         &self,
         written_at_ms: u64,
         life: Option<(u64, u64)>,
-    ) -> Result<Fenced> {
+    ) -> Result<Renewed> {
         let (l2, names, token) = (self.l2, self.names, &self.token);
         let mut inv = SCRIPTS.renew.prepare_invoke();
         inv.key(&names.value)
@@ -184,9 +196,9 @@ impl HeldLock<'_> {
             .script("renew (SETRANGE life, PEXPIRE)", names, inv)
             .await?;
         Ok(match renewed {
-            1 => Fenced::Written,
-            -1 => Fenced::Superseded,
-            _ => Fenced::NotOurs,
+            1 => Renewed::Done,
+            -1 => Renewed::CopyLeft,
+            _ => Renewed::NotOurs,
         })
     }
 

@@ -160,7 +160,8 @@ return fenced(1, #KEYS, ARGV[1], ARGV[2], ARGV[3], server_ms())
 /// life on the server's clock (`fresh_until` = now + the fresh life, `written_at` = now: 16 bytes,
 /// no value bytes sent) and its `PX`, and release the lock; `ARGV[3]` = `gone` deletes the copy
 /// instead. Returns 1 (renewed or deleted, released), 0 (fenced out: not our lock, nothing done)
-/// or -1 (the copy changed meanwhile: released, nothing written).
+/// or -1 (the copy left meanwhile, its stale window over or evicted: nothing done, the lock still
+/// held, so that the winner writes the value in full under it).
 pub(crate) const RENEW_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
@@ -169,7 +170,6 @@ pub(crate) const RENEW_SCRIPT: &str = concat!(
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 local at = redis.pcall('GETRANGE', KEYS[1], 9, 16)
 if type(at) ~= 'string' or at ~= ARGV[2] or not written_at(redis.call('GETRANGE', KEYS[1], 0, 16)) then
-  redis.call('DEL', KEYS[2])
   return -1
 end
 if ARGV[3] == 'gone' then

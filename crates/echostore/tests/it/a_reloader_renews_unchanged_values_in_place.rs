@@ -8,29 +8,35 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{coherent_store, round_trips_of, until_async, valkey};
+use common::{coherent_store, raw, read_envelope, round_trips_of, until, until_async, valkey};
 use echostore::{Error, Origin, Reload, Table};
 
 const MARKER: &str = "VALUE-BYTES-MARKER";
 const ROUNDS: usize = 100;
+/// A life short enough for many expiries in a test.
+const SHORT: Duration = Duration::from_millis(40);
 
-/// Counts of the table's source calls, shared by its stores.
+/// Counts of the table's source calls, shared by its stores, and the permits each reloader call
+/// waits for when the test holds them back (`gated`).
 #[derive(Default)]
 struct Calls {
     loads: AtomicUsize,
     reloads: AtomicUsize,
+    gated: Option<tokio::sync::Semaphore>,
 }
 
+/// The table on a store of its own, values fresh for `ttl`.
 async fn table(
     url: &str,
     calls: &Arc<Calls>,
+    ttl: Duration,
     answer: fn(u64) -> Reload<String>,
 ) -> Table<u64, String> {
     let (loads, reloads) = (Arc::clone(calls), Arc::clone(calls));
     coherent_store(url, None)
         .await
         .table::<u64, String>("reloaded")
-        .ttl(Duration::from_millis(40))
+        .ttl(ttl)
         .jitter(0.0)
         .early_refresh(0.0)
         .stale_for(Duration::from_secs(60))
@@ -45,7 +51,13 @@ async fn table(
                 format!("{MARKER}-{id}"),
                 "the reloader is given the copy"
             );
-            async move { Ok::<_, std::io::Error>(answer(id)) }
+            let calls = Arc::clone(&reloads);
+            async move {
+                if let Some(gate) = &calls.gated {
+                    gate.acquire().await.expect("open").forget();
+                }
+                Ok::<_, std::io::Error>(answer(id))
+            }
         })
         .build()
         .await
@@ -61,7 +73,7 @@ async fn unchanged_renews_the_copy_with_no_value_bytes_and_one_read_per_expiry()
     let calls = Arc::new(Calls::default());
     let mut tables = Vec::new();
     for _ in 0..3 {
-        tables.push(table(&url, &calls, |_| Reload::Unchanged).await);
+        tables.push(table(&url, &calls, SHORT, |_| Reload::Unchanged).await);
     }
     assert_eq!(
         *tables[0].get(&1).await.expect("load"),
@@ -110,8 +122,8 @@ async fn changed_is_stored_and_gone_is_deleted() {
         1 => Reload::Changed(format!("{MARKER}-1")),
         _ => Reload::Gone,
     };
-    let a = table(&url, &calls, answer).await;
-    let b = table(&url, &calls, answer).await;
+    let a = table(&url, &calls, SHORT, answer).await;
+    let b = table(&url, &calls, SHORT, answer).await;
     a.get(&1).await.expect("load");
     a.get(&2).await.expect("load");
     until_async("both copies' freshness ended", async || {
@@ -139,4 +151,102 @@ async fn changed_is_stored_and_gone_is_deleted() {
         2,
         "only the cold misses loaded"
     );
+}
+
+/// A copy that leaves Valkey while the reloader runs (its stale window ended, or it was evicted)
+/// cannot be renewed in place: "unchanged" then writes the value as a load would, under the same
+/// lock, and the reload is still the expiry's one source read. Before, the value answered its
+/// callers and was kept nowhere, so the next read of every process loaded again (`echostore
+/// check` with reloaders: a reload that waited for the source budget past its copy's stale
+/// window, and another process of its schema loaded 44 ms later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_writes_the_value_when_its_copy_left_valkey_meanwhile() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let calls = Arc::new(Calls {
+        gated: Some(tokio::sync::Semaphore::new(0)),
+        ..Calls::default()
+    });
+    let here = table(&url, &calls, SHORT, |_| Reload::Unchanged).await;
+    here.get(&1).await.expect("load");
+    until_async("the copy's freshness ended", async || {
+        here.peek(&1).await.expect("peek").is_none()
+    })
+    .await;
+
+    let reload = tokio::spawn({
+        let here = here.clone();
+        async move { here.fetch(&1).await }
+    });
+    until("the reloader was called", || {
+        calls.reloads.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let mut conn = raw(&url).await;
+    let _: () = redis::AsyncCommands::del(&mut conn, "reloaded:{1}")
+        .await
+        .expect("DEL");
+    calls.gated.as_ref().expect("gated").add_permits(1);
+
+    let reloaded = reload.await.expect("task").expect("reloaded");
+    assert_eq!(*reloaded.value, format!("{MARKER}-1"));
+    let copy = read_envelope::<String>(&mut conn, "reloaded:{1}").await;
+    assert_eq!(
+        copy.map(|c| c.value),
+        Some(format!("{MARKER}-1")),
+        "the value is on Valkey again, for every process's next read"
+    );
+    assert_eq!(
+        (
+            calls.loads.load(Ordering::SeqCst),
+            calls.reloads.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "the cold miss and the reload: one source read each"
+    );
+}
+
+/// A write that drops the lock while the reloader runs fences the renewal out, as it fences a
+/// load out: the read answers the copy the write left on Valkey (here a `put`'s), not the older
+/// one it reloaded, and nothing is renewed over it. Before, the reloaded copy answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_fenced_out_by_a_put_answers_the_puts_copy() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let calls = Arc::new(Calls {
+        gated: Some(tokio::sync::Semaphore::new(0)),
+        ..Calls::default()
+    });
+    let here = table(&url, &calls, SHORT, |_| Reload::Unchanged).await;
+    let elsewhere = table(&url, &calls, Duration::from_secs(60), |_| Reload::Unchanged).await;
+    here.get(&1).await.expect("load");
+    until_async("the copy's freshness ended", async || {
+        here.peek(&1).await.expect("peek").is_none()
+    })
+    .await;
+
+    let reload = tokio::spawn({
+        let here = here.clone();
+        async move { here.fetch(&1).await }
+    });
+    until("the reloader was called", || {
+        calls.reloads.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    elsewhere.put(&1, "put".to_owned()).await.expect("put");
+    calls.gated.as_ref().expect("gated").add_permits(1);
+
+    let reloaded = reload.await.expect("task").expect("reloaded");
+    assert_eq!(
+        *reloaded.value, "put",
+        "the put's copy, not the reloaded one"
+    );
+    let mut conn = raw(&url).await;
+    let copy = read_envelope::<String>(&mut conn, "reloaded:{1}").await;
+    assert_eq!(
+        copy.map(|c| c.value).as_deref(),
+        Some("put"),
+        "nothing renewed over it"
+    );
+    assert_eq!(here.stats().fenced_write_skipped, 1);
 }

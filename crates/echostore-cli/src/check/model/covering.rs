@@ -47,7 +47,7 @@ impl<'a> Setters<'a> {
         self.by_start[..earlier]
             .iter()
             .rev()
-            // Earlier still, none can have ended within a fresh life of the load.
+            // Earlier still, none can have ended within a fresh life (the longest) of the load.
             .take_while(|set| {
                 let latest_end = set.start.saturating_add(self.longest);
                 load.start < latest_end.saturating_add(bounds.fresh_for)
@@ -57,7 +57,7 @@ impl<'a> Setters<'a> {
                     && set.process % schemas == load.process % schemas
                     && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
                     && load.start
-                        < (set.end.saturating_add(bounds.fresh_for))
+                        < (set.end.saturating_add(bounds.fresh_for_of(set)))
                             .saturating_sub(bounds.early_by(set))
                     && self
                         .writes

@@ -15,6 +15,10 @@ fn bounds() -> Bounds {
             beta: [0.0; 3],
             slack: 0,
         },
+        short: ShortLives {
+            tables: [false; 3],
+            fresh_for: 0,
+        },
     }
 }
 
@@ -549,4 +553,33 @@ fn an_early_refresh_is_no_extra_source_read_where_the_table_refreshes_early() {
     assert_eq!(extra(1, load(0, 0, 1_000, 1_100), refresh_at - 1), 1);
     assert_eq!(extra(0, load(0, 0, 1_000, 1_100), refresh_at), 1);
     assert_eq!(extra(1, put(0, 0, 1_000, 1_100), refresh_at), 1);
+}
+
+/// On a table whose values choose their own life, a load after an odd version's shorter life
+/// ended is no extra read; before it, or after an even version's, or on another table, it is.
+#[test]
+fn a_load_after_a_values_own_shorter_life_is_no_extra_source_read() {
+    let bounds = Bounds {
+        short: ShortLives {
+            tables: [true, false, false],
+            fresh_for: 400_000,
+        },
+        ..bounds()
+    };
+    let on = |table: u8, mut op: Op| {
+        op.table = table;
+        op
+    };
+    let expired = 20 + 400_000 + 1;
+    let extra = |table: u8, version: u64, at: u64| {
+        let ops = [
+            on(table, load(0, version, 10, 20)),
+            on(table, load(1, version, at, at + 10)),
+        ];
+        check(&ops, &[], bounds).violations.extra_source_reads
+    };
+    assert_eq!(extra(0, 1, expired), 0, "its own life ended");
+    assert_eq!(extra(0, 1, expired - 2), 1, "still within it");
+    assert_eq!(extra(0, 2, expired), 1, "an even version lives the ttl");
+    assert_eq!(extra(1, 1, expired), 1, "the table's values live the ttl");
 }

@@ -11,8 +11,11 @@ use crate::state::reload::Reload;
 pub(super) enum Reloaded<V> {
     /// Not asked (no reloader, or no copy on Valkey to give it): load, with the stale copy back.
     NotAsked(Option<Stale<V>>),
-    /// The source holds a new value: store it as a load's.
-    Changed(V, Duration),
+    /// A value to write as a load's: the source's new one, or the unchanged one whose copy left
+    /// Valkey before it could be renewed.
+    Store(Arc<V>, Duration),
+    /// The unchanged value, whose lock a write dropped meanwhile: it lands as a fenced-out load.
+    FencedOut(Arc<V>),
     /// Answered: renewed, gone, or failed.
     Done(Result<Filled<V>>),
 }
@@ -56,60 +59,71 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
             delta,
         };
         match reload {
-            Reload::Changed(value) => Reloaded::Changed(value, delta),
-            Reload::Unchanged => Reloaded::Done(Ok(self.renew(held, renewal).await)),
+            Reload::Changed(value) => Reloaded::Store(Arc::new(value), delta),
+            Reload::Unchanged => self.renew(held, renewal).await,
             Reload::Gone => Reloaded::Done(self.gone(held, written_at).await),
         }
     }
 
     /// "Unchanged": the copy's life restamped on Valkey and the same value kept in L1 for the
-    /// new life; if the lock or the copy changed meanwhile, the value answers but is kept nowhere.
-    async fn renew(&self, held: &HeldLock<'_>, copy: Renewal<V>) -> Filled<V> {
+    /// new life. A copy that left Valkey meanwhile (its stale window over while the reloader ran,
+    /// or evicted) is written in full instead, under the same lock, as a load's value would be:
+    /// else the value would be kept nowhere and every process's next read would load it again.
+    /// A write that dropped the lock meanwhile makes it a fenced-out load's value.
+    async fn renew(&self, held: &HeldLock<'_>, copy: Renewal<V>) -> Reloaded<V> {
         let life = self.core.loaded_life(&copy.old, copy.delta);
         if let Some(fingerprint) = copy.fingerprint {
             (self.signals)(Signal::Writing(fingerprint));
         }
         let lives = Some((millis(life.fresh_for), life.physical_ms()));
-        let renewed = held.renew(copy.written_at, lives).await;
-        if self.landed(held, renewed).await {
-            bump(&self.core.stats.counters.reloads_unchanged);
-            let entry = life.entry(Arc::clone(&copy.old));
-            return Filled::fresh(entry, Origin::Loaded).made_from(copy.fingerprint);
+        let counters = &self.core.stats.counters;
+        match held.renew(copy.written_at, lives).await {
+            Ok(Renewed::Done) => {
+                bump(&counters.released);
+                bump(&counters.reloads_unchanged);
+                let entry = life.entry(Arc::clone(&copy.old));
+                Reloaded::Done(Ok(
+                    Filled::fresh(entry, Origin::Loaded).made_from(copy.fingerprint)
+                ))
+            }
+            Ok(Renewed::CopyLeft) => {
+                tracing::debug!(table = %self.core.name, id = ?self.id, "the reloaded copy left valkey: written in full");
+                Reloaded::Store(copy.old, copy.delta)
+            }
+            Ok(Renewed::NotOurs) => {
+                bump(&counters.fenced_write_skipped);
+                bump(&counters.release_skipped);
+                tracing::debug!(table = %self.core.name, id = ?self.id, "renewal skipped: the lock is no longer ours");
+                Reloaded::FencedOut(copy.old)
+            }
+            Err(e) => {
+                self.renewal_failed(held, &e).await;
+                Reloaded::Done(Ok(Filled::answer_only(copy.old, Origin::Loaded)))
+            }
         }
-        Filled::answer_only(copy.old, Origin::Loaded)
     }
 
     /// "Gone": the copy deleted (fenced like a write), and the read answers `Absent`.
     async fn gone(&self, held: &HeldLock<'_>, written_at: u64) -> Result<Filled<V>> {
-        let deleted = held.renew(written_at, None).await;
-        self.landed(held, deleted).await;
+        let counters = &self.core.stats.counters;
+        match held.renew(written_at, None).await {
+            Ok(Renewed::Done) => bump(&counters.released),
+            // Nothing left to delete.
+            Ok(Renewed::CopyLeft) => _ = self.release(held).await,
+            Ok(Renewed::NotOurs) => {
+                bump(&counters.fenced_write_skipped);
+                bump(&counters.release_skipped);
+            }
+            Err(e) => self.renewal_failed(held, &e).await,
+        }
         Err(Error::Absent)
     }
 
-    /// Counts a renewal's outcome as a fenced write's; whether it landed.
-    async fn landed(&self, held: &HeldLock<'_>, outcome: Result<Fenced>) -> bool {
-        let counters = &self.core.stats.counters;
-        match outcome {
-            Ok(Fenced::Written) => {
-                bump(&counters.released);
-                true
-            }
-            Ok(Fenced::NotOurs) => {
-                bump(&counters.fenced_write_skipped);
-                bump(&counters.release_skipped);
-                false
-            }
-            Ok(Fenced::Superseded) => {
-                bump(&counters.released);
-                false
-            }
-            Err(e) => {
-                bump(&counters.l2_errors);
-                tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "renewing a reloaded copy failed");
-                self.release(held).await;
-                false
-            }
-        }
+    /// A renewal whose outcome is unknown: counted, logged, and the lock released if still ours.
+    async fn renewal_failed(&self, held: &HeldLock<'_>, e: &Error) {
+        bump(&self.core.stats.counters.l2_errors);
+        tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "renewing a reloaded copy failed");
+        self.release(held).await;
     }
 }
 
