@@ -552,6 +552,8 @@ impl Run<'_> {
     fn who(&self, op: &Op) -> String {
         let losers = match super::tables::losers(op.process, op.table) {
             echostore::LoserPolicy::ServeStale => ", serves stale",
+            echostore::LoserPolicy::Default(_) => ", answers a placeholder",
+            echostore::LoserPolicy::FailFast => ", fails fast",
             _ => "",
         };
         format!(

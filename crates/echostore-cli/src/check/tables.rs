@@ -437,17 +437,34 @@ fn own_lives_and_reloads<K: Key>(
 }
 
 /// What a read of worker `process`'s table `table` does when another process holds the id's
-/// lock: one pair in two serves its stale copy at once (`ServeStale`, the fail-safe path), the
-/// others wait for the winner's copy. A stale copy is the id's newest version only until a write
-/// retires it, and the model holds it to every rule an answer obeys.
+/// lock: one pair in two serves its stale copy at once (`ServeStale`, the fail-safe path); of
+/// the others, most wait for the winner's copy (`Poll`), one answers a placeholder (`Default`,
+/// in a run of three workers or more) and one fails at once (`FailFast`, five or more). A stale
+/// copy is the id's newest version only until a write retires it, and the model holds it to
+/// every rule an answer obeys; a placeholder or a `LockBusy` promises nothing ([`declined`]).
 pub(crate) fn losers(process: u32, table: u8) -> LoserPolicy<u64> {
-    if (process + u32::from(table)) % 2 == 1 {
-        LoserPolicy::ServeStale
-    } else {
-        LoserPolicy::Poll {
+    match (process + u32::from(table)) % 8 {
+        1 | 3 | 5 | 7 => LoserPolicy::ServeStale,
+        4 => LoserPolicy::Default(PLACEHOLDER),
+        6 => LoserPolicy::FailFast,
+        _ => LoserPolicy::Poll {
             every: Duration::from_millis(20),
             up_to: Duration::from_secs(5),
-        }
+        },
+    }
+}
+
+/// The `Default` loser policy's placeholder: a version no write ever makes, so that the model
+/// finds it `phantom` anywhere but in the answer it was made for.
+pub(crate) const PLACEHOLDER: u64 = u64::MAX;
+
+/// Whether `answer` is a loser policy's instead of a value: the placeholder as the `Default`
+/// origin gave it, or the `FailFast` error. It promises nothing, and is not recorded (as a peek
+/// that found nothing); the tables' stats count them (`defaults_served`, `failed_fast`).
+pub(crate) fn declined(answer: &Answer) -> bool {
+    match answer {
+        Ok((version, origin)) => *version == PLACEHOLDER && origin == "default",
+        Err(e) => matches!(e, echostore::Error::LockBusy),
     }
 }
 
@@ -479,18 +496,30 @@ mod tests {
         assert_eq!(met, [L1::Entries, L1::Moka, L1::Weighed, L1::Idle]);
     }
 
-    /// The default run meets both loser policies on every table.
+    /// The default run polls and serves stale on every table, and answers a placeholder
+    /// somewhere; a run of six workers fails fast somewhere too.
     #[test]
-    fn a_run_of_three_workers_meets_both_loser_policies_on_every_table() {
+    fn the_runs_meet_every_loser_policy() {
+        let name = |policy: LoserPolicy<u64>| match policy {
+            LoserPolicy::Poll { .. } => "poll",
+            LoserPolicy::ServeStale => "stale",
+            LoserPolicy::Default(_) => "default",
+            _ => "fail fast",
+        };
+        let met = |workers: u32, table: u8| -> Vec<&str> {
+            (0..workers).map(|p| name(losers(p, table))).collect()
+        };
         for table in 0..3 {
-            let stale: Vec<bool> = (0..3)
-                .map(|process| matches!(losers(process, table), LoserPolicy::ServeStale))
-                .collect();
+            let three = met(3, table);
             assert!(
-                stale.contains(&true) && stale.contains(&false),
-                "table {table}: {stale:?}"
+                three.contains(&"poll") && three.contains(&"stale"),
+                "table {table}: {three:?}"
             );
         }
+        let all: Vec<&str> = (0..3).flat_map(|t| met(3, t)).collect();
+        assert!(all.contains(&"default"), "{all:?}");
+        let six: Vec<&str> = (0..3).flat_map(|t| met(6, t)).collect();
+        assert!(six.contains(&"fail fast"), "{six:?}");
     }
 
     /// The default run reloads every table's copies in some worker and loads them in another.

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use super::history::{Action, Op, Recorder, now_ns};
 use super::source::Source;
-use super::tables::{TABLES, TAG_GROUPS, Tables};
+use super::tables::{TABLES, TAG_GROUPS, Tables, declined};
 
 /// How long one call may take before the worker records it as failed and moves on.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
@@ -143,6 +143,9 @@ impl Workload {
         from: (u64, u64),
         answer: echostore::Result<(u64, String)>,
     ) {
+        if declined(&answer) {
+            return;
+        }
         let (start, at_least) = from;
         let (version, ok, origin) = match answer {
             Ok((version, origin)) => (version, true, origin),
@@ -168,6 +171,9 @@ impl Workload {
         let answers = answers.unwrap_or_default();
         for &id in ids {
             let answer = answers.iter().find(|(a, _)| *a == id).map(|(_, a)| a);
+            if answer.is_some_and(declined) {
+                continue;
+            }
             let (version, ok, origin) = match answer {
                 Some(Ok((version, origin))) => (*version, true, origin.clone()),
                 Some(Err(e)) => (0, false, e.to_string()),

@@ -13,8 +13,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// [`Reload::Changed`] is stored as a loaded value would be; [`Reload::Gone`] deletes the copy
     /// and the read answers [`Error::Absent`](crate::Error::Absent) (an `Option` table answers
     /// `Changed(None)` instead, to cache "not found"). With no copy to reload (a cold miss, a copy
-    /// past its stale window, no Valkey) the loader runs. An error, a panic or a timeout is the
-    /// reloader's as it would be the loader's.
+    /// past its stale window, no Valkey) the loader runs, and a batch read's misses load as a
+    /// batch. A copy that leaves Valkey while the reloader runs is written in full on
+    /// `Unchanged`, as a load's value. An error, a panic or a timeout is the reloader's as it
+    /// would be the loader's.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
