@@ -362,6 +362,11 @@ pub(crate) fn life(table: u8, version: u64, ttl: Duration) -> Duration {
     }
 }
 
+/// The tables whose writes are ordered by the value's version (`.version_by`); on the others the
+/// last write to land on Valkey wins, the library's default. A read there carries no version
+/// (`at_least` needs one the source gave), so its reads are all plain ones.
+pub(crate) const VERSIONED: [bool; 3] = [true, true, false];
+
 /// Source reads of one table at once across the workers (`source_budget`).
 const SOURCE_BUDGET: u32 = 4;
 
@@ -380,10 +385,6 @@ async fn open<K: Key>(
         .stale_for(loading.ttl)
         .schema(loading.schema)
         .early_refresh(EARLY_REFRESH[usize::from(table)])
-        // The value is the source's version: writes are ordered by it, as the model compares
-        // versions (without it the last write to reach Valkey wins, which a slow put of an older
-        // version can be: docs/consistency.md, rule 6).
-        .version_by(|version: &u64| *version)
         .tags(move |key: &K, _: &u64| [format!("g{}", id_of(key) % TAG_GROUPS)])
         .losers(losers(loading.process, table))
         // Small enough that a clear's or a tag's reloads spend it: reads then wait for a lease
@@ -394,6 +395,13 @@ async fn open<K: Key>(
             async move { one.one(table, id_of(&key)).await }
         });
     let builder = own_lives_and_reloads(builder, loading, table, id_of);
+    let builder = if VERSIONED[usize::from(table)] {
+        // The value is the source's version: writes are ordered by it, whatever order they
+        // land in (docs/consistency.md, rule 6).
+        builder.version_by(|version: &u64| *version)
+    } else {
+        builder
+    };
     if !batch_loads(loading.process, table) {
         return Ok(builder.build().await?);
     }

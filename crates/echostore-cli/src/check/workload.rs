@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use super::history::{Action, Op, Recorder, now_ns};
 use super::source::Source;
-use super::tables::{TABLES, TAG_GROUPS, Tables, declined};
+use super::tables::{TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
 
 /// How long one call may take before the worker records it as failed and moves on.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
@@ -67,7 +67,8 @@ impl Workload {
                     self.read_many(table, &ids).await;
                 } else if rng.random_range(0..PEEK_EVERY) == 0 {
                     self.peek(table, rng.random_range(0..self.keys)).await;
-                } else if rng.random_range(0..AT_LEAST_EVERY) == 0 {
+                } else if rng.random_range(0..AT_LEAST_EVERY) == 0 && VERSIONED[usize::from(table)]
+                {
                     self.read_at_least(table, rng.random_range(0..self.keys))
                         .await;
                 } else {
