@@ -110,6 +110,22 @@ impl Tables {
         Ok((*fetched.value, fetched.origin.to_string()))
     }
 
+    /// One read of `id` with options of its own (`ReadOptions`): the loser policy `losers` for a
+    /// flight it starts, and [`OWN_WAIT`] at most to wait.
+    pub(crate) async fn read_with(&self, table: u8, id: u32, losers: LoserPolicy<u64>) -> Answer {
+        let own = || {
+            ReadOptions::new()
+                .losers(losers.clone())
+                .wait_at_most(OWN_WAIT)
+        };
+        let fetched = match table {
+            0 => self.numbers.fetch_with(&u64::from(id), own()).await?,
+            1 => self.names.fetch_with(name(id).as_str(), own()).await?,
+            _ => self.items.fetch_with(&item(id), own()).await?,
+        };
+        Ok((*fetched.value, fetched.origin.to_string()))
+    }
+
     /// One `peek` of `id` (cache only): its version and origin, or `None` when no cache holds it.
     pub(crate) async fn peek(
         &self,
@@ -466,13 +482,20 @@ pub(crate) fn losers(process: u32, table: u8) -> LoserPolicy<u64> {
 /// finds it `phantom` anywhere but in the answer it was made for.
 pub(crate) const PLACEHOLDER: u64 = u64::MAX;
 
-/// Whether `answer` is a loser policy's instead of a value: the placeholder as the `Default`
-/// origin gave it, or the `FailFast` error. It promises nothing, and is not recorded (as a peek
-/// that found nothing); the tables' stats count them (`defaults_served`, `failed_fast`).
+/// How long a read with options of its own waits at most ([`Tables::read_with`]): short enough
+/// that some give up while their flight goes on, and a bound no other wait in the run has.
+pub(crate) const OWN_WAIT: Duration = Duration::from_millis(30);
+
+/// Whether `answer` is a refusal instead of a value: the placeholder as the `Default` origin gave
+/// it, the `FailFast` error, or a read's own bound on its wait ([`OWN_WAIT`]) running out. It
+/// promises nothing, and is not recorded (as a peek that found nothing); the tables' stats count
+/// the first two (`defaults_served`, `failed_fast`).
 pub(crate) fn declined(answer: &Answer) -> bool {
     match answer {
         Ok((version, origin)) => *version == PLACEHOLDER && origin == "default",
-        Err(e) => matches!(e, echostore::Error::LockBusy),
+        Err(echostore::Error::LockBusy) => true,
+        Err(echostore::Error::WaitTimeout { waited }) => *waited == OWN_WAIT,
+        Err(_) => false,
     }
 }
 
@@ -540,6 +563,23 @@ mod tests {
                 "table {table}: {reloads:?}"
             );
         }
+    }
+
+    /// A refusal is only the policy's own: the placeholder with the `Default` origin, `LockBusy`,
+    /// a wait that ran out at a read's own bound. The placeholder from anywhere else is an
+    /// answer (the model finds it phantom), and so is any other failure (a failed read).
+    #[test]
+    fn only_a_policys_own_refusal_is_declined() {
+        use echostore::Error;
+        let placeholder = |origin: &str| Ok((PLACEHOLDER, origin.to_owned()));
+        let timed_out = |waited| Err(Error::WaitTimeout { waited });
+        assert!(declined(&placeholder("default")));
+        assert!(declined(&Err(Error::LockBusy)));
+        assert!(declined(&timed_out(OWN_WAIT)));
+        assert!(!declined(&placeholder("l1")));
+        assert!(!declined(&Ok((3, "default".to_owned()))));
+        assert!(!declined(&timed_out(Duration::from_secs(5))));
+        assert!(!declined(&Err(Error::Absent)));
     }
 
     /// The default run loads every table's batch misses both ways: with a batch loader in some

@@ -124,6 +124,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         recorder: recorder.clone(),
         keys: args.keys,
         reads: args.reads,
+        declined: Default::default(),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..args.tasks)
@@ -147,6 +148,11 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
     ]) {
         tracing::info!(table = name, ?stats, "table stats at the end of the run");
     }
+    let declined = workload.declined.load(Ordering::Relaxed);
+    tracing::info!(
+        declined,
+        "reads refused by a loser policy or their own wait, unrecorded"
+    );
     println!("done");
     Ok(Outcome::Held)
 }

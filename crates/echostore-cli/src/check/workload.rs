@@ -1,6 +1,7 @@
 //! The calls a worker's tasks make, and how each is recorded: reads (one in [`BATCH_EVERY`] a
 //! `fetch_many` of a few ids, recorded as a read of each; of the others one in [`PEEK_EVERY`] a
-//! cache-only `peek`), puts, invalidates and deletes of a
+//! cache-only `peek`, and some with options of their own: a version to see at least, or a loser
+//! policy and a bound on the wait), puts, invalidates and deletes of a
 //! small hot set of ids, and now and then a group write (a tag, or the whole table). A write moves
 //! the source on first, so its version is what a later read must return.
 
@@ -8,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use echostore::Error;
+use echostore::{Error, LoserPolicy};
 use rand::{Rng, SeedableRng};
 
 use super::history::{Action, Op, Recorder, now_ns};
 use super::source::Source;
-use super::tables::{TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
+use super::tables::{PLACEHOLDER, TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
 
 /// How long one call may take before the worker records it as failed and moves on.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
@@ -27,6 +28,10 @@ const PEEK_EVERY: u32 = 8;
 /// Of the other single reads, one in this many must see at least the source's version when it
 /// begins (`ReadOptions::at_least`), as a replica given a session token does.
 const AT_LEAST_EVERY: u32 = 8;
+
+/// Of the single reads left, one in this many carries options of its own
+/// ([`Tables::read_with`]): a loser policy for the flight it starts, and a bound on its wait.
+const OWN_OPTIONS_EVERY: u32 = 8;
 
 /// How many distinct ids a batch read asks for (at most `--keys`).
 const BATCH_IDS: std::ops::RangeInclusive<usize> = 2..=8;
@@ -53,6 +58,9 @@ pub(crate) struct Workload {
     pub(crate) keys: u32,
     /// Percent of calls that are reads.
     pub(crate) reads: u32,
+    /// Reads refused rather than answered ([`declined`]), which the history leaves out: counted
+    /// for the worker's stderr, to show the run took those paths.
+    pub(crate) declined: std::sync::atomic::AtomicU64,
 }
 
 impl Workload {
@@ -70,6 +78,10 @@ impl Workload {
                 } else if rng.random_range(0..AT_LEAST_EVERY) == 0 && VERSIONED[usize::from(table)]
                 {
                     self.read_at_least(table, rng.random_range(0..self.keys))
+                        .await;
+                } else if rng.random_range(0..OWN_OPTIONS_EVERY) == 0 {
+                    let losers = own_losers(rng.random_range(0..4));
+                    self.read_with(table, rng.random_range(0..self.keys), losers)
                         .await;
                 } else {
                     self.read(table, rng.random_range(0..self.keys)).await;
@@ -112,6 +124,15 @@ impl Workload {
         self.record_read(table, id, (start, 0), answer);
     }
 
+    /// One read of `id` with options of its own: `losers` for a flight it starts, and
+    /// [`OWN_WAIT`](super::tables::OWN_WAIT) at most to wait (past it the flight goes on for its
+    /// other callers).
+    async fn read_with(&self, table: u8, id: u32, losers: LoserPolicy<u64>) {
+        let start = now_ns();
+        let answer = bounded(self.tables.read_with(table, id, losers)).await;
+        self.record_read(table, id, (start, 0), answer);
+    }
+
     /// One read that must see at least the source's version of `id` when it began, recorded with
     /// that version (the model's `at_least` rule).
     async fn read_at_least(&self, table: u8, id: u32) {
@@ -145,6 +166,7 @@ impl Workload {
         answer: echostore::Result<(u64, String)>,
     ) {
         if declined(&answer) {
+            self.declined.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let (start, at_least) = from;
@@ -173,6 +195,7 @@ impl Workload {
         for &id in ids {
             let answer = answers.iter().find(|(a, _)| *a == id).map(|(_, a)| a);
             if answer.is_some_and(declined) {
+                self.declined.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let (version, ok, origin) = match answer {
@@ -262,4 +285,17 @@ async fn bounded<T>(call: impl Future<Output = echostore::Result<T>>) -> echosto
     tokio::time::timeout(CALL_LIMIT, call)
         .await
         .unwrap_or(Err(Error::WaitTimeout { waited: CALL_LIMIT }))
+}
+
+/// A read's own loser policy, by `pick` (0..4): each of the four.
+fn own_losers(pick: u32) -> LoserPolicy<u64> {
+    match pick {
+        0 => LoserPolicy::ServeStale,
+        1 => LoserPolicy::FailFast,
+        2 => LoserPolicy::Default(PLACEHOLDER),
+        _ => LoserPolicy::Poll {
+            every: Duration::from_millis(5),
+            up_to: Duration::from_secs(1),
+        },
+    }
 }
