@@ -25,6 +25,43 @@ struct Calls {
     gated: Option<tokio::sync::Semaphore>,
 }
 
+impl Calls {
+    /// Counts whose reloader calls each wait for [`Calls::open_gate`].
+    fn gated() -> Arc<Calls> {
+        Arc::new(Calls {
+            gated: Some(tokio::sync::Semaphore::new(0)),
+            ..Calls::default()
+        })
+    }
+
+    /// Lets one held reloader call answer.
+    fn open_gate(&self) {
+        self.gated.as_ref().expect("gated").add_permits(1);
+    }
+}
+
+/// Id 1 of `here` loaded, past its freshness, and read again: the read's reloader has been called
+/// and waits at the gate of `calls`, so that a test can act while the reload holds the lock.
+async fn reload_held(
+    here: &Table<u64, String>,
+    calls: &Calls,
+) -> tokio::task::JoinHandle<echostore::Result<echostore::Fetched<String>>> {
+    here.get(&1).await.expect("load");
+    until_async("the copy's freshness ended", async || {
+        here.peek(&1).await.expect("peek").is_none()
+    })
+    .await;
+    let reload = tokio::spawn({
+        let here = here.clone();
+        async move { here.fetch(&1).await }
+    });
+    until("the reloader was called", || {
+        calls.reloads.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    reload
+}
+
 /// The table on a store of its own, values fresh for `ttl`.
 async fn table(
     url: &str,
@@ -163,30 +200,14 @@ async fn changed_is_stored_and_gone_is_deleted() {
 async fn unchanged_writes_the_value_when_its_copy_left_valkey_meanwhile() {
     let valkey = valkey();
     let url = valkey.url();
-    let calls = Arc::new(Calls {
-        gated: Some(tokio::sync::Semaphore::new(0)),
-        ..Calls::default()
-    });
+    let calls = Calls::gated();
     let here = table(&url, &calls, SHORT, |_| Reload::Unchanged).await;
-    here.get(&1).await.expect("load");
-    until_async("the copy's freshness ended", async || {
-        here.peek(&1).await.expect("peek").is_none()
-    })
-    .await;
-
-    let reload = tokio::spawn({
-        let here = here.clone();
-        async move { here.fetch(&1).await }
-    });
-    until("the reloader was called", || {
-        calls.reloads.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    let reload = reload_held(&here, &calls).await;
     let mut conn = raw(&url).await;
     let _: () = redis::AsyncCommands::del(&mut conn, "reloaded:{1}")
         .await
         .expect("DEL");
-    calls.gated.as_ref().expect("gated").add_permits(1);
+    calls.open_gate();
 
     let reloaded = reload.await.expect("task").expect("reloaded");
     assert_eq!(*reloaded.value, format!("{MARKER}-1"));
@@ -213,28 +234,12 @@ async fn unchanged_writes_the_value_when_its_copy_left_valkey_meanwhile() {
 async fn unchanged_fenced_out_by_a_put_answers_the_puts_copy() {
     let valkey = valkey();
     let url = valkey.url();
-    let calls = Arc::new(Calls {
-        gated: Some(tokio::sync::Semaphore::new(0)),
-        ..Calls::default()
-    });
+    let calls = Calls::gated();
     let here = table(&url, &calls, SHORT, |_| Reload::Unchanged).await;
     let elsewhere = table(&url, &calls, Duration::from_secs(60), |_| Reload::Unchanged).await;
-    here.get(&1).await.expect("load");
-    until_async("the copy's freshness ended", async || {
-        here.peek(&1).await.expect("peek").is_none()
-    })
-    .await;
-
-    let reload = tokio::spawn({
-        let here = here.clone();
-        async move { here.fetch(&1).await }
-    });
-    until("the reloader was called", || {
-        calls.reloads.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    let reload = reload_held(&here, &calls).await;
     elsewhere.put(&1, "put".to_owned()).await.expect("put");
-    calls.gated.as_ref().expect("gated").add_permits(1);
+    calls.open_gate();
 
     let reloaded = reload.await.expect("task").expect("reloaded");
     assert_eq!(
