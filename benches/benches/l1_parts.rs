@@ -20,8 +20,10 @@
 //!   freshness check), without the read's future or the hit counter;
 //! - **the table's hit**: `Table::get` on an L1 hit.
 //!
-//! Every contender reads a cache (and values) of its own: run right after another on the same
-//! data, a contender finds it in the CPU's caches and reads faster for it.
+//! Every contender reads a cache of its own, and values of its own but for the table's `Arc`s
+//! row, which reads the table's by design and runs far from the table's hit in the rotation: run
+//! right after another on the same data, a contender finds it in the CPU's caches and reads
+//! faster for it.
 //!
 //! Each round runs every contender once in a rotated order; the figures are the medians of the
 //! per-round ratios. No Valkey, no criterion: `cargo bench -p echostore-benches --bench l1_parts`.
