@@ -18,6 +18,7 @@ mod a_dropped_store_lets_go_of_valkey;
 mod a_dropped_tables_keys_are_no_longer_tracked;
 mod a_failed_write_is_repaired_everywhere;
 mod a_failing_or_hanging_loader_never_holds_the_lock;
+mod a_failing_or_hanging_reloader_never_holds_the_lock;
 mod a_load_slower_than_the_lock_is_the_one_source_read;
 mod a_million_key_storm_stays_bounded;
 mod a_namespace_keeps_two_apps_apart;
