@@ -77,6 +77,7 @@ mod table_configuration_is_validated;
 mod tags_and_clear_across_processes;
 mod tags_and_clear_reach_every_process;
 mod tracking_loss_flushes_and_recovers;
+mod user_closures_that_panic_cost_one_value;
 mod valkey_cluster_keeps_the_guarantees;
 mod valkey_outages_degrade_to_l1_and_the_loader;
 mod valkey_over_tls;

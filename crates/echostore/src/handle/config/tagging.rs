@@ -8,8 +8,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// [`Table::invalidate_tag`] makes every entry that carries a tag a miss in every process
     /// (`docs/tags-and-clear.md`). Tags are asked of the value as it is written; an entry's tags
     /// may change from one write to the next. A tag is at most
-    /// [`MAX_TAG_BYTES`](crate::MAX_TAG_BYTES); a longer one, or tags that panic, fail the write
-    /// with [`Error::Codec`] (the loaded value still answers its callers, but is not cached).
+    /// [`MAX_TAG_BYTES`](crate::MAX_TAG_BYTES). With a Valkey, a longer one, or tags that panic,
+    /// fail the write with [`Error::Codec`] as a value too large does: a `put` writes nothing, a
+    /// load's callers get the error and nothing is cached. Without one, tags are asked only by
+    /// [`Table::invalidate_tag`], which drops an entry whose tags panic.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -1,0 +1,170 @@
+//! The table's own closures beside the loader (`ttl_for`, `tags`, `version_by`) panicking on one
+//! value: that value gets what the builder's documentation promises (the table's ttl, a refused
+//! write, an unversioned write), every other value is unaffected, and the table keeps serving.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Source, exists, raw, read_envelope, valkey, valkey_table};
+use echostore::{Error, Origin};
+
+const TTL: Duration = Duration::from_secs(600);
+/// What `ttl_for` gives the values it does not panic on.
+const OWN_TTL: Duration = Duration::from_secs(2);
+
+/// The fresh life a value's copy on Valkey was written with.
+fn fresh_life<V>(copy: &common::OnValkey<V>) -> Duration {
+    Duration::from_millis(copy.fresh_until_ms - copy.written_at_ms)
+}
+
+/// A `ttl_for` that panics on a value: that value, loaded or put, lives the table's ttl; the
+/// others their own; no read or write fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_for_that_panics_gives_the_value_the_tables_ttl() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "lives", &source, |t| {
+        t.ttl(TTL)
+            .jitter(0.0)
+            .loader(source.answering(|id, _| Ok(if id == 1 { "bad" } else { "good" }.into())))
+            .ttl_for(|value: &String| {
+                assert!(value != "bad", "ttl_for exploded");
+                OWN_TTL
+            })
+    })
+    .await;
+
+    assert_eq!(*t.get(&1).await.expect("loaded"), "bad");
+    assert_eq!(*t.get(&2).await.expect("loaded"), "good");
+    t.put(&3, "bad".to_owned()).await.expect("put");
+    for (id, life) in [(1, TTL), (2, OWN_TTL), (3, TTL)] {
+        let key = format!("lives:{{{id}}}");
+        let copy = read_envelope::<String>(&mut conn, &key)
+            .await
+            .expect("a copy");
+        assert_eq!(fresh_life(&copy), life, "id {id}");
+    }
+    assert_eq!(t.stats().errors, 0);
+}
+
+/// Tags that panic on a value: a write of it, a `put`'s or a load's, fails with `Error::Codec`,
+/// as one too large does: nothing is written, the copy before it is left, the lock is released,
+/// and the next read loads again; `invalidate_tag` still finds the other entries, and a batch
+/// read fails only that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_that_panic_refuse_a_put_and_leave_a_load_uncached() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let url = valkey.url();
+    let tagged =
+        || {
+            valkey_table(&url, "tagged", &source, |t| {
+                t.loader(source.answering(|id, n| {
+                    Ok(format!("{}-{n}", if id == 2 { "boom" } else { "fine" }))
+                }))
+                .tags(|_id: &u64, value: &String| {
+                    assert!(!value.starts_with("boom"), "tags exploded");
+                    ["kept"]
+                })
+            })
+        };
+    let (t, elsewhere) = (tagged().await, tagged().await);
+
+    t.put(&1, "fine".to_owned()).await.expect("put");
+    let err = t.put(&1, "boom".to_owned()).await.expect_err("refused");
+    assert!(
+        matches!(&err, Error::Codec(m) if m.contains("tags panicked")),
+        "{err}"
+    );
+    let copy = elsewhere.peek(&1).await.expect("peek on another store");
+    let copy = copy.map(|c| c.value.to_string());
+    assert_eq!(copy.as_deref(), Some("fine"), "the copy is left");
+    assert_eq!(*t.get(&1).await.expect("served"), "fine");
+
+    for _ in 0..2 {
+        let err = t.get(&2).await.expect_err("a load that cannot be written");
+        assert!(
+            matches!(&err, Error::Codec(m) if m.contains("tags panicked")),
+            "{err}"
+        );
+        assert!(!exists(&mut conn, "tagged:{2}").await, "nothing on Valkey");
+        assert!(
+            !exists(&mut conn, "lock:tagged:{2}").await,
+            "the lock was released"
+        );
+    }
+    assert_eq!(
+        source.calls(),
+        2,
+        "each read loaded again: nothing was kept"
+    );
+
+    t.invalidate_tag("kept").await.expect("invalidate_tag");
+    let after = t.fetch(&1).await.expect("read after the tag");
+    assert_eq!(
+        (after.value.as_str(), after.origin),
+        ("fine-3", Origin::Loaded),
+        "the tagged entry was invalidated"
+    );
+
+    // In a batch read, only the id whose tags panic fails.
+    let answers = t.fetch_many([2_u64, 4]).await;
+    for (id, answer) in answers {
+        match id {
+            2 => assert!(
+                matches!(&answer, Err(Error::Codec(m)) if m.contains("tags panicked")),
+                "{answer:?}"
+            ),
+            _ => assert!(answer.expect("loaded").value.starts_with("fine-")),
+        }
+        assert!(
+            !exists(&mut conn, format!("lock:tagged:{{{id}}}")).await,
+            "id {id}'s lock"
+        );
+    }
+    assert!(
+        exists(&mut conn, "tagged:{4}").await,
+        "the other id was written"
+    );
+    assert_eq!(t.stats().owner_restarts, 0);
+}
+
+/// A `version_by` that panics on a value: its `put` is written unversioned (ordered by Valkey's
+/// clock, as without `version_by`) and read back; versioned writes go on around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_by_that_panics_leaves_the_write_unversioned() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "versioned", &source, |t| {
+        t.version_by(|value: &String| {
+            value
+                .strip_prefix('v')
+                .and_then(|n| n.parse().ok())
+                .expect("version_by exploded")
+        })
+    })
+    .await;
+
+    t.put(&1, "v5".to_owned()).await.expect("put v5");
+    let copy = read_envelope::<String>(&mut conn, "versioned:{1}")
+        .await
+        .expect("a copy");
+    assert_eq!((copy.value.as_str(), copy.version), ("v5", Some(5)));
+
+    t.put(&1, "boom".to_owned())
+        .await
+        .expect("an unversioned put");
+    let copy = read_envelope::<String>(&mut conn, "versioned:{1}")
+        .await
+        .expect("a copy");
+    assert_eq!((copy.value.as_str(), copy.version), ("boom", None));
+    assert_eq!(*t.get(&1).await.expect("served"), "boom");
+
+    t.put(&1, "v6".to_owned()).await.expect("put v6");
+    assert_eq!(*t.get(&1).await.expect("served"), "v6");
+    assert_eq!(t.stats().errors, 0);
+}
