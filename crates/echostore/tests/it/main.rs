@@ -17,6 +17,7 @@ mod a_deleted_row_is_gone_everywhere;
 mod a_dropped_store_lets_go_of_valkey;
 mod a_dropped_tables_keys_are_no_longer_tracked;
 mod a_failed_write_is_repaired_everywhere;
+mod a_failing_or_hanging_batch_loader_never_holds_the_locks;
 mod a_failing_or_hanging_loader_never_holds_the_lock;
 mod a_failing_or_hanging_reloader_never_holds_the_lock;
 mod a_load_slower_than_the_lock_is_the_one_source_read;
