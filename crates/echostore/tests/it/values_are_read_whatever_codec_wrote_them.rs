@@ -176,3 +176,61 @@ async fn a_custom_codec_is_read_by_the_stores_that_have_it() {
     assert_eq!(plain.stats().decode_errors, 1);
     assert_eq!(b.stats().decode_errors, 0);
 }
+
+/// A custom codec that panics: on encoding a value, its write (a `put`'s, or a load's) is an
+/// `Error::Codec` and nothing is written, the lock released; on decoding bytes, the copy is a
+/// counted miss and the value is loaded instead. No task panics and the table keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_codec_that_panics_is_an_error_or_a_miss() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let prefixed = |touchy: bool| {
+        Codec::custom(
+            move |tree| {
+                assert!(!(touchy && tree["id"] == 2), "encode exploded");
+                Ok([b"v1:".as_slice(), &serde_json::to_vec(tree)?].concat())
+            },
+            move |bytes| {
+                let json = bytes.strip_prefix(b"v1:").ok_or("no v1: prefix")?;
+                let tree: serde_json::Value = serde_json::from_slice(json)?;
+                assert!(!(touchy && tree["id"] == 3), "decode exploded");
+                Ok(tree)
+            },
+        )
+    };
+    let touchy = pages(&valkey.url(), |t| t.codec(prefixed(true))).await;
+    let calm = pages(&valkey.url(), |t| t.codec(prefixed(false))).await;
+
+    let put = touchy.put(&2, page(2)).await.expect_err("encode panicked");
+    assert!(
+        matches!(&put, echostore::Error::Codec(m) if m.contains("encode panicked")),
+        "{put}"
+    );
+    let load = touchy
+        .get(&2)
+        .await
+        .expect_err("a load that cannot be written");
+    assert!(
+        matches!(&load, echostore::Error::Codec(m) if m.contains("encode panicked")),
+        "{load}"
+    );
+    assert!(
+        !conn.exists::<_, bool>("pages:{2}").await.expect("EXISTS"),
+        "nothing written"
+    );
+    assert!(
+        !conn
+            .exists::<_, bool>("lock:pages:{2}")
+            .await
+            .expect("EXISTS"),
+        "lock released"
+    );
+
+    calm.put(&3, page(3))
+        .await
+        .expect("put by a store whose codec decodes it");
+    let read = touchy.fetch(&3).await.expect("loaded instead");
+    assert_eq!((read.origin, &*read.value), (Origin::Loaded, &page(3)));
+    let s = touchy.stats();
+    assert_eq!((s.decode_errors, s.owner_restarts), (1, 0), "{s:?}");
+}
