@@ -1,13 +1,14 @@
 //! The table's own closures beside the loader (`ttl_for`, `tags`, `version_by`) panicking on one
-//! value: that value gets what the builder's documentation promises (the table's ttl, a refused
-//! write, an unversioned write), every other value is unaffected, and the table keeps serving.
+//! value, or answering out of range: that value gets what the builder's documentation promises
+//! (the table's ttl or one held in range, a refused write, an unversioned write), every other
+//! value is unaffected, and the table keeps serving.
 
 use crate::common;
 
 use std::time::Duration;
 
 use common::{Source, exists, raw, read_envelope, valkey, valkey_table};
-use echostore::{Error, Origin};
+use echostore::{Error, MAX_DURATION, Origin};
 
 const TTL: Duration = Duration::from_secs(600);
 /// What `ttl_for` gives the values it does not panic on.
@@ -46,6 +47,36 @@ async fn a_ttl_for_that_panics_gives_the_value_the_tables_ttl() {
             .expect("a copy");
         assert_eq!(fresh_life(&copy), life, "id {id}");
     }
+    assert_eq!(t.stats().errors, 0);
+}
+
+/// A `ttl_for` answering out of range: zero is held to 1 ms and `Duration::MAX` to
+/// `MAX_DURATION`; both values are written and read, nothing overflows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_for_out_of_range_is_held_within_its_bounds() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = Source::open();
+    let t = valkey_table(&valkey.url(), "bounded", &source, |t| {
+        // Stale for a while, so that a copy fresh for 1 ms is still there to read.
+        t.jitter(0.0)
+            .stale_for(Duration::from_secs(60))
+            .ttl_for(|value: &String| match value.as_str() {
+                "none" => Duration::ZERO,
+                _ => Duration::MAX,
+            })
+    })
+    .await;
+
+    t.put(&1, "none".to_owned()).await.expect("put");
+    t.put(&2, "forever".to_owned()).await.expect("put");
+    for (id, life) in [(1, Duration::from_millis(1)), (2, MAX_DURATION)] {
+        let key = format!("bounded:{{{id}}}");
+        let copy = read_envelope::<String>(&mut conn, &key).await;
+        let copy = copy.unwrap_or_else(|| panic!("no copy of id {id}"));
+        assert_eq!(fresh_life(&copy), life, "id {id}");
+    }
+    assert_eq!(*t.get(&2).await.expect("an L1 hit"), "forever");
     assert_eq!(t.stats().errors, 0);
 }
 
