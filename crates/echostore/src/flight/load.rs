@@ -219,14 +219,15 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     }
 
     /// A failed load: with fail-safe on and a stale copy at hand (the one given, else L1's when
-    /// `or_l1`) that is still within its window, serve it.
+    /// `or_l1`) that is still within its window, serve it. An `Absent` is the source's answer,
+    /// not a failure: the row is gone, and a copy of it must not stand in.
     pub(crate) fn fail_safe(
         &self,
         error: Error,
         stale: Option<Stale<V>>,
         or_l1: bool,
     ) -> Result<Filled<V>> {
-        if !self.core.config.fail_safe {
+        if !self.core.config.fail_safe || error.is_absent() {
             return Err(error);
         }
         let l1 = || or_l1.then(|| self.l1_stale()).flatten();

@@ -3,11 +3,13 @@
 
 use crate::common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    Source, answers, exists, herd, raw, settled, stale_on_valkey, until_async, until_stats, valkey,
-    valkey_table,
+    Source, answers, exists, herd, raw, settled, stale_on_valkey, store_on, until_async,
+    until_stats, valkey, valkey_table,
 };
 use echostore::{Error, LoserPolicy, Origin};
 use redis::AsyncCommands;
@@ -126,6 +128,56 @@ async fn fail_safe_serves_the_stale_copy_when_the_load_fails() {
     .await;
     assert!(strict.get(&1).await.expect_err("no fail-safe").is_source());
     settled(&strict).await;
+}
+
+/// Fail-safe serves a stale copy for a load that *failed*, not for one that found the row gone:
+/// a batch loader that leaves the id out answers `Absent`, and a `get` with a stale copy at hand
+/// answers `Absent` too, as `get_many` does (before, the `get` served the copy of the deleted
+/// row as `Origin::Stale`, counted as `fail_safe_served`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_safe_serves_no_copy_of_a_row_the_source_no_longer_has() {
+    const TTL: Duration = Duration::from_millis(30);
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let gone = Arc::new(AtomicBool::new(false));
+    let rows = Arc::clone(&gone);
+    // The batch loader alone: a per-id loader answers or fails, it never says "gone".
+    let t = store_on(&valkey.url())
+        .await
+        .table::<u64, String>("flaky")
+        .jitter(0.0)
+        .ttl(TTL)
+        .stale_for(Duration::from_secs(60))
+        .fail_safe(true)
+        .batch_loader(move |ids: Vec<u64>| {
+            let gone = rows.load(Ordering::SeqCst);
+            async move {
+                let found = ids.into_iter().filter(|_| !gone);
+                Ok::<_, std::io::Error>(found.map(|id| (id, format!("row {id}"))).collect())
+            }
+        })
+        .build()
+        .await
+        .expect("table");
+
+    assert_eq!(*t.get(&1).await.expect("loaded"), "row 1");
+    let loaded = Instant::now();
+    until_async("the copy went stale in L1 and on Valkey", async || {
+        loaded.elapsed() >= TTL && stale_on_valkey(&mut conn, VALUE).await
+    })
+    .await;
+    gone.store(true, Ordering::SeqCst);
+
+    let err = t.get(&1).await.expect_err("the row is gone");
+    assert!(err.is_absent(), "{err}");
+    assert!(t.get_many([1]).await.expect("a batch").is_empty());
+    let s = t.stats();
+    assert_eq!(
+        (s.fail_safe_served, s.stale_served, s.errors),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    assert!(!exists(&mut conn, LOCK).await, "the lock was released");
 }
 
 /// A hanging load: `load_timeout` fails every waiter with `LoadTimeout` and releases the lock.
