@@ -68,8 +68,6 @@ pub(crate) struct Fill<'a, K, V> {
     refused: Mutex<Option<Fingerprint>>,
     /// An early refresh of the L1 value fresh until then; `None` for a fill.
     refreshing: Option<Moment>,
-    /// The loser policy of the call that started the flight, if not the table's.
-    losers: Option<LoserPolicy<Arc<V>>>,
     /// The caller that started the flight has just read the value key and found no fresh copy.
     after_read: bool,
 }
@@ -96,7 +94,6 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             load: Load::new(core, id, signals),
             refused: Mutex::new(None),
             refreshing: None,
-            losers: None,
             after_read: false,
         }
     }
@@ -112,7 +109,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
 
     /// The flight with the loser policy `losers` instead of the table's (when given).
     pub(crate) fn losing_by(self, losers: Option<LoserPolicy<Arc<V>>>) -> Self {
-        Fill { losers, ..self }
+        Fill {
+            load: self.load.losing_by(losers),
+            ..self
+        }
     }
 
     /// The flight as an early refresh of the L1 value fresh until `until`.
@@ -232,7 +232,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         wake: Option<&tokio::sync::Notify>,
     ) -> Losing<V> {
         let config = &self.core.config;
-        let policy = self.losers.as_ref().unwrap_or(&config.losers);
+        let policy = self.load.policy();
         let (every, up_to) = match policy.on_lost(&self.core.stats, stale.as_ref(), config.lock_ttl)
         {
             Lost::Answer(answer) => return Losing::Done(answer.map(Landing::Filled)),

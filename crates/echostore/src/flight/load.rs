@@ -35,6 +35,9 @@ pub(crate) struct Load<'a, K, V> {
     /// The newest clear or tag generation this process knew when the loader was last called
     /// (`crate::state::marks`): what the row read reflects, so what its write is stamped with.
     read_at: AtomicU64,
+    /// The loser policy of the call that started the flight, if it set its own
+    /// (`ReadOptions::losers`): for the lock race and the table's budget alike.
+    losers: Option<LoserPolicy<Arc<V>>>,
 }
 
 impl<'a, K: Key, V: Value> Load<'a, K, V> {
@@ -45,7 +48,18 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
             id,
             signals,
             read_at,
+            losers: None,
         }
+    }
+
+    /// The load with the loser policy `losers` instead of the table's (when given).
+    pub(crate) fn losing_by(self, losers: Option<LoserPolicy<Arc<V>>>) -> Self {
+        Load { losers, ..self }
+    }
+
+    /// The loser policy this load follows: its call's own, else the table's.
+    pub(crate) fn policy(&self) -> &LoserPolicy<Arc<V>> {
+        self.losers.as_ref().unwrap_or(&self.core.config.losers)
     }
 
     /// The generation the last source read began under (the flight's start before any): a read
@@ -144,11 +158,15 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
         }
     }
 
-    /// A lease of the table's source budget, if it has one. Over budget, the loser policy
-    /// decides what the waiters get while the load waits for a lease: the stale copy if there is
-    /// one, else the placeholder, else nothing (they wait too); `FailFast` fails the load at once.
-    /// `true` beside the permit when the read had to wait for it.
-    async fn admitted(&self, stale: Option<&Stale<V>>) -> Result<(Option<Permit>, bool)> {
+    /// A lease of the table's source budget, if it has one. Over budget, the waiters take the
+    /// stale copy at once if there is one, whatever the policy (the budget never holds up a read
+    /// that has one to serve); else the loser policy decides: the placeholder, or nothing (they
+    /// wait with the load), or `FailFast` fails the load at once. `true` beside the permit when
+    /// the read had to wait for it.
+    pub(crate) async fn admitted(
+        &self,
+        stale: Option<&Stale<V>>,
+    ) -> Result<(Option<Permit>, bool)> {
         let Some(budget) = &self.core.budget else {
             return Ok((None, false));
         };
@@ -156,28 +174,28 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
             return Ok((Some(permit), false));
         }
         let counters = &self.core.stats.counters;
-        let config = &self.core.config;
-        let early = match config
-            .losers
-            .on_lost(&self.core.stats, stale, config.lock_ttl)
-        {
-            Lost::Answer(Ok(filled)) => Some(filled.fetched),
-            Lost::Answer(Err(_)) => {
-                bump(&counters.budget_exhausted);
-                return Err(Error::BudgetExhausted {
-                    waited: Duration::ZERO,
-                });
-            }
-            Lost::Poll { .. } => stale.and_then(Stale::answer).map(|served| {
+        let policy = self.policy();
+        let early = match stale.and_then(Stale::answer) {
+            Some(served) => {
                 bump(&counters.stale_served);
-                served.fetched
-            }),
+                Some(served.fetched)
+            }
+            None => match policy.on_lost(&self.core.stats, None, self.core.config.lock_ttl) {
+                Lost::Answer(Ok(filled)) => Some(filled.fetched),
+                Lost::Answer(Err(_)) => {
+                    bump(&counters.budget_exhausted);
+                    return Err(Error::BudgetExhausted {
+                        waited: Duration::ZERO,
+                    });
+                }
+                Lost::Poll { .. } => None,
+            },
         };
         bump(&counters.budget_waits);
         if let Some(answer) = early {
             (self.signals)(Signal::Early(answer));
         }
-        leased(self.core, budget)
+        leased(self.core, budget, policy)
             .await
             .map(|permit| (Some(permit), true))
     }
@@ -249,8 +267,8 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
     }
 }
 
-/// A lease of the table's source budget for a read with no one to answer early (a batch, a
-/// reload, an early refresh): waits for one as long as the loser policy waits.
+/// A lease of the table's source budget for a read with no one to answer early (a batch, an
+/// early refresh): waits for one as long as the table's loser policy waits.
 pub(crate) async fn waiting<K, V>(core: &TableCore<K, V>) -> Result<Option<Permit>> {
     lease_after(core, try_lease(core).await).await
 }
@@ -289,15 +307,19 @@ pub(crate) async fn lease_after<K, V>(
         (Lease::Refused(e), _) => Err(e),
         (Lease::Spent, Some(budget)) => {
             bump(&core.stats.counters.budget_waits);
-            leased(core, budget).await.map(Some)
+            leased(core, budget, &core.config.losers).await.map(Some)
         }
     }
 }
 
-/// Waits for a lease of `budget` as long as the loser policy waits (`lock_ttl` for a policy that
-/// does not poll).
-async fn leased<K, V>(core: &TableCore<K, V>, budget: &Budget) -> Result<Permit> {
-    let up_to = match &core.config.losers {
+/// Waits for a lease of `budget` as long as `policy` waits (`lock_ttl` for a policy that does
+/// not poll).
+async fn leased<K, V>(
+    core: &TableCore<K, V>,
+    budget: &Budget,
+    policy: &LoserPolicy<Arc<V>>,
+) -> Result<Permit> {
+    let up_to = match policy {
         LoserPolicy::Poll { up_to, .. } => *up_to,
         _ => core.config.lock_ttl,
     };

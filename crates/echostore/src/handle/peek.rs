@@ -4,7 +4,8 @@
 //!
 //! A peek changes nothing: it draws no early refresh, counts no hit or miss, and does not put what
 //! it read from Valkey into L1. Filling L1 is a write ordered by the id's owner (a put or a push
-//! racing the read must win), and a peek never reaches the owner.
+//! racing the read must win), and a peek never reaches the owner. With `l1_idle`, a peek reads
+//! the entry as a hit does, so it keeps the entry from idling out (both backends' lookups do).
 
 use std::borrow::Borrow;
 use std::hash::Hash;

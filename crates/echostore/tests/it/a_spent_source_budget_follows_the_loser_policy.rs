@@ -95,6 +95,100 @@ async fn over_budget_a_stale_copy_is_served_at_once_and_the_load_follows() {
     assert_eq!(table.stats().budget_waits, 1);
 }
 
+/// The budget never holds up a read that has a stale copy to serve, whatever the policy: a
+/// `FailFast` or a `Default` table serves its copy at once too (before, the one failed with
+/// `BudgetExhausted` and the other answered its placeholder, a copy at hand).
+#[tokio::test]
+async fn over_budget_a_stale_copy_is_served_at_once_whatever_the_policy() {
+    let valkey = valkey();
+    let store = common::builder_on(&valkey.url())
+        .build()
+        .await
+        .expect("store");
+    for (name, policy) in [
+        ("stale-fast", LoserPolicy::FailFast),
+        ("stale-default", LoserPolicy::Default(u64::MAX)),
+    ] {
+        let (table, _reads) = table(&store, name, policy).await;
+        assert_eq!(*table.get(&1).await.expect("first load"), 1);
+        common::until("the copy is past its freshness", || {
+            table.peek_local(&1).is_none()
+        })
+        .await;
+        plant_dead_lease(&valkey.url(), name).await;
+        let served = table.fetch(&1).await.expect("the stale copy");
+        assert_eq!((*served.value, served.origin), (1, Origin::Stale), "{name}");
+        common::until_async("the load that waited for the lease landed", async || {
+            table.get(&1).await.is_ok_and(|v| *v == 2)
+        })
+        .await;
+        let s = table.stats();
+        assert_eq!(
+            (s.budget_waits, s.budget_exhausted),
+            (1, 0),
+            "{name}: {s:?}"
+        );
+    }
+}
+
+/// A read's own loser policy (`ReadOptions::losers`) is the one its load follows over budget
+/// too: `FailFast` for this call fails at once on a table that polls (before, the call waited
+/// for the lease with the table's policy and loaded).
+#[tokio::test]
+async fn over_budget_a_reads_own_policy_decides() {
+    let valkey = valkey();
+    let store = common::builder_on(&valkey.url())
+        .build()
+        .await
+        .expect("store");
+    let (table, reads) = table(&store, "own", LoserPolicy::DEFAULT_POLL).await;
+    plant_dead_lease(&valkey.url(), "own").await;
+    let options = echostore::ReadOptions::new().losers(LoserPolicy::FailFast);
+    let refused = table.get_with(&1, options).await.expect_err("over budget");
+    assert!(
+        matches!(refused, Error::BudgetExhausted { waited } if waited.is_zero()),
+        "{refused}"
+    );
+    assert_eq!(reads.load(SeqCst), 0, "the source was not read");
+}
+
+/// A reload over budget serves the copy it reloads at once, as a load does, and the reload
+/// follows once the lease is had (before, the callers waited for the lease).
+#[tokio::test]
+async fn over_budget_a_reloads_copy_is_served_at_once() {
+    let valkey = valkey();
+    let store = common::builder_on(&valkey.url())
+        .build()
+        .await
+        .expect("store");
+    let table = store
+        .table::<u64, u64>("reloaded")
+        .ttl(Duration::from_millis(100))
+        .stale_for(Duration::from_secs(60))
+        .source_budget(1)
+        .loader(|_id: u64| async { Ok::<_, std::io::Error>(1) })
+        .reloader(|_id: u64, _old: Arc<u64>| async {
+            Ok::<_, std::io::Error>(echostore::Reload::Unchanged)
+        })
+        .build()
+        .await
+        .expect("table");
+    assert_eq!(*table.get(&1).await.expect("first load"), 1);
+    common::until("the copy is past its freshness", || {
+        table.peek_local(&1).is_none()
+    })
+    .await;
+    plant_dead_lease(&valkey.url(), "reloaded").await;
+    let served = table.fetch(&1).await.expect("the stale copy");
+    assert_eq!((*served.value, served.origin), (1, Origin::Stale));
+    common::until_stats(
+        &table,
+        "the reload that waited for the lease renewed the copy",
+        |s| s.reloads_unchanged == 1,
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn over_budget_a_fail_fast_table_fails_at_once() {
     let valkey = valkey();

@@ -37,7 +37,8 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
         };
         let answered = tokio::select! {
             answered = async {
-                let _lease = crate::flight::load::waiting(self.core).await?;
+                // Over the table's budget, the callers take the copy being reloaded at once.
+                let _lease = self.load.admitted(stale.as_ref()).await?;
                 crate::flight::load::guarded(self.core, call).await
             } => answered,
             never = self.lease(held) => match never {},

@@ -7,7 +7,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// `PX` of the regeneration lock (default 5 s, at least 3 ms): how long a crashed winner can
     /// block others. A live winner extends it every `lock_ttl / 3` while it loads (the lease), so
     /// a slow loader keeps its lock; this bounds only the wait after a winner's process dies.
-    /// Used with a Valkey only.
+    /// Used with a Valkey, and without one only as the longest a read waits for the table's
+    /// [`source_budget`](Self::source_budget) under a policy that does not poll.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -39,7 +40,9 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
 
     /// What a request does when another process holds the lock (default: poll every 10 ms up to
     /// 5 s): poll, serve the stale copy, answer a placeholder, or fail fast. See [`LoserPolicy`].
-    /// Losers exist only with a Valkey: without one, misses in a process already coalesce.
+    /// Losers of the lock exist only with a Valkey (without one, misses in a process already
+    /// coalesce); the policy also says what a read over the table's
+    /// [`source_budget`](Self::source_budget) does, with a Valkey or without.
     ///
     /// Two stores on one Valkey, as two processes would be: while the first rebuilds a key, the
     /// second's tables answer by their policies without reading the source.
@@ -116,13 +119,15 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// batch loader's call counts as one, whatever its ids): after a `clear()`, a tag over many
     /// entries, a fleet's cold start or a mass expiry, the source sees `n` loads at a time, not
     /// every key at once. Each read holds a lease on Valkey that lives `lock_ttl` unless renewed,
-    /// so a process that crashes leaks none. A read over budget follows the loser policy: its
-    /// callers take the stale copy at once if there is one (whatever the policy), or the
-    /// `Default` placeholder, while the load waits for a lease; `FailFast` answers
-    /// [`Error::BudgetExhausted`](crate::Error::BudgetExhausted) at once; otherwise the callers
-    /// wait with the load, for up to the policy's `up_to` (`lock_ttl` for `ServeStale`). Without
-    /// Valkey the budget bounds this process's reads alone. Counted in `budget_waits` and
-    /// `budget_exhausted`.
+    /// so a process that crashes leaks none. A read over budget (a load or a reload) follows the
+    /// loser policy, its call's own if it set one: its callers take the stale copy at once if
+    /// there is one (whatever the policy), or the `Default` placeholder, while the load waits for
+    /// a lease; `FailFast` answers [`Error::BudgetExhausted`](crate::Error::BudgetExhausted) at
+    /// once; otherwise the callers wait with the load, for up to the policy's `up_to`
+    /// (`lock_ttl` for `ServeStale`). A batch read's ids with a stale copy take it at once, and
+    /// the others wait with the batch's call, up to the table's policy's `up_to` (`lock_ttl` for
+    /// a policy that does not poll). Without Valkey the budget bounds this process's reads
+    /// alone. Counted in `budget_waits` and `budget_exhausted`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -204,8 +209,9 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
         self
     }
 
-    /// After `after`, answer the waiters with the stale copy (Valkey's, else L1's) if there is one,
-    /// while the load goes on and fills the cache when it finishes. Shorter than `load_timeout`.
+    /// After `after`, answer the waiters with the stale copy if there is one (Valkey's with a
+    /// Valkey, L1's without), while the load goes on and fills the cache when it finishes.
+    /// Shorter than `load_timeout`. A reloader's call (`.reloader`) has no soft timeout.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
