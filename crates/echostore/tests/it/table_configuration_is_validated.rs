@@ -44,7 +44,9 @@ async fn invalid_table_names_are_refused() {
     }
 }
 
-/// A table without a loader, or with jitter outside 0.0..=0.5, does not start.
+/// A table without a loader, with jitter outside 0.0..=0.5, or with a zero ttl, capacity, poll
+/// interval or timeout, or a soft timeout not under the load timeout, does not start; the error
+/// names the setting.
 #[tokio::test]
 async fn missing_loader_and_bad_settings_are_refused() {
     let store = Store::builder().build().await.expect("store");
@@ -75,14 +77,31 @@ async fn missing_loader_and_bad_settings_are_refused() {
         every: Duration::ZERO,
         up_to: Duration::from_secs(1),
     };
-    for builder in [
-        store.table::<u64, u64>("t").ttl(Duration::ZERO),
-        store.table::<u64, u64>("t").l1_capacity(0),
-        store.table::<u64, u64>("t").losers(zero_poll),
+    let second = Duration::from_secs(1);
+    for (builder, setting) in [
+        (store.table::<u64, u64>("t").ttl(Duration::ZERO), "ttl"),
+        (store.table::<u64, u64>("t").l1_capacity(0), "l1_capacity"),
+        (store.table::<u64, u64>("t").losers(zero_poll), "every"),
+        (
+            store.table::<u64, u64>("t").load_timeout(Duration::ZERO),
+            "load_timeout",
+        ),
+        (
+            store.table::<u64, u64>("t").soft_timeout(Duration::ZERO),
+            "soft_timeout",
+        ),
+        (
+            store
+                .table::<u64, u64>("t")
+                .load_timeout(second)
+                .soft_timeout(second),
+            "soft_timeout",
+        ),
     ] {
-        assert!(matches!(
-            builder.loader(ok).build().await,
-            Err(Error::InvalidConfig(_))
-        ));
+        let err = builder.loader(ok).build().await.expect_err(setting);
+        assert!(
+            matches!(&err, Error::InvalidConfig(m) if m.contains(setting)),
+            "{setting}: {err}"
+        );
     }
 }
