@@ -256,8 +256,10 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         let mut landings: Vec<Option<Result<Landing<V>>>> = Vec::with_capacity(members.len());
         let mut envelopes: Vec<Option<Vec<u8>>> = Vec::with_capacity(members.len());
         let mut lives = Vec::with_capacity(members.len());
+        let mut failed = Vec::with_capacity(members.len());
         for m in &mut members {
             let loaded = loaded.remove(&m.id);
+            failed.push(matches!(&loaded, Some(Err(e)) if !e.is_absent()).then_some(true));
             let (landing, envelope, life) = self.prepare(l2, m, loaded);
             landings.push(landing);
             envelopes.push(envelope);
@@ -270,6 +272,9 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 let wrote = wrote
                     .as_ref()
                     .map(|w| w.get(n).copied().unwrap_or(Wrote::NotOurs));
+                if let Some(ours) = &mut failed[i] {
+                    *ours = !matches!(wrote, Ok(Wrote::NotOurs));
+                }
                 if matches!(wrote, Ok(Wrote::NotOurs)) && lives[i].is_some() {
                     fenced_out.push(i);
                 }
@@ -282,6 +287,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 }
             }
         }
+        self.fail_safe(&mut members, &mut landings, &failed);
         self.fenced_out(l2, &members, &mut landings, fenced_out)
             .await;
         for (m, landing) in members.iter().zip(landings) {

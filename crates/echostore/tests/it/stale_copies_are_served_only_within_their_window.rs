@@ -154,6 +154,60 @@ async fn a_poller_drops_its_copy_when_the_id_is_invalidated() {
     settled(&t).await;
 }
 
+/// The same in a batch read of two ids (one id alone reads as a `get`): the batch's load fails
+/// after another process invalidated id 1, so id 1's release finds the lock not its own and
+/// fail-safe serves it nothing, while id 2, whose lock held, gets its stale copy. Before, the
+/// batch answered fail-safe before its release and served id 1's invalidated copy, even without
+/// coherence to hear of the invalidate (as here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_safe_in_a_batch_serves_nothing_after_the_id_was_invalidated_mid_load() {
+    let valkey = valkey();
+    let stale_for = Duration::from_secs(60);
+    let (_, writer) = a_stale_copy(&valkey.url(), stale_for).await;
+    writer.put(&2, "old 2".into()).await.expect("put");
+    let mut conn = raw(&valkey.url()).await;
+    until_async("id 2's copy on Valkey is stale", async || {
+        stale_on_valkey(&mut conn, "win:{2}").await
+    })
+    .await;
+    let source = Source::gated();
+    let gate = source.clone();
+    // Without coherence: the invalidate is not heard here, only the lock tells.
+    let store = common::builder_on(&valkey.url()).coherence(false).build();
+    let t = store
+        .await
+        .expect("store")
+        .table::<u64, String>("win")
+        .batch_loader(move |_ids: Vec<u64>| {
+            let gate = gate.clone();
+            async move {
+                gate.read().await;
+                Err::<std::collections::HashMap<u64, String>, _>(std::io::Error::other("down"))
+            }
+        });
+    let t = window(stale_for)(t).build().await.expect("table");
+
+    let waiting = tokio::spawn({
+        let t = t.clone();
+        async move { t.fetch_many([1_u64, 2]).await }
+    });
+    until("the batch reads the source", || source.calls() == 1).await;
+    writer.invalidate(&1).await.expect("invalidate");
+    source.release();
+    let answers: std::collections::HashMap<u64, _> =
+        waiting.await.expect("task").into_iter().collect();
+    assert!(
+        matches!(answers[&1], Err(Error::Source(_))),
+        "{:?}",
+        answers[&1]
+    );
+    let kept = answers[&2].as_ref().expect("id 2's stale copy");
+    assert_eq!((kept.value.as_str(), kept.origin), ("old 2", Origin::Stale));
+    let s = t.stats();
+    assert_eq!((s.fail_safe_served, s.release_skipped), (1, 1), "{s:?}");
+    settled(&t).await;
+}
+
 /// A winner holding a stale copy loads; meanwhile another process invalidates the id (dropping
 /// the lock). The load fails: the release finds the lock not its own, so fail-safe serves
 /// nothing (issue #9: it served the invalidated copy).

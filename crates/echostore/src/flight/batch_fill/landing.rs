@@ -34,7 +34,6 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         if !m.load {
             return (None, None, None); // an L2 hit (its won lock is released with the writes)
         }
-        let load = Load::new(self.core, &m.id, &|_| {});
         match loaded.unwrap_or(Err(Error::Absent)) {
             Ok((value, delta)) => {
                 let life = self.core.loaded_life(&value, delta);
@@ -64,11 +63,30 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                     Err(e) => (Some(Err(e)), None, None),
                 }
             }
-            Err(e) if e.is_absent() => (Some(Err(e)), None, None),
-            Err(e) => {
-                let served = load.fail_safe(e, m.stale.take(), true).map(Landing::Filled);
-                (Some(served), None, None)
-            }
+            // A failed load's fail-safe waits for its release ([`BatchFill::fail_safe`]).
+            Err(e) => (Some(Err(e)), None, None),
+        }
+    }
+
+    /// Fail-safe for the members whose load failed (`failed[i]`: whether the write-many's release
+    /// found the lock still theirs), as the single fill: a stale copy answers only if the lock
+    /// was still the member's, so that no put or invalidate replaced the copy meanwhile.
+    pub(super) fn fail_safe(
+        &self,
+        members: &mut [Member<K, V>],
+        landings: &mut [Option<Result<Landing<V>>>],
+        failed: &[Option<bool>],
+    ) {
+        for ((m, landing), ours) in members.iter_mut().zip(landings).zip(failed) {
+            let (Some(ours), Some(Err(_))) = (*ours, &*landing) else {
+                continue;
+            };
+            let Some(Err(e)) = landing.take() else {
+                continue;
+            };
+            let load = Load::new(self.core, &m.id, &|_| {});
+            let stale = m.stale.take().filter(|_| ours);
+            *landing = Some(load.fail_safe(e, stale, ours).map(Landing::Filled));
         }
     }
 
