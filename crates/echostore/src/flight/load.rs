@@ -180,6 +180,13 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
                 bump(&counters.stale_served);
                 Some(served.fetched)
             }
+            // A budget refusal is counted as one (`budget_exhausted`), not as a lock race lost.
+            None if matches!(policy, LoserPolicy::FailFast) => {
+                bump(&counters.budget_exhausted);
+                return Err(Error::BudgetExhausted {
+                    waited: Duration::ZERO,
+                });
+            }
             None => match policy.on_lost(&self.core.stats, None, self.core.config.lock_ttl) {
                 Lost::Answer(Ok(filled)) => Some(filled.fetched),
                 Lost::Answer(Err(_)) => {

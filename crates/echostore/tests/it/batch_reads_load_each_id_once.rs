@@ -106,6 +106,11 @@ async fn a_cold_batch_is_one_batch_loader_call() {
         (s.batch_loads, s.batch_loaded_ids, s.source_reads),
         (1, 100, 100)
     );
+    assert_eq!(
+        (s.lock_won, s.released, s.release_skipped),
+        (100, 100, 0),
+        "each won lock released by its write, counted as a single fill counts it"
+    );
 
     let other = rows.table(&store_on(&valkey.url()).await).await;
     let again = other.fetch_many(&ids).await;

@@ -110,16 +110,20 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 return None;
             }
         };
+        // Counted as the single fill's fenced write counts them (`Fill::write_fenced`).
         let filled = match wrote {
             Ok(Wrote::Written) => {
+                bump(&counters.released);
                 Filled::fresh(life.entry(value), Origin::Loaded).made_from(written_as)
             }
             Ok(Wrote::NotOurs) => {
                 bump(&counters.fenced_write_skipped);
+                bump(&counters.release_skipped);
                 Filled::answer_only(value, Origin::Loaded)
             }
             Ok(Wrote::Superseded) => {
                 bump(&counters.writes_superseded);
+                bump(&counters.released);
                 Filled::answer_only(value, Origin::Loaded)
             }
             // A write that failed may or may not have landed: as the single fill, keep it.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -71,18 +72,15 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 .buffer_unordered(LOADS_AT_ONCE);
             return each.collect().await;
         };
-        let counters = &self.core.stats.counters;
-        bump(&counters.batch_loads);
-        let n = ids.len() as u64;
-        counters
-            .batch_loaded_ids
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        counters
-            .source_reads
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         let asked = ids.clone();
         let outcome = match crate::flight::load::lease_after(self.core, lease).await {
             Ok(_lease) => {
+                // Counted once the call is made: a call the budget refused read no source.
+                let counters = &self.core.stats.counters;
+                bump(&counters.batch_loads);
+                let n = ids.len() as u64;
+                counters.batch_loaded_ids.fetch_add(n, Relaxed);
+                counters.source_reads.fetch_add(n, Relaxed);
                 crate::flight::load::guarded(self.core, || {
                     let call = batch(ids);
                     Box::pin(async move { call.await.map_err(Error::Source) })
