@@ -180,21 +180,17 @@ impl<'a, K: Key, V: Value> Load<'a, K, V> {
                 bump(&counters.stale_served);
                 Some(served.fetched)
             }
-            // A budget refusal is counted as one (`budget_exhausted`), not as a lock race lost.
+            // A budget refusal is counted as one (`budget_exhausted`), not as a lock race lost
+            // (`on_lost` would count a `failed_fast`).
             None if matches!(policy, LoserPolicy::FailFast) => {
                 bump(&counters.budget_exhausted);
                 return Err(Error::BudgetExhausted {
                     waited: Duration::ZERO,
                 });
             }
+            // The placeholder, or nothing: the callers wait with the load.
             None => match policy.on_lost(&self.core.stats, None, self.core.config.lock_ttl) {
-                Lost::Answer(Ok(filled)) => Some(filled.fetched),
-                Lost::Answer(Err(_)) => {
-                    bump(&counters.budget_exhausted);
-                    return Err(Error::BudgetExhausted {
-                        waited: Duration::ZERO,
-                    });
-                }
+                Lost::Answer(answer) => answer.ok().map(|filled| filled.fetched),
                 Lost::Poll { .. } => None,
             },
         };
