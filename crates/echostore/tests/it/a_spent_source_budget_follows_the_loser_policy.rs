@@ -212,6 +212,56 @@ async fn over_budget_a_fail_fast_table_fails_at_once() {
     );
 }
 
+/// A batch whose wait for the budget runs out reads no source, and counts none: its ids get
+/// `BudgetExhausted`, the batch loader is not called, and neither `batch_loads` nor
+/// `source_reads` moves (before, both were counted before the wait).
+#[tokio::test]
+async fn over_budget_a_batch_refused_counts_no_read() {
+    let valkey = valkey();
+    let store = common::builder_on(&valkey.url())
+        .build()
+        .await
+        .expect("store");
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let table = store
+        .table::<u64, u64>("refused")
+        .source_budget(1)
+        // Waits for a lease far less than the crashed process's lease has left.
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_millis(20),
+        })
+        .batch_loader(move |ids: Vec<u64>| {
+            counted.fetch_add(1, SeqCst);
+            async move {
+                Ok::<_, std::io::Error>(
+                    ids.into_iter()
+                        .map(|id| (id, 0))
+                        .collect::<std::collections::HashMap<_, _>>(),
+                )
+            }
+        })
+        .build()
+        .await
+        .expect("table");
+    plant_dead_lease(&valkey.url(), "refused").await;
+    for (id, answer) in table.fetch_many([1_u64, 2]).await {
+        let refused = answer.expect_err("over budget");
+        assert!(
+            matches!(refused, Error::BudgetExhausted { .. }),
+            "id {id}: {refused}"
+        );
+    }
+    assert_eq!(calls.load(SeqCst), 0, "the batch loader was not called");
+    let s = table.stats();
+    assert_eq!(
+        (s.batch_loads, s.batch_loaded_ids, s.source_reads),
+        (0, 0, 0),
+        "{s:?}"
+    );
+}
+
 #[tokio::test]
 async fn over_budget_a_batchs_stale_copies_are_served_at_once() {
     let valkey = valkey();
