@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::{raw, valkey};
-use echostore::{Error, LoserPolicy, Origin, Store, Table};
+use echostore::{Error, LoserPolicy, Origin, Store, Table, TableBuilder};
 use redis::AsyncCommands;
 
 /// How long the crashed process's lease has left when planted.
@@ -52,6 +52,25 @@ async fn table(
         .await
         .expect("table");
     (table, reads)
+}
+
+/// A table `name` of budget one loaded only by a batch loader, which answers each id with the
+/// number of its call (counted in the returned cell); then `tune`.
+async fn batch_table(
+    store: &Store,
+    name: &str,
+    tune: impl FnOnce(TableBuilder<u64, u64>) -> TableBuilder<u64, u64>,
+) -> (Table<u64, u64>, Arc<AtomicU64>) {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let builder = store.table::<u64, u64>(name).source_budget(1).batch_loader(
+        move |ids: Vec<u64>| {
+            let call = counted.fetch_add(1, SeqCst) + 1;
+            let rows = ids.into_iter().map(move |id| (id, call));
+            async move { Ok::<_, std::io::Error>(rows.collect::<std::collections::HashMap<_, _>>()) }
+        },
+    );
+    (tune(builder).build().await.expect("table"), calls)
 }
 
 #[tokio::test]
@@ -222,29 +241,14 @@ async fn over_budget_a_batch_refused_counts_no_read() {
         .build()
         .await
         .expect("store");
-    let calls = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&calls);
-    let table = store
-        .table::<u64, u64>("refused")
-        .source_budget(1)
-        // Waits for a lease far less than the crashed process's lease has left.
-        .losers(LoserPolicy::Poll {
+    // Waits for a lease far less than the crashed process's lease has left.
+    let (table, calls) = batch_table(&store, "refused", |t| {
+        t.losers(LoserPolicy::Poll {
             every: Duration::from_millis(10),
             up_to: Duration::from_millis(20),
         })
-        .batch_loader(move |ids: Vec<u64>| {
-            counted.fetch_add(1, SeqCst);
-            async move {
-                Ok::<_, std::io::Error>(
-                    ids.into_iter()
-                        .map(|id| (id, 0))
-                        .collect::<std::collections::HashMap<_, _>>(),
-                )
-            }
-        })
-        .build()
-        .await
-        .expect("table");
+    })
+    .await;
     plant_dead_lease(&valkey.url(), "refused").await;
     for (id, answer) in table.fetch_many([1_u64, 2]).await {
         let refused = answer.expect_err("over budget");
@@ -269,26 +273,11 @@ async fn over_budget_a_batchs_stale_copies_are_served_at_once() {
         .build()
         .await
         .expect("store");
-    let calls = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&calls);
-    let table = store
-        .table::<u64, u64>("batch")
-        .ttl(Duration::from_millis(100))
-        .stale_for(Duration::from_secs(60))
-        .source_budget(1)
-        .batch_loader(move |ids: Vec<u64>| {
-            let call = counted.fetch_add(1, SeqCst) + 1;
-            async move {
-                Ok::<_, std::io::Error>(
-                    ids.into_iter()
-                        .map(|id| (id, call))
-                        .collect::<std::collections::HashMap<_, _>>(),
-                )
-            }
-        })
-        .build()
-        .await
-        .expect("table");
+    let (table, calls) = batch_table(&store, "batch", |t| {
+        t.ttl(Duration::from_millis(100))
+            .stale_for(Duration::from_secs(60))
+    })
+    .await;
     let ids = [1, 2];
     assert_eq!(table.get_many(&ids).await.expect("first load").len(), 2);
     common::until("the copies are past their freshness", || {
