@@ -1,12 +1,13 @@
 //! L2: the store's one shared, reconnecting connection to Valkey, behind the circuit breaker.
 //!
-//! Every table of a store shares one data connection ([`Connection`]: a redis-rs `ConnectionManager`,
-//! multiplexed and reconnecting by itself, or a cluster connection). Each call first asks the
-//! [`Breaker`]; a refused or dropped connection opens it, a timeout only when nothing else was
-//! answered meanwhile (a slow call is not a dead connection), and an error reply from a live
-//! server never does. This module owns the plain value
-//! commands — read, write-through `put`, `invalidate` — and the poll read; the regeneration lock's
-//! scripts live in [`crate::valkey::lock`].
+//! Every table of a store shares one data connection ([`Connection`]: a redis-rs
+//! `ConnectionManager`, multiplexed and reconnecting by itself, or a cluster connection). Each
+//! call first asks the [`Breaker`], whose trial on one server is made on a new connection
+//! ([`healing`] says why). A refused or dropped connection opens it, a timeout only when nothing
+//! else was answered meanwhile (a slow call is not a dead connection), and an error reply from a
+//! live server never does. This module owns the plain value commands — read, write-through `put`,
+//! `invalidate` — and the poll read; the regeneration lock's scripts live in
+//! [`crate::valkey::lock`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use redis::{AsyncCommands, RedisResult};
 
 use crate::error::{Error, Result};
 use crate::valkey::envelope::{self, Fingerprint};
-use crate::wire::breaker::Breaker;
+use crate::wire::breaker::{Breaker, Permit};
 use crate::wire::connect::{Connection, Endpoint, Kind};
 use crate::wire::healing::{self, Live};
 use crate::wire::key::KeyNames;
@@ -31,7 +32,8 @@ const TRY_AGAIN_EVERY: Duration = Duration::from_millis(10);
 /// How a store reaches Valkey.
 #[derive(Clone)]
 pub(crate) struct L2 {
-    /// The data connection, replaced by [`healing::watch`] if a cluster's stays broken.
+    /// The data connection: replaced by a successful trial's on one server, and by
+    /// [`healing::watch`] if a cluster's stays broken.
     conn: Arc<Live>,
     /// One breaker for a single server; one per hash slot on a cluster, so a dead primary
     /// degrades only its own slots' keys.
@@ -62,7 +64,7 @@ impl L2 {
             breakers: (0..endpoint.breaker_count())
                 .map(|_| Breaker::new(cooldown))
                 .collect(),
-            conn: Live::new(endpoint.connect().await?),
+            conn: Live::new(endpoint.connect().await?, endpoint.clone()),
             natives: Arc::new(Natives::default()),
             clock: Arc::new(ServerClock::new()),
             timeout: endpoint.timeout,
@@ -173,10 +175,18 @@ impl L2 {
             return Err(Error::ValkeyUnavailable);
         };
         let began = breaker.begin();
-        match call(self.conn.get()).await {
+        let fresh = match permit {
+            Permit::Trial => self.conn.for_trial(),
+            Permit::Closed => None,
+        };
+        let conn = fresh.clone().unwrap_or_else(|| self.conn.get());
+        match call(conn).await {
             Ok(v) => {
                 breaker.succeeded(permit);
-                self.conn.succeeded();
+                match fresh {
+                    Some(fresh) => self.conn.adopt(fresh),
+                    None => self.conn.succeeded(),
+                }
                 Ok(v)
             }
             Err(e) => {
@@ -293,12 +303,12 @@ impl L2 {
         &self.natives
     }
 
-    /// `true` while the breaker makes L2 calls fail fast.
     /// Whether this is a cluster (one breaker per hash slot): a command's keys must share a slot.
     pub(crate) fn is_cluster(&self) -> bool {
         self.breakers.len() > 1
     }
 
+    /// `true` while the breaker makes L2 calls fail fast.
     pub(crate) fn is_degraded(&self) -> bool {
         self.breakers.iter().any(Breaker::is_open)
     }
@@ -309,3 +319,6 @@ impl L2 {
 fn is_connection_failure(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
 }
+
+#[cfg(test)]
+mod tests;

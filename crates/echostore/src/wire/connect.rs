@@ -62,18 +62,21 @@ impl Endpoint {
     /// connects lazily; a cluster needs one seed to answer).
     pub(crate) async fn connect(&self) -> Result<Connection> {
         match &self.kind {
-            Kind::Single(url) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(self.timeout);
-                let conn = ConnectionManager::new_lazy_with_config(self.client(url)?, config)
-                    .map_err(|e| Error::valkey("creating the connection", e))?;
-                Ok(Connection::Single(conn))
-            }
+            Kind::Single(url) => self.single(url),
             Kind::Cluster(seeds) => self.cluster(seeds).await,
         }
+    }
+
+    /// A new connection to the one server at `url`, made when first used.
+    pub(crate) fn single(&self, url: &str) -> Result<Connection> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(self.timeout);
+        let conn = ConnectionManager::new_lazy_with_config(self.client(url)?, config)
+            .map_err(|e| Error::valkey("creating the connection", e))?;
+        Ok(Connection::Single(conn))
     }
 
     #[cfg(feature = "cluster")]

@@ -1,5 +1,13 @@
-//! The data connection as it is now, and the watchdog that replaces a cluster connection that
-//! stays broken.
+//! The data connection as it is now: the one a breaker's trial is made on, and the watchdog
+//! that replaces a cluster connection that stays broken.
+//!
+//! **A trial needs a connection of its own.** redis-rs's connection manager, after losing its
+//! connection, reconnects in the background and answers its next call with that reconnect's
+//! outcome. While Valkey is away, that outcome is a failure settled before Valkey came back: a
+//! breaker's trial made on that connection would fail for a Valkey already back, and keep the
+//! breaker open one cooldown more. So a trial on one server is made on a new connection
+//! ([`Live::for_trial`]), which becomes the current one when the trial succeeds: a trial is one
+//! real connection attempt, made when it is let through.
 //!
 //! redis-rs's cluster client repairs itself after most faults, but not after all: a primary that
 //! restarts under load can leave it failing every command on every slot (a slot refresh that
@@ -14,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::wire::connect::{Connection, Endpoint};
+use crate::wire::connect::{Connection, Endpoint, Kind};
 
 /// How often the watchdog looks.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -26,6 +34,7 @@ const REBUILD_EVERY: Duration = Duration::from_secs(1);
 /// The store's data connection, replaceable, and what its calls have been meeting.
 pub(crate) struct Live {
     current: RwLock<Connection>,
+    endpoint: Endpoint,
     epoch: Instant,
     /// Ms since `epoch` (plus one) of the first connection-level failure since the last call
     /// that succeeded (0: none).
@@ -37,9 +46,10 @@ pub(crate) struct Live {
 }
 
 impl Live {
-    pub(crate) fn new(conn: Connection) -> Arc<Self> {
+    pub(crate) fn new(conn: Connection, endpoint: Endpoint) -> Arc<Self> {
         Arc::new(Live {
             current: RwLock::new(conn),
+            endpoint,
             epoch: Instant::now(),
             failing_since: AtomicU64::new(0),
             last_failed: Mutex::new(None),
@@ -53,6 +63,22 @@ impl Live {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// A new connection for the breaker's trial, on one server (see the module's header); `None`
+    /// on a cluster, whose client reconnects each node itself (and [`watch`] replaces it when it
+    /// does not), or when no client can be made.
+    pub(crate) fn for_trial(&self) -> Option<Connection> {
+        match &self.endpoint.kind {
+            Kind::Single(url) => self.endpoint.single(url).ok(),
+            Kind::Cluster(_) => None,
+        }
+    }
+
+    /// A trial on `conn` (from [`Self::for_trial`]) succeeded: it is the connection from now on.
+    pub(crate) fn adopt(&self, conn: Connection) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = conn;
+        self.succeeded();
     }
 
     fn now(&self) -> u64 {
