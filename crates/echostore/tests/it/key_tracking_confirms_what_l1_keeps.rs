@@ -171,3 +171,53 @@ async fn a_peek_answers_nothing_newer_than_an_entry_awaiting_confirmation() {
     .await;
     assert_eq!(source.calls(), 0, "every value came from a put");
 }
+
+/// A key type with the default `from_rendered`: a confirmation of its key cannot be told apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Sku(u32);
+
+impl echostore::Key for Sku {
+    fn render(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Owned(self.0.to_string().into_bytes())
+    }
+}
+
+/// An id of a key type that cannot be parsed back is kept for `unconfirmed_l1_life` at once,
+/// as L1 keeps what no push would report: the tracking connection's confirmation, which names
+/// only the key, could never find the id again, and the entry would wait not fresh for good
+/// (every read of it going to Valkey, a local peek answering nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_that_cannot_be_parsed_back_is_kept_its_unconfirmed_life() {
+    let valkey = valkey();
+    let store = Store::builder()
+        .valkey(valkey.url())
+        .require_valkey(true)
+        .tracking(Tracking::Keys)
+        .unconfirmed_l1_life(Duration::from_secs(3600))
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    let skus = store
+        .table::<Sku, String>("sku")
+        .ttl(Duration::from_secs(60))
+        .loader(|sku: Sku| async move { Ok::<_, std::io::Error>(format!("sku {}", sku.0)) })
+        .build()
+        .await
+        .expect("table");
+
+    // A put, not a load: a miss also has the tracking connection read the id's keys (for a
+    // loser's wake-ups), and the push of its own write would then flush the whole table.
+    skus.put(&Sku(1), "sku 1".to_owned()).await.expect("put");
+    let again = skus.fetch(&Sku(1)).await.expect("fetched");
+    assert_eq!(
+        (again.origin, again.value.as_str()),
+        (Origin::L1, "sku 1"),
+        "the value waited for a confirmation that cannot reach it"
+    );
+    assert_eq!(
+        skus.peek_local(&Sku(1)).as_deref().map(String::as_str),
+        Some("sku 1")
+    );
+    assert_eq!(skus.stats().source_reads, 0);
+}
