@@ -21,6 +21,7 @@ use crate::fetched::Fetched;
 use crate::shard::owner::OwnerMsg;
 use crate::shard::owner::owner_ref::OwnerRef;
 use crate::state::core::TableCore;
+use crate::state::l1::L1Cache;
 use crate::state::loser_policy::LoserPolicy;
 use crate::version::Version;
 use crate::wire::key::{Key, Value};
@@ -44,9 +45,13 @@ where
     V: Value,
     Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
 {
-    if let Some(hit) = crate::handle::lookup::hit(core, owner, id)
-        && shows(core, &hit.value, wanted)
-    {
+    // Looked at before it is taken as a hit: a copy passed over is no hit (not counted, not
+    // audited, and no early refresh of it asked).
+    let recent = core
+        .l1
+        .get(id)
+        .is_some_and(|entry| entry.is_fresh() && shows(core, &entry.value, wanted));
+    if recent && let Some(hit) = crate::handle::lookup::hit(core, owner, id) {
         return Ok(hit);
     }
     let bound = wait.unwrap_or_else(|| match losers.as_ref().unwrap_or(&core.config.losers) {

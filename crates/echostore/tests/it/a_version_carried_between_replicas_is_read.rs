@@ -74,11 +74,17 @@ async fn carried(by_version: bool) {
     );
 
     let wanted: Version = token.parse().expect("the token parses back");
+    let hits = on_b.stats().l1_hits;
     let read = on_b
         .get_with(&7, ReadOptions::new().at_least(wanted))
         .await
         .expect("B's read at least A's version");
     assert_eq!(*read, 2, "B answered a copy older than the token");
+    assert_eq!(
+        on_b.stats().l1_hits,
+        hits,
+        "the L1 copy the read passed over was counted as a hit"
+    );
     assert_eq!(
         *on_b.get(&7).await.expect("B's next read"),
         2,
