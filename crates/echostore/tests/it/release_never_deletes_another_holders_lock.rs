@@ -62,3 +62,58 @@ async fn release_never_deletes_another_holders_lock() {
     assert_eq!(s.l1_len, 0, "a fenced-out value is not kept in L1 either");
     settled(&a).await;
 }
+
+/// A batch's lease finds one member's lock taken over by another holder: that lock is counted
+/// lost once (as a single fill's lease counts it) and never asked for again, while the other
+/// member's lease goes on being extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_counts_a_lost_lock_once() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let store = common::store_on(&valkey.url()).await;
+    let source = Source::gated();
+    let loading = source.clone();
+    let t = store
+        .table::<u64, String>("leased")
+        .lock_ttl(Duration::from_millis(150))
+        .batch_loader(move |ids: Vec<u64>| {
+            let source = loading.clone();
+            async move {
+                source.read_many(ids.len()).await;
+                let rows = ids.into_iter().map(|id| (id, format!("row {id}")));
+                Ok::<_, std::io::Error>(rows.collect::<std::collections::HashMap<_, _>>())
+            }
+        })
+        .build()
+        .await
+        .expect("table");
+    let batch = tokio::spawn({
+        let t = t.clone();
+        async move { t.get_many([1, 2]).await }
+    });
+    until("the batch reads the source", || source.calls() == 2).await;
+    let _: () = conn
+        .set("lock:leased:{1}", "token-of-another")
+        .await
+        .expect("SET");
+    until("the lease found lock 1 not its own", || {
+        t.stats().lease_lost == 1
+    })
+    .await;
+    let extended = t.stats().lease_extended;
+    until("two more rounds of the lease", || {
+        t.stats().lease_extended >= extended + 2
+    })
+    .await;
+    assert_eq!(
+        t.stats().lease_lost,
+        1,
+        "a lost lock counted on every round"
+    );
+    source.release();
+    let answers = batch.await.expect("task").expect("the batch answers");
+    assert_eq!(answers.len(), 2, "the batch still answers both");
+    let held: Option<String> = conn.get("lock:leased:{1}").await.expect("GET");
+    assert_eq!(held.as_deref(), Some("token-of-another"));
+    settled(&t).await;
+}

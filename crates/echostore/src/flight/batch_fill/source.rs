@@ -264,14 +264,15 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     }
 
     /// The lease of every won lock among `loading`: extended every `lock_ttl / 3` while the
-    /// batch loads, one command per group. Never returns; the load ending drops it.
+    /// batch loads, one command per group. A lock found lost is not asked for again: another
+    /// holder has it, and it is counted lost once, as a single fill's lease counts it. Never
+    /// returns; the load ending drops it.
     pub(super) async fn lease(
         &self,
         l2: &L2,
         loading: &[&Member<K, V>],
     ) -> std::convert::Infallible {
         let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
-        let ttl = millis(self.core.config.lock_ttl);
         let won: Vec<(&KeyNames, &str)> = loading
             .iter()
             .filter(|m| m.won)
@@ -279,30 +280,48 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             .collect();
         let names: Vec<&KeyNames> = won.iter().map(|(names, _)| *names).collect();
         let groups = on_valkey::groups(l2, &names);
-        let counters = &self.core.stats.counters;
+        let mut held = vec![true; won.len()];
         loop {
             tokio::time::sleep(every).await;
-            let extended = join_all(groups.iter().map(|group| {
-                let locks: Vec<(&KeyNames, &str)> = group.iter().map(|&i| won[i]).collect();
-                async move { on_valkey::extend_many(l2, &locks, ttl).await }
-            }))
-            .await;
-            for (group, extended) in groups.iter().zip(extended) {
-                match extended {
-                    Ok(each) => {
-                        for ours in each {
-                            bump(if ours {
-                                &counters.lease_extended
-                            } else {
-                                &counters.lease_lost
-                            });
-                        }
+            self.extend(l2, &won, &groups, &mut held).await;
+        }
+    }
+
+    /// One round of the lease: extends the locks of `won` still `held`, group by group.
+    async fn extend(
+        &self,
+        l2: &L2,
+        won: &[(&KeyNames, &str)],
+        groups: &[Vec<usize>],
+        held: &mut [bool],
+    ) {
+        let ttl = millis(self.core.config.lock_ttl);
+        let asked: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|group| group.iter().copied().filter(|&i| held[i]).collect())
+            .collect();
+        let extended = join_all(asked.iter().map(|group| {
+            let locks: Vec<(&KeyNames, &str)> = group.iter().map(|&i| won[i]).collect();
+            async move { on_valkey::extend_many(l2, &locks, ttl).await }
+        }))
+        .await;
+        let counters = &self.core.stats.counters;
+        for (group, extended) in asked.iter().zip(extended) {
+            match extended {
+                Ok(each) => {
+                    for (&i, ours) in group.iter().zip(each) {
+                        held[i] = ours;
+                        bump(if ours {
+                            &counters.lease_extended
+                        } else {
+                            &counters.lease_lost
+                        });
                     }
-                    Err(_) => {
-                        counters
-                            .l2_errors
-                            .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                    }
+                }
+                Err(_) => {
+                    counters
+                        .l2_errors
+                        .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
