@@ -208,6 +208,53 @@ async fn over_budget_a_reloads_copy_is_served_at_once() {
     .await;
 }
 
+/// A reload the budget refuses (its wait for a lease runs out long before the crashed process's
+/// lease ends) reads no source, counts none and reports no failed load: the callers had the copy
+/// it would have reloaded.
+#[tokio::test]
+async fn over_budget_a_refused_reload_counts_no_read() {
+    let valkey = valkey();
+    let store = common::builder_on(&valkey.url())
+        .build()
+        .await
+        .expect("store");
+    let asked = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&asked);
+    let table = store
+        .table::<u64, u64>("refused-reload")
+        .ttl(Duration::from_millis(100))
+        .stale_for(Duration::from_secs(60))
+        .source_budget(1)
+        .losers(LoserPolicy::Poll {
+            every: Duration::from_millis(10),
+            up_to: Duration::from_millis(20),
+        })
+        .loader(|_id: u64| async { Ok::<_, std::io::Error>(1) })
+        .reloader(move |_id: u64, _old: Arc<u64>| {
+            counted.fetch_add(1, SeqCst);
+            async { Ok::<_, std::io::Error>(echostore::Reload::Unchanged) }
+        })
+        .build()
+        .await
+        .expect("table");
+    assert_eq!(*table.get(&1).await.expect("first load"), 1);
+    common::until("the copy is past its freshness", || {
+        table.peek_local(&1).is_none()
+    })
+    .await;
+    plant_dead_lease(&valkey.url(), "refused-reload").await;
+    let mut events = table.events();
+    let served = table.fetch(&1).await.expect("the stale copy");
+    assert_eq!((*served.value, served.origin), (1, Origin::Stale));
+    common::settled(&table).await;
+    assert_eq!(asked.load(SeqCst), 0, "the reloader was not called");
+    let s = table.stats();
+    assert_eq!((s.source_reads, s.budget_exhausted), (1, 1), "{s:?}");
+    while let Ok(event) = events.try_recv() {
+        assert_ne!(event.kind, echostore::EventKind::LoadFailed, "{event:?}");
+    }
+}
+
 #[tokio::test]
 async fn over_budget_a_fail_fast_table_fails_at_once() {
     let valkey = valkey();
@@ -250,6 +297,7 @@ async fn over_budget_a_batch_refused_counts_no_read() {
     })
     .await;
     plant_dead_lease(&valkey.url(), "refused").await;
+    let mut events = table.events();
     for (id, answer) in table.fetch_many([1_u64, 2]).await {
         let refused = answer.expect_err("over budget");
         assert!(
@@ -264,6 +312,10 @@ async fn over_budget_a_batch_refused_counts_no_read() {
         (0, 0, 0),
         "{s:?}"
     );
+    let failed = std::iter::from_fn(|| events.try_recv().ok())
+        .filter(|e| e.kind == echostore::EventKind::LoadFailed)
+        .count();
+    assert_eq!(failed, 0, "a refused batch reported failed loads");
 }
 
 #[tokio::test]

@@ -81,12 +81,19 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 let n = ids.len() as u64;
                 counters.batch_loaded_ids.fetch_add(n, Relaxed);
                 counters.source_reads.fetch_add(n, Relaxed);
-                crate::flight::load::guarded(self.core, || {
+                let called = crate::flight::load::guarded(self.core, || {
                     let call = batch(ids);
                     Box::pin(async move { call.await.map_err(Error::Source) })
                 })
-                .await
+                .await;
+                if called.is_err() {
+                    for id in &asked {
+                        self.core.events.emit(Some(id), EventKind::LoadFailed);
+                    }
+                }
+                called
             }
+            // Refused by the table's budget: no source was read, and no load failed.
             Err(e) => Err(e),
         };
         let events = &self.core.events;
@@ -99,13 +106,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                     Some((id, Ok((value, delta))))
                 })
                 .collect(),
-            Err(e) => asked
-                .into_iter()
-                .map(|id| {
-                    events.emit(Some(&id), EventKind::LoadFailed);
-                    (id, Err(e.clone()))
-                })
-                .collect(),
+            Err(e) => asked.into_iter().map(|id| (id, Err(e.clone()))).collect(),
         }
     }
 

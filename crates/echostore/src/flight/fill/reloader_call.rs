@@ -30,24 +30,32 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
             return Reloaded::NotAsked(stale);
         };
         let old = Arc::clone(old);
-        bump(&self.core.stats.counters.source_reads);
         let call = || -> futures::future::BoxFuture<'static, Result<Reload<V>>> {
             let reload = reloader(self.id.clone(), Arc::clone(&old));
             Box::pin(async move { reload.await.map_err(Error::Source) })
         };
-        let answered = tokio::select! {
+        // Outer error: the table's budget refused the call (and the callers took the copy being
+        // reloaded at once); no source was read.
+        let answered: Result<Result<_>> = tokio::select! {
             answered = async {
-                // Over the table's budget, the callers take the copy being reloaded at once.
                 let _lease = self.load.admitted(stale.as_ref()).await?;
-                crate::flight::load::guarded(self.core, call).await
+                bump(&self.core.stats.counters.source_reads);
+                Ok(crate::flight::load::guarded(self.core, call).await)
             } => answered,
             never = self.lease(held) => match never {},
         };
         let events = &self.core.events;
-        let (reload, delta) = match answered {
+        let failed = match answered {
+            Ok(Ok(answered)) => Ok(answered),
+            Ok(Err(e)) => {
+                events.emit(Some(self.id), EventKind::LoadFailed);
+                Err(e)
+            }
+            Err(refused) => Err(refused),
+        };
+        let (reload, delta) = match failed {
             Ok(answered) => answered,
             Err(e) => {
-                events.emit(Some(self.id), EventKind::LoadFailed);
                 let ours = self.release(held).await != Some(false);
                 return Reloaded::Done(self.load.fail_safe(e, stale.filter(|_| ours), ours));
             }
