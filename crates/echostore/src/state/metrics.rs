@@ -4,7 +4,7 @@
 //! | metric | kind | labels | what |
 //! | --- | --- | --- | --- |
 //! | `echostore_<counter>_total` | counter | `table` | each [`TableStats`] counter (`l1_hits`, `source_reads`, …) |
-//! | `echostore_in_flight`, `echostore_l1_len`, `echostore_connections_replaced` | gauge | `table` | the snapshot's gauges |
+//! | `echostore_in_flight`, `echostore_l1_len`, `echostore_connections_replaced`, `echostore_audit_max_staleness_ms` | gauge | `table` | the snapshot's gauges and its maximum |
 //! | `echostore_load_seconds` | histogram | `table` | each source read (the loader), whatever its outcome |
 //! | `echostore_l2_seconds` | histogram | `table` | each timed Valkey round trip of a fill |
 //!

@@ -44,12 +44,14 @@ macro_rules! counters {
     (
         per_thread { $(#[doc = $hot_doc:literal])* $hot:ident, }
         counters { $( $(#[doc = $doc:literal])* $name:ident, )* }
+        maxima { $( $(#[doc = $max_doc:literal])* $max:ident, )* }
         gauges { $( $(#[doc = $gauge_doc:literal])* $gauge:ident, )* }
     ) => {
-        /// The non-hot counters, one atomic each.
+        /// The non-hot counters and the maxima, one atomic each.
         #[derive(Default)]
         pub(crate) struct Counters {
             $( pub(crate) $name: AtomicU64, )*
+            $( pub(crate) $max: AtomicU64, )*
         }
 
         /// A snapshot of one table's counters, from [`Table::stats`](crate::Table::stats).
@@ -72,12 +74,14 @@ macro_rules! counters {
         pub struct TableStats {
             $(#[doc = $hot_doc])* pub $hot: u64,
             $( $(#[doc = $doc])* pub $name: u64, )*
+            $( $(#[doc = $max_doc])* pub $max: u64, )*
             $( $(#[doc = $gauge_doc])* pub $gauge: u64, )*
         }
 
         /// How many figures a snapshot names: counters, then gauges.
         pub(crate) const FIGURE_COUNT: usize =
-            [stringify!($hot), $( stringify!($name), )* $( stringify!($gauge), )*].len();
+            [stringify!($hot), $( stringify!($name), )* $( stringify!($max), )* $( stringify!($gauge), )*]
+                .len();
 
         impl TableStats {
             /// Every counter and gauge as `(name, value)`, in declaration order: the names are the
@@ -102,6 +106,13 @@ macro_rules! counters {
                         kind: Kind::Counter,
                         about: concat!($($doc),*),
                     }, )*
+                    // A maximum is no count: exported as a gauge.
+                    $( Figure {
+                        name: stringify!($max),
+                        value: self.$max,
+                        kind: Kind::Gauge,
+                        about: concat!($($max_doc),*),
+                    }, )*
                     $( Figure {
                         name: stringify!($gauge),
                         value: self.$gauge,
@@ -115,11 +126,13 @@ macro_rules! counters {
         impl std::ops::Add for TableStats {
             type Output = TableStats;
 
-            /// The field-by-field sum of two snapshots (several tables or stores seen as one).
+            /// The field-by-field sum of two snapshots (several tables or stores seen as one);
+            /// of a maximum, the larger.
             fn add(self, other: TableStats) -> TableStats {
                 TableStats {
                     $hot: self.$hot + other.$hot,
                     $( $name: self.$name + other.$name, )*
+                    $( $max: self.$max.max(other.$max), )*
                     $( $gauge: self.$gauge + other.$gauge, )*
                 }
             }
@@ -139,6 +152,7 @@ macro_rules! counters {
                 TableStats {
                     $hot: self.$hot.sum(),
                     $( $name: c.$name.load(Relaxed), )*
+                    $( $max: c.$max.load(Relaxed), )*
                     in_flight: 0,
                     l1_len,
                     connections_replaced,
@@ -246,7 +260,10 @@ counters! {
     audited_hits,
     /// Audited hits that served another value than Valkey held, written before the hit.
     stale_hits,
-    /// The largest staleness an audit found, ms: how long before the hit Valkey held the newer value.
+    }
+    maxima {
+    /// The largest staleness an audit found, ms: how long before the hit Valkey held the newer
+    /// value (of several snapshots added, the largest).
     audit_max_staleness_ms,
     }
     gauges {
@@ -328,5 +345,21 @@ mod tests {
         assert_eq!(value("l1_hits"), Some(2));
         assert_eq!(value("l1_len"), Some(6));
         assert_eq!([one, one].into_iter().sum::<TableStats>(), two);
+    }
+
+    /// Snapshots added keep the larger of a maximum, not the sum, and export it as a gauge.
+    #[test]
+    fn a_maximum_is_kept_not_summed() {
+        let (a, b) = (Stats::new(), Stats::new());
+        a.counters.audit_max_staleness_ms.store(30, Relaxed);
+        b.counters.audit_max_staleness_ms.store(20, Relaxed);
+        let both = a.snapshot(0, 0) + b.snapshot(0, 0);
+        assert_eq!(both.audit_max_staleness_ms, 30);
+        let figure = both
+            .figures()
+            .into_iter()
+            .find(|f| f.name == "audit_max_staleness_ms")
+            .expect("named");
+        assert_eq!(figure.kind, Kind::Gauge);
     }
 }

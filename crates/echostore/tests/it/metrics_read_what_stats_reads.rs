@@ -44,7 +44,13 @@ fn expected(stats: &TableStats, table: &str) -> Seen {
         .counters()
         .into_iter()
         .map(|(name, value)| {
-            if matches!(name, "in_flight" | "l1_len" | "connections_replaced") {
+            let gauge = [
+                "in_flight",
+                "l1_len",
+                "connections_replaced",
+                "audit_max_staleness_ms",
+            ];
+            if gauge.contains(&name) {
                 let key = series(MetricKind::Gauge, &format!("echostore_{name}"), table);
                 (key, DebugValue::Gauge((value as f64).into()))
             } else {
