@@ -13,8 +13,9 @@
 //! re-reads at once instead of at its next safety poll.
 //!
 //! **When the connection is lost** (killed, Valkey restarted, a failed health PING), invalidations
-//! may have been missed: every table of the store flushes its L1 and detaches its running flights at
-//! once, and again when tracking is re-established. While tracking is down, values enter L1 for at
+//! may have been missed: every table of the store caps its L1 (what it holds lives at most
+//! `unconfirmed_l1_life` from the link's last sign of delivering) and detaches its running
+//! flights at once, and flushes its L1 when tracking is re-established. While tracking is down, values enter L1 for at
 //! most the store's `unconfirmed_l1_life` (default [`DOWN_L1_LIFE`]), and losers fall back to
 //! their safety poll.
 //!
@@ -56,7 +57,7 @@ pub enum Tracking {
 
 impl Tracking {
     /// The longest a silent tracking link (pushes and replies no longer arriving, the
-    /// connection still open) goes unnoticed before the store flushes its L1 and reconnects:
+    /// connection still open) goes unnoticed before the store caps its L1 and reconnects:
     /// one health interval, then one PING's time. Until then, another process's write may not
     /// reach this L1.
     pub const SILENT_LINK_BOUND: std::time::Duration = tracking::SILENT_LINK_BOUND;
@@ -312,7 +313,6 @@ impl Tracker {
         }
     }
 
-    /// Tracking went down or came back: flush every table, wake every loser.
     /// A tracking connection was lost: every table keeps what its L1 holds for at most the
     /// store's `unconfirmed_l1_life`, as it keeps what it loads until tracking is back (which
     /// then flushes). The staleness bound is the same as a flush's and the cost half of it:

@@ -3,12 +3,15 @@
 //! store's tables (or `CLIENT TRACKING ON` under key tracking, [`keys`], reading the keys it is
 //! asked to) and handing the pushes to the [`Tracker`].
 //!
-//! A connection that fails (a read error, a disconnection push, a health `PING` that fails or
-//! goes unanswered, so a silent link is noticed within [`SILENT_LINK_BOUND`]) tells the tracker, which flushes every L1 of the store; it reconnects with backoff, resubscribes, and the
-//! tracker flushes again. A dropped table's prefixes are removed (tracking turned off and on again
-//! with the rest, atomically). On a cluster, a watcher re-reads `CLUSTER SLOTS` every second: when the
-//! set of primaries changes (a failover, a node added or gone), it flushes and starts tracking the
-//! new set.
+//! A connection that fails (a read error, a disconnection push, a health `PING` or any other round
+//! trip of its loop that fails or goes unanswered, so a silent link is noticed within
+//! [`SILENT_LINK_BOUND`]) tells the tracker, which caps every L1 of the store (entries live at
+//! most `unconfirmed_l1_life` from the link's last sign of delivering); it reconnects with
+//! backoff, resubscribes, and the tracker flushes every L1 once it is back. A dropped table's
+//! prefixes are removed (tracking turned off and on again with the rest, atomically). On a
+//! cluster, a watcher re-reads `CLUSTER SLOTS` every second: when the set of primaries changes (a
+//! failover, a node added or gone), it caps and starts tracking the new set. Each primary's
+//! connection caps and flushes on its own: N primaries lost at once are N caps and N flushes.
 
 use std::collections::HashSet;
 use std::sync::Weak;
@@ -29,12 +32,13 @@ const HEALTH_EVERY: Duration = Duration::from_millis(250);
 
 /// How long a health PING may take before the connection counts as lost (at most the store's
 /// `valkey_timeout`). A link that goes silent — a black-holed network, a frozen proxy — is so
-/// noticed within [`SILENT_LINK_BOUND`], and every L1 of the store flushed.
+/// noticed within [`SILENT_LINK_BOUND`], and every L1 of the store capped.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The longest a silent tracking link (pushes and replies no longer arriving, the connection
-/// still open) goes unnoticed before the store flushes its L1 and reconnects: one health
-/// interval, then one PING's time. Until then, another process's write may not reach this L1.
+/// still open) goes unnoticed before the store caps its L1 and reconnects: one health interval,
+/// then one PING's time. Until then, another process's write may not reach this L1. Every round
+/// trip the connection's loop waits on is held to it ([`Life::silent_after`]), not only the PING.
 pub(crate) const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEOUT);
 
 /// How often a cluster's topology is re-read.
@@ -59,7 +63,7 @@ pub(crate) fn start(tracker: Weak<Tracker>, endpoint: Endpoint) {
 }
 
 /// One tracking connection, to the server at `url` (a cluster primary serving `slots`): connect,
-/// subscribe, route pushes; on any loss flush, and reconnect. Ends when the store (and so the
+/// subscribe, route pushes; on any loss cap, and reconnect. Ends when the store (and so the
 /// tracker) is gone.
 async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String, slots: Vec<(u16, u16)>) {
     let Some(mut tables) = tracker.upgrade().map(|t| t.tables()) else {
@@ -83,8 +87,8 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String, slots: Ve
             return;
         };
         this.node_lost(&url);
-        // A connection that was tracking may have missed invalidations: flush. An attempt that
-        // never got that far missed nothing more (L1 was flushed when tracking was lost, and
+        // A connection that was tracking may have missed invalidations: cap. An attempt that
+        // never got that far missed nothing more (L1 was capped when tracking was lost, and
         // keeps entries only briefly meanwhile); the flush when tracking is back follows.
         if established {
             this.cap_all(lost, healthy_at);
@@ -108,6 +112,16 @@ struct Life<'a> {
     established: &'a mut bool,
     /// The last time the connection was known to deliver: a push, or a health PING answered.
     healthy_at: &'a mut std::time::Instant,
+}
+
+impl Life<'_> {
+    /// When a connection that has shown no sign of delivering since [`Self::healthy_at`] counts
+    /// as silent: a round trip the loop waits on must be answered by then. (While the loop waits,
+    /// no push is routed and no PING sent: a round trip bounded by `valkey_timeout` alone would
+    /// leave a silent link unnoticed that long.)
+    fn silent_after(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(*self.healthy_at + SILENT_LINK_BOUND)
+    }
 }
 
 /// One life of a tracking connection; returns why it ended (`None`: the tracker is gone).
@@ -250,7 +264,7 @@ impl Session<'_> {
                     if changed.is_err() || self.tracker.strong_count() == 0 {
                         return None;
                     }
-                    if let Some(why) = self.resubscribe(tables, &life).await? {
+                    if let Some(why) = self.resubscribe(tables, &mut life).await? {
                         return Some(why);
                     }
                 },
@@ -260,7 +274,8 @@ impl Session<'_> {
                     let cmd = redis::cmd("PING");
                     let ping = cmd.query_async::<String>(&mut self.conn);
                     let limit = HEALTH_TIMEOUT.min(self.endpoint.timeout);
-                    if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
+                    let until = life.silent_after().min(tokio::time::Instant::now() + limit);
+                    if !matches!(tokio::time::timeout_at(until, ping).await, Ok(Ok(_))) {
                         return Some("health PING failed");
                     }
                     *life.healthy_at = sent;
@@ -286,7 +301,13 @@ impl Session<'_> {
         *life.healthy_at = std::time::Instant::now();
         let this = self.tracker.upgrade()?;
         if self.by_keys {
-            reread_marks(&mut self.conn, &this, &push).await;
+            let reread = reread_marks(&mut self.conn, &this, &push);
+            if tokio::time::timeout_at(life.silent_after(), reread)
+                .await
+                .is_err()
+            {
+                return Some(Some("silent while re-reading the marks"));
+            }
         }
         route(&this, push);
         Some(None)
@@ -309,7 +330,7 @@ impl Session<'_> {
     async fn resubscribe(
         &mut self,
         tables: &mut watch::Receiver<Vec<String>>,
-        life: &Life<'_>,
+        life: &mut Life<'_>,
     ) -> Option<Option<&'static str>> {
         let wanted = tables.borrow_and_update().clone();
         let (mode, conn) = (
@@ -319,12 +340,19 @@ impl Session<'_> {
             },
             &mut self.conn,
         );
-        if let Err(e) = subscribe(conn, mode, &wanted, &mut self.subscribed).await {
+        let sent = std::time::Instant::now();
+        let subscribed = subscribe(conn, mode, &wanted, &mut self.subscribed);
+        let Ok(subscribed) = tokio::time::timeout_at(life.silent_after(), subscribed).await else {
+            return Some(Some("silent while subscribing"));
+        };
+        if let Err(e) = subscribed {
             if self.tracker.strong_count() == 0 {
                 return None; // the store went away meanwhile, its connection with it
             }
             return Some(Some(subscribe_failed(&e)));
         }
+        // Its replies say every push Valkey sent before them came, as a PING's would.
+        *life.healthy_at = sent;
         self.tracker
             .upgrade()?
             .node_tracks(life.url, &self.subscribed);

@@ -216,11 +216,13 @@ counters! {
     /// Times the supervisor restarted this table's owner after it crashed.
     owner_restarts,
     /// Invalidation pushes from Valkey (another process, a script or an expiry changed a value
-    /// key) that reached this table.
+    /// key) that reached this table, and under key tracking the confirmations that found a value
+    /// key changed before it was tracked (each drops the id, as a push would).
     invalidations,
-    /// Times this table's L1 was flushed because the store's tracking connection was
-    /// re-established (invalidations may have been missed meanwhile), or the database was
-    /// flushed; a flush of an empty table is not counted.
+    /// Times this table's L1 was flushed: because a tracking connection of the store was
+    /// re-established (invalidations may have been missed meanwhile; not counted for a table
+    /// that held nothing), the database was flushed, or a push named a key its key type cannot
+    /// parse back.
     coherence_flushes,
     /// Times a tracking connection of the store was lost and this table's L1 kept its entries
     /// for at most `unconfirmed_l1_life` from then on.

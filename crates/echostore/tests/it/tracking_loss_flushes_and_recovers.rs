@@ -5,9 +5,11 @@
 
 use crate::common;
 
+use std::time::Duration;
+
 use common::{
-    Proxy, Source, coherent_store, long_lived, raw, settled, table_on, until, until_stats, valkey,
-    warm,
+    Proxy, Source, coherent_store, long_lived, patient_store, raw, settled, table_on, until,
+    until_stats, valkey, warm,
 };
 use echostore::Origin;
 
@@ -112,6 +114,33 @@ async fn a_silent_tracking_link_is_noticed_and_caps_l1() {
     until_stats(&reader, "pushes flow again", |s| s.invalidations > before).await;
     assert_eq!(*reader.get(&1).await.expect("re-read"), "after the silence");
     settled(&reader).await;
+}
+
+/// A round trip the tracking connection's loop waits on (here the subscription of a table that
+/// starts while the link is silent) is held to the same bound as the health PING, not to
+/// `valkey_timeout`: the silence is noticed although the store waits an hour for each reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_silent_while_a_table_starts_is_noticed() {
+    let valkey = valkey();
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let store = patient_store(&proxy.url(), Duration::from_secs(3600)).await;
+    until("tracking is up", || store.is_coherent()).await;
+    let reader = long_lived(&store, &source).await;
+    warm(&reader).await;
+
+    proxy.hold_pushes();
+    let started = tokio::spawn({
+        let (store, source) = (store.clone(), source.clone());
+        async move { table_on(&store, "started-late", &source, |t| t).await }
+    });
+    until("the silence is noticed", || !store.is_coherent()).await;
+    until_stats(&reader, "the loss capped L1", |s| s.coherence_caps >= 1).await;
+    proxy.release_pushes();
+    until("tracking is back", || store.is_coherent()).await;
+    let late = started.await.expect("the table started");
+    assert_eq!(*late.get(&1).await.expect("read"), "value-1-2");
+    settled(&late).await;
 }
 
 /// A Valkey restart (empty) is a lost connection too: L1 is capped, then flushed once tracking

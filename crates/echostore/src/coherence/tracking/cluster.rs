@@ -1,4 +1,4 @@
-//! A cluster's tracking: one [`node`](super::node) task per primary, restarted (with a flush)
+//! A cluster's tracking: one [`node`](super::node) task per primary, restarted (with a cap)
 //! when the set of primaries changes, which a watcher re-reads from `CLUSTER SLOTS` every
 //! [`TOPOLOGY_EVERY`](super::TOPOLOGY_EVERY). Under key tracking a slot that moves restarts them
 //! too: the keys its old primary tracked for the store are not tracked by the new one.
