@@ -60,6 +60,7 @@ impl<V> PendingWrite<V> {
                 (None, Err(Error::WriteTooLate))
             }
             Err(e) => {
+                bump(&core.stats.counters.l2_errors);
                 core.unsettled.mark(id.clone(), names, Repair::Write, l2);
                 (None, Err(e))
             }

@@ -168,7 +168,8 @@ counters! {
         l1_hits,
     }
     counters {
-    /// Flights answered by a fresh value found on Valkey.
+    /// Reads answered by a fresh value found on Valkey: a caller's own read, a batch read's ids,
+    /// or a flight's.
     l2_hits,
     /// Ids read from the source of truth: one per loader call, one per id of a batch loader call.
     source_reads,
@@ -203,7 +204,10 @@ counters! {
     lease_lost,
     /// Flights that ended in an error for their waiters.
     errors,
-    /// Valkey operations that failed (refused, timed out, or skipped while the breaker is open).
+    /// Valkey operations of loads and writes that failed (refused, timed out, or skipped while
+    /// the breaker is open): a fill's reads, lock calls and fenced writes, a loser's polls, a
+    /// `put`, `invalidate` or `delete`. A caller's own read of Valkey that fails is a miss that
+    /// goes on to a flight, which counts its own.
     l2_errors,
     /// L2 values that did not decode (treated as misses).
     decode_errors,
@@ -234,9 +238,12 @@ counters! {
     early_refreshes,
     /// Early refreshes whose load failed; the current value stayed until its freshness ended.
     early_refresh_failures,
-    /// Batch reads (`get_many`, `fetch_many`) that had ids to load: one flight group each.
+    /// Batch reads (`get_many`, `fetch_many`) that had two or more ids to load: one flight group
+    /// each (one id left to load goes as a `get` does).
     batches,
-    /// Calls of the batch loader (each also counts its ids in `source_reads`).
+    /// Calls of the batch loader for a batch read (each also counts its ids in `source_reads`).
+    /// A single id's load on a table with only a batch loader (a `get`, or a batch read with one
+    /// id left to load) calls it with that id and counts as a source read, not here.
     batch_loads,
     /// Ids the batch loader was asked for: `batch_loaded_ids / batch_loads` ids per call.
     batch_loaded_ids,

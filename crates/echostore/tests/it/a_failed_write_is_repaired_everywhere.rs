@@ -83,8 +83,13 @@ async fn a_failed_put_is_repaired_on_valkey_and_in_every_l1() {
 
     acl(&mut admin, &["-@scripting"]).await;
     *row.lock().expect("row") = "v2".into(); // the database committed
+    let errors = a.stats().l2_errors;
     let failed = a.put(&1, "v2".into()).await;
     assert!(failed.is_err(), "the put's script was refused: {failed:?}");
+    assert!(
+        a.stats().l2_errors > errors,
+        "the failed put was not counted"
+    );
 
     repaired_everywhere(&b, &mut admin).await;
     assert_eq!(*a.get(&1).await.expect("A reads"), "v2");
@@ -104,8 +109,13 @@ async fn a_failed_invalidate_is_repaired_once_valkey_takes_it() {
 
     acl(&mut admin, &["-del"]).await;
     *row.lock().expect("row") = "v2".into();
+    let errors = a.stats().l2_errors;
     let failed = a.invalidate(&1).await;
     assert!(failed.is_err(), "the DEL was refused: {failed:?}");
+    assert!(
+        a.stats().l2_errors > errors,
+        "the failed invalidate was not counted"
+    );
     assert_eq!(
         *a.get(&1).await.expect("A reads"),
         "v2",
