@@ -31,9 +31,10 @@ pub enum EventKind {
     Loaded,
     /// This process's source read of the id failed (an error, a panic or a timeout).
     LoadFailed,
-    /// This process wrote a value of the id (`put`, or `delete` writing `None`).
+    /// This process wrote a value of the id (`put`, or `delete` writing `None`), and Valkey took it.
     Written,
-    /// This process's L1 copies were made void.
+    /// This process's L1 copies were made void (by a `put`, `invalidate` or `delete` whether or
+    /// not Valkey then took the write: the copy went when the write was taken).
     Invalidated {
         /// By what.
         by: InvalidatedBy,

@@ -363,12 +363,17 @@ impl<K: Key, V: Value> Table<K, V> {
                     reply,
                 }
             })
-            .await?;
-        match by {
-            InvalidatedBy::Put if held => core.events.emit(Some(&id), invalidated(by)),
-            InvalidatedBy::Put => {}
-            _ => core.events.emit(Some(&id), invalidated(by)),
+            .await;
+        // The owner took the write, and with it L1's copy, unless it was stopped: a write that
+        // then failed on Valkey still made the copy void.
+        if !matches!(stamp, Err(Error::Stopped)) {
+            match by {
+                InvalidatedBy::Put if held => core.events.emit(Some(&id), invalidated(by)),
+                InvalidatedBy::Put => {}
+                _ => core.events.emit(Some(&id), invalidated(by)),
+            }
         }
+        let stamp = stamp?;
         core.events.emit_owned(id, EventKind::Written);
         let version = match source_version {
             Some(n) => crate::Version::source(n),
@@ -416,15 +421,19 @@ impl<K: Key, V: Value> Table<K, V> {
                 names: core.write_names(&id).await?,
             }),
         };
-        self.inner
+        let dropped = self
+            .inner
             .owner
             .call(&id.clone(), {
                 let id = id.clone();
                 move |reply| OwnerMsg::Invalidate { id, write, reply }
             })
-            .await?;
-        core.events.emit_owned(id, invalidated(by));
-        Ok(())
+            .await;
+        // As for a put: L1's copy went with a write that failed on Valkey too.
+        if !matches!(dropped, Err(Error::Stopped)) {
+            core.events.emit_owned(id, invalidated(by));
+        }
+        dropped.map(drop)
     }
 
     /// A subscription to what happens to this table's ids in this process, from now on: loads,

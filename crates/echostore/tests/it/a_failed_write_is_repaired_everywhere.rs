@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{coherent_store, raw, read_envelope, settled, until_async, valkey};
-use echostore::{Store, Table};
+use echostore::{EventKind, InvalidatedBy, Store, Table};
 
 /// The source: one row, which the test moves on as a database commit would.
 type Row = Arc<Mutex<String>>;
@@ -56,6 +56,14 @@ async fn two_stores(
     (a, b)
 }
 
+/// The kinds of the events of id 1 received so far.
+fn kinds(events: &mut tokio::sync::broadcast::Receiver<echostore::Event<u64>>) -> Vec<EventKind> {
+    std::iter::from_fn(|| events.try_recv().ok())
+        .filter(|e| e.id == Some(1))
+        .map(|e| e.kind)
+        .collect()
+}
+
 /// The repair reached B (its L1 copy of "v1" is retired and it reads "v2"), and Valkey no longer
 /// holds "v1".
 async fn repaired_everywhere(b: &Table<u64, String>, admin: &mut common::RawConn) {
@@ -84,11 +92,20 @@ async fn a_failed_put_is_repaired_on_valkey_and_in_every_l1() {
     acl(&mut admin, &["-@scripting"]).await;
     *row.lock().expect("row") = "v2".into(); // the database committed
     let errors = a.stats().l2_errors;
+    let mut events = a.events();
     let failed = a.put(&1, "v2".into()).await;
     assert!(failed.is_err(), "the put's script was refused: {failed:?}");
     assert!(
         a.stats().l2_errors > errors,
         "the failed put was not counted"
+    );
+    // A's L1 copy of v1 went when the put was taken, failed or not: a subscriber hears so, and
+    // hears of no write.
+    assert_eq!(
+        kinds(&mut events),
+        [EventKind::Invalidated {
+            by: InvalidatedBy::Put
+        }]
     );
 
     repaired_everywhere(&b, &mut admin).await;
@@ -110,8 +127,16 @@ async fn a_failed_invalidate_is_repaired_once_valkey_takes_it() {
     acl(&mut admin, &["-del"]).await;
     *row.lock().expect("row") = "v2".into();
     let errors = a.stats().l2_errors;
+    let mut events = a.events();
     let failed = a.invalidate(&1).await;
     assert!(failed.is_err(), "the DEL was refused: {failed:?}");
+    assert_eq!(
+        kinds(&mut events),
+        [EventKind::Invalidated {
+            by: InvalidatedBy::Invalidate
+        }],
+        "A's L1 copy went, failed or not"
+    );
     assert!(
         a.stats().l2_errors > errors,
         "the failed invalidate was not counted"
