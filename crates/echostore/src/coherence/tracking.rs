@@ -4,8 +4,8 @@
 //! asked to) and handing the pushes to the [`Tracker`].
 //!
 //! A connection that fails (a read error, a disconnection push, a health `PING` or any other round
-//! trip of its loop that fails or goes unanswered, so a silent link is noticed within
-//! [`SILENT_LINK_BOUND`]) tells the tracker, which caps every L1 of the store (entries live at
+//! trip of its loop that fails or goes unanswered in a PING's time, so a silent link is noticed
+//! within [`SILENT_LINK_BOUND`], or a PING's time after a round trip it went silent during) tells the tracker, which caps every L1 of the store (entries live at
 //! most `unconfirmed_l1_life` from the link's last sign of delivering); it reconnects with
 //! backoff, resubscribes, and the tracker flushes every L1 once it is back. A dropped table's
 //! prefixes are removed (tracking turned off and on again with the rest, atomically). On a
@@ -37,8 +37,10 @@ const HEALTH_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The longest a silent tracking link (pushes and replies no longer arriving, the connection
 /// still open) goes unnoticed before the store caps its L1 and reconnects: one health interval,
-/// then one PING's time. Until then, another process's write may not reach this L1. Every round
-/// trip the connection's loop waits on is held to it ([`Life::silent_after`]), not only the PING.
+/// then one PING's time. Until then, another process's write may not reach this L1. Every other
+/// round trip the connection's loop waits on is held to a PING's time as well
+/// ([`Session::limit`]): a link that goes silent during one is noticed at most a PING's time
+/// after that round trip was sent.
 pub(crate) const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEOUT);
 
 /// How often a cluster's topology is re-read.
@@ -114,16 +116,6 @@ struct Life<'a> {
     healthy_at: &'a mut std::time::Instant,
 }
 
-impl Life<'_> {
-    /// When a connection that has shown no sign of delivering since [`Self::healthy_at`] counts
-    /// as silent: a round trip the loop waits on must be answered by then. (While the loop waits,
-    /// no push is routed and no PING sent: a round trip bounded by `valkey_timeout` alone would
-    /// leave a silent link unnoticed that long.)
-    fn silent_after(&self) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(*self.healthy_at + SILENT_LINK_BOUND)
-    }
-}
-
 /// One life of a tracking connection; returns why it ended (`None`: the tracker is gone).
 async fn track(
     tracker: &Weak<Tracker>,
@@ -153,6 +145,9 @@ async fn track(
     if let Some(why) = session.establish(tables, &life).await? {
         return Some(why);
     }
+    // Set up and answering (and every L1 flushed on the way): a loss from now on caps L1 from
+    // here at the earliest.
+    *life.healthy_at = std::time::Instant::now();
     *life.established = true;
     session.serve(tables, life).await
 }
@@ -271,11 +266,9 @@ impl Session<'_> {
                 _ = health.tick() => {
                     // Its answer says every push Valkey sent before it came: healthy when sent.
                     let sent = std::time::Instant::now();
-                    let cmd = redis::cmd("PING");
+                    let (cmd, limit) = (redis::cmd("PING"), self.limit());
                     let ping = cmd.query_async::<String>(&mut self.conn);
-                    let limit = HEALTH_TIMEOUT.min(self.endpoint.timeout);
-                    let until = life.silent_after().min(tokio::time::Instant::now() + limit);
-                    if !matches!(tokio::time::timeout_at(until, ping).await, Ok(Ok(_))) {
+                    if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
                         return Some("health PING failed");
                     }
                     *life.healthy_at = sent;
@@ -301,16 +294,21 @@ impl Session<'_> {
         *life.healthy_at = std::time::Instant::now();
         let this = self.tracker.upgrade()?;
         if self.by_keys {
+            let limit = self.limit();
             let reread = reread_marks(&mut self.conn, &this, &push);
-            if tokio::time::timeout_at(life.silent_after(), reread)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout(limit, reread).await.is_err() {
                 return Some(Some("silent while re-reading the marks"));
             }
         }
         route(&this, push);
         Some(None)
+    }
+
+    /// How long a round trip the loop waits on may take before the link counts as silent: while
+    /// the loop waits, no push is routed and no PING sent, so `valkey_timeout` alone would leave
+    /// a silent link unnoticed that long.
+    fn limit(&self) -> Duration {
+        HEALTH_TIMEOUT.min(self.endpoint.timeout)
     }
 
     /// Sends a round trip of key tracking's reads. `None`: the tracker is gone.
@@ -340,9 +338,12 @@ impl Session<'_> {
             },
             &mut self.conn,
         );
-        let sent = std::time::Instant::now();
+        let (sent, limit) = (
+            std::time::Instant::now(),
+            HEALTH_TIMEOUT.min(self.endpoint.timeout),
+        );
         let subscribed = subscribe(conn, mode, &wanted, &mut self.subscribed);
-        let Ok(subscribed) = tokio::time::timeout_at(life.silent_after(), subscribed).await else {
+        let Ok(subscribed) = tokio::time::timeout(limit, subscribed).await else {
             return Some(Some("silent while subscribing"));
         };
         if let Err(e) = subscribed {

@@ -45,13 +45,12 @@ where
     V: Value,
     Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
 {
-    // Looked at before it is taken as a hit: a copy passed over is no hit (not counted, not
-    // audited, and no early refresh of it asked).
-    let recent = core
-        .l1
-        .get(id)
-        .is_some_and(|entry| entry.is_fresh() && shows(core, &entry.value, wanted));
-    if recent && let Some(hit) = crate::handle::lookup::hit(core, owner, id) {
+    // Looked at before it is taken as a hit, and that very copy taken: a copy passed over is no
+    // hit (not counted, not audited, and no early refresh of it asked).
+    if let Some(entry) = core.l1.get(id)
+        && shows(core, &entry.value, wanted)
+        && let Some(hit) = crate::handle::lookup::hit_of(core, owner, id, entry)
+    {
         return Ok(hit);
     }
     let bound = wait.unwrap_or_else(|| match losers.as_ref().unwrap_or(&core.config.losers) {

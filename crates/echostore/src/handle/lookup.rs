@@ -143,7 +143,23 @@ where
     V: Value,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    let entry = core.l1.get(id)?;
+    hit_of(core, owner, id, core.l1.get(id)?)
+}
+
+/// [`hit`] with `id`'s L1 entry already read (a read that looks at the copy before it takes it:
+/// `crate::handle::at_least`).
+#[inline]
+pub(crate) fn hit_of<K, V, Q>(
+    core: &TableCore<K, V>,
+    owner: &OwnerRef<K, V>,
+    id: &Q,
+    entry: crate::state::l1::Entry<V>,
+) -> Option<Fetched<V>>
+where
+    K: Key + Borrow<Q>,
+    V: Value,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
     match entry.freshness() {
         Freshness::Fresh => {}
         Freshness::Refresh => ask_refresh(owner, id, &entry.value),

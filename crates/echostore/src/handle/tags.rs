@@ -87,6 +87,10 @@ impl<K: Key, V: Value> Table<K, V> {
     async fn mark(&self, tags: Option<&[String]>) -> Result<()> {
         let (core, owner) = self.parts();
         let marked = core.marks.mark(core.l2.as_ref(), tags).await;
+        if marked.is_err() {
+            // Only Valkey can refuse a mark: a failed write like a put's.
+            crate::state::stats::bump(&core.stats.counters.l2_errors);
+        }
         let scope = match (&marked, tags) {
             (Ok(scope), _) => scope.clone(),
             (Err(_), None) => Scope::All,

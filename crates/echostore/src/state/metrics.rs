@@ -245,6 +245,9 @@ mod on {
             let about = figure.about.trim();
             match figure.kind {
                 Kind::Counter => ::metrics::describe_counter!(name.clone(), Unit::Count, about),
+                Kind::Gauge if figure.name.ends_with("_ms") => {
+                    ::metrics::describe_gauge!(name.clone(), Unit::Milliseconds, about)
+                }
                 Kind::Gauge => ::metrics::describe_gauge!(name.clone(), Unit::Count, about),
             }
         }

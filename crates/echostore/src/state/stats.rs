@@ -206,7 +206,7 @@ counters! {
     errors,
     /// Valkey operations of loads and writes that failed (refused, timed out, or skipped while
     /// the breaker is open): a fill's reads, lock calls and fenced writes, a loser's polls, a
-    /// `put`, `invalidate` or `delete`. A caller's own read of Valkey that fails is a miss that
+    /// `put`, `invalidate`, `delete`, `invalidate_tag` or `clear`. A caller's own read of Valkey that fails is a miss that
     /// goes on to a flight, which counts its own.
     l2_errors,
     /// L2 values that did not decode (treated as misses).

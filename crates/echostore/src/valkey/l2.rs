@@ -182,11 +182,13 @@ impl L2 {
         let conn = fresh.clone().unwrap_or_else(|| self.conn.get());
         match call(conn).await {
             Ok(v) => {
-                breaker.succeeded(permit);
+                // The new connection first: a call let through once the breaker closes must not
+                // meet the old one's failed reconnect.
                 match fresh {
                     Some(fresh) => self.conn.adopt(fresh),
                     None => self.conn.succeeded(),
                 }
+                breaker.succeeded(permit);
                 Ok(v)
             }
             Err(e) => {

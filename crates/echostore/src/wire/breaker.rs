@@ -9,8 +9,10 @@
 //! reset (a killed client, a proxy that restarted) reconnects at once, and should cost a few
 //! milliseconds of in-process loads, not a whole cooldown's. Only the trial's success closes
 //! it: a call that was already in flight when the breaker opened may still succeed, and that says
-//! nothing about whether Valkey is back, so under partial failure the breaker does not flap. A dead Valkey therefore costs at
-//! most one attempt per cooldown, and a returning one is picked up without restarting anything.
+//! nothing about whether Valkey is back, so under partial failure the breaker does not flap. A
+//! dead Valkey therefore costs one trial per cooldown, and a returning one is picked up by the
+//! first trial after it is back (on one server each trial is made on a new connection:
+//! [`crate::wire::healing`]), without restarting anything.
 //!
 //! **A timeout is not a dead connection.** A refused, reset or dropped connection opens the
 //! breaker at once. A call that timed out says only that this call was slow: it opens the breaker

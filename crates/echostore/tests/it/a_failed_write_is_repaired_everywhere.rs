@@ -192,3 +192,29 @@ async fn a_process_that_answered_from_its_loader_never_reads_valkeys_older_copy(
     repaired_everywhere(&b, &mut admin).await;
     settled(&a).await;
 }
+
+/// A clear Valkey refuses (the writer lost the right to run scripts) is a failed write like a
+/// put's: counted in `l2_errors`, and this process's L1 still drops what it covers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_clear_is_counted_and_still_drops_l1() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut admin = raw(&url).await;
+    let row: Row = Arc::new(Mutex::new("v1".into()));
+    let (a, _b) = two_stores(&url, &mut admin, &row).await;
+    assert_eq!(a.peek_local(&1).as_deref().map(String::as_str), Some("v1"));
+
+    acl(&mut admin, &["-@scripting"]).await;
+    let errors = a.stats().l2_errors;
+    let refused = a.clear().await;
+    assert!(
+        refused.is_err(),
+        "the mark's script was refused: {refused:?}"
+    );
+    assert!(
+        a.stats().l2_errors > errors,
+        "the refused clear was not counted"
+    );
+    assert!(a.peek_local(&1).is_none(), "L1 kept what the clear covers");
+    acl(&mut admin, &["+@all"]).await;
+}

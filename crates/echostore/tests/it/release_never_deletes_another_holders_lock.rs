@@ -75,7 +75,7 @@ async fn a_batch_counts_a_lost_lock_once() {
     let loading = source.clone();
     let t = store
         .table::<u64, String>("leased")
-        .lock_ttl(Duration::from_millis(150))
+        .lock_ttl(Duration::from_millis(900))
         .batch_loader(move |ids: Vec<u64>| {
             let source = loading.clone();
             async move {
