@@ -211,6 +211,26 @@ impl<K: Eq + Hash, V> Boards<K, V> {
         self.0.iter().map(|board| board.flights()).sum()
     }
 
+    /// The id whose L1 entry made from `fingerprint`'s bytes waits for key tracking's confirmation
+    /// and renders as `rendered`: how a confirmation finds an id its key type cannot parse back
+    /// (`Key::from_rendered`). Few ids wait at once (each for one round trip), so each board is
+    /// searched in turn.
+    pub(crate) fn awaiting(
+        &self,
+        rendered: &[u8],
+        fingerprint: crate::valkey::envelope::Fingerprint,
+    ) -> Option<K>
+    where
+        K: crate::wire::key::Key,
+    {
+        self.0.iter().find_map(|board| {
+            board.ids().iter().find_map(|(id, state)| {
+                let waits = matches!(&state.unconfirmed, Some((fp, _)) if *fp == fingerprint);
+                (waits && *id.render() == *rendered).then(|| id.clone())
+            })
+        })
+    }
+
     /// Under every board's lock, taken in shard order, forgets every L1 entry waiting for key
     /// tracking's confirmation, then runs `then`: no read settles, no flight lands on its own task
     /// and no confirmation lands anywhere in the table meanwhile.

@@ -447,14 +447,7 @@ impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
         let Some(registry) = self.tracker.as_ref().and_then(|t| t.keys()) else {
             return Keeping::Now(entry);
         };
-        // An id its key type cannot parse back (to itself) could not be found by the
-        // confirmation, which names only the key: L1 keeps it as it keeps anything no push
-        // would report.
-        let (Some(fingerprint), Ok(names), true) = (
-            fingerprint,
-            self.names(id),
-            K::from_rendered(&id.render()).as_ref() == Some(id),
-        ) else {
+        let (Some(fingerprint), Ok(names)) = (fingerprint, self.names(id)) else {
             return Keeping::Now(entry.capped(self.unconfirmed_l1_life));
         };
         if registry.holds(&names.value, fingerprint) {

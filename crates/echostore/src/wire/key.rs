@@ -32,9 +32,8 @@ pub trait Key: Clone + Eq + Hash + Debug + Send + Sync + 'static {
 
     /// The id back from its rendered bytes, when it can be told: coherence uses it to drop just
     /// that id from L1 when another process changes it. The default, `None`, makes such a change
-    /// flush the table's whole L1 instead (correct, only coarser); and under
-    /// `Tracking::Keys`, whose confirmation of a key names only its bytes, L1 keeps such an id's
-    /// values for `unconfirmed_l1_life` rather than their whole life.
+    /// flush the table's whole L1 instead (correct, only coarser); under `Tracking::Keys` a
+    /// confirmation of such an id's key is matched with the ids waiting for one, by their bytes.
     fn from_rendered(bytes: &[u8]) -> Option<Self>
     where
         Self: Sized,

@@ -387,3 +387,30 @@ async fn marks_stay_bounded_and_expire() {
         "the copy of id 0, written before t0's mark, was served"
     );
 }
+
+/// A store that hears no pushes (coherence off) reads the marks every `unconfirmed_l1_life`, and
+/// every few milliseconds when that life is zero: a clear set by another store reaches its L1
+/// although no push does. (A zero life made the poll's timer panic, and the poll end, silently.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_hears_no_push_reads_the_marks_even_with_no_unconfirmed_life() {
+    let valkey = valkey();
+    let deaf = common::builder_on(&valkey.url())
+        .require_valkey(true)
+        .coherence(false)
+        .unconfirmed_l1_life(Duration::ZERO)
+        .build()
+        .await
+        .expect("a store with coherence off");
+    let source = Source::open();
+    let reader = tagged(&deaf, &source).await;
+    assert_eq!(reader.fetch(&1).await.expect("load").origin, Origin::Loaded);
+    assert_eq!(reader.fetch(&1).await.expect("hit").origin, Origin::L1);
+
+    let clearing = tagged(&store_on(&valkey.url()).await, &source).await;
+    clearing.clear().await.expect("clear");
+    until_stats(&reader, "the clear reached the deaf store", |s| {
+        s.marks_taken >= 1
+    })
+    .await;
+    assert_ne!(reader.fetch(&1).await.expect("read").origin, Origin::L1);
+}

@@ -177,10 +177,11 @@ async fn take_marks<K: Key, V: Value>(
     }
 }
 
-/// Has the owner of `owner` read the table's marks every `unconfirmed_l1_life` while no push
-/// would tell it of a new one (coherence off, or tracking down), so that a mark set elsewhere is
-/// heard of within that time there too, and in full while a full read is owed. Ends with the
-/// table.
+/// Has the owner of `owner` read the table's marks every `unconfirmed_l1_life` (at least every
+/// [`MARKS_RETRY_FIRST`]: a zero life keeps nothing unconfirmed, but a mark still has to be
+/// heard of) while no push would tell it of a new one (coherence off, or tracking down), so that
+/// a mark set elsewhere is heard of within that time there too, and in full while a full read is
+/// owed. Ends with the table.
 pub(crate) fn poll_marks<K: Key, V: Value>(
     core: &Arc<TableCore<K, V>>,
     owner: Weak<OwnerRef<K, V>>,
@@ -188,7 +189,8 @@ pub(crate) fn poll_marks<K: Key, V: Value>(
     if core.l2.is_none() {
         return;
     }
-    let (tracker, every) = (core.tracker.clone(), core.unconfirmed_l1_life);
+    let every = core.unconfirmed_l1_life.max(MARKS_RETRY_FIRST);
+    let tracker = core.tracker.clone();
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

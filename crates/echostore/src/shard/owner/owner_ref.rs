@@ -282,8 +282,9 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     }
 
     fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found) {
-        // An id this key type cannot parse back was never kept capped-and-waiting: nothing to do.
-        if let Some(id) = K::from_rendered(id) {
+        // An id this key type cannot parse back is found among those waiting.
+        let id = K::from_rendered(id).or_else(|| self.core.boards.awaiting(id, fingerprint));
+        if let Some(id) = id {
             let _ = self.of(&id).cast(OwnerMsg::Confirmed {
                 id,
                 fingerprint,
