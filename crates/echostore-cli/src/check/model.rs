@@ -406,39 +406,65 @@ impl Run<'_> {
                     .collect();
                 // Until a load of the group's newest version: another schema's fill drops this
                 // schema's older copy, and a read that must see at least that version drops an
-                // older copy and loads it; the schema may then move up to it.
-                let moved = loads
+                // older copy and loads it; the schema may then move up to it. Which load did is
+                // not in the history (one whose lock a write of the group dropped writes, and
+                // drops, nothing): any of them may be the move.
+                let moves: Vec<u64> = loads
                     .iter()
                     .filter(|l| l.version == g.top)
                     .filter(|l| l.start >= g.start && l.end < to)
                     .map(|l| l.end)
-                    .min();
-                self.agree_around(&quiet, reads, g.end, moved);
+                    .collect();
+                self.agree_around(&quiet, reads, g.end, &moves);
             }
         }
     }
 
     /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree:
-    /// those that ended before a load of the group's newest version ended at `moved`, and those
-    /// from `B` after it. A read under way when that load ended may have taken either version
-    /// (it may be the read that made the load, or one that joined it).
-    fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], end: u64, moved: Option<u64>) {
-        let Some(moved) = moved else {
+    /// those that ended before a load of the group's newest version ended (one of `moves`, the
+    /// one around which the fewest disagree), and those from `B` after it. A read under way when
+    /// that load ended may have taken either version (it may be the read that made the load, or
+    /// one that joined it).
+    fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], end: u64, moves: &[u64]) {
+        let split = |moved: u64| {
+            let settled_by = moved.saturating_add(self.bounds.staleness);
+            let before: Vec<usize> = quiet
+                .iter()
+                .copied()
+                .filter(|&r| reads[r].end < moved)
+                .collect();
+            let after: Vec<usize> = quiet
+                .iter()
+                .copied()
+                .filter(|&r| reads[r].start > settled_by)
+                .collect();
+            (before, after)
+        };
+        let best = moves.iter().copied().min_by_key(|&moved| {
+            let (before, after) = split(moved);
+            self.disagreeing(&before, reads, end) + self.disagreeing(&after, reads, end)
+        });
+        let Some(moved) = best else {
             return self.agree(quiet, reads, end);
         };
-        let settled_by = moved.saturating_add(self.bounds.staleness);
-        let before: Vec<usize> = quiet
-            .iter()
-            .copied()
-            .filter(|&r| reads[r].end < moved)
-            .collect();
-        let after: Vec<usize> = quiet
-            .iter()
-            .copied()
-            .filter(|&r| reads[r].start > settled_by)
-            .collect();
+        let (before, after) = split(moved);
         self.agree(&before, reads, end);
         self.agree(&after, reads, end);
+    }
+
+    /// How many of `quiet` (of `reads`) [`agree`](Self::agree) would find differing, excused
+    /// or not.
+    fn disagreeing(&self, quiet: &[usize], reads: &[&Op], end: u64) -> usize {
+        let judged = quiet
+            .iter()
+            .map(|&r| reads[r])
+            .filter(|r| !self.excused(end, r.start));
+        settled_version(judged).map_or(0, |settled| {
+            quiet
+                .iter()
+                .filter(|&&r| reads[r].version != settled)
+                .count()
+        })
     }
 
     /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree.
