@@ -180,26 +180,7 @@ async fn over_budget_a_reloads_copy_is_served_at_once() {
         .build()
         .await
         .expect("store");
-    let table = store
-        .table::<u64, u64>("reloaded")
-        .ttl(Duration::from_millis(100))
-        .stale_for(Duration::from_secs(60))
-        .source_budget(1)
-        .loader(|_id: u64| async { Ok::<_, std::io::Error>(1) })
-        .reloader(|_id: u64, _old: Arc<u64>| async {
-            Ok::<_, std::io::Error>(echostore::Reload::Unchanged)
-        })
-        .build()
-        .await
-        .expect("table");
-    assert_eq!(*table.get(&1).await.expect("first load"), 1);
-    common::until("the copy is past its freshness", || {
-        table.peek_local(&1).is_none()
-    })
-    .await;
-    plant_dead_lease(&valkey.url(), "reloaded").await;
-    let served = table.fetch(&1).await.expect("the stale copy");
-    assert_eq!((*served.value, served.origin), (1, Origin::Stale));
+    let (table, ..) = stale_over_budget(&valkey.url(), &store, "reloaded", |t| t).await;
     common::until_stats(
         &table,
         "the reload that waited for the lease renewed the copy",
@@ -218,34 +199,14 @@ async fn over_budget_a_refused_reload_counts_no_read() {
         .build()
         .await
         .expect("store");
-    let asked = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&asked);
-    let table = store
-        .table::<u64, u64>("refused-reload")
-        .ttl(Duration::from_millis(100))
-        .stale_for(Duration::from_secs(60))
-        .source_budget(1)
-        .losers(LoserPolicy::Poll {
-            every: Duration::from_millis(10),
-            up_to: Duration::from_millis(20),
+    let (table, asked, mut events) =
+        stale_over_budget(&valkey.url(), &store, "refused-reload", |t| {
+            t.losers(LoserPolicy::Poll {
+                every: Duration::from_millis(10),
+                up_to: Duration::from_millis(20),
+            })
         })
-        .loader(|_id: u64| async { Ok::<_, std::io::Error>(1) })
-        .reloader(move |_id: u64, _old: Arc<u64>| {
-            counted.fetch_add(1, SeqCst);
-            async { Ok::<_, std::io::Error>(echostore::Reload::Unchanged) }
-        })
-        .build()
-        .await
-        .expect("table");
-    assert_eq!(*table.get(&1).await.expect("first load"), 1);
-    common::until("the copy is past its freshness", || {
-        table.peek_local(&1).is_none()
-    })
-    .await;
-    plant_dead_lease(&valkey.url(), "refused-reload").await;
-    let mut events = table.events();
-    let served = table.fetch(&1).await.expect("the stale copy");
-    assert_eq!((*served.value, served.origin), (1, Origin::Stale));
+        .await;
     common::settled(&table).await;
     assert_eq!(asked.load(SeqCst), 0, "the reloader was not called");
     let s = table.stats();
@@ -253,6 +214,45 @@ async fn over_budget_a_refused_reload_counts_no_read() {
     while let Ok(event) = events.try_recv() {
         assert_ne!(event.kind, echostore::EventKind::LoadFailed, "{event:?}");
     }
+}
+
+/// A table `name` of budget one on `store` (at `url`) whose reloader answers "unchanged" (its
+/// calls counted in the returned cell), then `tune`: id 1 loaded, past its freshness, the
+/// budget spent by a crashed process's lease, and a read of it served the stale copy at once;
+/// with the table's events from just before that read.
+async fn stale_over_budget(
+    url: &str,
+    store: &Store,
+    name: &str,
+    tune: impl FnOnce(TableBuilder<u64, u64>) -> TableBuilder<u64, u64>,
+) -> (
+    Table<u64, u64>,
+    Arc<AtomicU64>,
+    tokio::sync::broadcast::Receiver<echostore::Event<u64>>,
+) {
+    let asked = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&asked);
+    let builder = store
+        .table::<u64, u64>(name)
+        .ttl(Duration::from_millis(100))
+        .stale_for(Duration::from_secs(60))
+        .source_budget(1)
+        .loader(|_id: u64| async { Ok::<_, std::io::Error>(1) })
+        .reloader(move |_id: u64, _old: Arc<u64>| {
+            counted.fetch_add(1, SeqCst);
+            async { Ok::<_, std::io::Error>(echostore::Reload::Unchanged) }
+        });
+    let table = tune(builder).build().await.expect("table");
+    assert_eq!(*table.get(&1).await.expect("first load"), 1);
+    common::until("the copy is past its freshness", || {
+        table.peek_local(&1).is_none()
+    })
+    .await;
+    plant_dead_lease(url, name).await;
+    let events = table.events();
+    let served = table.fetch(&1).await.expect("the stale copy");
+    assert_eq!((*served.value, served.origin), (1, Origin::Stale));
+    (table, asked, events)
 }
 
 #[tokio::test]
