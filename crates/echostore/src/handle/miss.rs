@@ -38,7 +38,6 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -261,18 +260,15 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         if bytes.len() > core.config.max_value_bytes {
             return Err(Unsettled::NotFresh);
         }
-        // A user `Deserialize` may panic on bytes planted on Valkey: the owner's flight meets
-        // them again inside its own guard, and answers the error.
-        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            envelope::decode::<V>(
-                &bytes,
-                core.config.max_value_bytes,
-                core.config.coding.custom(),
-            )
-        }));
+        // Undecodable bytes (a user `Deserialize` panicking on them among the causes): the
+        // owner's flight meets them again, counts them and loads over them.
+        let decoded = envelope::decode::<V>(
+            &bytes,
+            core.config.max_value_bytes,
+            core.config.coding.custom(),
+        );
         let env = decoded
             .ok()
-            .and_then(Result::ok)
             .filter(|env| core.is_current(env))
             .ok_or(Unsettled::NotFresh)?;
         let longest = core.config.longest_life(&env.value);

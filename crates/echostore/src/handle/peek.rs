@@ -9,7 +9,6 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -125,15 +124,10 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
     if bytes.len() > max {
         return Ok(None);
     }
-    // A user `Deserialize` may panic on bytes planted on Valkey: a peek answers nothing then.
-    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        envelope::decode::<V>(&bytes, max, core.config.coding.custom())
-    }));
-    let Some(env) = decoded
-        .ok()
-        .and_then(std::result::Result::ok)
-        .filter(|env| core.is_current(env))
-    else {
+    // Undecodable bytes (a user `Deserialize` panicking on them among the causes): a peek
+    // answers nothing then.
+    let decoded = envelope::decode::<V>(&bytes, max, core.config.coding.custom());
+    let Some(env) = decoded.ok().filter(|env| core.is_current(env)) else {
         return Ok(None);
     };
     let longest = core.config.longest_life(&env.value);

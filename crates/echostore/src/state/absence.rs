@@ -9,14 +9,21 @@ use crate::wire::key::Value;
 
 /// The value type's own "not found" (`None` for an `Option`), if it has one.
 pub(crate) fn absent<V: Value>() -> Option<V> {
-    V::deserialize(OnlyNone).ok()
+    // The type's `Deserialize` is the user's code: one that panics has no "not found".
+    std::panic::catch_unwind(|| V::deserialize(OnlyNone).ok())
+        .ok()
+        .flatten()
 }
 
 /// Whether `value`, of a type that has a "not found" ([`absent`] is `Some`), is it: postcard
 /// writes an `Option`'s `None` as the one byte 0, and any `Some` as more.
 pub(crate) fn is_none<V: serde::Serialize>(value: &V) -> bool {
-    let mut one = [0u8; 1];
-    matches!(postcard::to_slice(value, &mut one), Ok(bytes) if bytes == [0])
+    // The value's `Serialize` is the user's code: a panic in it is no `None`.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut one = [0u8; 1];
+        matches!(postcard::to_slice(value, &mut one), Ok(bytes) if bytes == [0])
+    }))
+    .unwrap_or(false)
 }
 
 /// A deserializer that answers `deserialize_option` with `None` and refuses everything else.

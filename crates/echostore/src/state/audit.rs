@@ -93,19 +93,25 @@ pub(crate) async fn check<K: Key, V: Value>(
     let Ok(Some(bytes)) = at.l2.get(names, max).await else {
         return;
     };
-    let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        envelope::decode::<V>(&bytes, max, at.custom)
-    }));
-    let Some(env) = decoded.ok().and_then(Result::ok) else {
+    let Ok(env) = envelope::decode::<V>(&bytes, max, at.custom) else {
         return;
     };
     if !env.is_fresh(sampled.served_ms) || env.written_at_ms > sampled.served_ms {
         return; // no fresh copy then, or written after the hit: nothing to hold the hit to
     }
+    // Compared by their bytes (a value type need not be `PartialEq`), so a value whose bytes
+    // are not canonical (a `HashMap`'s order) may be counted stale; a `Serialize` that fails or
+    // panics leaves the hit unaudited.
+    let bytes = |value: &V| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| postcard::to_allocvec(value).ok()))
+            .ok()
+            .flatten()
+    };
+    let (Some(held), Some(served)) = (bytes(&env.value), bytes(&sampled.value)) else {
+        return;
+    };
     bump(&at.counters.audited_hits);
-    let same =
-        postcard::to_allocvec(&env.value).ok() == postcard::to_allocvec(&*sampled.value).ok();
-    if !same {
+    if held != served {
         bump(&at.counters.stale_hits);
         let staleness = sampled.served_ms - env.written_at_ms;
         at.counters

@@ -96,14 +96,10 @@ impl Coding {
     /// `value`'s payload and the format bits that say how it was made. Compressed only above
     /// `compress_above`, and only when that makes it smaller.
     pub(crate) fn encode<V: Serialize>(&self, value: &V) -> Result<(Vec<u8>, u8)> {
-        let (payload, mut bits) = match &self.codec {
-            Codec::Postcard => (postcard::to_allocvec(value).map_err(codec_error)?, 0),
-            Codec::Json => (serde_json::to_vec(value).map_err(codec_error)?, JSON),
-            Codec::Custom(custom) => {
-                let tree = serde_json::to_value(value).map_err(codec_error)?;
-                (custom_encode(custom, &tree)?, CUSTOM)
-            }
-        };
+        // The value's `Serialize` is the user's code: a panic in it is an error of this write.
+        let (payload, mut bits) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.payload(value)))
+                .unwrap_or_else(|_| Err(Error::Codec("the value's Serialize panicked".into())))?;
         let Some(above) = self.compress_above else {
             return Ok((payload, bits));
         };
@@ -116,6 +112,18 @@ impl Coding {
         }
         bits |= LZ4;
         Ok((compressed, bits))
+    }
+
+    /// `value` in the table's codec, uncompressed, with the bits that name the codec.
+    fn payload<V: Serialize>(&self, value: &V) -> Result<(Vec<u8>, u8)> {
+        Ok(match &self.codec {
+            Codec::Postcard => (postcard::to_allocvec(value).map_err(codec_error)?, 0),
+            Codec::Json => (serde_json::to_vec(value).map_err(codec_error)?, JSON),
+            Codec::Custom(custom) => {
+                let tree = serde_json::to_value(value).map_err(codec_error)?;
+                (custom_encode(custom, &tree)?, CUSTOM)
+            }
+        })
     }
 }
 
@@ -153,6 +161,8 @@ pub(crate) enum DecodeError {
     Compressed(String),
     #[error("custom payload: {0}")]
     Custom(String),
+    #[error("the value's Deserialize panicked")]
+    Panicked,
 }
 
 fn codec_error(e: impl std::fmt::Display) -> Error {
@@ -162,6 +172,20 @@ fn codec_error(e: impl std::fmt::Display) -> Error {
 /// Decodes a payload coded as `bits` say, decompressing at most `max_bytes`; a custom payload
 /// with the table's `custom` codec.
 pub(crate) fn decode<V: DeserializeOwned>(
+    bits: u8,
+    payload: &[u8],
+    max_bytes: usize,
+    custom: Option<&CustomCodec>,
+) -> Result<V, DecodeError> {
+    // The value's `Deserialize` is the user's code, and the bytes may be anyone's: a panic is
+    // bytes this table cannot read, as any other undecodable payload.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decode_unguarded(bits, payload, max_bytes, custom)
+    }))
+    .unwrap_or(Err(DecodeError::Panicked))
+}
+
+fn decode_unguarded<V: DeserializeOwned>(
     bits: u8,
     payload: &[u8],
     max_bytes: usize,

@@ -7,7 +7,9 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{envelope, envelope_header, raw, read_envelope, settled, store_on, unix_ms, valkey};
+use common::{
+    envelope, envelope_header, exists, raw, read_envelope, settled, store_on, unix_ms, valkey,
+};
 use echostore::{Origin, Table};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
@@ -132,20 +134,14 @@ impl<'de> Deserialize<'de> for Grumpy {
     }
 }
 
-/// Bytes that make the value type's `Deserialize` panic, planted on Valkey: the get that reads
-/// them answers an error (the caller's task does not panic), every other caller is answered
-/// too, and the table goes on serving.
+/// Bytes that make the value type's `Deserialize` panic, planted on Valkey, are bytes the table
+/// cannot read, as any other: a counted miss, loaded over. Every caller gets the loaded value
+/// (no caller's task panics), the lock is released, and the loaded value replaces the bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deserialize_that_panics_is_an_error_not_a_panic() {
+async fn a_deserialize_that_panics_is_a_counted_miss_loaded_over() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let table = store_on(&valkey.url())
-        .await
-        .table::<u64, Grumpy>("grumpy")
-        .loader(|id: u64| async move { Ok::<_, std::io::Error>(Grumpy(id)) })
-        .build()
-        .await
-        .expect("table");
+    let table = grumpy_table(&valkey.url(), "grumpy").await;
     let planted = envelope(unix_ms() + 3_600_000, unix_ms(), &13u64);
     let _: () = conn.set("grumpy:{1}", planted).await.expect("plant");
 
@@ -157,13 +153,60 @@ async fn a_deserialize_that_panics_is_an_error_not_a_panic() {
         .collect();
     for get in gets {
         let answer = get.await.expect("the caller's task did not panic");
-        assert!(
-            matches!(answer, Err(echostore::Error::LoaderPanicked(_))),
-            "the flight caught the panic: {answer:?}"
-        );
+        assert_eq!(*answer.expect("the loaded value"), Grumpy(1));
     }
-    assert_eq!(*table.get(&2).await.expect("the table serves"), Grumpy(2));
     settled(&table).await;
+    let s = table.stats();
+    assert_eq!(s.source_reads, 1, "one load for every caller");
+    assert!(s.decode_errors >= 1, "counted: {s:?}");
+    assert!(
+        !exists(&mut conn, "lock:grumpy:{1}").await,
+        "the lock was released"
+    );
+    let stored = read_envelope::<u64>(&mut conn, "grumpy:{1}").await;
+    assert_eq!(
+        stored.map(|s| s.value),
+        Some(1),
+        "the load replaced the bytes"
+    );
+}
+
+/// The same bytes met by a batch read: only that id is loaded over, the batch's other ids are
+/// answered, and no id's lock is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_loads_over_a_copy_whose_deserialize_panics() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let table = grumpy_table(&valkey.url(), "grumpy_b").await;
+    let planted = envelope(unix_ms() + 3_600_000, unix_ms(), &13u64);
+    let _: () = conn.set("grumpy_b:{1}", planted).await.expect("plant");
+
+    for (id, answer) in table.fetch_many([1u64, 2, 3]).await {
+        let fetched = answer.unwrap_or_else(|e| panic!("id {id}: {e}"));
+        assert_eq!((*fetched.value).clone(), Grumpy(id));
+    }
+    settled(&table).await;
+    for id in [1, 2, 3] {
+        let lock = format!("lock:grumpy_b:{{{id}}}");
+        assert!(!exists(&mut conn, &lock).await, "{lock} was released");
+    }
+    assert!(table.stats().decode_errors >= 1);
+    let stored = read_envelope::<u64>(&mut conn, "grumpy_b:{1}").await;
+    assert_eq!(
+        stored.map(|s| s.value),
+        Some(1),
+        "the load replaced the bytes"
+    );
+}
+
+async fn grumpy_table(url: &str, name: &str) -> Table<u64, Grumpy> {
+    store_on(url)
+        .await
+        .table::<u64, Grumpy>(name)
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(Grumpy(id)) })
+        .build()
+        .await
+        .expect("table")
 }
 
 /// A planted envelope whose `fresh_until` is ten years away, written (by Valkey's stamp) ten

@@ -199,3 +199,57 @@ async fn a_version_by_that_panics_leaves_the_write_unversioned() {
     assert_eq!(*t.get(&1).await.expect("served"), "v6");
     assert_eq!(t.stats().errors, 0);
 }
+
+/// A value type whose `Serialize` panics on one value (13): a user bug that a load or a put can
+/// reach.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+struct Prickly(u64);
+
+impl serde::Serialize for Prickly {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        assert_ne!(self.0, 13, "Prickly cannot stand 13");
+        self.0.serialize(s)
+    }
+}
+
+/// A `Serialize` that panics on a value: a write of it, a `put`'s or a load's, fails with
+/// `Error::Codec`, as tags that panic do (no caller's task panics): nothing is written, the lock
+/// is released, and the other values are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serialize_that_panics_refuses_that_write_alone() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let t = common::store_on(&valkey.url())
+        .await
+        .table::<u64, Prickly>("prickly")
+        .ttl(TTL)
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(Prickly(id)) })
+        .build()
+        .await
+        .expect("table");
+
+    let refused = t
+        .put(&1, Prickly(13))
+        .await
+        .expect_err("a put it cannot encode");
+    assert!(
+        matches!(&refused, Error::Codec(m) if m.contains("Serialize panicked")),
+        "{refused}"
+    );
+    let refused = t.get(&13).await.expect_err("a load it cannot encode");
+    assert!(
+        matches!(&refused, Error::Codec(m) if m.contains("Serialize panicked")),
+        "{refused}"
+    );
+    common::settled(&t).await;
+    assert!(
+        !exists(&mut conn, "prickly:{13}").await,
+        "nothing on Valkey"
+    );
+    assert!(
+        !exists(&mut conn, "lock:prickly:{13}").await,
+        "the lock was released"
+    );
+    assert_eq!(*t.get(&2).await.expect("served"), Prickly(2));
+    assert_eq!(t.stats().owner_restarts, 0);
+}
