@@ -238,20 +238,31 @@ fn answer<T>(outcome: std::result::Result<CallResult<Result<T>>, impl Sized>) ->
     }
 }
 
+/// `route` with a panic in it taken as `None`: it runs the key type's own code (`from_rendered`,
+/// `Hash`, `render`) on bytes anyone may have written under the table's prefix, on the tracking
+/// task, which must outlive them to keep every table coherent.
+fn routed<T>(route: impl FnOnce() -> Option<T>) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(route))
+        .ok()
+        .flatten()
+}
+
 impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     fn owns(&self, schema: &[u8]) -> bool {
         self.core.schemas.is_own(schema)
     }
 
     fn invalidated(&self, id: &[u8]) {
-        match K::from_rendered(id) {
-            Some(id) => {
-                let _ = self
-                    .of(&id)
-                    .cast(OwnerMsg::Invalidated { id, checked: false });
-            }
-            // An id this key type cannot parse back: every shard drops all of L1.
-            None => self.flush(false),
+        let routed = routed(|| {
+            let id = K::from_rendered(id)?;
+            let _ = self
+                .of(&id)
+                .cast(OwnerMsg::Invalidated { id, checked: false });
+            Some(())
+        });
+        // An id this key type cannot parse back: every shard drops all of L1.
+        if routed.is_none() {
+            self.flush(false);
         }
     }
 
@@ -282,21 +293,28 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     }
 
     fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found) {
-        // An id this key type cannot parse back is found among those waiting.
-        let id = K::from_rendered(id).or_else(|| self.core.boards.awaiting(id, fingerprint));
-        if let Some(id) = id {
+        // An id this key type cannot parse back is found among those waiting. One not found
+        // leaves its value unconfirmed: not fresh, never wrong.
+        routed(|| {
+            let id = routed(|| K::from_rendered(id))
+                .or_else(|| self.core.boards.awaiting(id, fingerprint))?;
             let _ = self.of(&id).cast(OwnerMsg::Confirmed {
                 id,
                 fingerprint,
                 found,
             });
-        }
+            Some(())
+        });
     }
 
     fn pushed(&self, id: &[u8]) {
-        match K::from_rendered(id) {
-            Some(id) => self.core.board(&id).wake_losers(&id),
-            None => self.wake_losers(),
+        let routed = routed(|| {
+            let id = K::from_rendered(id)?;
+            self.core.board(&id).wake_losers(&id);
+            Some(())
+        });
+        if routed.is_none() {
+            self.wake_losers();
         }
     }
 

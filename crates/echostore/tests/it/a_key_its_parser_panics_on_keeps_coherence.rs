@@ -1,0 +1,82 @@
+//! Anyone can write under a table's prefix: a pushed key whose id makes the key type's own
+//! `from_rendered` panic is a key that cannot be parsed back (the table's L1 is dropped), and
+//! the tracking connection goes on carrying every later change. (Under key tracking no such key
+//! is pushed: the tracking connection reads only the keys of ids it holds.)
+
+use crate::common;
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use common::{raw, until, until_async, valkey};
+use echostore::{Key, Origin, Store, Table, Tracking};
+use redis::AsyncCommands;
+
+/// A key type that parses its rendered bytes back, and panics on any that are not a number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Strict(u64);
+
+impl Key for Strict {
+    fn render(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.0.to_string().into_bytes())
+    }
+
+    fn from_rendered(bytes: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(bytes).expect("Strict ids are UTF-8");
+        Some(Strict(text.parse().expect("Strict ids are numbers")))
+    }
+}
+
+async fn strict_table(url: &str) -> (Store, Table<Strict, String>) {
+    let store = Store::builder()
+        .valkey(url)
+        .require_valkey(true)
+        .tracking(Tracking::Broadcast)
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    let table = store
+        .table::<Strict, String>("strict")
+        .ttl(Duration::from_secs(600))
+        .loader(|id: Strict| async move { Ok::<_, std::io::Error>(format!("loaded {}", id.0)) })
+        .build()
+        .await
+        .expect("table");
+    (store, table)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_its_parser_panics_on_leaves_the_store_coherent() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let (here_store, here) = strict_table(&url).await;
+    let (_there_store, there) = strict_table(&url).await;
+    assert_eq!(*here.get(&Strict(1)).await.expect("loaded"), "loaded 1");
+
+    let mut conn = raw(&url).await;
+    let _: () = conn
+        .set("strict:{oops}", "x")
+        .await
+        .expect("a foreign write");
+    there
+        .put(&Strict(1), "v2".to_owned())
+        .await
+        .expect("a put elsewhere");
+
+    until_async("the put reached this store's L1", async || {
+        let read = here.fetch(&Strict(1)).await.expect("read");
+        *read.value == "v2" && read.origin != Origin::Loaded
+    })
+    .await;
+    assert!(here_store.is_coherent());
+    // And the next change too: the tracking connection still carries them.
+    there
+        .put(&Strict(1), "v3".to_owned())
+        .await
+        .expect("a second put elsewhere");
+    until_async("the second put reached this store's L1", async || {
+        *here.get(&Strict(1)).await.expect("read") == "v3"
+    })
+    .await;
+}
