@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fetched::Fetched;
 use crate::shard::owner::OwnerMsg;
 use crate::shard::owner::owner_ref::OwnerRef;
-use crate::state::core::TableCore;
+use crate::state::core::{TableCore, Versioned};
 use crate::state::l1::L1Cache;
 use crate::state::loser_policy::LoserPolicy;
 use crate::version::Version;
@@ -100,19 +100,24 @@ async fn drop_older_copy<K: Key, V>(core: &TableCore<K, V>, id: &K) {
 }
 
 /// `value` is known to be at least `wanted`: with `.version_by` and a source token, its own
-/// version says so (a `None` is a deletion, at least every version).
+/// version says so (a `None` is a deletion, at least every version). A version that cannot be
+/// told (`.version_by` panicked) shows nothing.
 fn shows<K, V: Value>(core: &TableCore<K, V>, value: &V, wanted: Version) -> bool {
-    match (wanted.as_source(), &core.config.version_by) {
-        (Some(n), Some(_)) => core.config.version_of(value).is_none_or(|have| have >= n),
-        _ => false,
+    let Some(n) = wanted.as_source() else {
+        return false;
+    };
+    match core.config.versioned(value) {
+        Versioned::At(have) => have >= n,
+        Versioned::Absent => true,
+        Versioned::Unknown => false,
     }
 }
 
 /// What a miss that followed the owner's drop answered is at least `wanted`: read afresh from
-/// Valkey or the source, it is, unless its version (with `.version_by`) says otherwise.
+/// Valkey or the source, it is, unless its version (with `.version_by`) says it is older.
 fn recent_enough<K, V: Value>(core: &TableCore<K, V>, value: &V, wanted: Version) -> bool {
-    match (wanted.as_source(), &core.config.version_by) {
-        (Some(_), Some(_)) => shows(core, value, wanted),
+    match (wanted.as_source(), core.config.versioned(value)) {
+        (Some(n), Versioned::At(have)) => have >= n,
         _ => true,
     }
 }

@@ -133,24 +133,48 @@ impl<V> TableConfig<V> {
     where
         V: serde::Serialize,
     {
-        let version_by = self.version_by.as_ref()?;
-        if self.has_none && crate::state::absence::is_none(value) {
-            return None;
+        match self.versioned(value) {
+            Versioned::At(version) => Some(version),
+            Versioned::Absent | Versioned::Unknown => None,
         }
-        let version = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| version_by(value)));
-        version
-            .inspect_err(|_| {
-                tracing::warn!(
-                    "version_by panicked: the write is ordered by Valkey's clock instead"
-                )
-            })
-            .ok()
+    }
+
+    /// What `.version_by` tells of `value`: its version, an absence, or nothing (no
+    /// `.version_by`, or it panicked, logged).
+    pub(crate) fn versioned(&self, value: &V) -> Versioned
+    where
+        V: serde::Serialize,
+    {
+        let Some(version_by) = self.version_by.as_ref() else {
+            return Versioned::Unknown;
+        };
+        if self.has_none && crate::state::absence::is_none(value) {
+            return Versioned::Absent;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| version_by(value))) {
+            Ok(version) => Versioned::At(version),
+            Err(_) => {
+                tracing::warn!("version_by panicked: the value's version is unknown");
+                Versioned::Unknown
+            }
+        }
     }
 
     /// How early XFetch may refresh a value whose load took `delta`: `delta·beta`.
     pub(crate) fn early(&self, delta: Duration) -> Duration {
         scaled(delta, self.early_beta)
     }
+}
+
+/// What `.version_by` tells of one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Versioned {
+    /// Its version.
+    At(u64),
+    /// A tombstone (`None`): at least every version, as a deletion is.
+    Absent,
+    /// Not to be told: no `.version_by`, or it panicked.
+    Unknown,
 }
 
 /// The life of one value being written now.

@@ -126,3 +126,43 @@ async fn a_version_the_source_cannot_give_is_unavailable() {
         .expect("caught up");
     assert_eq!(*read, 0x64);
 }
+
+/// A copy whose version cannot be told (`.version_by` panics on it) is not taken for one at least
+/// the token: the read reads on, and answers the written version, not the older copy B holds.
+#[tokio::test]
+async fn a_copy_whose_version_cannot_be_told_is_read_past() {
+    let valkey = valkey();
+    let (a, b) = replicas(&valkey.url()).await;
+    let row = Row(Arc::new(AtomicU64::new(13)));
+    let touchy = |store: &Store| {
+        let row = row.clone();
+        store
+            .table::<u64, u64>("touchy")
+            .ttl(Duration::from_secs(60))
+            .version_by(|v: &u64| {
+                assert_ne!(*v, 13, "version_by cannot stand 13");
+                *v
+            })
+            .loader(move |_id: u64| {
+                let row = row.clone();
+                async move { Ok::<_, std::io::Error>(row.0.load(SeqCst)) }
+            })
+            .build()
+    };
+    let (on_a, on_b) = (
+        touchy(&a).await.expect("table on A"),
+        touchy(&b).await.expect("table on B"),
+    );
+    assert_eq!(*on_b.get(&7).await.expect("B's first read"), 13);
+
+    row.0.store(20, SeqCst);
+    let written = on_a.put_versioned(&7, 20).await.expect("A's put");
+    let read = on_b
+        .get_with(&7, ReadOptions::new().at_least(written.version))
+        .await
+        .expect("B's read at least A's version");
+    assert_eq!(
+        *read, 20,
+        "B answered a copy whose version it could not tell"
+    );
+}
