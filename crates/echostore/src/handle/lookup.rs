@@ -1,6 +1,7 @@
 //! The future a read returns. L1 is read when the read is made, by a plain function on the
-//! caller's task; the owner is called only on a miss, when the future is first polled. A hit's
-//! answer is therefore L1 as it was at the call, however late the future is awaited.
+//! caller's task; a miss runs the miss path (`crate::handle::miss`) when the future is first
+//! polled. A hit's answer is therefore L1 as it was at the call, however late the future is
+//! awaited.
 //!
 //! Why not an `async fn`, or a future that reads L1 in its first poll: the L1 hit is a chain of
 //! dependent cache misses (the hash slot, the entry, the value's reference count), and a loop of
@@ -51,8 +52,8 @@ impl<V> Answer<V> for Arc<V> {
     }
 }
 
-/// One read of one id: an L1 hit already holds its answer; a miss becomes a call to the owner
-/// when first polled, which this future then drives.
+/// One read of one id: an L1 hit already holds its answer; a miss starts the miss path when
+/// first polled, which this future then drives.
 ///
 /// Dropping it drops only this caller's place in the flight, never the flight. Polled again
 /// after it has answered, it reads again.
@@ -67,7 +68,7 @@ pub(crate) struct Lookup<'a, K: Key, V: Value, Q: ?Sized, A> {
 enum State<'a, V> {
     /// L1 answered when the read was made.
     Hit(Option<Fetched<V>>),
-    /// L1 missed: the call to the owner, once polled.
+    /// L1 missed: the miss path, once polled.
     Miss(Option<BoxFuture<'a, Result<Fetched<V>>>>),
 }
 

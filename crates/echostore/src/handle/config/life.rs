@@ -332,6 +332,8 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// whether what this process serves is what Valkey holds — in production, where a proxy, a
     /// failover or a bug could make L1 stale unseen. A sampled hit costs one random draw and a
     /// queue send; the comparison is a Valkey read on a task of its own. With a Valkey only.
+    /// Values are compared by their encoded bytes: a type whose encoding of one value varies (a
+    /// `HashMap`'s order) may be counted stale; use a `BTreeMap` in values you audit.
     pub fn audit_sample(mut self, fraction: f64) -> Self {
         self.audit_sample = Some(fraction);
         self
