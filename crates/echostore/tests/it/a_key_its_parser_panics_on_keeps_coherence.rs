@@ -70,6 +70,10 @@ async fn a_key_its_parser_panics_on_leaves_the_store_coherent() {
     })
     .await;
     assert!(here_store.is_coherent());
+    assert!(
+        here.stats().coherence_flushes >= 1,
+        "the table's L1 was dropped"
+    );
     // And the next change too: the tracking connection still carries them.
     there
         .put(&Strict(1), "v3".to_owned())

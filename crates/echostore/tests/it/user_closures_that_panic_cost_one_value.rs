@@ -251,5 +251,10 @@ async fn a_serialize_that_panics_refuses_that_write_alone() {
         "the lock was released"
     );
     assert_eq!(*t.get(&2).await.expect("served"), Prickly(2));
-    assert_eq!(t.stats().owner_restarts, 0);
+    let s = t.stats();
+    assert_eq!(
+        (s.errors, s.owner_restarts),
+        (1, 0),
+        "the failed load counted: {s:?}"
+    );
 }
