@@ -282,9 +282,12 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     .as_deref()
                     .filter(|_| self.core.tracks_keys())
                     .map(envelope::fingerprint);
-                if let Some(landing) = self.written(wrote, &mut lives[i], written_as) {
-                    landings[i] = Some(landing);
-                }
+                let unknown = wrote.is_err() && lives[i].is_some();
+                landings[i] = match self.written(wrote, &mut lives[i], written_as) {
+                    Some(landing) if unknown => Some(self.unknown_fate(l2, &members[i], landing)),
+                    Some(landing) => Some(landing),
+                    None => landings[i].take(),
+                };
             }
         }
         self.fail_safe(&mut members, &mut landings, &failed);

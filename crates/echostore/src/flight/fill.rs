@@ -325,6 +325,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             ),
             Wrote::Refused => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
             Wrote::FencedOut => self.fenced_out(at, held, value).await,
+            Wrote::Unknown => self.unknown_fate(at, held, value),
         })
     }
 
@@ -356,7 +357,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "fenced write failed");
                 // Whether it ran is unknown: the lock may still be ours.
                 self.release(held).await;
-                Wrote::Kept
+                Wrote::Unknown
             }
         }
     }
@@ -387,6 +388,21 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                 Filled::answer_only(value, Origin::Loaded).for_callers_before(held.sent_at()),
             ),
         }
+    }
+
+    /// The fenced write failed, and whether it ran is unknown: it may have written the row, been
+    /// fenced out by a write this process never hears of, or never run, leaving Valkey an older
+    /// copy than the row answered here. So the row answers only the callers who joined before the
+    /// acquire was sent (as a fenced-out row does) and is kept nowhere, and the id is marked
+    /// unsettled, as a degraded load's is: Valkey's copy is deleted before this process trusts it
+    /// again, else a later read here could go back to it (its stale copy served).
+    fn unknown_fate(&self, at: &OnValkey<'_>, held: &HeldLock<'_>, value: Arc<V>) -> Landing<V> {
+        self.core
+            .unsettled
+            .mark(self.id.clone(), at.names.clone(), Repair::Load, at.l2);
+        Landing::Filled(
+            Filled::answer_only(value, Origin::Loaded).for_callers_before(held.sent_at()),
+        )
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
@@ -422,8 +438,10 @@ enum Won<V> {
 
 /// What became of a winner's fenced write.
 enum Wrote {
-    /// Written (or its fate unknown: Valkey failed to answer): L1 may keep the value.
+    /// Written: L1 may keep the value.
     Kept,
+    /// Valkey failed to answer: written or not, unknown ([`Fill::unknown_fate`]).
+    Unknown,
     /// A newer value is stored: the loaded one answers, kept nowhere.
     Refused,
     /// The lock was no longer this flight's ([`Fill::fenced_out`]).

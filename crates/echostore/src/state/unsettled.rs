@@ -5,7 +5,8 @@
 //! database moved on), so Valkey's copy of the id, and every other process's L1 copy, may now be
 //! older than the source. Left alone, that copy is served for the rest of its ttl. And a process
 //! that read the newer row from its loader meanwhile, with Valkey away (a degraded load, which
-//! marks the id here too), would go back to it once Valkey answers again. So the table remembers
+//! marks the id here too, as does a load whose write back failed), would go back to it once
+//! Valkey answers again. So the table remembers
 //! the id here and repairs it by deleting its value on Valkey, which every other process hears as
 //! an invalidation push. A failed write's repair deletes the lock too, as the write itself would
 //! have (a fill that read the source before it must not write back); a degraded load's never

@@ -218,3 +218,83 @@ async fn a_refused_clear_is_counted_and_still_drops_l1() {
     assert!(a.peek_local(&1).is_none(), "L1 kept what the clear covers");
     acl(&mut admin, &["+@all"]).await;
 }
+
+/// Sets Valkey's `maxmemory` (1: every write is refused with OOM; 0: no limit).
+async fn maxmemory(conn: &mut common::RawConn, bytes: u64) {
+    for (name, value) in [
+        ("maxmemory-policy", "noeviction".to_owned()),
+        ("maxmemory", bytes.to_string()),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async(conn)
+            .await
+            .expect("CONFIG SET");
+    }
+}
+
+/// A load whose write back fails (Valkey refuses it) leaves Valkey an older copy, which a later
+/// read of this process could serve as its stale copy after answering the loaded row: it went
+/// back. So the failed write marks the id as a failed put does, and Valkey's older copy is
+/// deleted; the row answers its callers and is kept nowhere. A batch read's write likewise.
+async fn a_failed_write_back_retires_the_older_copy(batch: bool) {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let source = common::Source::gated();
+    let name = if batch { "unsure_b" } else { "unsure" };
+    let t = common::valkey_table(&valkey.url(), name, &source, |t| {
+        t.ttl(Duration::from_secs(60))
+            .stale_for(Duration::from_secs(600))
+    })
+    .await;
+    let key = format!("{name}:{{1}}");
+    let now = common::unix_ms();
+    let older = common::envelope(now - 1_000, now - 2_000, &"v0".to_owned());
+    let _: () = redis::AsyncCommands::set(&mut conn, &key, older)
+        .await
+        .expect("plant an older copy");
+
+    let read = tokio::spawn({
+        let t = t.clone();
+        async move {
+            if batch {
+                let mut answers = t.fetch_many([1u64, 2]).await;
+                answers.remove(0).1
+            } else {
+                t.fetch(&1).await
+            }
+        }
+    });
+    common::until("the source is read under the lock", || source.calls() >= 1).await;
+    maxmemory(&mut conn, 1).await;
+    source.release();
+    let read = read.await.expect("the read").expect("the loaded row");
+    assert_eq!(read.origin, echostore::Origin::Loaded);
+    assert!(t.stats().l2_errors >= 1, "the write back failed");
+    maxmemory(&mut conn, 0).await;
+
+    until_async("Valkey's older copy is deleted", async || {
+        !common::exists(&mut conn, &key).await
+    })
+    .await;
+    settled(&t).await;
+    let next = t.fetch(&1).await.expect("the next read");
+    assert_ne!(
+        next.origin,
+        echostore::Origin::L1,
+        "the row was kept though unwritten"
+    );
+    assert_ne!(*next.value, "v0", "went back to the older copy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_back_retires_valkeys_older_copy() {
+    a_failed_write_back_retires_the_older_copy(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_failed_write_back_retires_valkeys_older_copy() {
+    a_failed_write_back_retires_the_older_copy(true).await;
+}

@@ -90,6 +90,22 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }
     }
 
+    /// A member whose write-many failed, so that whether it ran is unknown: as the single fill's
+    /// (`Fill::unknown_fate`), its row answers only the callers who joined before the acquire
+    /// was sent, and the id is marked unsettled, so that Valkey's copy, which may be older than
+    /// the row, is deleted before this process trusts it again.
+    pub(super) fn unknown_fate(
+        &self,
+        l2: &L2,
+        m: &Member<K, V>,
+        landing: Result<Landing<V>>,
+    ) -> Result<Landing<V>> {
+        self.core
+            .unsettled
+            .mark(m.id.clone(), m.names.clone(), Repair::Load, l2);
+        landing.map(|landing| landing.for_callers_before(m.asked_from))
+    }
+
     /// A member's landing once its write-many entry ended (`None`: it landed before);
     /// `written_as`, the fingerprint of its envelope.
     pub(super) fn written(
@@ -126,10 +142,11 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 bump(&counters.released);
                 Filled::answer_only(value, Origin::Loaded)
             }
-            // A write that failed may or may not have landed: as the single fill, keep it.
+            // A write that failed may or may not have landed: as the single fill's, its row is
+            // kept nowhere, and the caller marks the id unsettled (`BatchFill::unknown_fate`).
             Ok(Wrote::Released) | Err(_) => {
                 bump(&counters.l2_errors);
-                Filled::fresh(life.entry(value), Origin::Loaded)
+                Filled::answer_only(value, Origin::Loaded)
             }
         };
         Some(Ok(Landing::Filled(filled)))
