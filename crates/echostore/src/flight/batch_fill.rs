@@ -283,6 +283,9 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     .filter(|_| self.core.tracks_keys())
                     .map(envelope::fingerprint);
                 let unknown = wrote.is_err() && lives[i].is_some();
+                if !matches!(wrote, Ok(Wrote::Written)) {
+                    self.not_written(&members[i], envelopes[i].as_deref());
+                }
                 landings[i] = match self.written(wrote, &mut lives[i], written_as) {
                     Some(landing) if unknown => Some(self.unknown_fate(l2, &members[i], landing)),
                     Some(landing) => Some(landing),

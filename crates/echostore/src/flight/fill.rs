@@ -319,6 +319,9 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let fingerprint = envelope::fingerprint(&bytes);
         (self.signals)(Signal::Writing(fingerprint));
         let wrote = self.write_fenced(held, bytes, life.physical_ms()).await;
+        if !matches!(wrote, Wrote::Kept) {
+            (self.signals)(Signal::NotWritten(fingerprint));
+        }
         Ok(match wrote {
             Wrote::Kept => Landing::Filled(
                 Filled::fresh(life.entry(value), Origin::Loaded).made_from(Some(fingerprint)),

@@ -45,6 +45,24 @@ impl OwnWrites {
         }
     }
 
+    /// The write of `fingerprint` under `id` changed no value key (a newer value was there, its
+    /// lock was gone, or it failed): no push of it is to be expected. (One of a write that failed
+    /// after all lands as another process's write would: it drops the id from L1.)
+    pub(crate) fn withdraw<K: Eq + Hash + Clone, V, W>(
+        &self,
+        flights: &Flights<K, V, W>,
+        id: &K,
+        fingerprint: Fingerprint,
+    ) {
+        let mut ids = flights.ids();
+        if let Some(state) = ids.get_mut(id)
+            && let Some(at) = state.own.iter().position(|f| *f == fingerprint)
+        {
+            state.own.remove(at);
+            tidy(&mut ids, id);
+        }
+    }
+
     /// A push for `id` arrived: the oldest own write it may stand for, if any.
     pub(crate) fn take<K: Eq + Hash + Clone, V, W>(
         &self,

@@ -69,6 +69,8 @@ pub(crate) enum OwnerMsg<K, V> {
     Reading { id: K, flight: FlightId },
     /// A flight is about to write an envelope with this fingerprint (its push will be our own).
     Writing { id: K, fingerprint: Fingerprint },
+    /// That write changed no value key, or failed: no push of it is to be expected.
+    NotWritten { id: K, fingerprint: Fingerprint },
     /// A flight finished, and did not land on its own task; `refresh`: it was an early refresh.
     Landed {
         id: K,
@@ -241,6 +243,9 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             } => state.confirmed(&myself, id, fingerprint, found),
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
             OwnerMsg::Writing { id, fingerprint } => state.writing(&id, fingerprint),
+            OwnerMsg::NotWritten { id, fingerprint } => {
+                state.own.withdraw(&state.flights, &id, fingerprint);
+            }
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Behind { id, reply } => state.behind(&id, reply),
             OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),

@@ -90,6 +90,16 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }
     }
 
+    /// A member whose envelope (announced with [`Signal::Writing`]) changed no value key, or
+    /// whose write failed: its owner expects no push of it.
+    pub(super) fn not_written(&self, m: &Member<K, V>, envelope: Option<&[u8]>) {
+        if let Some(bytes) = envelope {
+            let fingerprint = envelope::fingerprint(bytes);
+            self.report
+                .signal(&m.id, m.flight, Signal::NotWritten(fingerprint));
+        }
+    }
+
     /// A member whose write-many failed, so that whether it ran is unknown: as the single fill's
     /// (`Fill::unknown_fate`), its row answers only the callers who joined before the acquire
     /// was sent, and the id is marked unsettled, so that Valkey's copy, which may be older than

@@ -86,7 +86,13 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
         }
         let lives = Some((millis(life.fresh_for), life.physical_ms()));
         let counters = &self.core.stats.counters;
-        match held.renew(copy.written_at, lives).await {
+        let renewed = held.renew(copy.written_at, lives).await;
+        if let Some(fingerprint) = copy.fingerprint
+            && !matches!(renewed, Ok(Renewed::Done))
+        {
+            (self.signals)(Signal::NotWritten(fingerprint));
+        }
+        match renewed {
             Ok(Renewed::Done) => {
                 bump(&counters.released);
                 bump(&counters.reloads_unchanged);

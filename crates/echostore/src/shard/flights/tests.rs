@@ -495,8 +495,8 @@ fn a_standing_is_the_flags_it_folds() {
 }
 
 /// What a process expects of its own writes' pushes is in the id's state: it keeps the id on the
-/// board (but quiet: a peek may still read it), a push takes the oldest, lost pushes forget all,
-/// and under key tracking nothing is expected.
+/// board (but quiet: a peek may still read it), a push takes the oldest, a write that changed no
+/// key is withdrawn, lost pushes forget all, and under key tracking nothing is expected.
 #[test]
 fn own_writes_are_kept_in_the_ids_state() {
     use crate::coherence::Tracking;
@@ -513,6 +513,17 @@ fn own_writes_are_kept_in_the_ids_state() {
     assert_eq!(own.take(&map, &1), Some(second));
     assert_eq!(own.take(&map, &1), None);
     assert!(!map.board.ids().contains_key(&1), "nothing left of id 1");
+    own.expect(&map, &2, second);
+    own.withdraw(&map, &2, first);
+    assert_eq!(
+        own.take(&map, &2),
+        Some(second),
+        "a write withdrawn (it changed no key) is not taken for the next one's push"
+    );
+    own.expect(&map, &4, first);
+    own.withdraw(&map, &4, first);
+    assert!(!map.board.ids().contains_key(&4), "nothing left of id 4");
+    own.expect(&map, &2, first);
     own.clear(&map);
     assert!(map.board.ids().is_empty(), "lost pushes: nothing expected");
     let keys = OwnWrites::new(Tracking::Keys);

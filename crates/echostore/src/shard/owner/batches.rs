@@ -163,6 +163,10 @@ impl<K: Key, V: Value> Report<K, V> for ToOwners<K, V> {
                 id: id.clone(),
                 fingerprint,
             },
+            Signal::NotWritten(fingerprint) => OwnerMsg::NotWritten {
+                id: id.clone(),
+                fingerprint,
+            },
             Signal::Reading => OwnerMsg::Reading {
                 id: id.clone(),
                 flight,

@@ -140,6 +140,7 @@ fn signals_to<K: Key, V: Value>(
         let _ = owner.cast(match signal {
             Signal::Early(answer) => OwnerMsg::Early { id, flight, answer },
             Signal::Writing(fingerprint) => OwnerMsg::Writing { id, fingerprint },
+            Signal::NotWritten(fingerprint) => OwnerMsg::NotWritten { id, fingerprint },
             Signal::Reading => OwnerMsg::Reading { id, flight },
         });
     }

@@ -99,10 +99,13 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     ) {
         // L1 takes the entry while the id is still marked as written on the board: a read that
         // finds the mark gone finds the entry (the caller may already have its answer and read).
-        if self.flights.landing_keeps(&id)
-            && let Some(entry) = entry
-        {
-            self.core.keep(id.clone(), entry, written_as);
+        match (entry, written_as) {
+            (Some(entry), _) if self.flights.landing_keeps(&id) => {
+                self.core.keep(id.clone(), entry, written_as);
+            }
+            // Refused (a newer value there, too late) or failed: no push of it will come.
+            (None, Some(fingerprint)) => self.own.withdraw(&self.flights, &id, fingerprint),
+            _ => {}
         }
         match self.flights.written(&id) {
             Next::Write(next) => self.spawn_write(myself, id, next),
