@@ -40,6 +40,7 @@ use crate::fetched::Origin;
 use crate::flight::load::Load;
 use crate::flight::losers::{self, PollEnd, Wait};
 use crate::state::core::{TableCore, millis};
+use crate::state::l1::Entry;
 use crate::state::loser_policy::{LoserPolicy, Lost};
 use crate::state::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::state::stats::bump;
@@ -328,7 +329,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             ),
             Wrote::Refused => Landing::Filled(Filled::answer_only(value, Origin::Loaded)),
             Wrote::FencedOut => self.fenced_out(at, held, value).await,
-            Wrote::Unknown => self.unknown_fate(at, held, value),
+            Wrote::Unknown => self.unknown_fate(held, life.entry(value)),
         })
     }
 
@@ -395,17 +396,23 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
 
     /// The fenced write failed, and whether it ran is unknown: it may have written the row, been
     /// fenced out by a write this process never hears of, or never run, leaving Valkey an older
-    /// copy than the row answered here. So the row answers only the callers who joined before the
-    /// acquire was sent (as a fenced-out row does) and is kept nowhere, and the id is marked
-    /// unsettled, as a degraded load's is: Valkey's copy is deleted before this process trusts it
-    /// again, else a later read here could go back to it (its stale copy served).
-    fn unknown_fate(&self, at: &OnValkey<'_>, held: &HeldLock<'_>, value: Arc<V>) -> Landing<V> {
+    /// copy than the row answered here. So the row is kept as a degraded load's is: for the
+    /// unconfirmed life only (no push may retire it), in place of L1's older copy (an early
+    /// refresh's, which Valkey's row, if written, has passed); and the id is marked unsettled:
+    /// Valkey's copy is deleted before this process trusts it again, else a later read here
+    /// could go back to it (its stale copy served).
+    fn unknown_fate(&self, held: &HeldLock<'_>, entry: Entry<V>) -> Landing<V> {
+        self.unsettle(held);
+        Landing::Filled(Filled::fresh(entry, Origin::Loaded)).capped(self.core.unconfirmed_l1_life)
+    }
+
+    /// Marks the id unsettled after a write back of its load whose outcome is unknown: Valkey's
+    /// copy of the value goes before this process trusts Valkey for the id again.
+    fn unsettle(&self, held: &HeldLock<'_>) {
+        let (names, l2) = held.on();
         self.core
             .unsettled
-            .mark(self.id.clone(), at.names.clone(), Repair::Load, at.l2);
-        Landing::Filled(
-            Filled::answer_only(value, Origin::Loaded).for_callers_before(held.sent_at()),
-        )
+            .mark(self.id.clone(), names.clone(), Repair::Load, l2);
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this

@@ -45,8 +45,8 @@ impl OwnWrites {
         }
     }
 
-    /// The write of `fingerprint` under `id` changed no value key (a newer value was there, its
-    /// lock was gone, or it failed): no push of it is to be expected. (One of a write that failed
+    /// The write of `fingerprint` under `id` did not store it (a newer value was there, its lock
+    /// was gone, or it failed): no push of it is to be expected. (One of a write that failed
     /// after all lands as another process's write would: it drops the id from L1.)
     pub(crate) fn withdraw<K: Eq + Hash + Clone, V, W>(
         &self,

@@ -69,7 +69,7 @@ pub(crate) enum OwnerMsg<K, V> {
     Reading { id: K, flight: FlightId },
     /// A flight is about to write an envelope with this fingerprint (its push will be our own).
     Writing { id: K, fingerprint: Fingerprint },
-    /// That write changed no value key, or failed: no push of it is to be expected.
+    /// That write did not store its envelope, or failed: no push of it is to be expected.
     NotWritten { id: K, fingerprint: Fingerprint },
     /// A flight finished, and did not land on its own task; `refresh`: it was an early refresh.
     Landed {

@@ -113,7 +113,7 @@ pub(crate) enum Signal<V> {
     /// The flight is about to write an envelope with this fingerprint: the push it causes is this
     /// process's own (coherence checks it instead of dropping L1).
     Writing(Fingerprint),
-    /// The write announced with this fingerprint changed no value key (fenced out, a newer value
+    /// The write announced with this fingerprint did not store it (fenced out, a newer value
     /// there) or failed: no push of it is to be expected.
     NotWritten(Fingerprint),
 }

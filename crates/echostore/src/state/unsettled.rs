@@ -9,8 +9,9 @@
 //! Valkey answers again. So the table remembers
 //! the id here and repairs it by deleting its value on Valkey, which every other process hears as
 //! an invalidation push. A failed write's repair deletes the lock too, as the write itself would
-//! have (a fill that read the source before it must not write back); a degraded load's never
-//! does: that lock, if any, is another process's, which is loading the id as the one source read.
+//! have (a fill that read the source before it must not write back); a load's never does: after
+//! a degraded load that lock, if any, is another process's, which is loading the id as the one
+//! source read, and after a failed write back it may be too (this process released its own).
 //!
 //! - a repair task retries every [`REPAIR_EVERY`] while any id is unsettled, through the circuit
 //!   breaker like any call (so a dead Valkey still costs one connection attempt per cooldown: a
@@ -72,15 +73,21 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, V: Send + Sync + 'static> Uns
     }
 
     /// A write of `id` failed, or its load was answered in-process (`repair` says which):
-    /// mark it, and make sure a repair task runs.
+    /// mark it, and make sure a repair task runs. A failed write's repair, pending, stays one:
+    /// the lock it deletes is what keeps a fill that read before the write from writing back.
     pub(crate) fn mark(self: &Arc<Self>, id: K, names: KeyNames, repair: Repair, l2: &L2) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let mark = UnsettledMark {
-            generation,
-            names,
-            repair,
-        };
         self.boards.of(&id).change_or_make(id, |state| {
+            let pending = state.unsettled.as_ref().map(|mark| mark.repair);
+            let repair = match pending {
+                Some(Repair::Write) => Repair::Write,
+                _ => repair,
+            };
+            let mark = UnsettledMark {
+                generation,
+                names,
+                repair,
+            };
             if state.unsettled.replace(mark).is_none() {
                 self.marked.fetch_add(1, Ordering::AcqRel);
             }
@@ -198,5 +205,39 @@ where
         if set.may_end() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use embedded_valkey::EmbeddedValkey;
+
+    use super::*;
+    use crate::wire::connect::{Endpoint, Kind};
+
+    /// A load answered in-process after a failed write of the same id keeps the write's repair,
+    /// which deletes the lock too: a fill that read before the write must not write back.
+    #[tokio::test]
+    async fn a_pending_write_repair_is_not_weakened_by_a_load() {
+        let valkey = EmbeddedValkey::start().expect("valkey");
+        let endpoint = Endpoint {
+            kind: Kind::Single(valkey.url()),
+            ca: None,
+            timeout: Duration::from_secs(5),
+        };
+        let l2 = L2::connect(&endpoint, Duration::from_secs(1), true, false)
+            .await
+            .expect("connected");
+        let unsettled = Unsettled::<u64, String>::new(Boards::new(1));
+        let names = crate::wire::key::key_names(None, "t", b"1").expect("names");
+        // No await between the marks and the look: the repair task has not run yet.
+        unsettled.mark(1, names.clone(), Repair::Write, &l2);
+        unsettled.mark(1, names.clone(), Repair::Load, &l2);
+        assert_eq!(unsettled.mark_of(&1).map(|m| m.repair), Some(Repair::Write));
+        unsettled.mark(2, names.clone(), Repair::Load, &l2);
+        unsettled.mark(2, names, Repair::Write, &l2);
+        assert_eq!(unsettled.mark_of(&2).map(|m| m.repair), Some(Repair::Write));
     }
 }

@@ -121,6 +121,11 @@ impl HeldLock<'_> {
         self.sent_at
     }
 
+    /// The key names of the id this hold is on, and the connection it was won on.
+    pub(crate) fn on(&self) -> (&KeyNames, &L2) {
+        (self.names, self.l2)
+    }
+
     /// The lease: `PEXPIRE lock lock_ttl` if the lock still holds the token. `Ok(false)`: not
     /// ours. `SET lock token IFEQ token PX lock_ttl` where the server has it
     /// ([`crate::wire::natives`]).

@@ -101,9 +101,9 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     }
 
     /// A member whose write-many failed, so that whether it ran is unknown: as the single fill's
-    /// (`Fill::unknown_fate`), its row answers only the callers who joined before the acquire
-    /// was sent, and the id is marked unsettled, so that Valkey's copy, which may be older than
-    /// the row, is deleted before this process trusts it again.
+    /// (`Fill::unknown_fate`), its row is kept for the unconfirmed life only, and the id is marked
+    /// unsettled, so that Valkey's copy, which may be older than the row, is deleted before this
+    /// process trusts it again.
     pub(super) fn unknown_fate(
         &self,
         l2: &L2,
@@ -113,7 +113,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         self.core
             .unsettled
             .mark(m.id.clone(), m.names.clone(), Repair::Load, l2);
-        landing.map(|landing| landing.for_callers_before(m.asked_from))
+        landing.map(|landing| landing.capped(self.core.unconfirmed_l1_life))
     }
 
     /// A member's landing once its write-many entry ended (`None`: it landed before);
@@ -152,9 +152,14 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 bump(&counters.released);
                 Filled::answer_only(value, Origin::Loaded)
             }
-            // A write that failed may or may not have landed: as the single fill's, its row is
-            // kept nowhere, and the caller marks the id unsettled (`BatchFill::unknown_fate`).
-            Ok(Wrote::Released) | Err(_) => {
+            // A write that failed may or may not have landed: the caller caps what L1 keeps of
+            // it and marks the id unsettled (`BatchFill::unknown_fate`).
+            Err(_) => {
+                bump(&counters.l2_errors);
+                Filled::fresh(life.entry(value), Origin::Loaded)
+            }
+            // Nothing was written for a member that had a row to write: not reached.
+            Ok(Wrote::Released) => {
                 bump(&counters.l2_errors);
                 Filled::answer_only(value, Origin::Loaded)
             }

@@ -129,7 +129,12 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
                 bump(&counters.fenced_write_skipped);
                 bump(&counters.release_skipped);
             }
-            Err(e) => self.renewal_failed(held, &e).await,
+            // Valkey may still hold the copy the source called gone: it goes before this process
+            // trusts Valkey for the id again, else a later read could serve it after `Absent`.
+            Err(e) => {
+                self.renewal_failed(held, &e).await;
+                self.unsettle(held);
+            }
         }
         Err(Error::Absent)
     }

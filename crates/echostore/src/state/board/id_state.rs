@@ -94,7 +94,8 @@ pub(crate) struct UnsettledMark {
 pub(crate) enum Repair {
     /// A `put` or `invalidate` that failed: the value and the lock, as the write would have.
     Write,
-    /// A load answered in-process while Valkey could not be read: the value only.
+    /// A load answered in-process while Valkey could not be read, or whose write back failed:
+    /// the value only.
     Load,
 }
 
