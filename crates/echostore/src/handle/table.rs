@@ -471,6 +471,15 @@ impl<K: Key, V: Value> Table<K, V> {
     pub fn stats(&self) -> TableStats {
         self.inner.core.stats_now()
     }
+
+    /// How many ids this process holds a state of (a flight, a write, an expected push, a
+    /// waiting loser, …): a test hook, which finds a state left behind once nothing of an id is
+    /// in motion.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn ids_held(&self) -> usize {
+        self.inner.core.boards.all().map(|b| b.ids().len()).sum()
+    }
 }
 
 /// With `.l1_idle`, drops L1's idle entries every quarter of it (an entry leaves at most that

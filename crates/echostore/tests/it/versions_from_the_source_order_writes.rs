@@ -131,3 +131,31 @@ async fn versions_past_two_to_the_53_compare_exactly() {
     t.put(&1, row(big + 1)).await.expect("a newer one lands");
     assert_eq!(*t.get(&1).await.expect("read"), row(big + 1));
 }
+
+/// A put refused for an older version stores nothing, so no push of it comes: the push this
+/// process expected of it is withdrawn once the refusal is known. Left expected, it kept the id's
+/// state and was taken for the next write's push, whose value, read back as another, left L1.
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_put_leaves_no_push_expected() {
+    let valkey = valkey();
+    let source = Source::open();
+    let here = rows(
+        &common::coherent_store(&valkey.url(), None).await,
+        &source,
+        1,
+    )
+    .await;
+    let there = rows(
+        &common::coherent_store(&valkey.url(), None).await,
+        &source,
+        1,
+    )
+    .await;
+
+    there.put(&1, row(5)).await.expect("a newer row elsewhere");
+    let refused = here.put(&1, row(3)).await.expect_err("an older row");
+    assert!(matches!(refused, Error::Superseded), "{refused}");
+    until("nothing of the id is held here", || here.ids_held() == 0).await;
+    assert_eq!(source.calls(), 0);
+}
