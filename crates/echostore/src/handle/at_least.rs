@@ -100,16 +100,16 @@ async fn drop_older_copy<K: Key, V>(core: &TableCore<K, V>, id: &K) {
 }
 
 /// `value` is known to be at least `wanted`: with `.version_by` and a source token, its own
-/// version says so (a `None` is a deletion, at least every version). A version that cannot be
-/// told (`.version_by` panicked) shows nothing.
+/// version says so. A deletion (`None`) carries no version, and a write after it re-creates the
+/// row whatever its version, so a `None` shows nothing; nor does a version that cannot be told
+/// (`.version_by` panicked).
 fn shows<K, V: Value>(core: &TableCore<K, V>, value: &V, wanted: Version) -> bool {
     let Some(n) = wanted.as_source() else {
         return false;
     };
     match core.config.versioned(value) {
         Versioned::At(have) => have >= n,
-        Versioned::Absent => true,
-        Versioned::Unknown => false,
+        Versioned::Absent | Versioned::Unknown => false,
     }
 }
 

@@ -79,7 +79,9 @@ impl<V> ReadOptions<V> {
     /// lock) and the read tries again (every 10 ms), from the source, while it still answers an
     /// older one, failing with [`Error::VersionUnavailable`] past its bound
     /// ([`wait_at_most`](Self::wait_at_most), else the loser policy's `up_to`, else `lock_ttl`).
-    /// A `None` (a deletion) is at least every version. Without `.version_by` an L1 copy's
+    /// An L1 copy that is a `None` (a deletion: a write after it re-creates the row, whatever
+    /// its version) or whose `version_by` panics shows no version, and is read past; a `None`
+    /// read afresh is taken. Without `.version_by` an L1 copy's
     /// version is not known, so such a read always goes past L1 (one Valkey read, and this
     /// process's copy is replaced by what it reads). It rests on what every write-through use
     /// of a table does: the source holds a write before its `put` is made.

@@ -171,7 +171,8 @@ impl<V> TableConfig<V> {
 pub(crate) enum Versioned {
     /// Its version.
     At(u64),
-    /// A tombstone (`None`): at least every version, as a deletion is.
+    /// A tombstone (`None`): no version (it wins over every write before it and loses to every
+    /// write after it).
     Absent,
     /// Not to be told: no `.version_by`, or it panicked.
     Unknown,

@@ -166,3 +166,41 @@ async fn a_copy_whose_version_cannot_be_told_is_read_past() {
         "B answered a copy whose version it could not tell"
     );
 }
+
+/// A deletion in L1 (`None`) is not taken for a copy at least the token: a write after a delete
+/// re-creates the row, whatever its version. B holds the `None` it read while the row was gone; A
+/// re-creates the row; B's read at least A's version answers the row, not the `None`.
+#[tokio::test]
+async fn a_deletion_is_not_taken_for_a_later_re_creation() {
+    let valkey = valkey();
+    let (a, b) = replicas(&valkey.url()).await;
+    let row = Row(Arc::new(AtomicU64::new(0))); // 0: the row is gone
+    let optional = |store: &Store| {
+        let row = row.clone();
+        store
+            .table::<u64, Option<u64>>("optional")
+            .ttl(Duration::from_secs(60))
+            .version_by(|v: &Option<u64>| v.unwrap_or(0))
+            .loader(move |_id: u64| {
+                let row = row.clone();
+                async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
+            })
+            .build()
+    };
+    let (on_a, on_b) = (
+        optional(&a).await.expect("table on A"),
+        optional(&b).await.expect("table on B"),
+    );
+    assert_eq!(*on_b.get(&7).await.expect("B's first read"), None);
+
+    row.0.store(20, SeqCst);
+    let written = on_a
+        .put_versioned(&7, Some(20))
+        .await
+        .expect("A re-creates the row");
+    let read = on_b
+        .get_with(&7, ReadOptions::new().at_least(written.version))
+        .await
+        .expect("B's read at least A's version");
+    assert_eq!(*read, Some(20), "B answered the deletion it held");
+}
