@@ -40,8 +40,11 @@ mod workload;
 /// How long the workers run before the first fault.
 const WARM_UP: Duration = Duration::from_secs(1);
 
-/// The least time between the starts of two faults.
-const FAULT_SPACING: Duration = Duration::from_secs(2);
+/// The healthy stretch between one fault's grace and the next fault: there the rules that a
+/// fault excuses (bounded staleness, one read per expiry, agreement) are judged unexcused. With
+/// less than the grace between faults, their excuses overlapped and those rules were judged in
+/// the first second and while the clock was skewed, nowhere else.
+const HEALTHY: Duration = Duration::from_secs(2);
 
 /// The margin taken off a value's fresh life before a second load counts as extra: the span
 /// between a load's end and its value landing on Valkey.
@@ -183,7 +186,8 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             next_crash: 0,
             next_skew: 1,
         };
-        schedule(&faults, args.seconds, &mut reach, &mut skipped).await?
+        let gap = args.grace() + HEALTHY;
+        schedule(&faults, (args.seconds, gap), &mut reach, &mut skipped).await?
     };
     workers.stop().await?;
     let ops = histories(dir.path(), args.processes)?;
@@ -277,11 +281,12 @@ fn injectable(asked: Vec<Fault>, target: &Target) -> (Vec<Fault>, Vec<(String, S
 }
 
 /// Runs the workers for `seconds`, injecting `faults` in turn from [`WARM_UP`] on, spaced evenly
-/// (at least [`FAULT_SPACING`] apart, and at least that long after the previous fault ended). A
-/// fault the server refuses is skipped and said so.
+/// (each at least `gap` after the previous one ended: its grace and a healthy stretch). A fault
+/// the server refuses is skipped and said so; a run too short for every fault says which it
+/// did not reach.
 async fn schedule(
     faults: &[Fault],
-    seconds: Duration,
+    (seconds, gap): (Duration, Duration),
     reach: &mut Reach<'_>,
     skipped: &mut Vec<(String, String)>,
 ) -> CliResult<Vec<FaultSpan>> {
@@ -292,7 +297,7 @@ async fn schedule(
         tokio::time::sleep_until(end).await;
         return Ok(spans);
     }
-    let slots = (seconds.saturating_sub(WARM_UP).as_secs_f64() / FAULT_SPACING.as_secs_f64())
+    let slots = (seconds.saturating_sub(WARM_UP).as_secs_f64() / gap.as_secs_f64())
         .floor()
         .max(1.0) as usize;
     let rounds = slots.div_ceil(faults.len()).max(1);
@@ -301,6 +306,15 @@ async fn schedule(
     for fault in faults.iter().cycle().take(faults.len() * rounds) {
         tokio::time::sleep_until(next).await;
         if tokio::time::Instant::now() >= end {
+            for left in faults
+                .iter()
+                .filter(|f| !spans.iter().any(|s| s.name == f.name()))
+            {
+                if !skipped.iter().any(|(name, _)| name == left.name()) {
+                    let why = "the run ended first (a longer --seconds reaches it)";
+                    skipped.push((left.name().to_owned(), why.to_owned()));
+                }
+            }
             break;
         }
         match faults::inject(*fault, reach).await {
@@ -313,7 +327,7 @@ async fn schedule(
         }
         // A long fault (an outage) pushes the next one out: the run keeps a healthy stretch
         // between faults, where the rules apply unexcused.
-        next = (next + spacing).max(tokio::time::Instant::now() + FAULT_SPACING);
+        next = (next + spacing).max(tokio::time::Instant::now() + gap);
     }
     tokio::time::sleep_until(end).await;
     Ok(spans)
