@@ -120,6 +120,10 @@ impl Recorder {
     }
 }
 
+/// What a batch read records for an id its answer left out: no id of the check is absent at the
+/// source, so every id asked for must be answered (a value or an error).
+pub(crate) const LEFT_OUT: &str = "left out of the batch's answer";
+
 /// One fault the controller injected, from the moment it began to the moment it was over (the
 /// server answering again, the proxy healed, the crashed owner restarted).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::history::{Action, FaultSpan, Op};
+use super::history::{Action, FaultSpan, LEFT_OUT, Op};
 
 /// The bounds the model is checked with, in nanoseconds.
 #[derive(Debug, Clone, Copy)]
@@ -126,6 +126,7 @@ pub(crate) struct Violations {
     pub(crate) read_your_writes: u64,
     pub(crate) at_least: u64,
     pub(crate) extra_source_reads: u64,
+    pub(crate) lost_answer: u64,
 }
 
 impl Violations {
@@ -138,6 +139,7 @@ impl Violations {
             + self.read_your_writes
             + self.at_least
             + self.extra_source_reads
+            + self.lost_answer
     }
 }
 
@@ -171,6 +173,7 @@ enum Rule {
     StaleAfterWrite,
     Divergent,
     ExtraSourceRead,
+    LostAnswer,
 }
 
 impl Rule {
@@ -183,6 +186,7 @@ impl Rule {
             Rule::StaleAfterWrite => "stale_after_write",
             Rule::Divergent => "divergent",
             Rule::ExtraSourceRead => "extra_source_reads",
+            Rule::LostAnswer => "lost_answer",
         }
     }
 }
@@ -205,6 +209,11 @@ pub(crate) fn check(ops: &[Op], faults: &[FaultSpan], bounds: Bounds) -> Finding
     keys.sort_by_key(|(key, _)| *key);
     for (_, ops) in keys {
         run.key(&ops);
+    }
+    // Never excused: a fault may fail an id's answer, not leave it out.
+    for read in ops.iter().filter(|o| !o.ok && o.origin == LEFT_OUT) {
+        let why = format!("{} was {LEFT_OUT}", run.who(read));
+        run.tally(Rule::LostAnswer, why);
     }
     run.findings
 }
@@ -569,6 +578,7 @@ impl Run<'_> {
             Rule::StaleAfterWrite => v.stale_after_write += 1,
             Rule::Divergent => v.divergent += 1,
             Rule::ExtraSourceRead => v.extra_source_reads += 1,
+            Rule::LostAnswer => v.lost_answer += 1,
         }
         self.describe(rule, why);
     }

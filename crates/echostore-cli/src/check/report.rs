@@ -172,6 +172,7 @@ impl Report {
             ("read_your_writes", v.read_your_writes),
             ("at_least", v.at_least),
             ("extra_source_reads", v.extra_source_reads),
+            ("lost_answer", v.lost_answer),
         ] {
             println!("  {rule:<20} {n}");
         }

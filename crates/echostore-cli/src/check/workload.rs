@@ -12,7 +12,7 @@ use std::time::Duration;
 use echostore::{Error, LoserPolicy};
 use rand::{Rng, SeedableRng};
 
-use super::history::{Action, Op, Recorder, now_ns};
+use super::history::{Action, LEFT_OUT, Op, Recorder, now_ns};
 use super::source::Source;
 use super::tables::{PLACEHOLDER, TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
 
@@ -202,7 +202,7 @@ impl Workload {
                 Some(Ok((version, origin))) => (*version, true, origin.clone()),
                 Some(Err(e)) => (0, false, e.to_string()),
                 None if cut_off => (0, false, format!("cut off after {CALL_LIMIT:?}")),
-                None => (0, false, "left out of the batch's answer".to_owned()),
+                None => (0, false, LEFT_OUT.to_owned()),
             };
             self.recorder.record(Op {
                 version,

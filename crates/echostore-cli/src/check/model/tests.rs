@@ -617,3 +617,24 @@ fn a_load_after_a_values_own_shorter_life_is_no_extra_source_read() {
     assert_eq!(extra(0, 2, expired), 1, "an even version lives the ttl");
     assert_eq!(extra(1, 1, expired), 1, "the table's values live the ttl");
 }
+
+/// An id a batch read's answer left out is a lost answer, whatever fault was on: every id of the
+/// check exists at the source, and a fault may fail an answer, never drop it.
+#[test]
+fn an_id_left_out_of_a_batchs_answer_is_a_lost_answer() {
+    let left_out = Op {
+        ok: false,
+        batch: true,
+        origin: super::LEFT_OUT.to_owned(),
+        ..read(0, 0, 50, 60)
+    };
+    let ops = [put(1, 1, 10, 20), read(0, 1, 30, 40), left_out.clone()];
+    only(&ops, "lost_answer", |v| v.lost_answer);
+    let failed = Op {
+        origin: "the owner stopped".to_owned(),
+        ..left_out
+    };
+    assert_eq!(violations(&[put(1, 1, 10, 20), failed], &[]).total(), 0);
+    let under_fault = violations(&ops, &[fault(0, 100)]);
+    assert_eq!(under_fault.lost_answer, 1, "no fault excuses it");
+}
