@@ -162,6 +162,8 @@ async fn node<R: Row>(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     for (field, value) in figures.fields() {
         line[field] = serde_json::json!(value);
     }
+    // The first failed call, so that a test that finds `errors` above 0 says which.
+    line["first_error"] = serde_json::json!(figures.first_error.lock().unwrap().clone());
     println!("{line}");
     Ok(())
 }
@@ -173,9 +175,17 @@ struct Figures {
     went_back: AtomicU64,
     converged: AtomicU64,
     errors: AtomicU64,
+    first_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Figures {
+    /// A call failed with `what`: counted, logged, and kept if it is the first.
+    fn failed(&self, what: String) {
+        eprintln!("{what}");
+        self.errors.fetch_add(1, Relaxed);
+        self.first_error.lock().unwrap().get_or_insert(what);
+    }
+
     fn fields(&self) -> [(&'static str, u64); 4] {
         [
             ("puts", self.puts.load(Relaxed)),
@@ -205,10 +215,7 @@ async fn read<R: Row>(
                 figures.went_back.fetch_add(1, Relaxed);
             }
             Ok(_) => {}
-            Err(e) => {
-                eprintln!("id {id}: {e}");
-                figures.errors.fetch_add(1, Relaxed);
-            }
+            Err(e) => figures.failed(format!("read {id}: {e}")),
         }
         // An L1 hit never waits: paced, the readers leave the writer and the owners their turn.
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -234,10 +241,7 @@ async fn write<R: Row>(
             }
             // A newer row of the id, put by the other node, is already stored: nothing to do.
             Err(echostore::Error::Superseded) => {}
-            Err(e) => {
-                eprintln!("put {id}: {e}");
-                figures.errors.fetch_add(1, Relaxed);
-            }
+            Err(e) => figures.failed(format!("put {id}: {e}")),
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -256,8 +260,7 @@ async fn converge<R: Row>(table: &Table<u64, R>, id: u64, want: u64, figures: &F
             }
             Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
             Err(e) => {
-                eprintln!("id {id}: {e}");
-                figures.errors.fetch_add(1, Relaxed);
+                figures.failed(format!("converging {id}: {e}"));
                 return;
             }
         }

@@ -65,9 +65,10 @@ async fn a_clear_over_many_keys_loads_at_most_the_budget_at_once() {
             )
         })
         .collect();
-    assert_eq!(
-        sum("source_reads"),
-        2 * KEYS,
-        "one source read per id per clear; each node: {why:#?}"
+    let (reads, fenced_out) = (sum("source_reads"), sum("fenced_write_skipped"));
+    assert!(
+        (2 * KEYS..=2 * KEYS + fenced_out).contains(&reads),
+        "one source read per id per clear, and one more only where a load's lock was taken over \
+         (its write fenced out): {reads} reads; each node: {why:#?}"
     );
 }
