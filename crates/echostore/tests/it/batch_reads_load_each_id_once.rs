@@ -387,6 +387,10 @@ async fn a_batch_member_fenced_out_by_an_unheard_invalidate_answers_only_its_ear
         "one member fenced out, and one more source read, for the later get"
     );
     settled(&here).await;
+    // The fenced-out member's write, expected to push, never does: its push is withdrawn, not
+    // left expected (where the id's next own write would have been taken for someone else's).
+    #[cfg(feature = "fault-injection")]
+    until("nothing of either id is held", || here.ids_held() == 0).await;
 }
 
 /// A table `numbered` on `store` whose batch loader reads `source`: each id's row is
