@@ -33,6 +33,10 @@
 //! the earlier value) it concerns is no older than `B` before the fault began and the read began
 //! before the fault's grace ran out. Nothing excuses the other three: they hold through every
 //! fault. The `skew` fault excuses nothing: no rule may rest on a process's wall clock.
+//!
+//! Beside the rules, every call must answer: `lost_answer` counts ids a batch read left out of
+//! its answer (never excused), `failed_call` calls that returned an error with no fault (or its
+//! grace) overlapping them.
 
 use std::collections::HashMap;
 
@@ -127,6 +131,7 @@ pub(crate) struct Violations {
     pub(crate) at_least: u64,
     pub(crate) extra_source_reads: u64,
     pub(crate) lost_answer: u64,
+    pub(crate) failed_call: u64,
 }
 
 impl Violations {
@@ -140,6 +145,7 @@ impl Violations {
             + self.at_least
             + self.extra_source_reads
             + self.lost_answer
+            + self.failed_call
     }
 }
 
@@ -174,6 +180,7 @@ enum Rule {
     Divergent,
     ExtraSourceRead,
     LostAnswer,
+    FailedCall,
 }
 
 impl Rule {
@@ -187,6 +194,7 @@ impl Rule {
             Rule::Divergent => "divergent",
             Rule::ExtraSourceRead => "extra_source_reads",
             Rule::LostAnswer => "lost_answer",
+            Rule::FailedCall => "failed_call",
         }
     }
 }
@@ -210,11 +218,7 @@ pub(crate) fn check(ops: &[Op], faults: &[FaultSpan], bounds: Bounds) -> Finding
     for (_, ops) in keys {
         run.key(&ops);
     }
-    // Never excused: a fault may fail an id's answer, not leave it out.
-    for read in ops.iter().filter(|o| !o.ok && o.origin == LEFT_OUT) {
-        let why = format!("{} was {LEFT_OUT}", run.who(read));
-        run.tally(Rule::LostAnswer, why);
-    }
+    run.failed_calls(ops);
     run.findings
 }
 
@@ -534,6 +538,29 @@ impl Run<'_> {
         }
     }
 
+    /// Calls that failed: an id left out of a batch's answer under any fault (a fault may fail an
+    /// answer, never drop it), any other failure only where a fault (with its grace) overlapped
+    /// the call. Every id of the check exists at the source, the source never fails, and a
+    /// declined answer (a placeholder, `LockBusy`) is not recorded: with Valkey healthy a call
+    /// has no reason to fail.
+    fn failed_calls(&mut self, ops: &[Op]) {
+        for op in ops.iter().filter(|o| !o.ok) {
+            if op.origin == LEFT_OUT {
+                let why = format!("{} was {LEFT_OUT}", self.who(op));
+                self.tally(Rule::LostAnswer, why);
+            } else if !self.excused_since(op.start, op.end) {
+                let why = format!(
+                    "{:?} by {}..{} failed with no fault on: {}",
+                    op.action,
+                    self.who(op),
+                    self.at(op.end),
+                    op.origin
+                );
+                self.tally(Rule::FailedCall, why);
+            }
+        }
+    }
+
     /// Whether a fault overlapped the stretch from `since` to `until` (with its grace).
     fn excused_since(&self, since: u64, until: u64) -> bool {
         self.faults
@@ -579,6 +606,7 @@ impl Run<'_> {
             Rule::Divergent => v.divergent += 1,
             Rule::ExtraSourceRead => v.extra_source_reads += 1,
             Rule::LostAnswer => v.lost_answer += 1,
+            Rule::FailedCall => v.failed_call += 1,
         }
         self.describe(rule, why);
     }

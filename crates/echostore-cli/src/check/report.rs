@@ -173,6 +173,7 @@ impl Report {
             ("at_least", v.at_least),
             ("extra_source_reads", v.extra_source_reads),
             ("lost_answer", v.lost_answer),
+            ("failed_call", v.failed_call),
         ] {
             println!("  {rule:<20} {n}");
         }

@@ -487,14 +487,17 @@ pub(crate) const PLACEHOLDER: u64 = u64::MAX;
 pub(crate) const OWN_WAIT: Duration = Duration::from_millis(30);
 
 /// Whether `answer` is a refusal instead of a value: the placeholder as the `Default` origin gave
-/// it, the `FailFast` error, or a read's own bound on its wait ([`OWN_WAIT`]) running out. It
-/// promises nothing, and is not recorded (as a peek that found nothing); the tables' stats count
-/// the first two (`defaults_served`, `failed_fast`).
+/// it, the `FailFast` error (another process holds the lock, or the source budget is spent: a
+/// table that fails fast waits for neither), or a read's own bound on its wait ([`OWN_WAIT`])
+/// running out. It promises nothing, and is not recorded (as a peek that found nothing); the
+/// tables' stats count the first two (`defaults_served`, `failed_fast`).
 pub(crate) fn declined(answer: &Answer) -> bool {
+    use echostore::Error::{BudgetExhausted, LockBusy, WaitTimeout};
     match answer {
         Ok((version, origin)) => *version == PLACEHOLDER && origin == "default",
-        Err(echostore::Error::LockBusy) => true,
-        Err(echostore::Error::WaitTimeout { waited }) => *waited == OWN_WAIT,
+        Err(LockBusy) => true,
+        Err(BudgetExhausted { waited }) => waited.is_zero() || *waited == OWN_WAIT,
+        Err(WaitTimeout { waited }) => *waited == OWN_WAIT,
         Err(_) => false,
     }
 }
@@ -565,8 +568,8 @@ mod tests {
         }
     }
 
-    /// A refusal is only the policy's own: the placeholder with the `Default` origin, `LockBusy`,
-    /// a wait that ran out at a read's own bound. The placeholder from anywhere else is an
+    /// A refusal is only the policy's own: the placeholder with the `Default` origin, `LockBusy`
+    /// or a spent budget where it fails fast, a wait that ran out at a read's own bound. The placeholder from anywhere else is an
     /// answer (the model finds it phantom), and so is any other failure (a failed read).
     #[test]
     fn only_a_policys_own_refusal_is_declined() {
@@ -580,6 +583,10 @@ mod tests {
         assert!(!declined(&Ok((3, "default".to_owned()))));
         assert!(!declined(&timed_out(Duration::from_secs(5))));
         assert!(!declined(&Err(Error::Absent)));
+        let spent = |waited| Err(Error::BudgetExhausted { waited });
+        assert!(declined(&spent(Duration::ZERO)), "failing fast");
+        assert!(declined(&spent(OWN_WAIT)));
+        assert!(!declined(&spent(Duration::from_secs(5))));
     }
 
     /// The default run loads every table's batch misses both ways: with a batch loader in some

@@ -634,7 +634,38 @@ fn an_id_left_out_of_a_batchs_answer_is_a_lost_answer() {
         origin: "the owner stopped".to_owned(),
         ..left_out
     };
-    assert_eq!(violations(&[put(1, 1, 10, 20), failed], &[]).total(), 0);
+    let found = violations(&[put(1, 1, 10, 20), failed], &[fault(0, 100)]);
+    assert_eq!(found.total(), 0, "a failed answer under a fault is excused");
     let under_fault = violations(&ops, &[fault(0, 100)]);
     assert_eq!(under_fault.lost_answer, 1, "no fault excuses it");
+}
+
+/// A call that failed with no fault on is a `failed_call`: every id exists at the source, the
+/// source never fails, and a declined answer is not recorded, so a healthy Valkey leaves a call
+/// no reason to fail. Under a fault, or within its grace, it is excused; `skew` excuses nothing.
+#[test]
+fn a_call_that_fails_with_no_fault_on_is_a_failed_call() {
+    let failed = |op: Op| Op {
+        ok: false,
+        origin: "the owner stopped".to_owned(),
+        ..op
+    };
+    let ops = [put(1, 1, 10, 20), failed(read(0, 0, 30, 40))];
+    only(&ops, "failed_call", |v| v.failed_call);
+    let ops = [failed(put(1, 1, 10, 20)), read(0, 1, 30, 40)];
+    only(&ops, "failed_call", |v| v.failed_call);
+    let ops = [put(1, 1, 10, 20), failed(read(0, 0, 30, 40))];
+    assert_eq!(violations(&ops, &[fault(25, 35)]).total(), 0, "under a fault");
+    assert_eq!(
+        violations(&ops, &[fault(0, 5)]).total(),
+        0,
+        "within the fault's grace"
+    );
+    let late = [put(1, 1, 10, 20), failed(read(0, 0, 6_000, 6_010))];
+    assert_eq!(violations(&late, &[fault(0, 5)]).failed_call, 1, "past it");
+    let skew = FaultSpan {
+        excuses: false,
+        ..fault(25, 35)
+    };
+    assert_eq!(violations(&ops, &[skew]).failed_call, 1, "skew excuses nothing");
 }
