@@ -28,6 +28,9 @@ const SKEW_MS: i64 = 3_600_000;
 const SKEWED_FOR: Duration = Duration::from_secs(2);
 /// How long the `outage` fault keeps Valkey down.
 pub(crate) const OUTAGE: Duration = Duration::from_secs(5);
+/// How long the `freeze` fault keeps a worker stopped: past the tables' `lock_ttl` (5 s), so
+/// that the leases of its loads lapse and another process may take their locks.
+const FROZEN_FOR: Duration = Duration::from_secs(6);
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +51,10 @@ pub(crate) enum Fault {
     Crash,
     /// One worker's link to Valkey turns slow, then silent, then heals.
     Proxy,
+    /// One worker stopped (`SIGSTOP`) for [`FROZEN_FOR`], then let go on (`SIGCONT`): a long
+    /// pause of a whole process (a VM descheduled, a swap storm), whose locks lapse meanwhile
+    /// and whose L1, calls and pushes all resume where they were.
+    Freeze,
     /// One worker's wall clock, as EchoStore reads it, an hour ahead, then an hour behind, then
     /// right again. It excuses nothing: neither order nor life may rest on a wall clock.
     Skew,
@@ -63,7 +70,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 9] = [
+    pub(crate) const ALL: [Fault; 10] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
@@ -72,6 +79,7 @@ impl Fault {
         Fault::Outage,
         Fault::Crash,
         Fault::Proxy,
+        Fault::Freeze,
         Fault::Skew,
     ];
 
@@ -94,6 +102,7 @@ impl Fault {
             Fault::Outage => "outage",
             Fault::Crash => "crash",
             Fault::Proxy => "proxy",
+            Fault::Freeze => "freeze",
             Fault::Skew => "skew",
             Fault::KillPrimary => "kill-primary",
             Fault::Failover => "failover",
@@ -206,6 +215,8 @@ pub(crate) struct Reach<'a> {
     pub(crate) next_crash: usize,
     /// The worker whose clock the next skew moves.
     pub(crate) next_skew: usize,
+    /// The worker the next freeze stops.
+    pub(crate) next_freeze: usize,
 }
 
 /// Injects `fault` and returns its span.
@@ -252,6 +263,11 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
                 excuses: false,
                 ..span
             });
+        }
+        Fault::Freeze => {
+            let worker = reach.next_freeze % reach.workers.len();
+            reach.next_freeze += 1;
+            reach.workers.freeze(worker, FROZEN_FOR).await?;
         }
         Fault::Proxy => {
             let proxy = reach.proxy.ok_or("the proxy fault needs its proxy")?;
@@ -391,7 +407,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(9));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(10));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());

@@ -73,7 +73,7 @@ pub(crate) struct CheckArgs {
     seconds: Duration,
 
     /// Faults to inject, in turn: none, all, or a comma-separated list of kill-tracking,
-    /// kill-all, pause-write, pause-all, restart, outage, crash, proxy, skew (`kill` and
+    /// kill-all, pause-write, pause-all, restart, outage, crash, proxy, freeze, skew (`kill` and
     /// `pause` name both), and with --cluster kill-primary, failover, migrate, pause-primary
     /// (`all` under --cluster: those four; restart, outage and proxy are refused there).
     #[arg(long, default_value = "none", value_parser = faults::FaultList::parse)]
@@ -185,6 +185,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             keys: args.keys,
             next_crash: 0,
             next_skew: 1,
+            next_freeze: 2,
         };
         let gap = args.grace() + HEALTHY;
         schedule(&faults, (args.seconds, gap), &mut reach, &mut skipped).await?

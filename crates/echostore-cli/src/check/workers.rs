@@ -90,6 +90,19 @@ impl Workers {
         self.line_from(i, "skewed").await.map(drop)
     }
 
+    /// Stops worker `i`'s process (`SIGSTOP`) for `how_long`, then lets it go on (`SIGCONT`).
+    pub(crate) async fn freeze(&mut self, i: usize, how_long: Duration) -> CliResult<()> {
+        let pid = self
+            .children
+            .child_mut(i)
+            .and_then(|child| rustix::process::Pid::from_raw(child.id() as i32))
+            .ok_or_else(|| format!("worker {i} has no process to freeze"))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP)?;
+        tokio::time::sleep(how_long).await;
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT)?;
+        Ok(())
+    }
+
     /// Tells every worker to stop, and waits until each has flushed its history and exited.
     pub(crate) async fn stop(&mut self) -> CliResult<()> {
         for i in 0..self.len() {
