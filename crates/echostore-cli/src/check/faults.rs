@@ -28,9 +28,10 @@ const SKEW_MS: i64 = 3_600_000;
 const SKEWED_FOR: Duration = Duration::from_secs(2);
 /// How long the `outage` fault keeps Valkey down.
 pub(crate) const OUTAGE: Duration = Duration::from_secs(5);
-/// How long the `freeze` fault keeps a worker stopped: past the tables' `lock_ttl` (5 s), so
-/// that the leases of its loads lapse and another process may take their locks.
-const FROZEN_FOR: Duration = Duration::from_secs(6);
+/// How long the `freeze` fault keeps a worker stopped: past the tables' `lock_ttl`
+/// ([`LOCK_TTL`](super::tables::LOCK_TTL)), so that the leases of its loads lapse and another
+/// process may take their locks.
+const FROZEN_FOR: Duration = Duration::from_secs(3);
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -257,10 +257,12 @@ impl CheckArgs {
     /// How long after a fault its effects are excused, unless `--fault-grace` says otherwise: a
     /// store is whole again at most a breaker cooldown (1 s, after a long outage) and a tracking
     /// reconnect pause (0.5 s) after Valkey is, and what its L1 took meanwhile lives one
-    /// `unconfirmed_l1_life` more.
+    /// `unconfirmed_l1_life` more; a lock whose release the fault failed lives to its `PX`
+    /// ([`tables::LOCK_TTL`]), and the flights waiting on it resume with what they held then.
     fn grace(&self) -> Duration {
-        self.fault_grace
-            .unwrap_or(self.unconfirmed_l1_life + Duration::from_millis(1_500))
+        let whole = self.unconfirmed_l1_life + Duration::from_millis(1_500);
+        let orphaned = tables::LOCK_TTL + Duration::from_millis(500);
+        self.fault_grace.unwrap_or(whole.max(orphaned))
     }
 }
 

@@ -386,6 +386,11 @@ pub(crate) const VERSIONED: [bool; 3] = [true, true, false];
 /// Source reads of one table at once across the workers (`source_budget`).
 const SOURCE_BUDGET: u32 = 4;
 
+/// The tables' `lock_ttl`: a lock whose release a fault failed (its connection killed) is held
+/// until its `PX`, and every reader of the id waits that long, so a fault's effects last this
+/// long at least; short enough to lapse within a fault's grace (`CheckArgs::grace`).
+pub(crate) const LOCK_TTL: Duration = Duration::from_secs(2);
+
 /// One table of the run: every loader and batch loader call reads the source and is recorded.
 async fn open<K: Key>(
     store: &Store,
@@ -406,6 +411,7 @@ async fn open<K: Key>(
         // Small enough that a clear's or a tag's reloads spend it: reads then wait for a lease
         // (or take their stale copy), under every fault.
         .source_budget(SOURCE_BUDGET)
+        .lock_ttl(LOCK_TTL)
         .loader(move |key: K| {
             let one = one.clone();
             async move { one.one(table, id_of(&key)).await }
