@@ -53,7 +53,8 @@ impl Moment {
 }
 
 /// The coarse clock now, in its own ticks: a plain memory read, for stamps a few ms may blur (when
-/// an L1 entry was last read).
+/// an L1 entry was last read, the tracking connections' vouch).
+#[inline]
 pub(crate) fn coarse_ticks() -> u64 {
     coarse_now()
 }
@@ -120,7 +121,13 @@ impl Deadline {
     /// window): the hit path's cheap check.
     #[inline]
     pub(crate) fn is_surely_ahead(&self) -> bool {
-        coarse_now() < self.coarse
+        self.is_surely_ahead_at(coarse_now())
+    }
+
+    /// [`Deadline::is_surely_ahead`] with the coarse clock read at `now` ([`coarse_ticks`]).
+    #[inline]
+    pub(crate) fn is_surely_ahead_at(&self, now: u64) -> bool {
+        now < self.coarse
     }
 
     /// The precise moment.

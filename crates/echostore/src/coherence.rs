@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 
 use crate::coherence::tracking::keys::{Found, Read, Registry};
+pub(crate) use crate::coherence::vouch::Vouch;
 use crate::valkey::envelope::Fingerprint;
 use crate::wire::key::{KeyKind, parse_key, split_schema};
 
@@ -115,6 +116,8 @@ pub(crate) struct Tracker {
     subscribed: Notify,
     /// What the tracking connections read, under key tracking.
     keys: Option<Registry>,
+    /// How long L1 may answer before the tracking connections are heard again.
+    vouch: Arc<Vouch>,
 }
 
 /// The tracking connections of a store, by server address.
@@ -137,6 +140,7 @@ impl Tracker {
             nodes: Mutex::new(Nodes::default()),
             subscribed: Notify::new(),
             keys: (mode == Tracking::Keys).then(Registry::default),
+            vouch: Arc::new(Vouch::new()),
         })
     }
 
@@ -146,6 +150,11 @@ impl Tracker {
             Some(_) => Tracking::Keys,
             None => Tracking::Broadcast,
         }
+    }
+
+    /// How long L1 may answer before the tracking connections are heard again.
+    pub(crate) fn vouch(&self) -> &Arc<Vouch> {
+        &self.vouch
     }
 
     /// What the tracking connections read, under key tracking; `None` for broadcast.
@@ -217,6 +226,7 @@ impl Tracker {
         let mut nodes = lock(&self.nodes);
         nodes.expected = expected;
         nodes.tracking.clear();
+        self.vouch.clear();
     }
 
     /// The connection to `node` tracks `tables` now.
@@ -230,6 +240,7 @@ impl Tracker {
     /// The connection to `node` is gone.
     pub(crate) fn node_lost(&self, node: &str) {
         lock(&self.nodes).tracking.remove(node);
+        self.vouch.down(node);
         if let Some(registry) = &self.keys {
             registry.node_down(node);
         }
@@ -360,3 +371,4 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub(crate) mod tracking;
+pub(crate) mod vouch;

@@ -149,6 +149,8 @@ async fn track(
     // here at the earliest.
     *life.healthy_at = std::time::Instant::now();
     *life.established = true;
+    let vouched = crate::clock::coarse_ticks();
+    tracker.upgrade()?.vouch().renew(life.url, vouched);
     session.serve(tables, life).await
 }
 
@@ -264,17 +266,33 @@ impl Session<'_> {
                     }
                 },
                 _ = health.tick() => {
-                    // Its answer says every push Valkey sent before it came: healthy when sent.
-                    let sent = std::time::Instant::now();
-                    let (cmd, limit) = (redis::cmd("PING"), self.limit());
-                    let ping = cmd.query_async::<String>(&mut self.conn);
-                    if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
-                        return Some("health PING failed");
+                    if let Some(why) = self.health(&mut life).await? {
+                        return Some(why);
                     }
-                    *life.healthy_at = sent;
                 }
             }
         }
+    }
+
+    /// A health PING. Its answer says every push Valkey sent before it came: healthy when
+    /// sent, and once the pushes ahead of the answer are routed, L1 is vouched for from then.
+    /// `None`: the tracker is gone; `Some(Some(why))`: the connection is lost.
+    async fn health(&mut self, life: &mut Life<'_>) -> Option<Option<&'static str>> {
+        let (sent, sent_ticks) = (std::time::Instant::now(), crate::clock::coarse_ticks());
+        let (cmd, limit) = (redis::cmd("PING"), self.limit());
+        let ping = cmd.query_async::<String>(&mut self.conn);
+        if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
+            return Some(Some("health PING failed"));
+        }
+        *life.healthy_at = sent;
+        // The connection hands a push over before the reply read after it.
+        while let Ok(push) = self.pushes.try_recv() {
+            if let Some(why) = self.pushed(Some(push), life).await? {
+                return Some(Some(why));
+            }
+        }
+        self.tracker.upgrade()?.vouch().renew(life.url, sent_ticks);
+        Some(None)
     }
 
     /// A push (or the channel's end). `None`: the tracker is gone; `Some(Some(why))`: the

@@ -161,7 +161,12 @@ where
     V: Value,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    match entry.freshness() {
+    // One coarse clock read for both checks: the hit path's cost is its instructions.
+    let now = crate::clock::coarse_ticks();
+    if !core.vouch.holds_at(now) {
+        return None;
+    }
+    match entry.freshness_at(now) {
         Freshness::Fresh => {}
         Freshness::Refresh => ask_refresh(owner, id, &entry.value),
         Freshness::Expired => {

@@ -83,7 +83,8 @@ where
             let reading = Reading { core, id, read };
             // A write that landed between this caller's look at L1 and its entry on the board
             // stored its entry before it lifted its mark: seeing the mark gone, look again.
-            if let Some(entry) = L1Cache::get::<K>(&core.l1, &reading.id).filter(|e| e.is_fresh()) {
+            if let Some(entry) = L1Cache::get::<K>(&core.l1, &reading.id).filter(|e| core.trusts(e))
+            {
                 drop(reading);
                 core.stats.l1_hits.incr();
                 return std::future::ready(Ok(Fetched::new(entry.value, Origin::L1))).boxed();
@@ -129,7 +130,7 @@ fn admit_here<K: Key, V: Value>(
     tokio::runtime::Handle::try_current().ok()?;
     let actor = owner.of(id);
     let hit = || {
-        let entry = L1Cache::get::<K>(&core.l1, id).filter(|e| e.is_fresh())?;
+        let entry = L1Cache::get::<K>(&core.l1, id).filter(|e| core.trusts(e))?;
         core.stats.l1_hits.incr();
         Some(Fetched::new(entry.value, Origin::L1))
     };

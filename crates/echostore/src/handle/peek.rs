@@ -101,7 +101,7 @@ where
 {
     core.l1
         .get(id)
-        .filter(|entry| entry.is_fresh())
+        .filter(|entry| core.trusts(entry))
         .map(|entry| entry.value)
 }
 

@@ -271,7 +271,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 
     /// A fresh L1 entry for `id`, counted as a hit.
     fn l1_hit(&self, id: &K) -> Option<Fetched<V>> {
-        let entry = self.core.l1.get(id).filter(Entry::is_fresh)?;
+        let entry = self.core.l1.get(id).filter(|e| self.core.trusts(e))?;
         self.core.stats.l1_hits.incr();
         Some(Fetched::new(entry.value, Origin::L1))
     }

@@ -269,6 +269,9 @@ pub(crate) struct TableCore<K, V> {
     pub(crate) stats: Stats,
     /// The store's coherence, when on.
     pub(crate) tracker: Option<Arc<Tracker>>,
+    /// How long L1 may answer before the store's tracking connections are heard again (the
+    /// tracker's; one that never lapses without tracking).
+    pub(crate) vouch: Arc<crate::coherence::Vouch>,
     /// How long L1 keeps what Valkey could not confirm (the store's setting).
     pub(crate) unconfirmed_l1_life: Duration,
     /// The current flights, one board per shard, where a miss joins one without a message to
@@ -287,6 +290,12 @@ pub(crate) struct TableCore<K, V> {
 }
 
 impl<K: crate::wire::key::Key, V> TableCore<K, V> {
+    /// Whether L1's `entry` may answer a read: fresh, and vouched for by the tracking
+    /// connections (`crate::coherence::vouch`).
+    pub(crate) fn trusts(&self, entry: &crate::state::l1::Entry<V>) -> bool {
+        self.vouch.holds() && entry.is_fresh()
+    }
+
     /// The board of `id`'s shard.
     pub(crate) fn board<Q: std::hash::Hash + ?Sized>(&self, id: &Q) -> &Arc<Board<K, V>> {
         self.boards.of(id)

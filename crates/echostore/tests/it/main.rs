@@ -54,6 +54,7 @@ mod hung_loads_are_bounded;
 mod idle_entries_leave_l1;
 mod key_tracking_confirms_what_l1_keeps;
 mod keys_and_envelopes_on_the_wire;
+mod l1_answers_only_while_tracking_keeps_up;
 mod l1_can_be_bounded_by_bytes;
 mod l1_keeps_what_valkey_could_not_confirm_briefly;
 mod l2_hits_are_read_on_the_callers_task;

@@ -655,7 +655,11 @@ fn a_call_that_fails_with_no_fault_on_is_a_failed_call() {
     let ops = [failed(put(1, 1, 10, 20)), read(0, 1, 30, 40)];
     only(&ops, "failed_call", |v| v.failed_call);
     let ops = [put(1, 1, 10, 20), failed(read(0, 0, 30, 40))];
-    assert_eq!(violations(&ops, &[fault(25, 35)]).total(), 0, "under a fault");
+    assert_eq!(
+        violations(&ops, &[fault(25, 35)]).total(),
+        0,
+        "under a fault"
+    );
     assert_eq!(
         violations(&ops, &[fault(0, 5)]).total(),
         0,
@@ -667,5 +671,9 @@ fn a_call_that_fails_with_no_fault_on_is_a_failed_call() {
         excuses: false,
         ..fault(25, 35)
     };
-    assert_eq!(violations(&ops, &[skew]).failed_call, 1, "skew excuses nothing");
+    assert_eq!(
+        violations(&ops, &[skew]).failed_call,
+        1,
+        "skew excuses nothing"
+    );
 }

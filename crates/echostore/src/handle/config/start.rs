@@ -178,6 +178,11 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
             }),
             stats: Stats::new(),
             tracker: self.store.tracker().cloned(),
+            vouch: self
+                .store
+                .tracker()
+                .map(|t| Arc::clone(t.vouch()))
+                .unwrap_or_default(),
             unconfirmed_l1_life: self.store.unconfirmed_l1_life(),
             unsettled: crate::state::unsettled::Unsettled::new(boards.clone()),
             boards,

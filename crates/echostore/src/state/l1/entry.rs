@@ -140,9 +140,15 @@ impl<V> Entry<V> {
 
     /// The hit path's check: the coarse clock alone before the early window; within it, the
     /// precise clock and (for an entry with a `delta·beta`) one XFetch draw.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn freshness(&self) -> Freshness {
-        if self.fresh_until.is_surely_ahead() {
+        self.freshness_at(crate::clock::coarse_ticks())
+    }
+
+    /// [`Entry::freshness`] with the coarse clock read at `now` ([`crate::clock::coarse_ticks`]).
+    #[inline]
+    pub(crate) fn freshness_at(&self, now: u64) -> Freshness {
+        if self.fresh_until.is_surely_ahead_at(now) {
             return Freshness::Fresh;
         }
         self.freshness_in_the_window()
