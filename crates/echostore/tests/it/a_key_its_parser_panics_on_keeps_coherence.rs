@@ -1,6 +1,7 @@
 //! Anyone can write under a table's prefix: a pushed key whose id makes the key type's own
-//! `from_rendered` panic is a key that cannot be parsed back (the table's L1 is dropped), and
-//! the tracking connection goes on carrying every later change. (Under key tracking no such key
+//! `from_rendered` (or its `Hash`, which routes the id to its shard) panic is a key that cannot
+//! be parsed back (the table's L1 is dropped), and the tracking connection goes on carrying
+//! every later change. (Under key tracking no such key
 //! is pushed: the tracking connection reads only the keys of ids it holds.)
 
 use crate::common;
@@ -27,7 +28,42 @@ impl Key for Strict {
     }
 }
 
+/// A key type whose `Hash` panics for one id, which its `from_rendered` parses: a foreign key
+/// `touchy:{666}` reaches the hash on the tracking task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Touchy(u64);
+
+/// The id whose hash panics.
+const UNHASHABLE: u64 = 666;
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        assert_ne!(self.0, UNHASHABLE, "this id cannot be hashed");
+        self.0.hash(state);
+    }
+}
+
+impl Key for Touchy {
+    fn render(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.0.to_string().into_bytes())
+    }
+
+    fn from_rendered(bytes: &[u8]) -> Option<Self> {
+        std::str::from_utf8(bytes).ok()?.parse().ok().map(Touchy)
+    }
+}
+
 async fn strict_table(url: &str) -> (Store, Table<Strict, String>) {
+    keyed_table(url, "strict", |id: &Strict| id.0).await
+}
+
+/// A table `name` of `K` ids on a store of its own, loading `loaded <n>` for the id `number`
+/// reads.
+async fn keyed_table<K: Key>(
+    url: &str,
+    name: &str,
+    number: fn(&K) -> u64,
+) -> (Store, Table<K, String>) {
     let store = Store::builder()
         .valkey(url)
         .require_valkey(true)
@@ -37,9 +73,11 @@ async fn strict_table(url: &str) -> (Store, Table<Strict, String>) {
         .expect("store");
     until("tracking is up", || store.is_coherent()).await;
     let table = store
-        .table::<Strict, String>("strict")
+        .table::<K, String>(name)
         .ttl(Duration::from_secs(600))
-        .loader(|id: Strict| async move { Ok::<_, std::io::Error>(format!("loaded {}", id.0)) })
+        .loader(
+            move |id: K| async move { Ok::<_, std::io::Error>(format!("loaded {}", number(&id))) },
+        )
         .build()
         .await
         .expect("table");
@@ -83,4 +121,35 @@ async fn a_key_its_parser_panics_on_leaves_the_store_coherent() {
         *here.get(&Strict(1)).await.expect("read") == "v3"
     })
     .await;
+}
+
+/// The same with a key type whose `Hash` panics on the foreign key's id: routing the push to a
+/// shard hashes it, on the tracking task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_whose_hash_panics_leaves_the_store_coherent() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let number = |id: &Touchy| id.0;
+    let (here_store, here) = keyed_table(&url, "touchy", number).await;
+    let (_there_store, there) = keyed_table(&url, "touchy", number).await;
+    assert_eq!(*here.get(&Touchy(1)).await.expect("loaded"), "loaded 1");
+
+    let mut conn = raw(&url).await;
+    let foreign = format!("touchy:{{{UNHASHABLE}}}");
+    let _: () = conn.set(foreign, "x").await.expect("a foreign write");
+    there
+        .put(&Touchy(1), "v2".to_owned())
+        .await
+        .expect("a put elsewhere");
+
+    until_async("the put reached this store's L1", async || {
+        let read = here.fetch(&Touchy(1)).await.expect("read");
+        *read.value == "v2" && read.origin != Origin::Loaded
+    })
+    .await;
+    assert!(here_store.is_coherent());
+    assert!(
+        here.stats().coherence_flushes >= 1,
+        "the table's L1 was dropped"
+    );
 }

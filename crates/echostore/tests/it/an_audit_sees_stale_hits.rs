@@ -61,3 +61,54 @@ async fn with_coherence_the_audit_finds_none() {
     .await;
     assert_eq!(a.stats().stale_hits, 0, "no stale hit after the push");
 }
+
+/// Set while [`Moody`] refuses to be encoded; how many times it refused.
+static MOODY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static REFUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A value type whose `Serialize` panics while [`MOODY`] is set: a user bug that the audit's
+/// comparison (which encodes both copies) reaches, off the hit path.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+struct Moody(u64);
+
+impl serde::Serialize for Moody {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if MOODY.load(std::sync::atomic::Ordering::SeqCst) {
+            REFUSED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            panic!("Moody will not be encoded now");
+        }
+        self.0.serialize(s)
+    }
+}
+
+/// A `Serialize` that panics inside the audit's comparison leaves that hit unaudited, and the
+/// auditor goes on with the next hits (before, the panic ended the table's auditor task, and no
+/// hit was audited again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serialize_that_panics_in_the_audit_leaves_the_auditor_running() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let valkey = valkey();
+    let t = coherent_store(&valkey.url(), None)
+        .await
+        .table::<u64, Moody>("moody")
+        .ttl(std::time::Duration::from_secs(600))
+        .audit_sample(1.0)
+        .loader(|id: u64| async move { Ok::<_, std::io::Error>(Moody(id)) })
+        .build()
+        .await
+        .expect("table");
+    t.get(&1).await.expect("load");
+    MOODY.store(true, SeqCst);
+    common::until_async("the audit met the panicking Serialize", async || {
+        assert_eq!(*t.get(&1).await.expect("hit"), Moody(1));
+        REFUSED.load(SeqCst) > 0
+    })
+    .await;
+    MOODY.store(false, SeqCst);
+    common::until_async("a later hit was audited", async || {
+        assert_eq!(*t.get(&1).await.expect("hit"), Moody(1));
+        t.stats().audited_hits > 0
+    })
+    .await;
+    assert_eq!(t.stats().stale_hits, 0);
+}
