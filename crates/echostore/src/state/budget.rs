@@ -50,6 +50,8 @@ struct Lease {
     l2: L2,
     key: Arc<[u8]>,
     token: String,
+    /// How long the lease lives unrenewed.
+    lease: Duration,
     renewing: tokio::task::JoinHandle<()>,
 }
 
@@ -141,18 +143,32 @@ impl Budget {
             l2: l2.clone(),
             key: Arc::clone(&self.key),
             token,
+            lease: self.lease,
             renewing,
         }
     }
 }
 
 impl Drop for Lease {
+    /// Gives the lease back; one that cannot be given back now (the connection reset, the
+    /// breaker open) is tried again until it lands or the lease would have ended anyway: left
+    /// to its end, it would hold a share of the fleet's budget that long after a blip, and with
+    /// every share held so, every load of the table would wait.
     fn drop(&mut self) {
         self.renewing.abort();
         let (l2, key, token) = (self.l2.clone(), Arc::clone(&self.key), self.token.clone());
+        let lease = self.lease;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = give_back(&l2, &key, &token).await;
+                let until = tokio::time::Instant::now() + lease;
+                let mut pause = FIRST_PAUSE;
+                while give_back(&l2, &key, &token).await.is_err() {
+                    if tokio::time::Instant::now() + pause >= until {
+                        return;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
             });
         }
     }

@@ -227,7 +227,42 @@ impl HeldLock<'_> {
         let deleted: i64 = l2.script("release (token-checked DEL)", names, inv).await?;
         Ok(deleted == 1)
     }
+
+    /// A release that failed (the connection reset, the breaker open), tried again in the
+    /// background until it lands or the lock's `PX` would have ended it anyway. Left to its
+    /// `PX`, the lock would hold every reader of the id that long after a blip (`lock_ttl`, 5 s
+    /// by default) for a flight that is over. Token-checked like every release: it never deletes
+    /// another holder's lock.
+    pub(crate) fn release_later(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (l2, names, token) = (self.l2.clone(), self.names.clone(), self.token.clone());
+        let ttl_ms = self.ttl_ms;
+        runtime.spawn(async move {
+            let until = Instant::now() + std::time::Duration::from_millis(ttl_ms);
+            let mut pause = RELEASE_RETRY_FIRST;
+            while Instant::now() + pause < until {
+                tokio::time::sleep(pause).await;
+                let held = HeldLock {
+                    l2: &l2,
+                    names: &names,
+                    token: token.clone(),
+                    ttl_ms,
+                    sent_at: Instant::now(),
+                };
+                if held.release().await.is_ok() {
+                    return;
+                }
+                pause = (pause * 2).min(RELEASE_RETRY_LONGEST);
+            }
+        });
+    }
 }
+
+/// The first pause before a failed release is tried again, and the longest.
+const RELEASE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
+const RELEASE_RETRY_LONGEST: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Write-through unless a newer value is stored or the put arrives after its deadline (the
 /// server's time as estimated when sent, plus the timeout its caller waits: [`ServerClock`]);

@@ -28,6 +28,7 @@ mod a_process_never_reads_back_in_time;
 mod a_put_racing_a_foreign_write_leaves_no_stale_l1;
 mod a_read_takes_effect_when_it_is_made;
 mod a_ready_loader_answers_on_the_callers_task;
+mod a_release_that_fails_is_tried_again;
 mod a_reloader_renews_unchanged_values_in_place;
 #[cfg(feature = "fault-injection")]
 mod a_skewed_clock_changes_no_life;

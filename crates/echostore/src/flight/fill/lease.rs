@@ -38,7 +38,8 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
     }
 
     /// The token-checked release, counted: `Some(true)` if the lock was ours, `None` on an error
-    /// (the lock then expires by its PX).
+    /// (the release is then tried again in the background, until it lands or the lock's PX
+    /// ends it).
     pub(super) async fn release(&self, held: &HeldLock<'_>) -> Option<bool> {
         let counters = &self.core.stats.counters;
         match held.release().await {
@@ -52,7 +53,8 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
             }
             Err(e) => {
                 bump(&counters.l2_errors);
-                tracing::warn!(table = %self.core.name, error = %e, "release failed; the lock will expire by its PX");
+                tracing::warn!(table = %self.core.name, error = %e, "release failed; trying again in the background");
+                held.release_later();
                 None
             }
         }
