@@ -355,7 +355,8 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
     }
 
     /// The write-many of every group, at once: for each group, the members it wrote for (those
-    /// whose lock was won) and what each write did.
+    /// whose lock was won) and what each write did. A group's write-many that failed released
+    /// nothing: its locks are released again in the background (`lock::release_later`).
     async fn write_groups(
         &self,
         l2: &L2,
@@ -379,7 +380,18 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     },
                 })
                 .collect();
-            async move { (won, on_valkey::write_many(l2, &writes).await) }
+            async move {
+                let wrote = on_valkey::write_many(l2, &writes).await;
+                if wrote.is_err() {
+                    // The write-many releases with the writes: failed, it released nothing.
+                    let ttl_ms = crate::state::core::millis(self.core.config.lock_ttl);
+                    for &i in &won {
+                        let (names, token) = (&members[i].names, &members[i].token);
+                        crate::valkey::lock::release_later(l2, names, token, ttl_ms);
+                    }
+                }
+                (won, wrote)
+            }
         }))
         .await
     }

@@ -234,30 +234,35 @@ impl HeldLock<'_> {
     /// by default) for a flight that is over. Token-checked like every release: it never deletes
     /// another holder's lock.
     pub(crate) fn release_later(&self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (l2, names, token) = (self.l2.clone(), self.names.clone(), self.token.clone());
-        let ttl_ms = self.ttl_ms;
-        runtime.spawn(async move {
-            let until = Instant::now() + std::time::Duration::from_millis(ttl_ms);
-            let mut pause = RELEASE_RETRY_FIRST;
-            while Instant::now() + pause < until {
-                tokio::time::sleep(pause).await;
-                let held = HeldLock {
-                    l2: &l2,
-                    names: &names,
-                    token: token.clone(),
-                    ttl_ms,
-                    sent_at: Instant::now(),
-                };
-                if held.release().await.is_ok() {
-                    return;
-                }
-                pause = (pause * 2).min(RELEASE_RETRY_LONGEST);
-            }
-        });
+        release_later(self.l2, self.names, &self.token, self.ttl_ms);
     }
+}
+
+/// [`HeldLock::release_later`] for the lock `token` holds on `names` (a batch member's, whose
+/// write-many, which releases with the write, failed).
+pub(crate) fn release_later(l2: &L2, names: &KeyNames, token: &str, ttl_ms: u64) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (l2, names, token) = (l2.clone(), names.clone(), token.to_owned());
+    runtime.spawn(async move {
+        let until = Instant::now() + std::time::Duration::from_millis(ttl_ms);
+        let mut pause = RELEASE_RETRY_FIRST;
+        while Instant::now() + pause < until {
+            tokio::time::sleep(pause).await;
+            let held = HeldLock {
+                l2: &l2,
+                names: &names,
+                token: token.clone(),
+                ttl_ms,
+                sent_at: Instant::now(),
+            };
+            if held.release().await.is_ok() {
+                return;
+            }
+            pause = (pause * 2).min(RELEASE_RETRY_LONGEST);
+        }
+    });
 }
 
 /// The first pause before a failed release is tried again, and the longest.

@@ -73,3 +73,66 @@ async fn a_refused_release_lands_once_valkey_takes_commands_again() {
     })
     .await;
 }
+
+/// The same for a batch: its write-many releases each lock with its write, and refused, it
+/// released none; once Valkey takes commands again, every lock is released. Before, they stayed
+/// until their `PX`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_refused_write_many_releases_its_locks_later() {
+    let valkey = valkey();
+    if common::cluster_seeds(&valkey.url()).is_some() {
+        return;
+    }
+    let mut admin = raw(&valkey.url()).await;
+    acl(&mut admin, &["on", "nopass", "~*", "&*", "+@all"]).await;
+    let url = valkey
+        .url()
+        .replacen("redis://", "redis://releaser:any@", 1);
+    let store = builder_on(&url)
+        .require_valkey(true)
+        .coherence(false)
+        .build()
+        .await
+        .expect("store");
+    let source = Source::gated();
+    let rows = source.clone();
+    let table = store
+        .table::<u64, String>("refused-batch")
+        .lock_ttl(Duration::from_secs(600))
+        .batch_loader(move |ids: Vec<u64>| {
+            let rows = rows.clone();
+            async move {
+                rows.read_many(ids.len()).await;
+                let loaded = ids.into_iter().map(|id| (id, format!("row {id}")));
+                Ok::<_, std::io::Error>(loaded.collect::<std::collections::HashMap<_, _>>())
+            }
+        })
+        .build()
+        .await
+        .expect("table");
+
+    let batch = common::on_task(&table, |t| async move { t.get_many([1, 2]).await });
+    until("the batch holds its locks and reads the source", || {
+        source.calls() == 2
+    })
+    .await;
+    acl(&mut admin, &["-@all"]).await;
+    source.release();
+    let found = batch.await.expect("task").expect("the batch's answer");
+    assert_eq!(found.len(), 2);
+    let locks = ["lock:refused-batch:{1}", "lock:refused-batch:{2}"];
+    for lock in locks {
+        assert!(
+            exists(&mut admin, lock).await,
+            "{lock}: the write-many was refused"
+        );
+    }
+
+    acl(&mut admin, &["+@all"]).await;
+    for lock in locks {
+        until_async("the lock was released", async || {
+            !exists(&mut admin, lock).await
+        })
+        .await;
+    }
+}
