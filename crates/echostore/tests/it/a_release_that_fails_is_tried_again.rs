@@ -17,15 +17,11 @@ async fn acl(conn: &mut common::RawConn, rules: &[&str]) {
     let _: () = cmd.query_async(conn).await.expect("ACL SETUSER");
 }
 
-/// Valkey refuses every command of the store while its load runs, so its write back and its
-/// release both fail (nothing written, the lock and the lease still there); once it takes them
-/// again, the release and the lease's return land, long before the lock's 600 s `PX`. Before,
-/// both stayed until it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_release_lands_once_valkey_takes_commands_again() {
-    let valkey = valkey();
+/// A store that reaches the server as user `releaser`, which `ACL SETUSER` can then refuse
+/// everything; and an admin connection to do it with. `None` on a cluster.
+async fn refusable_store(valkey: &common::Valkey) -> Option<(common::RawConn, echostore::Store)> {
     if common::cluster_seeds(&valkey.url()).is_some() {
-        return;
+        return None;
     }
     let mut admin = raw(&valkey.url()).await;
     acl(&mut admin, &["on", "nopass", "~*", "&*", "+@all"]).await;
@@ -38,6 +34,25 @@ async fn a_refused_release_lands_once_valkey_takes_commands_again() {
         .build()
         .await
         .expect("store");
+    Some((admin, store))
+}
+
+/// How many native token-checked releases (`DELIFEQ`, which the store uses where the server has
+/// it, as the embedded one does) the server ran since the last `CONFIG RESETSTAT`.
+async fn releases(admin: &mut common::RawConn) -> u64 {
+    common::command_calls(admin, "delifeq").await
+}
+
+/// Valkey refuses every command of the store while its load runs, so its write back and its
+/// release both fail (nothing written, the lock and the lease still there); once it takes them
+/// again, the release and the lease's return land, long before the lock's 600 s `PX`. Before,
+/// both stayed until it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_release_lands_once_valkey_takes_commands_again() {
+    let valkey = valkey();
+    let Some((mut admin, store)) = refusable_store(&valkey).await else {
+        return;
+    };
     let source = Source::gated();
     let long_lock = |t: echostore::TableBuilder<u64, String>| {
         t.lock_ttl(Duration::from_secs(600)).source_budget(1)
@@ -75,25 +90,15 @@ async fn a_refused_release_lands_once_valkey_takes_commands_again() {
 }
 
 /// The same for a batch: its write-many releases each lock with its write, and refused, it
-/// released none; once Valkey takes commands again, every lock is released. Before, they stayed
-/// until their `PX`.
+/// released none; once Valkey takes commands again, each lock still its own is released, and
+/// one another holder took meanwhile is left to it (the retry is token-checked). Before, the
+/// batch's locks stayed until their `PX`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batchs_refused_write_many_releases_its_locks_later() {
     let valkey = valkey();
-    if common::cluster_seeds(&valkey.url()).is_some() {
+    let Some((mut admin, store)) = refusable_store(&valkey).await else {
         return;
-    }
-    let mut admin = raw(&valkey.url()).await;
-    acl(&mut admin, &["on", "nopass", "~*", "&*", "+@all"]).await;
-    let url = valkey
-        .url()
-        .replacen("redis://", "redis://releaser:any@", 1);
-    let store = builder_on(&url)
-        .require_valkey(true)
-        .coherence(false)
-        .build()
-        .await
-        .expect("store");
+    };
     let source = Source::gated();
     let rows = source.clone();
     let table = store
@@ -119,20 +124,46 @@ async fn a_batchs_refused_write_many_releases_its_locks_later() {
     acl(&mut admin, &["-@all"]).await;
     source.release();
     let found = batch.await.expect("task").expect("the batch's answer");
-    assert_eq!(found.len(), 2);
-    let locks = ["lock:refused-batch:{1}", "lock:refused-batch:{2}"];
-    for lock in locks {
+    assert_eq!((found[&1].as_str(), found[&2].as_str()), ("row 1", "row 2"));
+    let (ours, taken) = ("lock:refused-batch:{1}", "lock:refused-batch:{2}");
+    for lock in [ours, taken] {
         assert!(
             exists(&mut admin, lock).await,
             "{lock}: the write-many was refused"
         );
     }
+    // Another holder takes the second lock (as after its PX): no retry of this batch may drop it.
+    let _: () = redis::cmd("SET")
+        .arg(taken)
+        .arg("another-holder")
+        .arg("XX")
+        .arg("KEEPTTL")
+        .query_async(&mut admin)
+        .await
+        .expect("SET");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG RESETSTAT");
 
     acl(&mut admin, &["+@all"]).await;
-    for lock in locks {
-        until_async("the lock was released", async || {
-            !exists(&mut admin, lock).await
-        })
-        .await;
-    }
+    until_async("the lock still its own was released", async || {
+        !exists(&mut admin, ours).await
+    })
+    .await;
+    until_async("both locks' releases ran", async || {
+        releases(&mut admin).await >= 2
+    })
+    .await;
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(taken)
+        .query_async(&mut admin)
+        .await
+        .expect("GET");
+    assert_eq!(
+        holder.as_deref(),
+        Some("another-holder"),
+        "left to its holder"
+    );
 }
