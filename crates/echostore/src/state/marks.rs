@@ -27,9 +27,9 @@
 //! over, each store then reloaded ids whose fresh copies the failover had not touched, for up to
 //! a second after it healed.)
 //!
-//! **What Valkey lost is put back.** A full read that finds fewer marks than this process knows
-//! (Valkey came back empty, or a replica that had not received them took over) puts back the
-//! missing ones ([`crate::wire::scripts::PUT_BACK_MARKS_SCRIPT`], never lowering a mark): a mark
+//! **What Valkey lost is put back.** A full read that finds fewer marks than this process knew
+//! when it sent the read (Valkey came back empty, or a replica that had not received them took
+//! over) puts back the missing ones ([`crate::wire::scripts::PUT_BACK_MARKS_SCRIPT`], never lowering a mark): a mark
 //! one process heard and another missed just before the loss would otherwise divide them until
 //! the table's next mark, the second stamping below it, each of its copies a miss to the first.
 //!
@@ -216,7 +216,8 @@ impl Marks {
     pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
         let failed_before = self.failed.load(SeqCst);
         let key = &self.key;
-        let above = format!("({}", self.stamp());
+        let known = self.stamp();
+        let above = format!("({known}");
         let read: Result<Vec<(Vec<u8>, f64)>> = l2
             .run("read the marks", None, |mut c| async move {
                 let mut cmd = redis::cmd(if full { "ZRANGE" } else { "ZRANGEBYSCORE" });
@@ -240,7 +241,7 @@ impl Marks {
         if !full {
             return Ok(self.merge(&read, now));
         }
-        let (scope, lost) = self.take_in_full(&read, now);
+        let (scope, lost) = self.take_in_full(&read, now, known);
         self.answered.fetch_max(failed_before, SeqCst);
         if !lost.is_empty() {
             self.put_back(l2, &lost).await;
@@ -248,24 +249,29 @@ impl Marks {
         Ok(scope)
     }
 
-    /// Takes in a full read of the marks (`read`): what it makes stale, and the marks this
-    /// process still knows that Valkey lost. Judged after the merge has dropped what no longer
-    /// tells anything, so a timed tag whose mark Valkey let expire is not put back.
+    /// Takes in a full read of the marks (`read`), sent when the latest mark known here was
+    /// `known`: what it makes stale, and the marks this process still knows that Valkey lost.
+    /// Judged after the merge has dropped what no longer tells anything, so a timed tag whose
+    /// mark Valkey let expire is not put back.
     fn take_in_full(
         &self,
         read: &[(Vec<u8>, f64)],
         now_us: u64,
+        known: u64,
     ) -> (Option<Scope>, Vec<(String, u64)>) {
         let scope = self.merge(read, now_us);
-        (scope, self.lost_by(read))
+        (scope, self.lost_by(read, known))
     }
 
     /// The marks this process knows above what a full read found on Valkey (`read`), beyond its
-    /// clear: those Valkey lost.
-    fn lost_by(&self, read: &[(Vec<u8>, f64)]) -> Vec<(String, u64)> {
+    /// clear: those Valkey lost. Only a mark known when the read was sent (at or below `known`)
+    /// can be: one heard while it was on its way (a push, this process's own `clear`) was set
+    /// after the read ran, above every mark Valkey then held.
+    fn lost_by(&self, read: &[(Vec<u8>, f64)], known: u64) -> Vec<(String, u64)> {
         let found: HashMap<&[u8], f64> = read.iter().map(|(m, g)| (m.as_slice(), *g)).collect();
-        let below =
-            |member: &str, g: u64| found.get(member.as_bytes()).is_none_or(|&f| f < g as f64);
+        let below = |member: &str, g: u64| {
+            g <= known && found.get(member.as_bytes()).is_none_or(|&f| f < g as f64)
+        };
         let found_clear = found.get(CLEAR.as_bytes()).copied().unwrap_or(0.0);
         let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
         let mut lost = Vec::new();
@@ -299,7 +305,7 @@ impl Marks {
             .await;
         match put {
             Ok(_) => {
-                tracing::warn!(key = %String::from_utf8_lossy(&self.key), marks = lost.len(), "Valkey had lost marks of the table: put back what this process knew")
+                tracing::warn!(key = %String::from_utf8_lossy(&self.key), marks = ?lost, latest = self.stamp(), "Valkey had lost marks of the table: put back what this process knew")
             }
             Err(e) => tracing::debug!(error = %e, "putting back the marks failed"),
         }
