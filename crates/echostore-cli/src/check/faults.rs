@@ -8,7 +8,8 @@ use std::time::Duration;
 use echostore_testkit::proxy::{Link, Proxy};
 use redis::aio::MultiplexedConnection;
 
-use super::history::{FaultSpan, now_ns};
+use super::history::{Excuses, FaultSpan, now_ns};
+use super::source::{SLOW_READ, Source};
 use super::target::Target;
 use super::workers::Workers;
 use crate::CliResult;
@@ -32,6 +33,9 @@ pub(crate) const OUTAGE: Duration = Duration::from_secs(5);
 /// ([`LOCK_TTL`](super::tables::LOCK_TTL)), so that the leases of its loads lapse and another
 /// process may take their locks.
 const FROZEN_FOR: Duration = Duration::from_secs(3);
+/// How long the `slow-source` fault keeps the source slow (each read then takes
+/// [`SLOW_READ`] more).
+const SLOW_SOURCE_FOR: Duration = Duration::from_secs(3);
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +60,10 @@ pub(crate) enum Fault {
     /// pause of a whole process (a VM descheduled, a swap storm), whose locks lapse meanwhile
     /// and whose L1, calls and pushes all resume where they were.
     Freeze,
+    /// Every source read, in every worker, slowed past the tables' `lock_ttl` for a while: a
+    /// database under load. Loads hold their locks by their leases only; readers wait past
+    /// their bounds. It excuses the calls that fail, nothing else.
+    SlowSource,
     /// One worker's wall clock, as EchoStore reads it, an hour ahead, then an hour behind, then
     /// right again. It excuses nothing: neither order nor life may rest on a wall clock.
     Skew,
@@ -71,7 +79,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 10] = [
+    pub(crate) const ALL: [Fault; 11] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
@@ -81,15 +89,17 @@ impl Fault {
         Fault::Crash,
         Fault::Proxy,
         Fault::Freeze,
+        Fault::SlowSource,
         Fault::Skew,
     ];
 
     /// The cluster's faults: what `all` injects under `--cluster`.
-    pub(crate) const CLUSTER: [Fault; 4] = [
+    pub(crate) const CLUSTER: [Fault; 5] = [
         Fault::KillPrimary,
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
+        Fault::SlowSource,
     ];
 
     /// The fault's name on the command line and in the output.
@@ -104,6 +114,7 @@ impl Fault {
             Fault::Crash => "crash",
             Fault::Proxy => "proxy",
             Fault::Freeze => "freeze",
+            Fault::SlowSource => "slow-source",
             Fault::Skew => "skew",
             Fault::KillPrimary => "kill-primary",
             Fault::Failover => "failover",
@@ -124,7 +135,7 @@ impl Fault {
                 "`{name}` puts a proxy in front of the one server: under --cluster, a client \
                  reaches every node at the address the cluster gives it, past any proxy"
             )),
-            (f, false) if Fault::CLUSTER.contains(&f) => {
+            (f, false) if Fault::CLUSTER.contains(&f) && !Fault::ALL.contains(&f) => {
                 Some(format!("`{name}` is a cluster fault: it needs --cluster"))
             }
             _ => None,
@@ -209,6 +220,8 @@ pub(crate) struct Reach<'a> {
     pub(crate) target: &'a mut Target,
     pub(crate) workers: &'a mut Workers,
     pub(crate) proxy: Option<&'a Proxy>,
+    /// The run's source of truth (`slow-source` slows it).
+    pub(crate) source: &'a Source,
     /// The run's namespace on Valkey, and ids per table.
     pub(crate) namespace: &'a str,
     pub(crate) keys: u32,
@@ -261,10 +274,11 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             }
             let span = FaultSpan::new(name, start, now_ns());
             return Ok(FaultSpan {
-                excuses: false,
+                excuses: Excuses::Nothing,
                 ..span
             });
         }
+        Fault::SlowSource => return slow_source(reach.source, start).await,
         Fault::Freeze => {
             let worker = reach.next_freeze % reach.workers.len();
             reach.next_freeze += 1;
@@ -285,6 +299,20 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
         }
     }
     Ok(FaultSpan::new(name, start, now_ns()))
+}
+
+/// `slow-source`: the source slow for [`SLOW_SOURCE_FOR`]; the fault lasts until the last read
+/// begun meanwhile has answered.
+async fn slow_source(source: &Source, start: u64) -> CliResult<FaultSpan> {
+    source.slow(true)?;
+    tokio::time::sleep(SLOW_SOURCE_FOR).await;
+    source.slow(false)?;
+    tokio::time::sleep(SLOW_READ).await;
+    let span = FaultSpan::new(Fault::SlowSource.name(), start, now_ns());
+    Ok(FaultSpan {
+        excuses: Excuses::FailedCalls,
+        ..span
+    })
 }
 
 /// `restart` (the server killed and started again, empty) or `outage` (kept down for
@@ -408,7 +436,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(10));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(11));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());

@@ -138,9 +138,36 @@ pub(crate) struct FaultSpan {
     /// `end`. `None`: at `end`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) healed: Option<u64>,
-    /// Whether the model excuses what the fault may cause; a skewed clock causes nothing.
-    #[serde(default = "excuses")]
-    pub(crate) excuses: bool,
+    /// What the model excuses around the fault.
+    #[serde(default)]
+    pub(crate) excuses: Excuses,
+}
+
+/// What a fault excuses, within its span and grace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Excuses {
+    /// Whatever losing Valkey, a connection or a process may cause: staleness, extra source
+    /// reads, divergence, and calls that fail.
+    #[default]
+    Effects,
+    /// Calls that fail, only: a slow source makes readers wait past their bounds, and changes
+    /// nothing that an answer or a source read must obey.
+    FailedCalls,
+    /// Nothing: a skewed clock causes nothing.
+    Nothing,
+}
+
+impl Excuses {
+    /// Whether staleness, extra source reads and divergence are excused.
+    pub(crate) fn effects(self) -> bool {
+        self == Excuses::Effects
+    }
+
+    /// Whether a call that failed is excused.
+    pub(crate) fn failed_calls(self) -> bool {
+        self != Excuses::Nothing
+    }
 }
 
 impl FaultSpan {
@@ -151,7 +178,7 @@ impl FaultSpan {
             start,
             end,
             healed: None,
-            excuses: true,
+            excuses: Excuses::Effects,
         }
     }
 
@@ -159,8 +186,4 @@ impl FaultSpan {
     pub(crate) fn over(&self) -> u64 {
         self.healed.unwrap_or(self.end)
     }
-}
-
-fn excuses() -> bool {
-    true
 }

@@ -157,7 +157,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
     let dir = tempfile::Builder::new()
         .prefix("echostore-check-")
         .tempdir()?;
-    source::Source::create(dir.path(), tables::TABLES.len() as u8, args.keys)?;
+    let source = source::Source::create(dir.path(), tables::TABLES.len() as u8, args.keys)?;
 
     let (faults, mut skipped) = injectable(asked, &target);
     let proxy = match faults.contains(&Fault::Proxy) {
@@ -181,6 +181,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             target: &mut target,
             workers: &mut workers,
             proxy: proxy.as_ref(),
+            source: &source,
             namespace: &namespace,
             keys: args.keys,
             next_crash: 0,

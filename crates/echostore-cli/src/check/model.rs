@@ -32,7 +32,9 @@
 //! A fault excuses `stale_after_write`, `divergent` and `extra_source_reads` when the write (or
 //! the earlier value) it concerns is no older than `B` before the fault began and the read began
 //! before the fault's grace ran out. Nothing excuses the other three: they hold through every
-//! fault. The `skew` fault excuses nothing: no rule may rest on a process's wall clock.
+//! fault. The `skew` fault excuses nothing: no rule may rest on a process's wall clock. The
+//! `slow-source` fault excuses only calls that fail: a slow source makes readers wait past their
+//! bounds, and changes nothing an answer or a source read must obey.
 //!
 //! Beside the rules, every call must answer: `lost_answer` counts ids a batch read left out of
 //! its answer (never excused), `failed_call` calls that returned an error with no fault (or its
@@ -42,7 +44,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::history::{Action, FaultSpan, LEFT_OUT, Op};
+use super::history::{Action, Excuses, FaultSpan, LEFT_OUT, Op};
 
 /// The bounds the model is checked with, in nanoseconds.
 #[derive(Debug, Clone, Copy)]
@@ -370,7 +372,7 @@ impl Run<'_> {
     /// Whether a fault excuses missing what happened at `since` until `until`: it began no more
     /// than `B` after `since`, and its grace had not run out at `until`.
     fn excused(&self, since: u64, until: u64) -> bool {
-        self.faults.iter().filter(|f| f.excuses).any(|f| {
+        self.faults.iter().filter(|f| f.excuses.effects()).any(|f| {
             since.saturating_add(self.bounds.staleness) >= f.start
                 && until <= f.end.saturating_add(self.bounds.fault_grace)
         })
@@ -518,7 +520,7 @@ impl Run<'_> {
             let Some(set) = setters.covering(load, &self.bounds) else {
                 continue;
             };
-            if self.excused_since(set.start, load.start) {
+            if self.excused_since(set.start, load.start, Excuses::effects) {
                 self.findings.excused_source_reads += 1;
             } else {
                 let what = if set.action == Action::Load {
@@ -548,7 +550,7 @@ impl Run<'_> {
             if op.origin == LEFT_OUT {
                 let why = format!("{} was {LEFT_OUT}", self.who(op));
                 self.tally(Rule::LostAnswer, why);
-            } else if !self.excused_since(op.start, op.end) {
+            } else if !self.excused_since(op.start, op.end, Excuses::failed_calls) {
                 let why = format!(
                     "{:?} by {}..{} failed with no fault on: {}",
                     op.action,
@@ -561,11 +563,12 @@ impl Run<'_> {
         }
     }
 
-    /// Whether a fault overlapped the stretch from `since` to `until` (with its grace).
-    fn excused_since(&self, since: u64, until: u64) -> bool {
+    /// Whether a fault that excuses what `by` asks overlapped the stretch from `since` to
+    /// `until` (with its grace).
+    fn excused_since(&self, since: u64, until: u64, by: fn(Excuses) -> bool) -> bool {
         self.faults
             .iter()
-            .filter(|f| f.excuses)
+            .filter(|f| by(f.excuses))
             .any(|f| f.start <= until && f.end.saturating_add(self.bounds.fault_grace) >= since)
     }
 

@@ -8,6 +8,9 @@
 //! I/O never holds a runtime thread: a row lock held by a process the scheduler set aside must
 //! stall the caller's read, not the worker's runtime, whose pushes and other reads go on.
 //!
+//! The `slow-source` fault slows every read of it, in every worker, while a flag file lies in
+//! the run's directory: a database under load, whose queries outlast the regeneration lock.
+//!
 //! It is not `echostore_testkit::Source`: that one counts and gates reads inside one process
 //! (its counts and gate are in memory), while this one is the truth several OS processes share
 //! and move on, with a version per id that the model judges every read against. The two share no
@@ -16,6 +19,16 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::tables::LOCK_TTL;
+
+/// How much longer a source read takes while the source is slow: past the tables' `lock_ttl`,
+/// so that a load holds its lock only by its lease.
+pub(crate) const SLOW_READ: Duration = LOCK_TTL.saturating_add(Duration::from_secs(1));
+
+/// The flag file whose presence makes the source slow.
+const SLOW_FLAG: &str = "slow-source";
 
 /// The versioned rows of one run.
 #[derive(Debug, Clone)]
@@ -53,9 +66,29 @@ impl Source {
     }
 
     /// The current versions of `ids`, in their order, read one row at a time (as one query).
+    /// While the source is slow, the answer comes [`SLOW_READ`] after the rows were read.
     pub(crate) async fn read_many(&self, table: u8, ids: Vec<u32>) -> io::Result<Vec<u64>> {
         let rows: Vec<PathBuf> = ids.iter().map(|&id| self.row(table, id)).collect();
-        blocking(move || rows.iter().map(|row| read_row(row)).collect()).await
+        let flag = self.dir.join(SLOW_FLAG);
+        let read = blocking(move || {
+            let versions = rows.iter().map(|row| read_row(row)).collect();
+            Ok((versions, flag.exists()))
+        });
+        let (versions, slow) = read.await?;
+        if slow {
+            tokio::time::sleep(SLOW_READ).await;
+        }
+        versions
+    }
+
+    /// Makes every read of the source, in every worker, slow (`true`) or fast again.
+    pub(crate) fn slow(&self, slow: bool) -> io::Result<()> {
+        let flag = self.dir.join(SLOW_FLAG);
+        if slow {
+            std::fs::write(flag, b"")
+        } else {
+            std::fs::remove_file(flag)
+        }
     }
 
     /// Moves each of `ids` to its next version; returns the ids that moved, with their versions.

@@ -668,7 +668,7 @@ fn a_call_that_fails_with_no_fault_on_is_a_failed_call() {
     let late = [put(1, 1, 10, 20), failed(read(0, 0, 6_000, 6_010))];
     assert_eq!(violations(&late, &[fault(0, 5)]).failed_call, 1, "past it");
     let skew = FaultSpan {
-        excuses: false,
+        excuses: Excuses::Nothing,
         ..fault(25, 35)
     };
     assert_eq!(
@@ -676,4 +676,29 @@ fn a_call_that_fails_with_no_fault_on_is_a_failed_call() {
         1,
         "skew excuses nothing"
     );
+}
+
+/// A slow source excuses the calls that fail while it lasts (readers wait past their bounds),
+/// and nothing else: what a read answers and how often the source is read hold through it.
+#[test]
+fn a_slow_source_excuses_failed_calls_only() {
+    let slow = FaultSpan {
+        excuses: Excuses::FailedCalls,
+        ..FaultSpan::new("slow-source", 150, 400)
+    };
+    let waited = Op {
+        ok: false,
+        origin: "waited past its bound".to_owned(),
+        ..read(0, 0, 160, 170)
+    };
+    let failing = [put(1, 1, 10, 20), waited];
+    let slow = [slow];
+    assert_eq!(violations(&failing, &slow).total(), 0);
+    let stale = [
+        put(0, 1, 100, 200),
+        read(1, 0, 200 + 3 * B, 200 + 3 * B + 1),
+    ];
+    assert_eq!(violations(&stale, &slow).stale_after_write, 1);
+    let reload = [load(0, 0, 10, 20), load(1, 0, 300, 310)];
+    assert_eq!(violations(&reload, &slow).extra_source_reads, 1);
 }
