@@ -9,7 +9,7 @@ use echostore_testkit::proxy::{Link, Proxy};
 use redis::aio::MultiplexedConnection;
 
 use super::history::{Excuses, FaultSpan, now_ns};
-use super::source::{SLOW_READ, Source};
+use super::source::{SLOW_READ, Source, Trouble};
 use super::target::Target;
 use super::workers::Workers;
 use crate::CliResult;
@@ -36,6 +36,8 @@ const FROZEN_FOR: Duration = Duration::from_secs(3);
 /// How long the `slow-source` fault keeps the source slow (each read then takes
 /// [`SLOW_READ`] more).
 const SLOW_SOURCE_FOR: Duration = Duration::from_secs(3);
+/// How long the `failing-source` fault keeps every source read failing.
+const FAILING_SOURCE_FOR: Duration = Duration::from_secs(2);
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,9 @@ pub(crate) enum Fault {
     /// database under load. Loads hold their locks by their leases only; readers wait past
     /// their bounds. It excuses the calls that fail, nothing else.
     SlowSource,
+    /// Every source read, in every worker, failing for a while: a database that refuses
+    /// queries. It excuses the calls that fail, nothing else.
+    FailingSource,
     /// One worker's wall clock, as EchoStore reads it, an hour ahead, then an hour behind, then
     /// right again. It excuses nothing: neither order nor life may rest on a wall clock.
     Skew,
@@ -79,7 +84,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 11] = [
+    pub(crate) const ALL: [Fault; 12] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
@@ -90,16 +95,18 @@ impl Fault {
         Fault::Proxy,
         Fault::Freeze,
         Fault::SlowSource,
+        Fault::FailingSource,
         Fault::Skew,
     ];
 
     /// The cluster's faults: what `all` injects under `--cluster`.
-    pub(crate) const CLUSTER: [Fault; 5] = [
+    pub(crate) const CLUSTER: [Fault; 6] = [
         Fault::KillPrimary,
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
         Fault::SlowSource,
+        Fault::FailingSource,
     ];
 
     /// The fault's name on the command line and in the output.
@@ -115,6 +122,7 @@ impl Fault {
             Fault::Proxy => "proxy",
             Fault::Freeze => "freeze",
             Fault::SlowSource => "slow-source",
+            Fault::FailingSource => "failing-source",
             Fault::Skew => "skew",
             Fault::KillPrimary => "kill-primary",
             Fault::Failover => "failover",
@@ -278,7 +286,9 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
                 ..span
             });
         }
-        Fault::SlowSource => return slow_source(reach.source, start).await,
+        Fault::SlowSource | Fault::FailingSource => {
+            return troubled_source(fault, reach.source, start).await;
+        }
         Fault::Freeze => {
             let worker = reach.next_freeze % reach.workers.len();
             reach.next_freeze += 1;
@@ -301,14 +311,19 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
     Ok(FaultSpan::new(name, start, now_ns()))
 }
 
-/// `slow-source`: the source slow for [`SLOW_SOURCE_FOR`]; the fault lasts until the last read
-/// begun meanwhile has answered.
-async fn slow_source(source: &Source, start: u64) -> CliResult<FaultSpan> {
-    source.slow(true)?;
-    tokio::time::sleep(SLOW_SOURCE_FOR).await;
-    source.slow(false)?;
-    tokio::time::sleep(SLOW_READ).await;
-    let span = FaultSpan::new(Fault::SlowSource.name(), start, now_ns());
+/// `slow-source` (the source slow for [`SLOW_SOURCE_FOR`], and the fault on until the last read
+/// begun meanwhile has answered) or `failing-source` (every read failing for
+/// [`FAILING_SOURCE_FOR`]). Either excuses only the calls that fail.
+async fn troubled_source(fault: Fault, source: &Source, start: u64) -> CliResult<FaultSpan> {
+    let (trouble, lasts, after) = match fault {
+        Fault::SlowSource => (Trouble::Slow, SLOW_SOURCE_FOR, SLOW_READ),
+        _ => (Trouble::Failing, FAILING_SOURCE_FOR, Duration::ZERO),
+    };
+    source.set(trouble, true)?;
+    tokio::time::sleep(lasts).await;
+    source.set(trouble, false)?;
+    tokio::time::sleep(after).await;
+    let span = FaultSpan::new(fault.name(), start, now_ns());
     Ok(FaultSpan {
         excuses: Excuses::FailedCalls,
         ..span
@@ -436,7 +451,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(11));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(12));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());

@@ -151,8 +151,8 @@ pub(crate) enum Excuses {
     /// reads, divergence, and calls that fail.
     #[default]
     Effects,
-    /// Calls that fail, only: a slow source makes readers wait past their bounds, and changes
-    /// nothing that an answer or a source read must obey.
+    /// Calls that fail, only: a slow or failing source makes reads wait past their bounds or
+    /// fail, and changes nothing that an answer or a source read must obey.
     FailedCalls,
     /// Nothing: a skewed clock causes nothing.
     Nothing,

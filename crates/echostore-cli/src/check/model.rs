@@ -33,8 +33,8 @@
 //! the earlier value) it concerns is no older than `B` before the fault began and the read began
 //! before the fault's grace ran out. Nothing excuses the other three: they hold through every
 //! fault. The `skew` fault excuses nothing: no rule may rest on a process's wall clock. The
-//! `slow-source` fault excuses only calls that fail: a slow source makes readers wait past their
-//! bounds, and changes nothing an answer or a source read must obey.
+//! `slow-source` and `failing-source` faults excuse only calls that fail: a troubled source makes
+//! reads wait past their bounds or fail, and changes nothing an answer or a source read must obey.
 //!
 //! Beside the rules, every call must answer: `lost_answer` counts ids a batch read left out of
 //! its answer (never excused), `failed_call` calls that returned an error with no fault (or its
@@ -623,8 +623,12 @@ impl Run<'_> {
             echostore::LoserPolicy::FailFast => ", fails fast",
             _ => "",
         };
+        let fail_safe = match super::tables::fail_safe(op.process, op.table) {
+            true => ", fail-safe",
+            false => "",
+        };
         format!(
-            "p{} of t{} ({} L1{losers}) id {} at {}",
+            "p{} of t{} ({} L1{losers}{fail_safe}) id {} at {}",
             op.process,
             op.table,
             super::tables::L1::of(op.process, op.table).name(),

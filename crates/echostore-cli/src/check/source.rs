@@ -9,7 +9,8 @@
 //! stall the caller's read, not the worker's runtime, whose pushes and other reads go on.
 //!
 //! The `slow-source` fault slows every read of it, in every worker, while a flag file lies in
-//! the run's directory: a database under load, whose queries outlast the regeneration lock.
+//! the run's directory: a database under load, whose queries outlast the regeneration lock. The
+//! `failing-source` fault fails every read the same way: a database that refuses queries.
 //!
 //! It is not `echostore_testkit::Source`: that one counts and gates reads inside one process
 //! (its counts and gate are in memory), while this one is the truth several OS processes share
@@ -27,8 +28,15 @@ use super::tables::LOCK_TTL;
 /// so that a load holds its lock only by its lease.
 pub(crate) const SLOW_READ: Duration = LOCK_TTL.saturating_add(Duration::from_secs(1));
 
-/// The flag file whose presence makes the source slow.
-const SLOW_FLAG: &str = "slow-source";
+/// What a fault can do to the source's reads (never to its writes: a write that fails is the
+/// workload's own error, not the cache's). Each is a flag file in the run's directory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Trouble {
+    /// Every read answers [`SLOW_READ`] late.
+    Slow,
+    /// Every read fails.
+    Failing,
+}
 
 /// The versioned rows of one run.
 #[derive(Debug, Clone)]
@@ -66,13 +74,19 @@ impl Source {
     }
 
     /// The current versions of `ids`, in their order, read one row at a time (as one query).
-    /// While the source is slow, the answer comes [`SLOW_READ`] after the rows were read.
+    /// While the source is slow, the answer comes [`SLOW_READ`] after the rows were read; while
+    /// it fails, every read fails.
     pub(crate) async fn read_many(&self, table: u8, ids: Vec<u32>) -> io::Result<Vec<u64>> {
         let rows: Vec<PathBuf> = ids.iter().map(|&id| self.row(table, id)).collect();
-        let flag = self.dir.join(SLOW_FLAG);
+        let (slow, failing) = (self.flag(Trouble::Slow), self.flag(Trouble::Failing));
         let read = blocking(move || {
+            if failing.exists() {
+                return Err(io::Error::other(
+                    "the source is failing (the failing-source fault)",
+                ));
+            }
             let versions = rows.iter().map(|row| read_row(row)).collect();
-            Ok((versions, flag.exists()))
+            Ok((versions, slow.exists()))
         });
         let (versions, slow) = read.await?;
         if slow {
@@ -81,14 +95,21 @@ impl Source {
         versions
     }
 
-    /// Makes every read of the source, in every worker, slow (`true`) or fast again.
-    pub(crate) fn slow(&self, slow: bool) -> io::Result<()> {
-        let flag = self.dir.join(SLOW_FLAG);
-        if slow {
+    /// Puts the source in `trouble`, in every worker (`true`), or out of it.
+    pub(crate) fn set(&self, trouble: Trouble, on: bool) -> io::Result<()> {
+        let flag = self.flag(trouble);
+        if on {
             std::fs::write(flag, b"")
         } else {
             std::fs::remove_file(flag)
         }
+    }
+
+    fn flag(&self, trouble: Trouble) -> PathBuf {
+        self.dir.join(match trouble {
+            Trouble::Slow => "slow-source",
+            Trouble::Failing => "failing-source",
+        })
     }
 
     /// Moves each of `ids` to its next version; returns the ids that moved, with their versions.

@@ -411,6 +411,7 @@ async fn open<K: Key>(
         // Small enough that a clear's or a tag's reloads spend it: reads then wait for a lease
         // (or take their stale copy), under every fault.
         .source_budget(SOURCE_BUDGET)
+        .fail_safe(fail_safe(loading.process, table))
         .lock_ttl(LOCK_TTL)
         .loader(move |key: K| {
             let one = one.clone();
@@ -512,6 +513,13 @@ pub(crate) fn declined(answer: &Answer) -> bool {
 /// renewals meet the other workers' loads of the same copies.
 pub(crate) fn reloads(process: u32, table: u8) -> bool {
     (process + 2 * u32::from(table)) % 4 < 2
+}
+
+/// Whether worker `process`'s table `table` answers a load that failed with its stale copy
+/// (`fail_safe`): one pair in three, so that under the `failing-source` fault some reads get
+/// their last known version and the others the error, both held to the rules.
+pub(crate) fn fail_safe(process: u32, table: u8) -> bool {
+    (2 * process + u32::from(table)).is_multiple_of(3)
 }
 
 /// Whether worker `process`'s table `table` has a batch loader: one pair in three has none, and
