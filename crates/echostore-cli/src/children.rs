@@ -27,43 +27,48 @@ pub(crate) struct Children {
     children: Vec<Child>,
     stdins: Vec<Option<ChildStdin>>,
     lines: mpsc::UnboundedReceiver<Said>,
+    /// Where a child added later sends its lines.
+    said: mpsc::UnboundedSender<Said>,
 }
 
 impl Children {
     /// Starts one child per command, named `what` in errors.
     pub(crate) fn spawn(what: &str, commands: Vec<Command>) -> CliResult<Children> {
-        let (tx, lines) = mpsc::unbounded_channel();
+        let (said, lines) = mpsc::unbounded_channel();
         let mut started = Children {
             children: Vec::with_capacity(commands.len()),
             stdins: Vec::with_capacity(commands.len()),
             lines,
+            said,
         };
-        for (i, mut command) in commands.into_iter().enumerate() {
-            let mut child = command
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("starting {what} {i}: {e}"))?;
-            started.stdins.push(child.stdin.take());
-            let stdout = child.stdout.take();
-            started.children.push(child);
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                if let Some(stdout) = stdout {
-                    for line in BufReader::new(stdout).lines() {
-                        let Ok(line) = line else { break };
-                        let _ = tx.send((i, Some(line)));
-                    }
-                }
-                let _ = tx.send((i, None));
-            });
+        for command in commands {
+            started.add(what, command)?;
         }
         Ok(started)
     }
 
-    /// How many children there are.
-    pub(crate) fn len(&self) -> usize {
-        self.children.len()
+    /// Starts one more child, named `what` in errors; returns its index.
+    pub(crate) fn add(&mut self, what: &str, mut command: Command) -> CliResult<usize> {
+        let i = self.children.len();
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting {what} {i}: {e}"))?;
+        self.stdins.push(child.stdin.take());
+        let stdout = child.stdout.take();
+        self.children.push(child);
+        let tx = self.said.clone();
+        std::thread::spawn(move || {
+            if let Some(stdout) = stdout {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let _ = tx.send((i, Some(line)));
+                }
+            }
+            let _ = tx.send((i, None));
+        });
+        Ok(i)
     }
 
     /// The next thing a child said; `None` once every child's stdout has closed.
@@ -92,6 +97,15 @@ impl Children {
     /// Child `i`'s handle.
     pub(crate) fn child_mut(&mut self, i: usize) -> Option<&mut Child> {
         self.children.get_mut(i)
+    }
+
+    /// Waits for child `i` to exit: its status.
+    pub(crate) fn wait(&mut self, i: usize) -> CliResult<ExitStatus> {
+        let child = self
+            .children
+            .get_mut(i)
+            .ok_or_else(|| format!("no child {i}"))?;
+        Ok(child.wait()?)
     }
 
     /// Waits for every child to exit; the first that failed, by index, with its status.

@@ -62,6 +62,10 @@ pub(crate) enum Fault {
     /// pause of a whole process (a VM descheduled, a swap storm), whose locks lapse meanwhile
     /// and whose L1, calls and pushes all resume where they were.
     Freeze,
+    /// One worker stopped as a deploy stops a process, and a new process started in its place:
+    /// a rolling restart, whose newcomer joins (tables, schemas, marks, tracking) a fleet that
+    /// never stopped.
+    Replace,
     /// Every source read, in every worker, slowed past the tables' `lock_ttl` for a while: a
     /// database under load. Loads hold their locks by their leases only; readers wait past
     /// their bounds. It excuses the calls that fail, nothing else.
@@ -84,7 +88,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 12] = [
+    pub(crate) const ALL: [Fault; 13] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
@@ -94,17 +98,19 @@ impl Fault {
         Fault::Crash,
         Fault::Proxy,
         Fault::Freeze,
+        Fault::Replace,
         Fault::SlowSource,
         Fault::FailingSource,
         Fault::Skew,
     ];
 
     /// The cluster's faults: what `all` injects under `--cluster`.
-    pub(crate) const CLUSTER: [Fault; 6] = [
+    pub(crate) const CLUSTER: [Fault; 7] = [
         Fault::KillPrimary,
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
+        Fault::Replace,
         Fault::SlowSource,
         Fault::FailingSource,
     ];
@@ -121,6 +127,7 @@ impl Fault {
             Fault::Crash => "crash",
             Fault::Proxy => "proxy",
             Fault::Freeze => "freeze",
+            Fault::Replace => "replace",
             Fault::SlowSource => "slow-source",
             Fault::FailingSource => "failing-source",
             Fault::Skew => "skew",
@@ -239,6 +246,12 @@ pub(crate) struct Reach<'a> {
     pub(crate) next_skew: usize,
     /// The worker the next freeze stops.
     pub(crate) next_freeze: usize,
+    /// The worker the next `replace` stops.
+    pub(crate) next_replace: usize,
+    /// The process number the next `replace` starts, and the run's schemas (a process runs
+    /// schema `process % schemas`).
+    pub(crate) next_process: u32,
+    pub(crate) schemas: u32,
 }
 
 /// Injects `fault` and returns its span.
@@ -259,7 +272,7 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
         }
         Fault::Restart | Fault::Outage => stop_server(fault, reach.target).await?,
         Fault::Crash => {
-            let worker = reach.next_crash % reach.workers.len();
+            let worker = reach.workers.pick(reach.next_crash);
             reach.next_crash += 1;
             // An owner that did not restart still had its writes held by every node: the pause
             // stalled every process, and is a fault all the same.
@@ -272,7 +285,7 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             return Ok(FaultSpan::new(name, start, end));
         }
         Fault::Skew => {
-            let worker = reach.next_skew % reach.workers.len();
+            let worker = reach.workers.pick(reach.next_skew);
             reach.next_skew += 1;
             for by_ms in [SKEW_MS, -SKEW_MS, 0] {
                 reach.workers.skew(worker, by_ms).await?;
@@ -286,11 +299,20 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
                 ..span
             });
         }
+        Fault::Replace => {
+            let worker = reach.workers.pick(reach.next_replace);
+            reach.next_replace += 1;
+            let process = reach.next_process;
+            reach.next_process += 1;
+            let schema = process % reach.schemas.max(1);
+            let (start, end) = reach.workers.replace(worker, (process, schema)).await?;
+            return Ok(FaultSpan::new(name, start, end));
+        }
         Fault::SlowSource | Fault::FailingSource => {
             return troubled_source(fault, reach.source, start).await;
         }
         Fault::Freeze => {
-            let worker = reach.next_freeze % reach.workers.len();
+            let worker = reach.workers.pick(reach.next_freeze);
             reach.next_freeze += 1;
             reach.workers.freeze(worker, FROZEN_FOR).await?;
         }
@@ -451,7 +473,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(12));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(13));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());

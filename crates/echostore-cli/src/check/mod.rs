@@ -46,6 +46,10 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// the first second and while the clock was skewed, nowhere else.
 const HEALTHY: Duration = Duration::from_secs(2);
 
+/// What a fault takes on average, from its start to its end (an outage 5 s, a kill a few ms): with
+/// its grace and [`HEALTHY`], the time a run gives each fault by default.
+const A_FAULTS_OWN_TIME: Duration = Duration::from_millis(2_500);
+
 /// The margin taken off a value's fresh life before a second load counts as extra: the span
 /// between a load's end and its value landing on Valkey.
 const FRESH_MARGIN: Duration = Duration::from_millis(100);
@@ -68,14 +72,16 @@ pub(crate) struct CheckArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=64))]
     processes: u32,
 
-    /// How long the workers run: seconds (`30`) or a duration (`1m`).
-    #[arg(long, default_value = "30", value_parser = seconds)]
-    seconds: Duration,
+    /// How long the workers run: seconds (`30`) or a duration (`1m`). By default 30 s, or with
+    /// faults long enough for each to come once, with its grace and a healthy stretch after it.
+    #[arg(long, value_parser = seconds)]
+    seconds: Option<Duration>,
 
     /// Faults to inject, in turn: none, all, or a comma-separated list of kill-tracking,
-    /// kill-all, pause-write, pause-all, restart, outage, crash, proxy, freeze, skew (`kill` and
-    /// `pause` name both), and with --cluster kill-primary, failover, migrate, pause-primary
-    /// (`all` under --cluster: those four; restart, outage and proxy are refused there).
+    /// kill-all, pause-write, pause-all, restart, outage, crash, proxy, freeze, replace,
+    /// slow-source, failing-source, skew (`kill` and `pause` name both), and with --cluster
+    /// kill-primary, failover, migrate, pause-primary (`all` under --cluster: those four and
+    /// replace, slow-source, failing-source; restart, outage and proxy are refused there).
     #[arg(long, default_value = "none", value_parser = faults::FaultList::parse)]
     faults: faults::FaultList,
 
@@ -187,12 +193,15 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             next_crash: 0,
             next_skew: 1,
             next_freeze: 2,
+            next_replace: 3,
+            next_process: args.processes,
+            schemas: args.schemas,
         };
         let gap = args.grace() + HEALTHY;
-        schedule(&faults, (args.seconds, gap), &mut reach, &mut skipped).await?
+        schedule(&faults, (args.run_for(), gap), &mut reach, &mut skipped).await?
     };
     workers.stop().await?;
-    let ops = histories(dir.path(), args.processes)?;
+    let ops = histories(dir.path(), &workers.processes())?;
     let findings = model::check(&ops, &spans, args.bounds());
     if args.keep {
         let kept = dir.keep();
@@ -232,6 +241,16 @@ impl CheckArgs {
                 seed,
             })
             .collect()
+    }
+
+    /// How long the workers run: `--seconds`, or by default 30 s, stretched with faults so that
+    /// each comes once (its own time, its grace and a healthy stretch).
+    fn run_for(&self) -> Duration {
+        let faults = self.faults.resolve(self.cluster).map_or(0, |f| f.len());
+        let each = self.grace() + HEALTHY + A_FAULTS_OWN_TIME;
+        let enough = WARM_UP + each * faults as u32;
+        self.seconds
+            .unwrap_or_else(|| enough.max(Duration::from_secs(30)))
     }
 
     /// The bounds the model is checked with.
@@ -338,9 +357,9 @@ async fn schedule(
 }
 
 /// Every worker's history, merged.
-fn histories(dir: &std::path::Path, processes: u32) -> CliResult<Vec<Op>> {
+fn histories(dir: &std::path::Path, processes: &[u32]) -> CliResult<Vec<Op>> {
     let mut ops = Vec::new();
-    for p in 0..processes {
+    for p in processes {
         let path = dir.join(format!("history-{p}.jsonl"));
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
@@ -358,5 +377,40 @@ fn seconds(text: &str) -> Result<Duration, String> {
     match text.parse::<u64>() {
         Ok(n) => Ok(Duration::from_secs(n)),
         Err(_) => duration::parse(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        check: CheckArgs,
+    }
+
+    fn run_for(flags: &[&str]) -> Duration {
+        let args = std::iter::once("check").chain(flags.iter().copied());
+        Command::parse_from(args).check.run_for()
+    }
+
+    /// With no `--seconds`, a run with faults lasts long enough for every fault to come once;
+    /// without faults, 30 s; `--seconds` always wins.
+    #[test]
+    fn a_run_with_faults_lasts_long_enough_for_each() {
+        assert_eq!(run_for(&[]), Duration::from_secs(30));
+        assert_eq!(run_for(&["--faults", "skew"]), Duration::from_secs(30));
+        let each = Duration::from_millis(2_500) + HEALTHY + A_FAULTS_OWN_TIME;
+        let all = run_for(&["--faults", "all"]);
+        assert_eq!(all, WARM_UP + each * Fault::ALL.len() as u32);
+        let cluster = run_for(&["--cluster", "--faults", "all"]);
+        assert_eq!(cluster, WARM_UP + each * Fault::CLUSTER.len() as u32);
+        assert_eq!(
+            run_for(&["--seconds", "20", "--faults", "all"]),
+            Duration::from_secs(20)
+        );
     }
 }

@@ -106,7 +106,7 @@ impl Report {
             failed_calls: ops.iter().filter(|o| !o.ok).count(),
             processes: args.processes,
             schemas: args.schemas,
-            seconds: args.seconds.as_secs_f64(),
+            seconds: args.run_for().as_secs_f64(),
             coherence: args.coherence.name(),
             tracking: args.tracking.name(),
             valkey: match args.cluster {

@@ -36,7 +36,7 @@ pub(crate) const CLUSTER_PREFIX: &str = "cluster:";
 
 /// Flags of the hidden `echostore --valkey URL check-worker` (URL: `cluster:<seed>,…` for a
 /// cluster).
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct WorkerArgs {
     /// This worker's number.
     #[arg(long)]

@@ -10,13 +10,20 @@ use tokio::time::Instant;
 use super::worker::WorkerArgs;
 use crate::CliResult;
 use crate::children::{self, Children};
+use echostore_testkit::duration::render;
 
 /// How long a worker may take to start, crash an owner, or finish.
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// The running workers.
+/// The running workers, and those a `replace` retired.
 pub(crate) struct Workers {
     children: Children,
+    /// Each child's flags, by index: a replacement is a child of its own, at the end.
+    args: Vec<WorkerArgs>,
+    /// Each child's Valkey URL.
+    urls: Vec<String>,
+    /// The children a `replace` stopped: told nothing more, waited on no more.
+    retired: Vec<bool>,
     /// Lines a wait for another worker's line read past, kept for their own wait.
     early: Vec<(usize, String)>,
     /// The run's directory, where each worker's stderr is.
@@ -27,52 +34,94 @@ impl Workers {
     /// Starts one worker per entry of `args`, worker `i` on `urls[i]`; each has its stderr in
     /// the run's directory.
     pub(crate) fn spawn(urls: &[String], args: &[WorkerArgs], dir: &Path) -> CliResult<Workers> {
-        let mut commands = Vec::with_capacity(args.len());
-        for (i, (url, a)) in urls.iter().zip(args).enumerate() {
-            let stderr = std::fs::File::create(dir.join(format!("worker-{i}.stderr")))?;
-            let mut command = children::this_binary(&["--valkey", url, "check-worker"])?;
-            command
-                .args(["--process", &a.process.to_string()])
-                .arg("--dir")
-                .arg(&a.dir)
-                .args(["--namespace", &a.namespace])
-                .args(["--keys", &a.keys.to_string()])
-                .args(["--schema", &a.schema.to_string()])
-                .args(["--tasks", &a.tasks.to_string()])
-                .args(["--reads", &a.reads.to_string()])
-                .args(["--ttl", &echostore_testkit::duration::render(a.ttl)])
-                .args([
-                    "--source-latency",
-                    &echostore_testkit::duration::render(a.source_latency),
-                ])
-                .args([
-                    "--unconfirmed-l1-life",
-                    &echostore_testkit::duration::render(a.unconfirmed_l1_life),
-                ])
-                .args(["--coherence", a.coherence.name()])
-                .args(["--tracking", a.tracking.name()])
-                .args(["--seed", &a.seed.to_string()])
-                .stderr(stderr);
-            commands.push(command);
-        }
-        Ok(Workers {
-            children: Children::spawn("worker", commands)?,
+        let mut workers = Workers {
+            children: Children::spawn("worker", Vec::new())?,
+            args: Vec::new(),
+            urls: Vec::new(),
+            retired: Vec::new(),
             early: Vec::new(),
             dir: dir.to_owned(),
-        })
+        };
+        for (url, a) in urls.iter().zip(args) {
+            workers.start(url, a.clone())?;
+        }
+        Ok(workers)
     }
 
-    /// How many workers there are.
-    pub(crate) fn len(&self) -> usize {
-        self.children.len()
+    /// Starts one more worker with `args` on `url`: its index.
+    fn start(&mut self, url: &str, a: WorkerArgs) -> CliResult<usize> {
+        let i = self.args.len();
+        let stderr = std::fs::File::create(self.dir.join(format!("worker-{i}.stderr")))?;
+        let mut command = children::this_binary(&["--valkey", url, "check-worker"])?;
+        command
+            .args(["--process", &a.process.to_string()])
+            .arg("--dir")
+            .arg(&a.dir)
+            .args(["--namespace", &a.namespace])
+            .args(["--keys", &a.keys.to_string()])
+            .args(["--schema", &a.schema.to_string()])
+            .args(["--tasks", &a.tasks.to_string()])
+            .args(["--reads", &a.reads.to_string()])
+            .args(["--ttl", &echostore_testkit::duration::render(a.ttl)])
+            .args(["--source-latency", &render(a.source_latency)])
+            .args(["--unconfirmed-l1-life", &render(a.unconfirmed_l1_life)])
+            .args(["--coherence", a.coherence.name()])
+            .args(["--tracking", a.tracking.name()])
+            .args(["--seed", &a.seed.to_string()])
+            .stderr(stderr);
+        self.children.add("worker", command)?;
+        self.args.push(a);
+        self.urls.push(url.to_owned());
+        self.retired.push(false);
+        Ok(i)
+    }
+
+    /// The index of the `n`-th running worker (counted round, so any `n` picks one).
+    pub(crate) fn pick(&self, n: usize) -> usize {
+        let live: Vec<usize> = (0..self.retired.len())
+            .filter(|&i| !self.retired[i])
+            .collect();
+        live[n % live.len().max(1)]
+    }
+
+    /// Every process number a worker of the run has had (its history's name).
+    pub(crate) fn processes(&self) -> Vec<u32> {
+        self.args.iter().map(|a| a.process).collect()
     }
 
     /// Waits until every worker has said `ready`.
     pub(crate) async fn ready(&mut self) -> CliResult<()> {
-        for i in 0..self.len() {
+        for i in 0..self.args.len() {
             self.line_from(i, "ready").await?;
         }
         Ok(())
+    }
+
+    /// Stops worker `i` as a deploy stops a process (its history flushed, its tables dropped),
+    /// then starts a new one in its place as process `process` of schema `schema`: a rolling
+    /// restart, whose newcomer joins a fleet that never stopped. Its span's start and end.
+    pub(crate) async fn replace(
+        &mut self,
+        i: usize,
+        (process, schema): (u32, u32),
+    ) -> CliResult<(u64, u64)> {
+        let start = super::history::now_ns();
+        self.children.say(i, "stop")?;
+        self.line_from(i, "done").await?;
+        let status = tokio::task::block_in_place(|| self.children.wait(i))?;
+        if !status.success() {
+            return Err(format!("worker {i} exited ({status}) when replaced").into());
+        }
+        self.retired[i] = true;
+        let args = WorkerArgs {
+            process,
+            schema,
+            ..self.args[i].clone()
+        };
+        let url = self.urls[i].clone();
+        let new = self.start(&url, args)?;
+        self.line_from(new, "ready").await?;
+        Ok((start, super::history::now_ns()))
     }
 
     /// Has worker `i` crash its struct table's owner: the crash's start and end, and whether the
@@ -105,10 +154,13 @@ impl Workers {
 
     /// Tells every worker to stop, and waits until each has flushed its history and exited.
     pub(crate) async fn stop(&mut self) -> CliResult<()> {
-        for i in 0..self.len() {
+        let running: Vec<usize> = (0..self.retired.len())
+            .filter(|&i| !self.retired[i])
+            .collect();
+        for &i in &running {
             self.children.say(i, "stop")?;
         }
-        for i in 0..self.len() {
+        for &i in &running {
             self.line_from(i, "done").await?;
         }
         match self.children.wait_all()? {
