@@ -271,50 +271,11 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             tokio::time::sleep(PAUSE).await;
         }
         Fault::Restart | Fault::Outage => stop_server(fault, reach.target).await?,
-        Fault::Crash => {
-            let worker = reach.workers.pick(reach.next_crash);
-            reach.next_crash += 1;
-            // An owner that did not restart still had its writes held by every node: the pause
-            // stalled every process, and is a fault all the same.
-            let (start, end, restarted) = reach.workers.crash(worker).await?;
-            let name = if restarted {
-                name
-            } else {
-                "crash (no owner restart)"
-            };
-            return Ok(FaultSpan::new(name, start, end));
-        }
-        Fault::Skew => {
-            let worker = reach.workers.pick(reach.next_skew);
-            reach.next_skew += 1;
-            for by_ms in [SKEW_MS, -SKEW_MS, 0] {
-                reach.workers.skew(worker, by_ms).await?;
-                if by_ms != 0 {
-                    tokio::time::sleep(SKEWED_FOR).await;
-                }
-            }
-            let span = FaultSpan::new(name, start, now_ns());
-            return Ok(FaultSpan {
-                excuses: Excuses::Nothing,
-                ..span
-            });
-        }
-        Fault::Replace => {
-            let worker = reach.workers.pick(reach.next_replace);
-            reach.next_replace += 1;
-            let process = reach.next_process;
-            reach.next_process += 1;
-            let schema = process % reach.schemas.max(1);
-            let (start, end) = reach.workers.replace(worker, (process, schema)).await?;
-            return Ok(FaultSpan::new(name, start, end));
+        Fault::Crash | Fault::Skew | Fault::Freeze | Fault::Replace => {
+            return on_a_worker(fault, reach, start).await;
         }
         Fault::SlowSource | Fault::FailingSource => {
             return troubled_source(fault, reach.source, start).await;
-        }
-        Fault::Freeze => {
-            let worker = reach.workers.pick(reach.next_freeze);
-            reach.next_freeze += 1;
-            reach.workers.freeze(worker, FROZEN_FOR).await?;
         }
         Fault::Proxy => {
             let proxy = reach.proxy.ok_or("the proxy fault needs its proxy")?;
@@ -324,13 +285,66 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             tokio::time::sleep(SILENT_FOR).await;
             let end = now_ns();
             proxy.set(Link::Healthy);
-            return Ok(FaultSpan::new(name, start, end));
+            let proxied = reach.workers.processes_on(&proxy.url());
+            return Ok(FaultSpan::new(name, start, end).on(proxied));
         }
         Fault::KillPrimary | Fault::Failover | Fault::Migrate | Fault::PausePrimary => {
             return cluster::inject(fault, reach).await;
         }
     }
     Ok(FaultSpan::new(name, start, now_ns()))
+}
+
+/// The faults done to one worker, a different one each time: `crash` (its owner; the held
+/// writes stall every process), `skew` (its clock; excuses nothing), `freeze` and `replace`
+/// (done to it alone: [`FaultSpan::on`]).
+async fn on_a_worker(fault: Fault, reach: &mut Reach<'_>, start: u64) -> CliResult<FaultSpan> {
+    let name = fault.name();
+    let next = match fault {
+        Fault::Crash => &mut reach.next_crash,
+        Fault::Skew => &mut reach.next_skew,
+        Fault::Freeze => &mut reach.next_freeze,
+        _ => &mut reach.next_replace,
+    };
+    let worker = reach.workers.pick(*next);
+    *next += 1;
+    let process = reach.workers.process_of(worker);
+    match fault {
+        Fault::Crash => {
+            // An owner that did not restart still had its writes held by every node: the pause
+            // stalled every process, and is a fault all the same.
+            let (start, end, restarted) = reach.workers.crash(worker).await?;
+            let name = match restarted {
+                true => name,
+                false => "crash (no owner restart)",
+            };
+            Ok(FaultSpan::new(name, start, end))
+        }
+        Fault::Skew => {
+            for by_ms in [SKEW_MS, -SKEW_MS, 0] {
+                reach.workers.skew(worker, by_ms).await?;
+                if by_ms != 0 {
+                    tokio::time::sleep(SKEWED_FOR).await;
+                }
+            }
+            let span = FaultSpan::new(name, start, now_ns());
+            Ok(FaultSpan {
+                excuses: Excuses::Nothing,
+                ..span
+            })
+        }
+        Fault::Freeze => {
+            reach.workers.freeze(worker, FROZEN_FOR).await?;
+            Ok(FaultSpan::new(name, start, now_ns()).on(vec![process]))
+        }
+        _ => {
+            let newcomer = reach.next_process;
+            reach.next_process += 1;
+            let schema = newcomer % reach.schemas.max(1);
+            let (start, end) = reach.workers.replace(worker, (newcomer, schema)).await?;
+            Ok(FaultSpan::new(name, start, end).on(vec![process, newcomer]))
+        }
+    }
 }
 
 /// `slow-source` (the source slow for [`SLOW_SOURCE_FOR`], and the fault on until the last read

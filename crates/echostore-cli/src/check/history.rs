@@ -141,6 +141,11 @@ pub(crate) struct FaultSpan {
     /// What the model excuses around the fault.
     #[serde(default)]
     pub(crate) excuses: Excuses,
+    /// The processes the fault was done to, when it was done to some only (a freeze, a
+    /// replacement, the proxied link): the staleness it excuses is a read by one of them, or a
+    /// read that missed a write by one of them. Empty: every process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) processes: Vec<u32>,
 }
 
 /// What a fault excuses, within its span and grace.
@@ -179,7 +184,13 @@ impl FaultSpan {
             end,
             healed: None,
             excuses: Excuses::Effects,
+            processes: Vec::new(),
         }
+    }
+
+    /// The same span, done to `processes` only.
+    pub(crate) fn on(self, processes: Vec<u32>) -> FaultSpan {
+        FaultSpan { processes, ..self }
     }
 
     /// When the fault was over, for the recovery time: [`FaultSpan::healed`], or the end.

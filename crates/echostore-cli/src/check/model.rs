@@ -348,16 +348,16 @@ impl Run<'_> {
                 return Some(Rule::NonMonotonic);
             }
         }
-        let superseded = superseders
+        let (superseded, writer) = superseders
             .iter()
             .filter(|(p, _)| **p != read.process)
-            .filter_map(|(_, s)| s.superseded_at(made_end))
+            .filter_map(|(p, s)| s.superseded_at(made_end).map(|at| (at, *p)))
             .min()?;
         if superseded >= read.start {
             return None;
         }
         let lag = read.start - superseded;
-        if self.excused(superseded, read.start) {
+        if self.excused_for(superseded, read.start, [read.process, writer]) {
             self.findings.worst_staleness_under_faults_ns =
                 self.findings.worst_staleness_under_faults_ns.max(lag);
             if lag > self.bounds.staleness {
@@ -372,10 +372,26 @@ impl Run<'_> {
     /// Whether a fault excuses missing what happened at `since` until `until`: it began no more
     /// than `B` after `since`, and its grace had not run out at `until`.
     fn excused(&self, since: u64, until: u64) -> bool {
-        self.faults.iter().filter(|f| f.excuses.effects()).any(|f| {
-            since.saturating_add(self.bounds.staleness) >= f.start
-                && until <= f.end.saturating_add(self.bounds.fault_grace)
+        self.faults
+            .iter()
+            .any(|f| self.excuses_between(f, since, until))
+    }
+
+    /// [`Run::excused`] for a read by `who[0]` that missed a write by `who[1]`: a fault done to
+    /// some processes only (a freeze, a replacement, a proxied link) excuses it only if one of
+    /// the two is among them. A process that misses another's write while neither was touched
+    /// has no excuse in a fault done elsewhere.
+    fn excused_for(&self, since: u64, until: u64, who: [u32; 2]) -> bool {
+        self.faults.iter().any(|f| {
+            (f.processes.is_empty() || who.iter().any(|p| f.processes.contains(p)))
+                && self.excuses_between(f, since, until)
         })
+    }
+
+    fn excuses_between(&self, f: &FaultSpan, since: u64, until: u64) -> bool {
+        f.excuses.effects()
+            && since.saturating_add(self.bounds.staleness) >= f.start
+            && until <= f.end.saturating_add(self.bounds.fault_grace)
     }
 
     /// The `divergent` rule: after each group of overlapping writes, the reads of the quiet

@@ -84,6 +84,19 @@ impl Workers {
         live[n % live.len().max(1)]
     }
 
+    /// Worker `i`'s process number.
+    pub(crate) fn process_of(&self, i: usize) -> u32 {
+        self.args[i].process
+    }
+
+    /// The process numbers of the running workers that reach Valkey at `url`.
+    pub(crate) fn processes_on(&self, url: &str) -> Vec<u32> {
+        (0..self.args.len())
+            .filter(|&i| !self.retired[i] && self.urls[i] == url)
+            .map(|i| self.args[i].process)
+            .collect()
+    }
+
     /// Every process number a worker of the run has had (its history's name).
     pub(crate) fn processes(&self) -> Vec<u32> {
         self.args.iter().map(|a| a.process).collect()

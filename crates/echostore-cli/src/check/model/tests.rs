@@ -702,3 +702,33 @@ fn a_slow_source_excuses_failed_calls_only() {
     let reload = [load(0, 0, 10, 20), load(1, 0, 300, 310)];
     assert_eq!(violations(&reload, &slow).extra_source_reads, 1);
 }
+
+/// A fault done to some processes only (a freeze, a replacement, the proxied link) excuses a
+/// read by one of them, or a read that missed a write by one of them, and nothing between two
+/// processes it left alone.
+#[test]
+fn a_fault_done_to_one_process_excuses_only_what_involves_it() {
+    let late = 200 + 3 * B;
+    let stale = [put(0, 1, 100, 200), read(1, 0, late, late + 1)];
+    let frozen = |p: u32| [fault(150, 400).on(vec![p])];
+    assert_eq!(
+        violations(&stale, &frozen(1)).total(),
+        0,
+        "the reader froze"
+    );
+    assert_eq!(
+        violations(&stale, &frozen(0)).total(),
+        0,
+        "the writer froze"
+    );
+    assert_eq!(
+        violations(&stale, &frozen(2)).stale_after_write,
+        1,
+        "neither did"
+    );
+    assert_eq!(
+        violations(&stale, &[fault(150, 400)]).total(),
+        0,
+        "everyone's"
+    );
+}
