@@ -93,4 +93,26 @@ mod tests {
         assert!(!is_none(&Some(None::<u8>)));
         assert!(is_none(&None::<Option<u8>>));
     }
+
+    /// A value type whose serde code panics: the user's bug is caught where it runs, and the
+    /// type has no "not found" and no value of it is `None` (so `delete` invalidates, and a
+    /// load's value is kept as a value), rather than the panic ending the caller's task.
+    #[test]
+    fn serde_code_that_panics_is_no_none() {
+        #[derive(Debug)]
+        struct Hostile;
+        impl serde::Serialize for Hostile {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                panic!("a user's Serialize that panics");
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for Hostile {
+            fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+                panic!("a user's Deserialize that panics");
+            }
+        }
+        assert!(absent::<Hostile>().is_none());
+        assert!(!is_none(&Hostile));
+        assert!(!is_none(&Some(Hostile)));
+    }
 }
