@@ -1,8 +1,9 @@
 //! A lock's release, or a source-budget lease's return, that fails (the connection reset, the
 //! breaker open, the command refused) is tried again until it lands: left to its `PX`, the lock
 //! would hold every reader of the id, and the lease a share of the fleet's budget, for a flight
-//! that is over (`lock_ttl`, 5 s by default, after every blip). One server only: the refusal is
-//! an ACL change, made on the node the test talks to.
+//! that is over (`lock_ttl`, 5 s by default, after every blip). And a reloader's "gone" whose
+//! delete was refused is made good once Valkey takes commands again. One server only: the
+//! refusal is an ACL change, made on the node the test talks to.
 
 use crate::common;
 
@@ -166,4 +167,55 @@ async fn a_batchs_refused_write_many_releases_its_locks_later() {
         Some("another-holder"),
         "left to its holder"
     );
+}
+
+/// A reloader's "gone" whose delete Valkey refused: the copy the source called gone is still on
+/// Valkey, in its stale window, so the id is left unsettled, and the copy is deleted once Valkey
+/// takes commands again. Before, nothing deleted it until its stale window ended, and a read
+/// that serves stale copies could be answered from it after the source said it was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_whose_delete_was_refused_is_deleted_later() {
+    let valkey = valkey();
+    let Some((mut admin, store)) = refusable_store(&valkey).await else {
+        return;
+    };
+    let (source, gate) = (Source::open(), Source::gated());
+    let reloads = gate.clone();
+    let table = table_on(&store, "refused-gone", &source, |t| {
+        t.ttl(Duration::from_millis(200))
+            .stale_for(Duration::from_secs(600))
+            .reloader(move |_id: u64, _old: std::sync::Arc<String>| {
+                let gate = reloads.clone();
+                async move {
+                    gate.read().await;
+                    Ok::<_, std::io::Error>(echostore::Reload::Gone)
+                }
+            })
+    })
+    .await;
+    table.get(&1).await.expect("the cold load");
+    until_async("the copy's freshness ended", async || {
+        table.peek(&1).await.expect("peek").is_none()
+    })
+    .await;
+
+    let read = spawn_fetch(&table, 1);
+    until("the reloader runs", || gate.calls() == 1).await;
+    acl(&mut admin, &["-@all"]).await;
+    gate.release();
+    let answered = read.await.expect("task");
+    assert!(
+        matches!(answered, Err(echostore::Error::Absent)),
+        "gone at the source: {answered:?}"
+    );
+    assert!(
+        exists(&mut admin, "refused-gone:{1}").await,
+        "the delete was refused"
+    );
+
+    acl(&mut admin, &["+@all"]).await;
+    until_async("the copy the source called gone is deleted", async || {
+        !exists(&mut admin, "refused-gone:{1}").await
+    })
+    .await;
 }
