@@ -198,4 +198,22 @@ mod tests {
             vec![3, 1, 0]
         );
     }
+
+    /// A failing source fails every worker's reads, and only its reads, until it is set right
+    /// (the controller's flag, seen by another handle on the run's directory).
+    #[tokio::test]
+    async fn a_failing_source_fails_every_handles_reads_and_only_reads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let controller = Source::create(dir.path(), 1, 2).expect("create");
+        let worker = Source::open(dir.path());
+        controller.set(Trouble::Failing, true).expect("failing");
+        assert!(worker.read(0, 1).await.is_err(), "reads fail");
+        assert!(
+            worker.read_many(0, vec![0, 1]).await.is_err(),
+            "batch reads fail"
+        );
+        assert_eq!(worker.bump(0, 1).await.expect("bump"), 1, "writes do not");
+        controller.set(Trouble::Failing, false).expect("well again");
+        assert_eq!(worker.read(0, 1).await.expect("read"), 1);
+    }
 }

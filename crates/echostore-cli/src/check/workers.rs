@@ -1,6 +1,7 @@
 //! The worker processes of `echostore check`, from the controller's side: this same binary with
 //! the hidden `check-worker` subcommand ([`Children`]), waited on for `ready`, told `crash`,
-//! `skew` and `stop`, and asked why when one goes away (the end of its stderr, in the run's directory).
+//! `skew` and `stop` (one alone, to replace it with a newcomer), and asked why when one goes away
+//! (the end of its stderr, in the run's directory).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,7 +63,7 @@ impl Workers {
             .args(["--schema", &a.schema.to_string()])
             .args(["--tasks", &a.tasks.to_string()])
             .args(["--reads", &a.reads.to_string()])
-            .args(["--ttl", &echostore_testkit::duration::render(a.ttl)])
+            .args(["--ttl", &render(a.ttl)])
             .args(["--source-latency", &render(a.source_latency)])
             .args(["--unconfirmed-l1-life", &render(a.unconfirmed_l1_life)])
             .args(["--coherence", a.coherence.name()])
