@@ -160,15 +160,14 @@ impl Drop for Lease {
         let lease = self.lease;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let until = tokio::time::Instant::now() + lease;
-                let mut pause = FIRST_PAUSE;
-                while give_back(&l2, &key, &token).await.is_err() {
-                    if tokio::time::Instant::now() + pause >= until {
-                        return;
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(LONGEST_PAUSE);
+                if give_back(&l2, &key, &token).await.is_ok() {
+                    return;
                 }
+                let pauses = (FIRST_PAUSE, LONGEST_PAUSE);
+                crate::wire::retry::in_background(lease, pauses, move || {
+                    let (l2, key, token) = (l2.clone(), Arc::clone(&key), token.clone());
+                    async move { give_back(&l2, &key, &token).await.is_ok() }
+                });
             });
         }
     }

@@ -241,33 +241,28 @@ impl HeldLock<'_> {
 /// [`HeldLock::release_later`] for the lock `token` holds on `names` (a batch member's, whose
 /// write-many, which releases with the write, failed).
 pub(crate) fn release_later(l2: &L2, names: &KeyNames, token: &str, ttl_ms: u64) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let (l2, names, token) = (l2.clone(), names.clone(), token.to_owned());
-    runtime.spawn(async move {
-        let until = Instant::now() + std::time::Duration::from_millis(ttl_ms);
-        let mut pause = RELEASE_RETRY_FIRST;
-        while Instant::now() + pause < until {
-            tokio::time::sleep(pause).await;
+    let lasting = std::time::Duration::from_millis(ttl_ms);
+    crate::wire::retry::in_background(lasting, RELEASE_RETRY, move || {
+        let (l2, names, token) = (l2.clone(), names.clone(), token.clone());
+        async move {
             let held = HeldLock {
                 l2: &l2,
                 names: &names,
-                token: token.clone(),
+                token,
                 ttl_ms,
                 sent_at: Instant::now(),
             };
-            if held.release().await.is_ok() {
-                return;
-            }
-            pause = (pause * 2).min(RELEASE_RETRY_LONGEST);
+            held.release().await.is_ok()
         }
     });
 }
 
 /// The first pause before a failed release is tried again, and the longest.
-const RELEASE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(20);
-const RELEASE_RETRY_LONGEST: std::time::Duration = std::time::Duration::from_millis(250);
+const RELEASE_RETRY: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_millis(20),
+    std::time::Duration::from_millis(250),
+);
 
 /// Write-through unless a newer value is stored or the put arrives after its deadline (the
 /// server's time as estimated when sent, plus the timeout its caller waits: [`ServerClock`]);
