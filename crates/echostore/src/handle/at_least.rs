@@ -6,9 +6,10 @@
 //! be behind. So the read takes an L1 copy only when its version shows it is recent enough (with
 //! `.version_by`); otherwise it has the id's owner drop that copy and overtake a running flight,
 //! as the write's push would, and misses: the miss reads Valkey, or the source under the lock,
-//! afresh. With `.version_by` the answer's version is checked too: an older answer drops Valkey's
-//! copy (its value, never the lock) and the read tries again, reading the source, while the
-//! source is still behind (a lagging read replica), up to its bound.
+//! afresh. With `.version_by` the answer's version is checked too: an older answer, or one with
+//! no version to tell (a `None`) that the source did not give this read, drops Valkey's copy (its
+//! value, never the lock) and the read tries again, reading the source, while the source is
+//! still behind (a lagging read replica), up to its bound.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::fetched::Fetched;
+use crate::fetched::{Fetched, Origin};
 use crate::shard::owner::OwnerMsg;
 use crate::shard::owner::owner_ref::OwnerRef;
 use crate::state::core::{TableCore, Versioned};
@@ -59,6 +60,8 @@ where
     });
     let behind = AtomicBool::new(false);
     let reads = async {
+        // Whether this read has dropped Valkey's copy: every answer since was read afresh.
+        let mut dropped = false;
         loop {
             let key = id.to_owned();
             owner
@@ -68,11 +71,12 @@ where
                 })
                 .await?;
             let fetched = crate::handle::miss::miss(core, owner, id, losers.clone()).await?;
-            if recent_enough(core, &fetched.value, wanted) {
+            if recent_enough(core, &fetched, wanted, dropped) {
                 return Ok(fetched);
             }
             behind.store(true, Relaxed);
             drop_older_copy(core, &id.to_owned()).await;
+            dropped = true;
             tokio::time::sleep(AGAIN_AFTER).await;
         }
     };
@@ -115,9 +119,24 @@ fn shows<K, V: Value>(core: &TableCore<K, V>, value: &V, wanted: Version) -> boo
 
 /// What a miss that followed the owner's drop answered is at least `wanted`: read afresh from
 /// Valkey or the source, it is, unless its version (with `.version_by`) says it is older.
-fn recent_enough<K, V: Value>(core: &TableCore<K, V>, value: &V, wanted: Version) -> bool {
-    match (wanted.as_source(), core.config.versioned(value)) {
+///
+/// For a source token, an answer with no version to tell (a `None`, or a `.version_by` that
+/// panicked) says nothing from Valkey: the source may have moved to `wanted` after a delete
+/// wrote that `None` there, with the write that re-creates the row still on its way. Only the
+/// source can tell: the answer counts if this read's flight loaded it, or if this read has
+/// already dropped Valkey's copy (`dropped_valkeys`), so that it was read from the source or
+/// written there since.
+fn recent_enough<K, V: Value>(
+    core: &TableCore<K, V>,
+    fetched: &Fetched<V>,
+    wanted: Version,
+    dropped_valkeys: bool,
+) -> bool {
+    match (wanted.as_source(), core.config.versioned(&fetched.value)) {
         (Some(n), Versioned::At(have)) => have >= n,
+        (Some(_), Versioned::Absent | Versioned::Unknown) => {
+            dropped_valkeys || fetched.origin == Origin::Loaded
+        }
         _ => true,
     }
 }

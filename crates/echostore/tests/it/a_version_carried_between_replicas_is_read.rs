@@ -204,3 +204,44 @@ async fn a_deletion_is_not_taken_for_a_later_re_creation() {
         .expect("B's read at least A's version");
     assert_eq!(*read, Some(20), "B answered the deletion it held");
 }
+
+/// A deletion on Valkey (`None`) is not taken for a row the source re-created since: the
+/// service moved the row to version 2 at the source, and its put is still on its way, when a
+/// read at least the source's version 2 finds the delete's `None` on Valkey. That `None` shows
+/// no version, so the read asks the source and answers the row.
+#[tokio::test]
+async fn a_deletion_on_valkey_is_not_taken_for_a_row_re_created_at_the_source() {
+    let valkey = valkey();
+    let store = common::coherent_store(&valkey.url(), None).await;
+    let row = Row(Arc::new(AtomicU64::new(1)));
+    let source = row.clone();
+    let table = store
+        .table::<u64, Option<u64>>("re_created")
+        .ttl(Duration::from_secs(60))
+        .version_by(|v: &Option<u64>| v.unwrap_or(0))
+        .loader(move |_id: u64| {
+            let row = source.clone();
+            async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
+        })
+        .build()
+        .await
+        .expect("table");
+    assert_eq!(*table.get(&7).await.expect("the first read"), Some(1));
+    row.0.store(0, SeqCst);
+    table.delete(&7).await.expect("the delete");
+
+    row.0.store(2, SeqCst); // re-created at the source; its put not made yet
+    let read = table
+        .get_with(&7, ReadOptions::new().at_least(Version::from_source(2)))
+        .await
+        .expect("the read at least version 2");
+    assert_eq!(
+        *read,
+        Some(2),
+        "the read answered the delete's None from Valkey"
+    );
+    assert_eq!(
+        *table.get(&7).await.expect("a plain read after it"),
+        Some(2)
+    );
+}
