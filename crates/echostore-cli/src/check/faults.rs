@@ -66,6 +66,11 @@ pub(crate) enum Fault {
     /// a rolling restart, whose newcomer joins (tables, schemas, marks, tracking) a fleet that
     /// never stopped.
     Replace,
+    /// One worker killed (`SIGKILL`) in the middle of its calls, and a new process started in
+    /// its place: an OOM kill or a lost node, whose locks, leases and half-made writes the
+    /// fleet must outlive (a write whose end was never recorded counts as failed: it may have
+    /// landed).
+    KillWorker,
     /// Every source read, in every worker, slowed past the tables' `lock_ttl` for a while: a
     /// database under load. Loads hold their locks by their leases only; readers wait past
     /// their bounds. It excuses the calls that fail, nothing else.
@@ -88,7 +93,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 13] = [
+    pub(crate) const ALL: [Fault; 14] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
@@ -99,18 +104,20 @@ impl Fault {
         Fault::Proxy,
         Fault::Freeze,
         Fault::Replace,
+        Fault::KillWorker,
         Fault::SlowSource,
         Fault::FailingSource,
         Fault::Skew,
     ];
 
     /// The cluster's faults: what `all` injects under `--cluster`.
-    pub(crate) const CLUSTER: [Fault; 7] = [
+    pub(crate) const CLUSTER: [Fault; 8] = [
         Fault::KillPrimary,
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
         Fault::Replace,
+        Fault::KillWorker,
         Fault::SlowSource,
         Fault::FailingSource,
     ];
@@ -128,6 +135,7 @@ impl Fault {
             Fault::Proxy => "proxy",
             Fault::Freeze => "freeze",
             Fault::Replace => "replace",
+            Fault::KillWorker => "kill-worker",
             Fault::SlowSource => "slow-source",
             Fault::FailingSource => "failing-source",
             Fault::Skew => "skew",
@@ -246,8 +254,9 @@ pub(crate) struct Reach<'a> {
     pub(crate) next_skew: usize,
     /// The worker the next freeze stops.
     pub(crate) next_freeze: usize,
-    /// The worker the next `replace` stops.
+    /// The worker the next `replace` stops, and the one the next `kill-worker` kills.
     pub(crate) next_replace: usize,
+    pub(crate) next_kill: usize,
     /// The process number the next `replace` starts, and the run's schemas (a process runs
     /// schema `process % schemas`).
     pub(crate) next_process: u32,
@@ -271,7 +280,7 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             tokio::time::sleep(PAUSE).await;
         }
         Fault::Restart | Fault::Outage => stop_server(fault, reach.target).await?,
-        Fault::Crash | Fault::Skew | Fault::Freeze | Fault::Replace => {
+        Fault::Crash | Fault::Skew | Fault::Freeze | Fault::Replace | Fault::KillWorker => {
             return on_a_worker(fault, reach, start).await;
         }
         Fault::SlowSource | Fault::FailingSource => {
@@ -296,14 +305,15 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
 }
 
 /// The faults done to one worker, a different one each time: `crash` (its owner; the held
-/// writes stall every process), `skew` (its clock; excuses nothing), `freeze` and `replace`
-/// (done to it alone: [`FaultSpan::on`]).
+/// writes stall every process), `skew` (its clock; excuses nothing), `freeze`, `replace` and
+/// `kill-worker` (done to it alone, and to its newcomer: [`FaultSpan::on`]).
 async fn on_a_worker(fault: Fault, reach: &mut Reach<'_>, start: u64) -> CliResult<FaultSpan> {
     let name = fault.name();
     let next = match fault {
         Fault::Crash => &mut reach.next_crash,
         Fault::Skew => &mut reach.next_skew,
         Fault::Freeze => &mut reach.next_freeze,
+        Fault::KillWorker => &mut reach.next_kill,
         _ => &mut reach.next_replace,
     };
     let worker = reach.workers.pick(*next);
@@ -341,7 +351,10 @@ async fn on_a_worker(fault: Fault, reach: &mut Reach<'_>, start: u64) -> CliResu
             let newcomer = reach.next_process;
             reach.next_process += 1;
             let schema = newcomer % reach.schemas.max(1);
-            let (start, end) = reach.workers.replace(worker, (newcomer, schema)).await?;
+            let (start, end) = match fault {
+                Fault::KillWorker => reach.workers.kill(worker, (newcomer, schema)).await?,
+                _ => reach.workers.replace(worker, (newcomer, schema)).await?,
+            };
             Ok(FaultSpan::new(name, start, end).on(vec![process, newcomer]))
         }
     }
@@ -487,7 +500,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(13));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(14));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());

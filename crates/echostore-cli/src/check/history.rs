@@ -3,7 +3,7 @@
 //! injected. The workers are separate OS processes; `CLOCK_MONOTONIC` is one clock for every
 //! process of a host, so their timestamps merge into one history without any synchronisation.
 
-use std::io::{BufWriter, Write};
+use std::io::{LineWriter, Write};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -20,14 +20,15 @@ pub(crate) fn now_ns() -> u64 {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Action {
     /// `Table::fetch`, or one id of a `Table::fetch_many` ([`Op::batch`]): `version` is what it
-    /// returned.
+    /// returned (`GONE` for `None`: `rows::GONE`).
     Read,
     /// `Table::put` of `version`, after the source was moved to it.
     Put,
     /// `Table::invalidate`, after the source was moved to `version`.
     Invalidate,
-    /// `Table::delete`, after the source was moved to `version`: on the check's tables (no
-    /// `Option` values) an invalidation, so a write like [`Action::Invalidate`].
+    /// `Table::delete`, after the source was moved to `version`: a put of `None` on the table of
+    /// `Option` values (`version` is then a row gone at the source), an invalidation on the
+    /// others; a write either way.
     Delete,
     /// One call of the loader (a source read): `version` is what the source held.
     Load,
@@ -88,12 +89,13 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// Where a worker's operations go: its history file, one JSON line each. A cheap `Clone`: clones
-/// share the file.
+/// Where a worker's operations go: its history file, one JSON line each, each written as it is
+/// recorded, so that a worker killed mid-run (`kill-worker`) leaves every call it finished on
+/// disk. A cheap `Clone`: clones share the file.
 #[derive(Clone)]
 pub(crate) struct Recorder {
     process: u32,
-    out: Arc<Mutex<BufWriter<std::fs::File>>>,
+    out: Arc<Mutex<LineWriter<std::fs::File>>>,
 }
 
 impl Recorder {
@@ -101,7 +103,7 @@ impl Recorder {
     pub(crate) fn new(process: u32, file: std::fs::File) -> Recorder {
         Recorder {
             process,
-            out: Arc::new(Mutex::new(BufWriter::new(file))),
+            out: Arc::new(Mutex::new(LineWriter::new(file))),
         }
     }
 
@@ -118,6 +120,47 @@ impl Recorder {
             Err(_) => Ok(()),
         }
     }
+}
+
+/// What a write records as its origin before it is made, beside the write as it ended, recorded
+/// after: a write whose process was killed on the way ([`settle_begun`]) moved the source on and
+/// may have reached Valkey, and the model must know its version was written.
+pub(crate) const BEGUN: &str = "begun";
+
+/// What a write cut off by its process's death ends as: failed, ending when the fault done to
+/// that process was over (it may have landed on Valkey at any time until the process died).
+const KILLED: &str = "cut off: its process was killed";
+
+/// The history as the model takes it: each begun write ([`BEGUN`]) dropped where the write's
+/// end was recorded, and otherwise kept as a failed write ([`KILLED`]) that ended when the
+/// fault done to its process (the span naming it) was over, or at the run's last end.
+pub(crate) fn settle_begun(ops: Vec<Op>, spans: &[FaultSpan]) -> Vec<Op> {
+    use std::collections::HashSet;
+    let key = |o: &Op| (o.process, o.table, o.id, o.version, o.start);
+    let ended: HashSet<_> = (ops.iter())
+        .filter(|o| o.is_write() && o.origin != BEGUN)
+        .map(key)
+        .collect();
+    let last = ops.iter().map(|o| o.end).max().unwrap_or(0);
+    let ended_by = |o: &Op| {
+        (spans.iter())
+            .filter(|f| f.processes.contains(&o.process) && f.start >= o.start)
+            .map(|f| f.end)
+            .min()
+            .unwrap_or(last)
+    };
+    (ops.into_iter())
+        .filter(|o| o.origin != BEGUN || !ended.contains(&key(o)))
+        .map(|o| match o.origin == BEGUN {
+            true => Op {
+                ok: false,
+                origin: KILLED.to_owned(),
+                end: ended_by(&o),
+                ..o
+            },
+            false => o,
+        })
+        .collect()
 }
 
 /// What a batch read records for an id its answer left out: no id of the check is absent at the

@@ -30,9 +30,11 @@ mod figures;
 mod history;
 mod model;
 mod report;
+mod rows;
 mod source;
 mod tables;
 mod target;
+mod tokens;
 pub(crate) mod worker;
 mod workers;
 mod workload;
@@ -194,6 +196,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
             next_skew: 1,
             next_freeze: 2,
             next_replace: 3,
+            next_kill: 4,
             next_process: args.processes,
             schemas: args.schemas,
         };
@@ -201,7 +204,7 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
         schedule(&faults, (args.run_for(), gap), &mut reach, &mut skipped).await?
     };
     workers.stop().await?;
-    let ops = histories(dir.path(), &workers.processes())?;
+    let ops = history::settle_begun(histories(dir.path(), &workers.processes())?, &spans);
     let findings = model::check(&ops, &spans, args.bounds());
     if args.keep {
         let kept = dir.keep();

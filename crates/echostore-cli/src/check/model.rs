@@ -8,7 +8,10 @@
 //!
 //! - `phantom`: the version was never written, or its write began after the read ended;
 //! - `at_least`: a read made with `ReadOptions::at_least(v)` returned a version older than `v`
-//!   (the source's version when it began: whatever the caches hold, such a read must see it);
+//!   (the source's version when it began, or a put's written token: whatever the caches hold,
+//!   such a read must see it). On a table ordered by `.version_by` a version is older than `v`
+//!   when it is below it; on one ordered by Valkey's clock, when its write ended before `v`'s
+//!   began (of two puts that overlapped, either may land last, and its token is then the older);
 //! - `read_your_writes`: older than a write of the reader's own process that ended before the
 //!   read began;
 //! - `non_monotonic`: older than what an earlier read of the same process (ended before this one
@@ -21,6 +24,13 @@
 //!   and moves up once after a load of the group's newest version (another schema's fill drops
 //!   this schema's older copy; a read that must see at least that version drops an older copy
 //!   and loads it); reads a fault excuses settle nothing.
+//!
+//! A read that answered `None` (a row gone at the source, on a table of `Option` values:
+//! [`rows`](super::rows)) names no version. It is judged as the gone version most in its favour
+//! ([`GoneWrites::resolve`]), and sets no floor for the reads after it; in a quiet stretch it
+//! agrees with the other `None`s. A load its process made while a read that had to see at least
+//! a version answered `None` is no extra source read: a `None` shows no version, so such a read
+//! asks the source.
 //!
 //! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
 //! that began while an earlier load's or put's value of the id was still fresh, with no write
@@ -45,6 +55,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::history::{Action, Excuses, FaultSpan, LEFT_OUT, Op};
+use super::rows::{GONE, is_gone};
 
 /// The bounds the model is checked with, in nanoseconds.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +100,8 @@ impl Bounds {
     /// The shortest fresh life of `set`'s value: its own, where its table's values choose it.
     pub(crate) fn fresh_for_of(&self, set: &Op) -> u64 {
         let short = self.short.tables.get(usize::from(set.table)) == Some(&true);
-        if short && set.version % 2 == 1 {
+        // A gone row's `None` names no version: it lives the table's ttl.
+        if short && set.version % 2 == 1 && !is_gone(set.table, set.version) {
             self.short.fresh_for
         } else {
             self.fresh_for
@@ -302,11 +314,18 @@ impl Run<'_> {
         // (reads taken in order of their ends).
         let mut seen_up_to: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         let mut flagged = vec![false; reads.len()];
-        for (i, read) in reads.iter().enumerate() {
-            let broke = self.read(read, &made, &superseders, &seen_up_to);
+        let gone = GoneWrites::new(&made, ops.first().map_or(0, |o| o.table));
+        for (i, &read) in reads.iter().enumerate() {
+            let judged = gone.resolve(read);
+            let broke = self.read(&judged, &made, &superseders, &seen_up_to);
             if let Some(rule) = broke {
                 flagged[i] = true;
-                self.count(rule, read, &made);
+                self.count(rule, &judged, &made);
+            }
+            // A `None` sets no floor: the gone version it was judged as is the one most in its
+            // favour, and may be newer than the tombstone it read.
+            if read.version == GONE {
+                continue;
             }
             if let Some(&(start, _)) = made.get(&read.version) {
                 let seen = seen_up_to.entry(read.process).or_default();
@@ -332,7 +351,7 @@ impl Run<'_> {
         if made_start > read.end {
             return Some(Rule::Phantom);
         }
-        if read.version < read.at_least {
+        if self.older_than_wanted(read, made) {
             return Some(Rule::AtLeast);
         }
         if let Some(at) = superseders
@@ -367,6 +386,22 @@ impl Run<'_> {
         }
         self.findings.worst_staleness_ns = self.findings.worst_staleness_ns.max(lag);
         (lag > self.bounds.staleness).then_some(Rule::StaleAfterWrite)
+    }
+
+    /// Whether `read`, made `at_least` a version, returned an older one: below it where the
+    /// table orders writes by their version, else one whose write ended before the wanted
+    /// version's write began.
+    fn older_than_wanted(&self, read: &Op, made: &HashMap<u64, Made>) -> bool {
+        if read.at_least == 0 || read.version >= read.at_least {
+            return false;
+        }
+        if super::tables::VERSIONED.get(usize::from(read.table)) != Some(&false) {
+            return true;
+        }
+        match (made.get(&read.version), made.get(&read.at_least)) {
+            (Some(&(_, got_end)), Some(&(wanted_start, _))) => got_end < wanted_start,
+            _ => true,
+        }
     }
 
     /// Whether a fault excuses missing what happened at `since` until `until`: it began no more
@@ -532,7 +567,17 @@ impl Run<'_> {
         loads.sort_by_key(|l| l.start);
         self.findings.source_reads += loads.len() as u64;
         let setters = covering::Setters::new(ops);
+        // A `None` shows no version, so a read that must see at least one reads it from the
+        // source unless its own flight loaded it (`at_least`'s `recent_enough`): a load by design.
+        let asked: Vec<&Op> = (ops.iter().copied())
+            .filter(|o| o.action == Action::Read && o.at_least > 0 && o.version == GONE)
+            .collect();
         for load in loads {
+            let by_asking =
+                |r: &&Op| r.process == load.process && r.start <= load.start && load.start <= r.end;
+            if asked.iter().any(by_asking) {
+                continue;
+            }
             let Some(set) = setters.covering(load, &self.bounds) else {
                 continue;
             };
@@ -594,21 +639,22 @@ impl Run<'_> {
             None => "never written".to_owned(),
         };
         let why = format!(
-            "read by {}..{} ({}) returned v{} ({written})",
+            "read by {}..{} ({}) returned {} ({written})",
             self.who(read),
             self.at(read.end),
             how(read),
-            read.version,
+            shown(read),
         );
         self.tally(rule, why);
     }
 
     fn count_divergent(&mut self, read: &Op, settled: u64) {
         let why = format!(
-            "read by {} ({}) returned v{} where the others settled on v{settled}",
+            "read by {} ({}) returned {} where the others settled on {}",
             self.who(read),
             how(read),
-            read.version,
+            shown(read),
+            shown_version(settled),
         );
         self.tally(Rule::Divergent, why);
     }
@@ -674,6 +720,86 @@ fn how(read: &Op) -> String {
     match read.batch {
         true => format!("{}, batch", read.origin),
         false => read.origin.clone(),
+    }
+}
+
+/// A read's version for a description: `None` for a row gone at the source, with the gone
+/// version it was judged as.
+fn shown(read: &Op) -> String {
+    match is_gone(read.table, read.version) {
+        true => format!("None (judged as v{})", read.version),
+        false => shown_version(read.version),
+    }
+}
+
+fn shown_version(version: u64) -> String {
+    match version {
+        GONE => "None".to_owned(),
+        v => format!("v{v}"),
+    }
+}
+
+/// The writes of one id that made a version that is a row gone at the source, for judging reads
+/// that answered `None` ([`GONE`]): such a read names no version, and is judged as the gone
+/// version most in its favour. That is one whose write began before the read ended (else it is
+/// `phantom`), at least what the read had to see, and of those the one whose write ended last:
+/// every other rule compares that end with what superseded it or what was seen before, so a
+/// later end never breaks a rule an earlier one keeps.
+struct GoneWrites {
+    /// By the start of their write: the version, and the end of its write.
+    by_start: Vec<(u64, u64, u64)>,
+    /// For each prefix of `by_start`, the position of its latest-ending write.
+    latest_end: Vec<usize>,
+}
+
+impl GoneWrites {
+    fn new(made: &HashMap<u64, Made>, table: u8) -> GoneWrites {
+        let mut by_start: Vec<(u64, u64, u64)> = made
+            .iter()
+            .filter(|(v, _)| is_gone(table, **v))
+            .map(|(v, m)| (m.0, *v, m.1))
+            .collect();
+        by_start.sort_unstable();
+        let mut latest_end: Vec<usize> = Vec::with_capacity(by_start.len());
+        for (i, w) in by_start.iter().enumerate() {
+            let best = match latest_end.last() {
+                Some(&b) if by_start[b].2 >= w.2 => b,
+                _ => i,
+            };
+            latest_end.push(best);
+        }
+        GoneWrites {
+            by_start,
+            latest_end,
+        }
+    }
+
+    /// `read` with the version it is judged as: its own, or for a `None` the gone version most
+    /// in its favour (left [`GONE`], never written, when there is none: `phantom`).
+    fn resolve<'a>(&self, read: &'a Op) -> std::borrow::Cow<'a, Op> {
+        use std::borrow::Cow;
+        if read.version != GONE {
+            return Cow::Borrowed(read);
+        }
+        let began = self.by_start.partition_point(|w| w.0 <= read.end);
+        let best = if read.at_least > 0 {
+            // Few reads must see a version: a scan of the candidates for them alone.
+            (self.by_start[..began].iter())
+                .filter(|w| w.1 >= read.at_least)
+                .max_by_key(|w| w.2)
+                .or_else(|| self.by_start[..began].iter().max_by_key(|w| w.2))
+        } else {
+            began
+                .checked_sub(1)
+                .map(|last| &self.by_start[self.latest_end[last]])
+        };
+        match best {
+            Some(&(_, version, _)) => Cow::Owned(Op {
+                version,
+                ..read.clone()
+            }),
+            None => Cow::Borrowed(read),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::figures::{Figures, SLOW_READ_NS, figures, recovery_ns};
 use super::history::{Action, FaultSpan, Op};
 use super::model::{Findings, Violations};
+use super::rows::GONE;
 use super::{CheckArgs, Verdict};
 
 /// One injected fault: when, from the first operation, for how long, and how long after it the
@@ -44,6 +45,8 @@ pub(crate) struct Report {
     batches: usize,
     /// Reads made with `at_least` (the source's version when they began).
     at_least_reads: usize,
+    /// Reads that answered `None`: a row gone at the source, on the optional table.
+    none_reads: usize,
     puts: usize,
     invalidates: usize,
     deletes: usize,
@@ -98,6 +101,9 @@ impl Report {
             batch_reads: count_batch(Action::Read),
             batches: batches(ops),
             at_least_reads: ops.iter().filter(|o| o.at_least > 0).count(),
+            none_reads: (ops.iter())
+                .filter(|o| o.action == Action::Read && o.ok && o.version == GONE)
+                .count(),
             puts: count(Action::Put),
             invalidates: count(Action::Invalidate),
             deletes: count(Action::Delete),
@@ -147,14 +153,15 @@ impl Report {
             self.processes, self.schemas, self.seconds, self.coherence, self.tracking
         );
         println!(
-            "  events        {} ({} reads, {} of them in {} batches, {} at least a version; {} \
-             puts, {} invalidates, {} deletes; {} source reads, {} by the batch loader; {} calls \
+            "  events        {} ({} reads, {} of them in {} batches, {} at least a version, {} \
+             None; {} puts, {} invalidates, {} deletes; {} source reads, {} by the batch loader; {} calls \
              failed)",
             self.events,
             self.reads,
             self.batch_reads,
             self.batches,
             self.at_least_reads,
+            self.none_reads,
             self.puts,
             self.invalidates,
             self.deletes,

@@ -22,6 +22,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::rows;
 use super::tables::LOCK_TTL;
 
 /// How much longer a source read takes while the source is slow: past the tables' `lock_ttl`,
@@ -118,7 +119,7 @@ impl Source {
         let bumped = blocking(move || {
             let moved = rows
                 .iter()
-                .filter_map(|(id, row)| bump_row(row).ok().map(|v| (*id, v)));
+                .filter_map(|(id, row)| bump_row(row, |v| v + 1).ok().map(|v| (*id, v)));
             Ok(moved.collect())
         });
         bumped.await.unwrap_or_default()
@@ -127,7 +128,14 @@ impl Source {
     /// Moves the id to its next version and returns it.
     pub(crate) async fn bump(&self, table: u8, id: u32) -> io::Result<u64> {
         let row = self.row(table, id);
-        blocking(move || bump_row(&row)).await
+        blocking(move || bump_row(&row, |v| v + 1)).await
+    }
+
+    /// Deletes the row: moves the id to its next version that is a row gone at the source
+    /// ([`rows::next_gone`]), in one step, and returns it.
+    pub(crate) async fn delete(&self, table: u8, id: u32) -> io::Result<u64> {
+        let row = self.row(table, id);
+        blocking(move || bump_row(&row, rows::next_gone)).await
     }
 
     fn row(&self, table: u8, id: u32) -> PathBuf {
@@ -136,7 +144,7 @@ impl Source {
 }
 
 /// Runs `f` on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
     tokio::task::spawn_blocking(f)
@@ -153,12 +161,12 @@ fn read_row(row: &Path) -> io::Result<u64> {
     version
 }
 
-/// Moves a row to its next version under an exclusive lock, and returns it.
-fn bump_row(row: &Path) -> io::Result<u64> {
+/// Moves a row to its `next` version under an exclusive lock, and returns it.
+fn bump_row(row: &Path, next: fn(u64) -> u64) -> io::Result<u64> {
     let mut file = OpenOptions::new().read(true).write(true).open(row)?;
     file.lock()?;
     let next = read_version(&mut file).and_then(|v| {
-        let next = v + 1;
+        let next = next(v);
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&next.to_le_bytes())?;
         Ok(next)

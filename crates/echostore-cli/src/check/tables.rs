@@ -8,10 +8,11 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use echostore::{
-    Key, L1Backend, LoserPolicy, ReadOptions, Reload, Store, Table, TableBuilder, Version,
+    Fetched, Key, L1Backend, LoserPolicy, ReadOptions, Reload, Store, Table, TableBuilder, Version,
 };
 
 use super::history::{Action, Op, Recorder, now_ns};
+use super::rows::{Row, is_gone, policy_for};
 use super::source::Source;
 use crate::CliResult;
 
@@ -71,10 +72,12 @@ pub(crate) fn rendered(table: u8, id: u32) -> Vec<u8> {
 /// A read's answer: the version, and where it came from (`Origin`'s name).
 pub(crate) type Answer = echostore::Result<(u64, String)>;
 
-/// The three tables, one call surface. A cheap `Clone`, as a `Table` is.
+/// The three tables, one call surface. A cheap `Clone`, as a `Table` is. The `u64` table caches
+/// `Option` values ([`OPTIONAL`](super::rows::OPTIONAL)): a read of `None` answers
+/// [`GONE`](super::rows::GONE).
 #[derive(Clone)]
 pub(crate) struct Tables {
-    pub(crate) numbers: Table<u64, u64>,
+    pub(crate) numbers: Table<u64, Option<u64>>,
     pub(crate) names: Table<String, u64>,
     pub(crate) items: Table<Item, u64>,
 }
@@ -90,40 +93,55 @@ impl Tables {
     }
 
     pub(crate) async fn read(&self, table: u8, id: u32) -> Answer {
-        let fetched = match table {
-            0 => self.numbers.fetch(&u64::from(id)).await?,
-            1 => self.names.fetch(name(id).as_str()).await?,
-            _ => self.items.fetch(&item(id)).await?,
-        };
-        Ok((*fetched.value, fetched.origin.to_string()))
+        match table {
+            0 => answer(self.numbers.fetch(&u64::from(id)).await),
+            1 => answer(self.names.fetch(name(id).as_str()).await),
+            _ => answer(self.items.fetch(&item(id)).await),
+        }
     }
 
-    /// One read of `id` that must see at least `version` (`ReadOptions::at_least`; the tables
-    /// are ordered by the value, which is the source's version).
-    pub(crate) async fn read_at_least(&self, table: u8, id: u32, version: u64) -> Answer {
-        let wanted = || ReadOptions::new().at_least(Version::from_source(version));
-        let fetched = match table {
-            0 => self.numbers.fetch_with(&u64::from(id), wanted()).await?,
-            1 => self.names.fetch_with(name(id).as_str(), wanted()).await?,
-            _ => self.items.fetch_with(&item(id), wanted()).await?,
-        };
-        Ok((*fetched.value, fetched.origin.to_string()))
+    /// One read of `id` that must see at least `version` (`ReadOptions::at_least`): a source
+    /// version on the [`VERSIONED`] tables, a put's written token on the other.
+    pub(crate) async fn read_at_least(&self, table: u8, id: u32, version: Version) -> Answer {
+        fn wanted<V>(version: Version) -> ReadOptions<V> {
+            ReadOptions::new().at_least(version)
+        }
+        match table {
+            0 => answer(
+                self.numbers
+                    .fetch_with(&u64::from(id), wanted(version))
+                    .await,
+            ),
+            1 => answer(
+                self.names
+                    .fetch_with(name(id).as_str(), wanted(version))
+                    .await,
+            ),
+            _ => answer(self.items.fetch_with(&item(id), wanted(version)).await),
+        }
     }
 
     /// One read of `id` with options of its own (`ReadOptions`): the loser policy `losers` for a
     /// flight it starts, and [`OWN_WAIT`] at most to wait.
     pub(crate) async fn read_with(&self, table: u8, id: u32, losers: LoserPolicy<u64>) -> Answer {
-        let own = || {
-            ReadOptions::new()
-                .losers(losers.clone())
-                .wait_at_most(OWN_WAIT)
-        };
-        let fetched = match table {
-            0 => self.numbers.fetch_with(&u64::from(id), own()).await?,
-            1 => self.names.fetch_with(name(id).as_str(), own()).await?,
-            _ => self.items.fetch_with(&item(id), own()).await?,
-        };
-        Ok((*fetched.value, fetched.origin.to_string()))
+        fn own<V: Row>(losers: &LoserPolicy<u64>, table: u8) -> ReadOptions<V> {
+            let losers = policy_for(losers, table);
+            ReadOptions::new().losers(losers).wait_at_most(OWN_WAIT)
+        }
+        let losers = &losers;
+        match table {
+            0 => answer(
+                (self.numbers)
+                    .fetch_with(&u64::from(id), own(losers, table))
+                    .await,
+            ),
+            1 => answer(
+                (self.names)
+                    .fetch_with(name(id).as_str(), own(losers, table))
+                    .await,
+            ),
+            _ => answer((self.items).fetch_with(&item(id), own(losers, table)).await),
+        }
     }
 
     /// One `peek` of `id` (cache only): its version and origin, or `None` when no cache holds it.
@@ -132,20 +150,20 @@ impl Tables {
         table: u8,
         id: u32,
     ) -> echostore::Result<Option<(u64, String)>> {
-        let fetched = match table {
-            0 => self.numbers.peek(&u64::from(id)).await?,
-            1 => self.names.peek(name(id).as_str()).await?,
-            _ => self.items.peek(&item(id)).await?,
+        fn found<V: Row>(peeked: echostore::Result<Option<Fetched<V>>>) -> Option<Answer> {
+            peeked.transpose().map(answer)
+        }
+        let peeked = match table {
+            0 => found(self.numbers.peek(&u64::from(id)).await),
+            1 => found(self.names.peek(name(id).as_str()).await),
+            _ => found(self.items.peek(&item(id)).await),
         };
-        Ok(fetched.map(|f| (*f.value, f.origin.to_string())))
+        peeked.transpose()
     }
 
     /// One `fetch_many` of `ids`: each id's own answer, in the order given (an id the table left
     /// out of its answer is missing here too).
     pub(crate) async fn read_many(&self, table: u8, ids: &[u32]) -> Vec<(u32, Answer)> {
-        fn answer(fetched: echostore::Result<echostore::Fetched<u64>>) -> Answer {
-            fetched.map(|f| (*f.value, f.origin.to_string()))
-        }
         // The keys are collected before the call: a future holding a borrowing iterator's
         // closures is not `Send` enough for `tokio::spawn`.
         match table {
@@ -173,13 +191,28 @@ impl Tables {
         }
     }
 
-    pub(crate) async fn put(&self, table: u8, id: u32, version: u64) -> echostore::Result<()> {
-        match table {
-            0 => self.numbers.put(&u64::from(id), version).await?,
-            1 => self.names.put(name(id).as_str(), version).await?,
-            _ => self.items.put(&item(id), version).await?,
-        };
-        Ok(())
+    /// A put of `version` of `id`: on the table ordered by Valkey's clock (not [`VERSIONED`]),
+    /// `put_versioned`, which answers the written token a reader elsewhere can ask for.
+    pub(crate) async fn put(
+        &self,
+        table: u8,
+        id: u32,
+        version: u64,
+    ) -> echostore::Result<Option<Version>> {
+        let value = Row::of(table, version);
+        Ok(match table {
+            0 => self
+                .numbers
+                .put(&u64::from(id), value)
+                .await
+                .map(|_| None)?,
+            1 => self
+                .names
+                .put(name(id).as_str(), version)
+                .await
+                .map(|_| None)?,
+            _ => Some(self.items.put_versioned(&item(id), version).await?.version),
+        })
     }
 
     pub(crate) async fn invalidate(&self, table: u8, id: u32) -> echostore::Result<()> {
@@ -190,7 +223,7 @@ impl Tables {
         }
     }
 
-    /// `Table::delete`: on these tables, whose values are no `Option`, an invalidation.
+    /// `Table::delete`: a tombstone on the optional table, an invalidation on the others.
     pub(crate) async fn delete(&self, table: u8, id: u32) -> echostore::Result<()> {
         match table {
             0 => self.numbers.delete(&u64::from(id)).await,
@@ -219,6 +252,11 @@ impl Tables {
             _ => self.items.invalidate_tag(&tag).await,
         }
     }
+}
+
+/// A read's answer as the model takes it: the version shown, and the origin's name.
+fn answer<V: Row>(fetched: echostore::Result<Fetched<V>>) -> Answer {
+    fetched.map(|f| (f.value.shown(), f.origin.to_string()))
 }
 
 fn name(id: u32) -> String {
@@ -286,14 +324,18 @@ impl L1 {
     }
 
     /// `builder` keeping this L1.
-    fn keep<K: Key>(self, builder: TableBuilder<K, u64>, ttl: Duration) -> TableBuilder<K, u64> {
+    fn keep<K: Key, V: Row>(
+        self,
+        builder: TableBuilder<K, V>,
+        ttl: Duration,
+    ) -> TableBuilder<K, V> {
         match self {
             L1::Entries => builder,
             L1::Moka => builder.l1_backend(L1Backend::Moka),
             // Room for thousands of ids: the check's reads are meant to hit, not be evicted.
             L1::Weighed => builder
                 .l1_capacity_bytes(1 << 20)
-                .l1_weigher(|_: &K, _: &u64| 64),
+                .l1_weigher(|_: &K, _: &V| 64),
             L1::Idle => builder.l1_idle((ttl / 4).max(Duration::from_millis(1))),
         }
     }
@@ -329,13 +371,14 @@ impl Loading {
     }
 
     /// One reloader call: the row of `id` read as [`Self::one`] reads it (the same source read,
-    /// recorded as a `Load`), answered `Unchanged` when it is still `old`'s version.
-    async fn again(&self, table: u8, id: u32, old: u64) -> std::io::Result<Reload<u64>> {
-        let version = self.one(table, id).await?;
-        Ok(if version == old {
+    /// recorded as a `Load`), answered `Unchanged` when its value is still `old` (a row still
+    /// gone is unchanged, whatever its version).
+    async fn again<V: Row>(&self, table: u8, id: u32, old: &V) -> std::io::Result<Reload<V>> {
+        let value = V::of(table, self.one(table, id).await?);
+        Ok(if value == *old {
             Reload::Unchanged
         } else {
-            Reload::Changed(version)
+            Reload::Changed(value)
         })
     }
 
@@ -369,9 +412,9 @@ pub(crate) const EARLY_REFRESH: [f64; 3] = [0.0, 1.0, 0.0];
 pub(crate) const SHORT_ODD: [bool; 3] = [true, false, false];
 
 /// The life of `version` in table `table`: half the ttl for an odd version of a
-/// [`SHORT_ODD`] table.
+/// [`SHORT_ODD`] table, unless the row is gone (`None`, which names no version, lives the ttl).
 pub(crate) fn life(table: u8, version: u64, ttl: Duration) -> Duration {
-    if SHORT_ODD[usize::from(table)] && version % 2 == 1 {
+    if SHORT_ODD[usize::from(table)] && version % 2 == 1 && !is_gone(table, version) {
         ttl / 2
     } else {
         ttl
@@ -392,22 +435,22 @@ const SOURCE_BUDGET: u32 = 4;
 pub(crate) const LOCK_TTL: Duration = Duration::from_secs(2);
 
 /// One table of the run: every loader and batch loader call reads the source and is recorded.
-async fn open<K: Key>(
+async fn open<K: Key, V: Row>(
     store: &Store,
     loading: &Loading,
     table: u8,
     id_of: fn(&K) -> u32,
-) -> CliResult<Table<K, u64>> {
+) -> CliResult<Table<K, V>> {
     let (one, many) = (loading.clone(), loading.clone());
-    let builder = store.table::<K, u64>(TABLES[usize::from(table)]);
+    let builder = store.table::<K, V>(TABLES[usize::from(table)]);
     let builder = L1::of(loading.process, table)
         .keep(builder, loading.ttl)
         .ttl(loading.ttl)
         .stale_for(loading.ttl)
         .schema(loading.schema)
         .early_refresh(EARLY_REFRESH[usize::from(table)])
-        .tags(move |key: &K, _: &u64| [format!("g{}", id_of(key) % TAG_GROUPS)])
-        .losers(losers(loading.process, table))
+        .tags(move |key: &K, _: &V| [format!("g{}", id_of(key) % TAG_GROUPS)])
+        .losers(policy_for(&losers(loading.process, table), table))
         // Small enough that a clear's or a tag's reloads spend it: reads then wait for a lease
         // (or take their stale copy), under every fault.
         .source_budget(SOURCE_BUDGET)
@@ -415,13 +458,14 @@ async fn open<K: Key>(
         .lock_ttl(LOCK_TTL)
         .loader(move |key: K| {
             let one = one.clone();
-            async move { one.one(table, id_of(&key)).await }
+            async move { Ok::<_, std::io::Error>(V::of(table, one.one(table, id_of(&key)).await?)) }
         });
     let builder = own_lives_and_reloads(builder, loading, table, id_of);
     let builder = if VERSIONED[usize::from(table)] {
         // The value is the source's version: writes are ordered by it, whatever order they
-        // land in (docs/consistency.md, rule 6).
-        builder.version_by(|version: &u64| *version)
+        // land in (docs/consistency.md, rule 6). A `None` is a tombstone, which names no
+        // version and is ordered by when it lands: the library never asks it for one.
+        builder.version_by(|value: &V| value.shown())
     } else {
         builder
     };
@@ -435,7 +479,9 @@ async fn open<K: Key>(
         async move {
             let ids: Vec<u32> = keys.iter().map(id_of).collect();
             let versions = many.many(table, &ids).await?;
-            Ok::<_, std::io::Error>(keys.into_iter().zip(versions).collect::<HashMap<_, _>>())
+            let values = versions.into_iter().map(|version| V::of(table, version));
+            // A gone row is answered `None` (cached as "not found"), never left out.
+            Ok::<_, std::io::Error>(keys.into_iter().zip(values).collect::<HashMap<_, _>>())
         }
     });
     Ok(builder.build().await?)
@@ -443,15 +489,15 @@ async fn open<K: Key>(
 
 /// `builder` with table `table`'s choice of a value's own life ([`SHORT_ODD`]) and, in worker
 /// `loading.process`, its reloader ([`reloads`]).
-fn own_lives_and_reloads<K: Key>(
-    builder: TableBuilder<K, u64>,
+fn own_lives_and_reloads<K: Key, V: Row>(
+    builder: TableBuilder<K, V>,
     loading: &Loading,
     table: u8,
     id_of: fn(&K) -> u32,
-) -> TableBuilder<K, u64> {
+) -> TableBuilder<K, V> {
     let ttl = loading.ttl;
     let builder = if SHORT_ODD[usize::from(table)] {
-        builder.ttl_for(move |version: &u64| life(table, *version, ttl))
+        builder.ttl_for(move |value: &V| life(table, value.shown(), ttl))
     } else {
         builder
     };
@@ -461,9 +507,9 @@ fn own_lives_and_reloads<K: Key>(
     let again = loading.clone();
     // A copy in its stale window is handed to the reloader: "unchanged" renews it in place
     // (a fenced restamp of its life), the path a load that changed nothing takes.
-    builder.reloader(move |key: K, old: std::sync::Arc<u64>| {
+    builder.reloader(move |key: K, old: std::sync::Arc<V>| {
         let again = again.clone();
-        async move { again.again(table, id_of(&key), *old).await }
+        async move { again.again(table, id_of(&key), &*old).await }
     })
 }
 

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use super::history::{Recorder, now_ns};
 use super::source::Source;
 use super::tables::{CRASH_IDS, Item, Loading, TABLES, Tables};
+use super::tokens::Tokens;
 use super::workload::Workload;
 use super::{Mode, Switch};
 use crate::{CliResult, Outcome};
@@ -120,6 +121,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
 
     let workload = Arc::new(Workload {
         tables: tables.clone(),
+        tokens: Tokens::in_dir(&args.dir),
         source,
         recorder: recorder.clone(),
         keys: args.keys,

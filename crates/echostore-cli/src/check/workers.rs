@@ -1,7 +1,7 @@
 //! The worker processes of `echostore check`, from the controller's side: this same binary with
 //! the hidden `check-worker` subcommand ([`Children`]), waited on for `ready`, told `crash`,
-//! `skew` and `stop` (one alone, to replace it with a newcomer), and asked why when one goes away
-//! (the end of its stderr, in the run's directory).
+//! `skew` and `stop` (one alone, to replace it with a newcomer), frozen or killed by signal, and
+//! asked why when one goes away (the end of its stderr, in the run's directory).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,8 +23,11 @@ pub(crate) struct Workers {
     args: Vec<WorkerArgs>,
     /// Each child's Valkey URL.
     urls: Vec<String>,
-    /// The children a `replace` stopped: told nothing more, waited on no more.
+    /// The children a `replace` stopped or a `kill-worker` killed: told nothing more, waited on
+    /// no more.
     retired: Vec<bool>,
+    /// The children a `kill-worker` killed: their exit is no failure.
+    killed: Vec<usize>,
     /// Lines a wait for another worker's line read past, kept for their own wait.
     early: Vec<(usize, String)>,
     /// The run's directory, where each worker's stderr is.
@@ -40,6 +43,7 @@ impl Workers {
             args: Vec::new(),
             urls: Vec::new(),
             retired: Vec::new(),
+            killed: Vec::new(),
             early: Vec::new(),
             dir: dir.to_owned(),
         };
@@ -127,6 +131,29 @@ impl Workers {
             return Err(format!("worker {i} exited ({status}) when replaced").into());
         }
         self.retired[i] = true;
+        self.newcomer(i, (process, schema)).await?;
+        Ok((start, super::history::now_ns()))
+    }
+
+    /// Kills worker `i` (`SIGKILL`: an OOM kill, a lost node), in whatever calls it was making,
+    /// then starts a new one in its place as [`Workers::replace`] does. Its span's start and end.
+    pub(crate) async fn kill(
+        &mut self,
+        i: usize,
+        (process, schema): (u32, u32),
+    ) -> CliResult<(u64, u64)> {
+        let start = super::history::now_ns();
+        rustix::process::kill_process(self.pid(i)?, rustix::process::Signal::KILL)?;
+        tokio::task::block_in_place(|| self.children.wait(i))?;
+        self.retired[i] = true;
+        self.killed.push(i);
+        self.newcomer(i, (process, schema)).await?;
+        Ok((start, super::history::now_ns()))
+    }
+
+    /// Starts process `process` of schema `schema` in retired worker `i`'s place (its flags, its
+    /// Valkey), and waits until it serves.
+    async fn newcomer(&mut self, i: usize, (process, schema): (u32, u32)) -> CliResult<()> {
         let args = WorkerArgs {
             process,
             schema,
@@ -134,8 +161,14 @@ impl Workers {
         };
         let url = self.urls[i].clone();
         let new = self.start(&url, args)?;
-        self.line_from(new, "ready").await?;
-        Ok((start, super::history::now_ns()))
+        self.line_from(new, "ready").await.map(drop)
+    }
+
+    /// Worker `i`'s OS process.
+    fn pid(&mut self, i: usize) -> CliResult<rustix::process::Pid> {
+        let pid = (self.children.child_mut(i))
+            .and_then(|child| rustix::process::Pid::from_raw(child.id() as i32));
+        Ok(pid.ok_or_else(|| format!("worker {i} has no process"))?)
     }
 
     /// Has worker `i` crash its struct table's owner: the crash's start and end, and whether the
@@ -155,11 +188,7 @@ impl Workers {
 
     /// Stops worker `i`'s process (`SIGSTOP`) for `how_long`, then lets it go on (`SIGCONT`).
     pub(crate) async fn freeze(&mut self, i: usize, how_long: Duration) -> CliResult<()> {
-        let pid = self
-            .children
-            .child_mut(i)
-            .and_then(|child| rustix::process::Pid::from_raw(child.id() as i32))
-            .ok_or_else(|| format!("worker {i} has no process to freeze"))?;
+        let pid = self.pid(i)?;
         rustix::process::kill_process(pid, rustix::process::Signal::STOP)?;
         tokio::time::sleep(how_long).await;
         rustix::process::kill_process(pid, rustix::process::Signal::CONT)?;
@@ -177,10 +206,13 @@ impl Workers {
         for &i in &running {
             self.line_from(i, "done").await?;
         }
-        match self.children.wait_all()? {
-            Some((i, status)) => Err(format!("worker {i} exited ({status})").into()),
-            None => Ok(()),
+        for i in (0..self.args.len()).filter(|i| !self.killed.contains(i)) {
+            let status = tokio::task::block_in_place(|| self.children.wait(i))?;
+            if !status.success() {
+                return Err(format!("worker {i} exited ({status})").into());
+            }
         }
+        Ok(())
     }
 
     /// The next line of worker `i` that starts with `word`; its other lines are dropped, and

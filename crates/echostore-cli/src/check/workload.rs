@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use echostore::{Error, LoserPolicy};
+use echostore::{Error, LoserPolicy, Version};
 use rand::{Rng, SeedableRng};
 
-use super::history::{Action, LEFT_OUT, Op, Recorder, now_ns};
+use super::history::{Action, BEGUN, LEFT_OUT, Op, Recorder, now_ns};
+use super::rows::{OPTIONAL, is_gone};
 use super::source::Source;
 use super::tables::{PLACEHOLDER, TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
+use super::tokens::Tokens;
 
 /// How long one call may take before the worker records it as failed and moves on.
 const CALL_LIMIT: Duration = Duration::from_secs(10);
@@ -53,6 +55,8 @@ const INVALIDATES_UP_TO: u32 = 21;
 pub(crate) struct Workload {
     pub(crate) tables: Tables,
     pub(crate) source: Source,
+    /// Where puts keep their written tokens for the readers of every worker.
+    pub(crate) tokens: Tokens,
     pub(crate) recorder: Recorder,
     /// Ids per table.
     pub(crate) keys: u32,
@@ -75,8 +79,7 @@ impl Workload {
                     self.read_many(table, &ids).await;
                 } else if rng.random_range(0..PEEK_EVERY) == 0 {
                     self.peek(table, rng.random_range(0..self.keys)).await;
-                } else if rng.random_range(0..AT_LEAST_EVERY) == 0 && VERSIONED[usize::from(table)]
-                {
+                } else if rng.random_range(0..AT_LEAST_EVERY) == 0 {
                     self.read_at_least(table, rng.random_range(0..self.keys))
                         .await;
                 } else if rng.random_range(0..OWN_OPTIONS_EVERY) == 0 {
@@ -133,15 +136,30 @@ impl Workload {
         self.record_read(table, id, (start, 0), answer);
     }
 
-    /// One read that must see at least the source's version of `id` when it began, recorded with
-    /// that version (the model's `at_least` rule).
+    /// One read that must see at least a version of `id`, recorded with it (the model's
+    /// `at_least` rule): on a [`VERSIONED`] table the source's version when it began, as a
+    /// service that changed the row without a put asks (a plain read while the row is gone);
+    /// on the other, a recent put's written
+    /// token, as a replica handed the writer's token asks (a plain read if no put kept one).
     async fn read_at_least(&self, table: u8, id: u32) {
         let start = now_ns();
-        let Ok(wanted) = self.source.read(table, id).await else {
-            return;
+        let wanted = if VERSIONED[usize::from(table)] {
+            let Ok(version) = self.source.read(table, id).await else {
+                return;
+            };
+            // A caller carries the token of a write that made the row, never of its deletion.
+            if is_gone(table, version) {
+                return self.read(table, id).await;
+            }
+            (version, Version::from_source(version))
+        } else {
+            let Some(kept) = self.tokens.recent(table, id).await else {
+                return self.read(table, id).await;
+            };
+            kept
         };
-        let answer = bounded(self.tables.read_at_least(table, id, wanted)).await;
-        self.record_read(table, id, (start, wanted), answer);
+        let answer = bounded(self.tables.read_at_least(table, id, wanted.1)).await;
+        self.record_read(table, id, (start, wanted.0), answer);
     }
 
     /// One `peek`, recorded as a read when it found a copy (what it answers must obey every rule
@@ -214,14 +232,26 @@ impl Workload {
         }
     }
 
-    /// A put, invalidate or delete of one id, after moving the source on.
+    /// A put, invalidate or delete of one id, after moving the source on (a delete on an
+    /// optional table to a version that is a row gone at the source).
     async fn write(&self, table: u8, id: u32, action: Action) {
         let start = now_ns();
-        let Ok(version) = self.source.bump(table, id).await else {
+        let moved = match action {
+            Action::Delete if OPTIONAL[usize::from(table)] => self.source.delete(table, id).await,
+            _ => self.source.bump(table, id).await,
+        };
+        let Ok(version) = moved else {
             return;
         };
+        self.begun(table, id, action, (start, version));
         let done = match action {
-            Action::Put => bounded(self.tables.put(table, id, version)).await,
+            Action::Put => match bounded(self.tables.put(table, id, version)).await {
+                Ok(Some(written)) => {
+                    self.tokens.keep(table, id, version, written).await;
+                    Ok(())
+                }
+                done => done.map(drop),
+            },
             Action::Delete => bounded(self.tables.delete(table, id)).await,
             _ => bounded(self.tables.invalidate(table, id)).await,
         };
@@ -248,6 +278,9 @@ impl Workload {
         let start = now_ns();
         let ids = (0..self.keys).filter(|id| group.is_none_or(|g| id % TAG_GROUPS == g));
         let moved = self.source.bump_many(table, ids.collect()).await;
+        for &(id, version) in &moved {
+            self.begun(table, id, Action::Invalidate, (start, version));
+        }
         let done = bounded(self.tables.invalidate_group(table, group)).await;
         let end = now_ns();
         let error = done.as_ref().err().map(ToString::to_string);
@@ -259,6 +292,19 @@ impl Workload {
                 ..call(table, id, Action::Invalidate, (start, end))
             });
         }
+    }
+}
+
+impl Workload {
+    /// Records that a write of `at.1` of `id`, begun at `at.0`, is about to be made: the source
+    /// has moved on, and a worker killed before the write's end is recorded leaves the model
+    /// this ([`BEGUN`]).
+    fn begun(&self, table: u8, id: u32, action: Action, at: (u64, u64)) {
+        self.recorder.record(Op {
+            version: at.1,
+            origin: BEGUN.to_owned(),
+            ..call(table, id, action, (at.0, at.0))
+        });
     }
 }
 

@@ -615,6 +615,7 @@ fn a_load_after_a_values_own_shorter_life_is_no_extra_source_read() {
     assert_eq!(extra(0, 1, expired), 0, "its own life ended");
     assert_eq!(extra(0, 1, expired - 2), 1, "still within it");
     assert_eq!(extra(0, 2, expired), 1, "an even version lives the ttl");
+    assert_eq!(extra(0, 5, expired), 1, "a gone row's None lives the ttl");
     assert_eq!(extra(1, 1, expired), 1, "the table's values live the ttl");
 }
 
@@ -731,4 +732,138 @@ fn a_fault_done_to_one_process_excuses_only_what_involves_it() {
         0,
         "everyone's"
     );
+}
+
+fn delete(p: u32, v: u64, start: u64, end: u64) -> Op {
+    op(p, Action::Delete, v, start, end)
+}
+
+/// A read that answered `None` (on table 0, versions 2, 5, 8… are rows gone at the source) is
+/// held to the rules as the gone version most in its favour: after a delete it is right; once a
+/// later write of a live row has returned (past `B`) it is stale; before any row was gone it is
+/// phantom; and it raises no floor for the reads after it.
+#[test]
+fn a_none_is_judged_as_the_gone_version_most_in_its_favour() {
+    let after_delete = [
+        put(0, 1, 10, 20),
+        delete(1, 2, 30, 40),
+        read(2, GONE, 50, 60),
+    ];
+    assert_eq!(violations(&after_delete, &[]).total(), 0);
+    let stale = [
+        delete(1, 2, 30, 40),
+        put(0, 3, 50, 60),
+        read(2, GONE, 2_000, 2_010),
+    ];
+    only(&stale, "stale_after_write", |v| v.stale_after_write);
+    let never_gone = [put(0, 1, 10, 20), read(2, GONE, 50, 60)];
+    only(&never_gone, "phantom", |v| v.phantom);
+    // Either delete may be the tombstone it read: the later one keeps it fresh.
+    let two = [
+        delete(1, 2, 10, 20),
+        put(0, 3, 30, 40),
+        delete(1, 5, 50, 60),
+        read(2, GONE, 2_000, 2_010),
+    ];
+    assert_eq!(violations(&two, &[]).total(), 0);
+    // A read that had to see v3 cannot take the tombstone of v2.
+    let at_least = Op {
+        at_least: 3,
+        ..read(2, GONE, 100, 110)
+    };
+    let before_it = [delete(1, 2, 10, 20), put(0, 3, 30, 40), at_least.clone()];
+    only(&before_it, "at_least", |v| v.at_least);
+    let after_it = [
+        delete(1, 2, 10, 20),
+        put(0, 3, 30, 40),
+        delete(0, 5, 50, 60),
+        at_least,
+    ];
+    assert_eq!(violations(&after_it, &[]).total(), 0);
+    // A None judged as v5 sets no floor: v3 after it, while v5's delete may not have landed, is
+    // no going back.
+    let no_floor = [
+        put(0, 3, 10, 20),
+        delete(1, 5, 30, 40),
+        read(2, GONE, 35, 45),
+        read(2, 3, 50, 60),
+    ];
+    assert_eq!(violations(&no_floor, &[]).total(), 0);
+}
+
+/// In a quiet stretch after a delete that overlapped a put (either may land last), the fleet
+/// settles on `None`: a process still answering the put's row diverges, and `None`s agree with
+/// each other.
+#[test]
+fn a_quiet_stretch_after_a_delete_settles_on_none() {
+    let settled = |late: u64| {
+        let ops = [
+            put(0, 1, 10, 40),
+            delete(1, 2, 30, 50),
+            read(1, GONE, 2_000, 2_010),
+            read(2, GONE, 2_100, 2_110),
+            read(3, late, 2_200, 2_210),
+            read(4, GONE, 2_300, 2_310),
+        ];
+        check(&ops, &[], bounds())
+    };
+    assert_eq!(settled(GONE).violations.total(), 0);
+    let kept = settled(1);
+    assert_eq!(kept.violations.divergent, 1, "{:?}", kept.examples);
+    assert!(
+        kept.examples.iter().any(|e| e.contains("settled on None")),
+        "{:?}",
+        kept.examples
+    );
+}
+
+/// A `None` shows no version, so a read that must see at least one asks the source for it: its
+/// process's load within the read is no extra source read, though an earlier load's `None` was
+/// still fresh. Another process's load then is.
+#[test]
+fn a_load_made_by_a_read_at_least_that_answered_none_is_no_extra_source_read() {
+    let asking = Op {
+        at_least: 1,
+        ..read(2, GONE, 2_100, 2_200)
+    };
+    let extra = |by: u32| {
+        let ops = [
+            delete(1, 2, 10, 20),
+            load(0, 2, 2_000, 2_010),
+            asking.clone(),
+            load(by, 2, 2_150, 2_160),
+        ];
+        check(&ops, &[], bounds()).violations.extra_source_reads
+    };
+    assert_eq!(extra(2), 0, "the asking read's own load");
+    assert_eq!(extra(3), 1, "another process's load");
+}
+
+/// On a table ordered by Valkey's clock (t2), a read at least a put's written token may return
+/// a lower version whose put overlapped it (either may land last), never one whose put ended
+/// before the token's began.
+#[test]
+fn a_written_token_is_ordered_by_the_puts_not_by_their_versions() {
+    let on_t2 = |mut op: Op| {
+        op.table = 2;
+        op
+    };
+    let wanting = |got: u64| {
+        on_t2(Op {
+            at_least: 3,
+            ..read(1, got, 100, 110)
+        })
+    };
+    let overlapping = [
+        on_t2(put(0, 2, 10, 50)),
+        on_t2(put(1, 3, 20, 40)),
+        wanting(2),
+    ];
+    assert_eq!(violations(&overlapping, &[]).total(), 0);
+    let before = [
+        on_t2(put(0, 2, 10, 15)),
+        on_t2(put(1, 3, 20, 40)),
+        wanting(2),
+    ];
+    only(&before, "at_least", |v| v.at_least);
 }
