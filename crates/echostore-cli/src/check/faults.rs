@@ -23,6 +23,10 @@ const PAUSE: Duration = Duration::from_millis(500);
 const SLOW_FOR: Duration = Duration::from_millis(500);
 const SLOW_BY: Duration = Duration::from_millis(100);
 const SILENT_FOR: Duration = Duration::from_millis(1500);
+/// How long the proxy then holds the replies on the data connections, and after them what
+/// Valkey sends on the coherence connections: past the store's `valkey_timeout` (1 s) and the
+/// tracking link's silence bound (0.75 s).
+const HELD_FOR: Duration = Duration::from_millis(1500);
 /// How far the `skew` fault moves a worker's clock (far past any ttl and stale window), and
 /// how long it keeps it there each way.
 const SKEW_MS: i64 = 3_600_000;
@@ -56,7 +60,8 @@ pub(crate) enum Fault {
     Outage,
     /// A table's owner crashes in one worker (a key whose `Eq` panics).
     Crash,
-    /// One worker's link to Valkey turns slow, then silent, then heals.
+    /// One worker's link to Valkey turns slow, then silent, then heals; then Valkey's replies
+    /// to it are held, then its pushes.
     Proxy,
     /// One worker stopped (`SIGSTOP`) for [`FROZEN_FOR`], then let go on (`SIGCONT`): a long
     /// pause of a whole process (a VM descheduled, a swap storm), whose locks lapse meanwhile
@@ -133,7 +138,7 @@ impl Fault {
             Fault::Outage => "outage",
             Fault::Crash => "crash",
             Fault::Proxy => "proxy",
-            Fault::Freeze => "freeze",
+            Fault::Freeze => super::history::FREEZE,
             Fault::Replace => "replace",
             Fault::KillWorker => "kill-worker",
             Fault::SlowSource => "slow-source",
@@ -286,22 +291,33 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
         Fault::SlowSource | Fault::FailingSource => {
             return troubled_source(fault, reach.source, start).await;
         }
-        Fault::Proxy => {
-            let proxy = reach.proxy.ok_or("the proxy fault needs its proxy")?;
-            proxy.set(Link::Slow(SLOW_BY));
-            tokio::time::sleep(SLOW_FOR).await;
-            proxy.set(Link::Silent);
-            tokio::time::sleep(SILENT_FOR).await;
-            let end = now_ns();
-            proxy.set(Link::Healthy);
-            let proxied = reach.workers.processes_on(&proxy.url());
-            return Ok(FaultSpan::new(name, start, end).on(proxied));
-        }
+        Fault::Proxy => return proxied(reach, start).await,
         Fault::KillPrimary | Fault::Failover | Fault::Migrate | Fault::PausePrimary => {
             return cluster::inject(fault, reach).await;
         }
     }
     Ok(FaultSpan::new(name, start, now_ns()))
+}
+
+/// `proxy`: the proxied worker's link slow, then silent, then healed; then Valkey's replies on
+/// its data connections held (its commands ran: writes landed that it takes for failed once
+/// they time out), then what Valkey sends on its coherence connections (its pushes and the
+/// health checks' replies: a tracking link gone quiet while data flows), each for [`HELD_FOR`].
+async fn proxied(reach: &Reach<'_>, start: u64) -> CliResult<FaultSpan> {
+    let proxy = reach.proxy.ok_or("the proxy fault needs its proxy")?;
+    proxy.set(Link::Slow(SLOW_BY));
+    tokio::time::sleep(SLOW_FOR).await;
+    proxy.set(Link::Silent);
+    tokio::time::sleep(SILENT_FOR).await;
+    proxy.set(Link::Healthy);
+    proxy.hold_replies();
+    tokio::time::sleep(HELD_FOR).await;
+    proxy.release_replies();
+    proxy.hold_pushes();
+    tokio::time::sleep(HELD_FOR).await;
+    proxy.release_pushes();
+    let proxied = reach.workers.processes_on(&proxy.url());
+    Ok(FaultSpan::new(Fault::Proxy.name(), start, now_ns()).on(proxied))
 }
 
 /// The faults done to one worker, a different one each time: `crash` (its owner; the held

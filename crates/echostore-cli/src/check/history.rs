@@ -122,6 +122,9 @@ impl Recorder {
     }
 }
 
+/// The `freeze` fault's name: the model judges the frozen process's reads after it woke.
+pub(crate) const FREEZE: &str = "freeze";
+
 /// What a write records as its origin before it is made, beside the write as it ended, recorded
 /// after: a write whose process was killed on the way ([`settle_begun`]) moved the source on and
 /// may have reached Valkey, and the model must know its version was written.
@@ -129,7 +132,7 @@ pub(crate) const BEGUN: &str = "begun";
 
 /// What a write cut off by its process's death ends as: failed, ending when the fault done to
 /// that process was over (it may have landed on Valkey at any time until the process died).
-const KILLED: &str = "cut off: its process was killed";
+pub(crate) const KILLED: &str = "cut off: its process was killed";
 
 /// The history as the model takes it: each begun write ([`BEGUN`]) dropped where the write's
 /// end was recorded, and otherwise kept as a failed write ([`KILLED`]) that ended when the

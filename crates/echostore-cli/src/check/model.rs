@@ -54,7 +54,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::history::{Action, Excuses, FaultSpan, LEFT_OUT, Op};
+use super::history::{Action, Excuses, FREEZE, FaultSpan, LEFT_OUT, Op};
 use super::rows::{GONE, is_gone};
 
 /// The bounds the model is checked with, in nanoseconds.
@@ -416,9 +416,15 @@ impl Run<'_> {
     /// some processes only (a freeze, a replacement, a proxied link) excuses it only if one of
     /// the two is among them. A process that misses another's write while neither was touched
     /// has no excuse in a fault done elsewhere.
+    ///
+    /// A frozen process that woke answers nothing from L1 until its tracking task has caught up
+    /// (the vouch, docs/coherence.md): its own reads begun after it woke have no excuse in the
+    /// freeze, though the others' reads of what it wrote keep the grace.
     fn excused_for(&self, since: u64, until: u64, who: [u32; 2]) -> bool {
         self.faults.iter().any(|f| {
+            let woke = f.name == FREEZE && f.processes.contains(&who[0]) && until > f.end;
             (f.processes.is_empty() || who.iter().any(|p| f.processes.contains(p)))
+                && !woke
                 && self.excuses_between(f, since, until)
         })
     }

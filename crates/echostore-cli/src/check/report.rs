@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::figures::{Figures, SLOW_READ_NS, figures, recovery_ns};
-use super::history::{Action, FaultSpan, Op};
+use super::history::{Action, FaultSpan, KILLED, Op};
 use super::model::{Findings, Violations};
 use super::rows::GONE;
 use super::{CheckArgs, Verdict};
@@ -55,6 +55,8 @@ pub(crate) struct Report {
     batch_source_reads: usize,
     /// Calls that returned an error (or were cut off): no rule applies to them.
     failed_calls: usize,
+    /// Writes a `kill-worker` cut off (begun, never ended): counted among the failed calls.
+    cut_off_writes: usize,
     processes: u32,
     /// Schemas side by side (`--schemas`).
     schemas: u32,
@@ -110,6 +112,7 @@ impl Report {
             source_reads: findings.source_reads,
             batch_source_reads: count_batch(Action::Load),
             failed_calls: ops.iter().filter(|o| !o.ok).count(),
+            cut_off_writes: ops.iter().filter(|o| o.origin == KILLED).count(),
             processes: args.processes,
             schemas: args.schemas,
             seconds: args.run_for().as_secs_f64(),
@@ -155,7 +158,7 @@ impl Report {
         println!(
             "  events        {} ({} reads, {} of them in {} batches, {} at least a version, {} \
              None; {} puts, {} invalidates, {} deletes; {} source reads, {} by the batch loader; {} calls \
-             failed)",
+             failed, {} of them writes cut off by a kill)",
             self.events,
             self.reads,
             self.batch_reads,
@@ -167,7 +170,8 @@ impl Report {
             self.deletes,
             self.source_reads,
             self.batch_source_reads,
-            self.failed_calls
+            self.failed_calls,
+            self.cut_off_writes
         );
         self.print_faults();
         let v = &self.violations;

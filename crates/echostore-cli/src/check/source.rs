@@ -10,7 +10,8 @@
 //!
 //! The `slow-source` fault slows every read of it, in every worker, while a flag file lies in
 //! the run's directory: a database under load, whose queries outlast the regeneration lock. The
-//! `failing-source` fault fails every read the same way: a database that refuses queries.
+//! `failing-source` fault fails every read the same way: a database that refuses queries (and the
+//! loaders panic on one id in two: a loader's own bug, `tables::Loading`).
 //!
 //! It is not `echostore_testkit::Source`: that one counts and gates reads inside one process
 //! (its counts and gate are in memory), while this one is the truth several OS processes share
@@ -37,6 +38,14 @@ pub(crate) enum Trouble {
     Slow,
     /// Every read fails.
     Failing,
+}
+
+/// The kind of error every read answers while the source fails.
+const FAILING: io::ErrorKind = io::ErrorKind::ConnectionRefused;
+
+/// Whether `e` is a read's error while the source fails (the `failing-source` fault).
+pub(crate) fn is_failing(e: &io::Error) -> bool {
+    e.kind() == FAILING
 }
 
 /// The versioned rows of one run.
@@ -82,7 +91,8 @@ impl Source {
         let (slow, failing) = (self.flag(Trouble::Slow), self.flag(Trouble::Failing));
         let read = blocking(move || {
             if failing.exists() {
-                return Err(io::Error::other(
+                return Err(io::Error::new(
+                    FAILING,
                     "the source is failing (the failing-source fault)",
                 ));
             }

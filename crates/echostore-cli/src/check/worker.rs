@@ -84,6 +84,7 @@ fn nodes(url: &str) -> Vec<String> {
 
 /// Runs one worker until the controller says `stop`.
 pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
+    super::tables::quiet_deliberate_panics();
     let history = std::fs::File::create(args.dir.join(format!("history-{}.jsonl", args.process)))?;
     let recorder = Recorder::new(args.process, history);
     let builder = match url.strip_prefix(CLUSTER_PREFIX) {

@@ -1,6 +1,6 @@
 //! The calls a worker's tasks make, and how each is recorded: reads (one in [`BATCH_EVERY`] a
 //! `fetch_many` of a few ids, recorded as a read of each; of the others one in [`PEEK_EVERY`] a
-//! cache-only `peek`, and some with options of their own: a version to see at least, or a loser
+//! cache-only `peek` or `peek_local`, and some with options of their own: a version to see at least, or a loser
 //! policy and a bound on the wait), puts, invalidates and deletes of a
 //! small hot set of ids, and now and then a group write (a tag, or the whole table). A write moves
 //! the source on first, so its version is what a later read must return.
@@ -78,7 +78,9 @@ impl Workload {
                     let ids = self.batch_ids(&mut rng);
                     self.read_many(table, &ids).await;
                 } else if rng.random_range(0..PEEK_EVERY) == 0 {
-                    self.peek(table, rng.random_range(0..self.keys)).await;
+                    let local = rng.random_bool(0.5);
+                    self.peek(table, rng.random_range(0..self.keys), local)
+                        .await;
                 } else if rng.random_range(0..AT_LEAST_EVERY) == 0 {
                     self.read_at_least(table, rng.random_range(0..self.keys))
                         .await;
@@ -162,10 +164,17 @@ impl Workload {
         self.record_read(table, id, (start, wanted.0), answer);
     }
 
-    /// One `peek`, recorded as a read when it found a copy (what it answers must obey every rule
-    /// a read's does); a peek that found nothing promises nothing and is not recorded.
-    async fn peek(&self, table: u8, id: u32) {
+    /// One `peek` (L1, then Valkey), or one in two a `peek_local` (this process's L1 alone),
+    /// recorded as a read when it found a copy (what it answers must obey every rule a read's
+    /// does); a peek that found nothing promises nothing and is not recorded.
+    async fn peek(&self, table: u8, id: u32, local: bool) {
         let start = now_ns();
+        if local {
+            if let Some(found) = self.tables.peek_local(table, id) {
+                self.record_read(table, id, (start, 0), Ok(found));
+            }
+            return;
+        }
         let answer = match bounded(self.tables.peek(table, id)).await {
             Ok(Some(found)) => Ok(found),
             Ok(None) => return,

@@ -244,7 +244,7 @@ impl Marks {
         let (scope, lost) = self.take_in_full(&read, now, known);
         self.answered.fetch_max(failed_before, SeqCst);
         if !lost.is_empty() {
-            self.put_back(l2, &lost).await;
+            self.put_back(l2, &lost, read.is_empty()).await;
         }
         Ok(scope)
     }
@@ -290,8 +290,10 @@ impl Marks {
     /// Puts back on Valkey the marks it lost (`lost`): every process then hears them, so none
     /// stamps its writes below a mark another knows (each such copy would be that other's miss,
     /// and one more source read, until the table's next mark). A put-back that fails is left to
-    /// the next full read.
-    async fn put_back(&self, l2: &L2, lost: &[(String, u64)]) {
+    /// the next full read. `whole`: the marks key was gone, as it is once a table stays quiet
+    /// for its keep (or Valkey was emptied), which is expected; a key that lost some marks only
+    /// is not, and is logged as a warning.
+    async fn put_back(&self, l2: &L2, lost: &[(String, u64)], whole: bool) {
         let mut invocation = SCRIPTS.put_back_marks.prepare_invoke();
         invocation.key(&self.key).arg(self.keep_us);
         for (member, generation) in lost {
@@ -304,6 +306,9 @@ impl Marks {
             })
             .await;
         match put {
+            Ok(_) if whole => {
+                tracing::info!(key = %String::from_utf8_lossy(&self.key), marks = ?lost, latest = self.stamp(), "the table's marks key was gone (quiet for its keep, or Valkey emptied): put back what this process knew")
+            }
             Ok(_) => {
                 tracing::warn!(key = %String::from_utf8_lossy(&self.key), marks = ?lost, latest = self.stamp(), "Valkey had lost marks of the table: put back what this process knew")
             }

@@ -867,3 +867,25 @@ fn a_written_token_is_ordered_by_the_puts_not_by_their_versions() {
     ];
     only(&before, "at_least", |v| v.at_least);
 }
+
+/// A frozen process's own reads begun after it woke have no excuse in the freeze: its L1
+/// answers nothing until its tracking task has caught up. Reads it began while frozen, and the
+/// others' reads of what it wrote, keep the grace.
+#[test]
+fn a_frozen_process_is_judged_once_it_woke() {
+    let freeze = |p: u32| [FaultSpan::new(FREEZE, 150, 2_000).on(vec![p])];
+    let late = 200 + 3 * B;
+    let woke = [put(0, 1, 100, 200), read(1, 0, late, late + 1)];
+    assert_eq!(
+        violations(&woke, &freeze(1)).stale_after_write,
+        1,
+        "read after waking"
+    );
+    let while_frozen = [put(0, 1, 100, 200), read(1, 0, 1_500, late + 1)];
+    assert_eq!(
+        violations(&while_frozen, &freeze(1)).total(),
+        0,
+        "begun while frozen"
+    );
+    assert_eq!(violations(&woke, &freeze(0)).total(), 0, "the writer froze");
+}
