@@ -425,7 +425,10 @@ const LOADER_PANIC: &str = "a loader's bug, met while the source fails";
 pub(crate) fn quiet_deliberate_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload_as_str().unwrap_or_default();
+        let payload = info.payload();
+        let message = (payload.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
         if [CRASH_PANIC, LOADER_PANIC]
             .iter()
             .any(|p| message.starts_with(p))
