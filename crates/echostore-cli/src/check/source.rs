@@ -48,6 +48,11 @@ pub(crate) fn is_failing(e: &io::Error) -> bool {
     e.kind() == FAILING
 }
 
+/// Told, for each row a write moves, the row's id and next version under the row's lock before
+/// the row moves: the write's record that it began, which a worker killed after the move (and
+/// before its call's end) leaves on record (`history::BEGUN`).
+pub(crate) type Begun = std::sync::Arc<dyn Fn(u32, u64) + Send + Sync>;
+
 /// The versioned rows of one run.
 #[derive(Debug, Clone)]
 pub(crate) struct Source {
@@ -124,28 +129,34 @@ impl Source {
     }
 
     /// Moves each of `ids` to its next version; returns the ids that moved, with their versions.
-    pub(crate) async fn bump_many(&self, table: u8, ids: Vec<u32>) -> Vec<(u32, u64)> {
+    pub(crate) async fn bump_many(
+        &self,
+        table: u8,
+        ids: Vec<u32>,
+        begun: Begun,
+    ) -> Vec<(u32, u64)> {
         let rows: Vec<(u32, PathBuf)> = ids.iter().map(|&id| (id, self.row(table, id))).collect();
         let bumped = blocking(move || {
-            let moved = rows
-                .iter()
-                .filter_map(|(id, row)| bump_row(row, |v| v + 1).ok().map(|v| (*id, v)));
+            let moved = rows.iter().filter_map(|(id, row)| {
+                let moved = bump_row(row, |v| v + 1, |v| begun(*id, v));
+                moved.ok().map(|v| (*id, v))
+            });
             Ok(moved.collect())
         });
         bumped.await.unwrap_or_default()
     }
 
     /// Moves the id to its next version and returns it.
-    pub(crate) async fn bump(&self, table: u8, id: u32) -> io::Result<u64> {
+    pub(crate) async fn bump(&self, table: u8, id: u32, begun: Begun) -> io::Result<u64> {
         let row = self.row(table, id);
-        blocking(move || bump_row(&row, |v| v + 1)).await
+        blocking(move || bump_row(&row, |v| v + 1, |v| begun(id, v))).await
     }
 
     /// Deletes the row: moves the id to its next version that is a row gone at the source
     /// ([`rows::next_gone`]), in one step, and returns it.
-    pub(crate) async fn delete(&self, table: u8, id: u32) -> io::Result<u64> {
+    pub(crate) async fn delete(&self, table: u8, id: u32, begun: Begun) -> io::Result<u64> {
         let row = self.row(table, id);
-        blocking(move || bump_row(&row, rows::next_gone)).await
+        blocking(move || bump_row(&row, rows::next_gone, |v| begun(id, v))).await
     }
 
     fn row(&self, table: u8, id: u32) -> PathBuf {
@@ -171,12 +182,14 @@ fn read_row(row: &Path) -> io::Result<u64> {
     version
 }
 
-/// Moves a row to its `next` version under an exclusive lock, and returns it.
-fn bump_row(row: &Path, next: fn(u64) -> u64) -> io::Result<u64> {
+/// Moves a row to its `next` version under an exclusive lock, and returns it; `begun` is told
+/// the version before the row moves.
+fn bump_row(row: &Path, next: fn(u64) -> u64, begun: impl FnOnce(u64)) -> io::Result<u64> {
     let mut file = OpenOptions::new().read(true).write(true).open(row)?;
     file.lock()?;
     let next = read_version(&mut file).and_then(|v| {
         let next = next(v);
+        begun(next);
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&next.to_le_bytes())?;
         Ok(next)
@@ -195,6 +208,30 @@ fn read_version(file: &mut File) -> io::Result<u64> {
 mod tests {
     use super::*;
 
+    /// A write's start that nobody records.
+    fn quiet() -> Begun {
+        std::sync::Arc::new(|_, _| {})
+    }
+
+    /// Each row's next version is told before the row moves: a reader under the row's lock
+    /// then still finds the old one.
+    #[tokio::test]
+    async fn a_bump_is_told_before_the_row_moves() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = Source::create(dir.path(), 1, 1).expect("create");
+        let row = source.row(0, 0);
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&told);
+        let begun: Begun = std::sync::Arc::new(move |id, v| {
+            // The row still holds the old version when the write's start is told.
+            let mut file = File::open(&row).expect("the row");
+            let before = read_version(&mut file).expect("a version");
+            seen.lock().expect("told").push((id, v, before));
+        });
+        assert_eq!(source.bump(0, 0, begun).await.expect("bump"), 1);
+        assert_eq!(*told.lock().expect("told"), [(0, 1, 0)]);
+    }
+
     /// Rows start at 0, move on by one per bump, and two handles on one directory see one row.
     #[tokio::test]
     async fn bumps_are_seen_by_every_handle() {
@@ -202,15 +239,18 @@ mod tests {
         let a = Source::create(dir.path(), 2, 3).expect("create");
         let b = Source::open(dir.path());
         assert_eq!(a.read(1, 2).await.expect("read"), 0);
-        assert_eq!(a.bump(1, 2).await.expect("bump"), 1);
-        assert_eq!(b.bump(1, 2).await.expect("bump"), 2);
+        assert_eq!(a.bump(1, 2, quiet()).await.expect("bump"), 1);
+        assert_eq!(b.bump(1, 2, quiet()).await.expect("bump"), 2);
         assert_eq!(a.read(1, 2).await.expect("read"), 2);
         assert_eq!(
             b.read(0, 2).await.expect("read"),
             0,
             "rows are per table and id"
         );
-        assert_eq!(b.bump_many(1, vec![0, 2]).await, vec![(0, 1), (2, 3)]);
+        assert_eq!(
+            b.bump_many(1, vec![0, 2], quiet()).await,
+            vec![(0, 1), (2, 3)]
+        );
         assert_eq!(
             a.read_many(1, vec![2, 0, 1]).await.expect("read"),
             vec![3, 1, 0]
@@ -230,7 +270,11 @@ mod tests {
             worker.read_many(0, vec![0, 1]).await.is_err(),
             "batch reads fail"
         );
-        assert_eq!(worker.bump(0, 1).await.expect("bump"), 1, "writes do not");
+        assert_eq!(
+            worker.bump(0, 1, quiet()).await.expect("bump"),
+            1,
+            "writes do not"
+        );
         controller.set(Trouble::Failing, false).expect("well again");
         assert_eq!(worker.read(0, 1).await.expect("read"), 1);
     }

@@ -128,6 +128,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         keys: args.keys,
         reads: args.reads,
         declined: Default::default(),
+        writes_only: Default::default(),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..args.tasks)
@@ -136,7 +137,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
             tokio::spawn(Arc::clone(&workload).calls(seed, Arc::clone(&stop)))
         })
         .collect();
-    obey(&nodes(url), &tables).await;
+    obey(&nodes(url), &workload).await;
     stop.store(true, Ordering::SeqCst);
     for task in tasks {
         task.await?;
@@ -161,17 +162,21 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
 }
 
 /// Does what the controller says on stdin until `stop` or the end of stdin.
-async fn obey(nodes: &[String], tables: &Tables) {
+async fn obey(nodes: &[String], workload: &Workload) {
     let mut control = stdin_lines();
     let mut crashes = 0;
     while let Some(line) = control.recv().await {
         match line.trim() {
             "crash" => {
                 crashes += 1;
-                match crash(nodes, &tables.items, CRASH_IDS + crashes).await {
+                match crash(nodes, &workload.tables.items, CRASH_IDS + crashes).await {
                     (start, end, true) => println!("crashed {start} {end}"),
                     (start, end, false) => println!("crashed none {start} {end}"),
                 }
+            }
+            "write" => {
+                workload.writes_only.store(true, Ordering::Relaxed);
+                println!("writing");
             }
             "stop" => break,
             line => {

@@ -1,6 +1,7 @@
 //! The worker processes of `echostore check`, from the controller's side: this same binary with
 //! the hidden `check-worker` subcommand ([`Children`]), waited on for `ready`, told `crash`,
-//! `skew` and `stop` (one alone, to replace it with a newcomer), frozen or killed by signal, and
+//! `skew`, `write` (before a kill) and `stop` (one alone, to replace it with a newcomer), frozen
+//! or killed by signal, and
 //! asked why when one goes away (the end of its stderr, in the run's directory).
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ use echostore_testkit::duration::render;
 
 /// How long a worker may take to start, crash an owner, or finish.
 const WITHIN: Duration = Duration::from_secs(60);
+
+/// How long a worker told to write only writes before it is killed.
+const WRITES_UNDER_WAY: Duration = Duration::from_millis(20);
 
 /// The running workers, and those a `replace` retired.
 pub(crate) struct Workers {
@@ -135,14 +139,19 @@ impl Workers {
         Ok((start, super::history::now_ns()))
     }
 
-    /// Kills worker `i` (`SIGKILL`: an OOM kill, a lost node), in whatever calls it was making,
-    /// then starts a new one in its place as [`Workers::replace`] does. Its span's start and end.
+    /// Kills worker `i` (`SIGKILL`: an OOM kill, a lost node) in the middle of its writes, then
+    /// starts a new one in its place as [`Workers::replace`] does. Its span's start and end.
     pub(crate) async fn kill(
         &mut self,
         i: usize,
         (process, schema): (u32, u32),
     ) -> CliResult<(u64, u64)> {
         let start = super::history::now_ns();
+        // Its tasks all writing first, so that the kill cuts writes off on their way (a write
+        // is a few ms; a kill between calls would cut nothing).
+        self.children.say(i, "write")?;
+        self.line_from(i, "writing").await?;
+        tokio::time::sleep(WRITES_UNDER_WAY).await;
         rustix::process::kill_process(self.pid(i)?, rustix::process::Signal::KILL)?;
         tokio::task::block_in_place(|| self.children.wait(i))?;
         self.retired[i] = true;

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 
 use super::history::{Action, BEGUN, LEFT_OUT, Op, Recorder, now_ns};
 use super::rows::{OPTIONAL, is_gone};
-use super::source::Source;
+use super::source::{Begun, Source};
 use super::tables::{PLACEHOLDER, TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
 use super::tokens::Tokens;
 
@@ -65,6 +65,9 @@ pub(crate) struct Workload {
     /// Reads refused rather than answered ([`declined`]), which the history leaves out: counted
     /// for the worker's stderr, to show the run took those paths.
     pub(crate) declined: std::sync::atomic::AtomicU64,
+    /// Every call a write from now on: the controller is about to kill this worker
+    /// (`kill-worker`), and wants writes on their way when it does.
+    pub(crate) writes_only: AtomicBool,
 }
 
 impl Workload {
@@ -73,7 +76,8 @@ impl Workload {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         while !stop.load(Ordering::SeqCst) {
             let table = rng.random_range(0..TABLES.len() as u8);
-            if rng.random_range(0..100) < self.reads {
+            let writing = self.writes_only.load(Ordering::Relaxed);
+            if !writing && rng.random_range(0..100) < self.reads {
                 if rng.random_range(0..BATCH_EVERY) == 0 {
                     let ids = self.batch_ids(&mut rng);
                     self.read_many(table, &ids).await;
@@ -245,14 +249,16 @@ impl Workload {
     /// optional table to a version that is a row gone at the source).
     async fn write(&self, table: u8, id: u32, action: Action) {
         let start = now_ns();
+        let begun = self.begun(table, action, start);
         let moved = match action {
-            Action::Delete if OPTIONAL[usize::from(table)] => self.source.delete(table, id).await,
-            _ => self.source.bump(table, id).await,
+            Action::Delete if OPTIONAL[usize::from(table)] => {
+                self.source.delete(table, id, begun).await
+            }
+            _ => self.source.bump(table, id, begun).await,
         };
         let Ok(version) = moved else {
             return;
         };
-        self.begun(table, id, action, (start, version));
         let done = match action {
             Action::Put => match bounded(self.tables.put(table, id, version)).await {
                 Ok(Some(written)) => {
@@ -286,10 +292,8 @@ impl Workload {
     async fn group_write(&self, table: u8, group: Option<u32>) {
         let start = now_ns();
         let ids = (0..self.keys).filter(|id| group.is_none_or(|g| id % TAG_GROUPS == g));
-        let moved = self.source.bump_many(table, ids.collect()).await;
-        for &(id, version) in &moved {
-            self.begun(table, id, Action::Invalidate, (start, version));
-        }
+        let begun = self.begun(table, Action::Invalidate, start);
+        let moved = self.source.bump_many(table, ids.collect(), begun).await;
         let done = bounded(self.tables.invalidate_group(table, group)).await;
         let end = now_ns();
         let error = done.as_ref().err().map(ToString::to_string);
@@ -305,15 +309,18 @@ impl Workload {
 }
 
 impl Workload {
-    /// Records that a write of `at.1` of `id`, begun at `at.0`, is about to be made: the source
-    /// has moved on, and a worker killed before the write's end is recorded leaves the model
-    /// this ([`BEGUN`]).
-    fn begun(&self, table: u8, id: u32, action: Action, at: (u64, u64)) {
-        self.recorder.record(Op {
-            version: at.1,
-            origin: BEGUN.to_owned(),
-            ..call(table, id, action, (at.0, at.0))
-        });
+    /// What records, for a write begun at `start`, each row it is about to move ([`Begun`]):
+    /// recorded before the row moves, so a worker killed at any point after leaves the model
+    /// the write ([`BEGUN`]).
+    fn begun(&self, table: u8, action: Action, start: u64) -> Begun {
+        let recorder = self.recorder.clone();
+        Arc::new(move |id, version| {
+            recorder.record(Op {
+                version,
+                origin: BEGUN.to_owned(),
+                ..call(table, id, action, (start, start))
+            });
+        })
     }
 }
 
