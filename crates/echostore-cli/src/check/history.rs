@@ -244,3 +244,52 @@ impl FaultSpan {
         self.healed.unwrap_or(self.end)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(process: u32, version: u64, origin: &str, (start, end): (u64, u64)) -> Op {
+        Op {
+            process,
+            table: 0,
+            id: 1,
+            action: Action::Put,
+            version,
+            ok: true,
+            origin: origin.to_owned(),
+            batch: false,
+            at_least: 0,
+            start,
+            end,
+        }
+    }
+
+    /// A begun write whose end was recorded leaves no trace; one cut off by its process's kill
+    /// is a failed write ending when the kill was over; one with no fault naming its process
+    /// ends at the run's last end.
+    #[test]
+    fn begun_writes_settle_as_ended_or_cut_off() {
+        let kill = FaultSpan::new("kill-worker", 50, 80).on(vec![1, 3]);
+        let ops = vec![
+            write(0, 1, BEGUN, (10, 10)),
+            write(0, 1, "", (10, 20)),
+            write(1, 2, BEGUN, (40, 40)),
+            write(2, 3, BEGUN, (60, 60)),
+            write(2, 4, "", (90, 100)),
+        ];
+        let settled = settle_begun(ops, &[kill]);
+        let seen: Vec<(u32, u64, bool, &str, u64)> = (settled.iter())
+            .map(|o| (o.process, o.version, o.ok, o.origin.as_str(), o.end))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (0, 1, true, "", 20),
+                (1, 2, false, KILLED, 80),
+                (2, 3, false, KILLED, 100),
+                (2, 4, true, "", 100),
+            ]
+        );
+    }
+}

@@ -35,9 +35,9 @@
 //! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
 //! that began while an earlier load's or put's value of the id was still fresh, with no write
 //! that could have dropped it in between (on a table that refreshes early, before the load's
-//! value reached its early window: [`Bounds::early_by`]). A flight decides to load (takes its lock) a little
-//! before its loader is called, so writes and puts within `B` of a load's start are given the
-//! benefit of the doubt.
+//! value reached its early window: [`Bounds::early_by`]). A flight decides to load (takes its
+//! lock) a little before its loader is called, so writes and puts within `B` of a load's start
+//! are given the benefit of the doubt.
 //!
 //! A fault excuses `stale_after_write`, `divergent` and `extra_source_reads` when the write (or
 //! the earlier value) it concerns is no older than `B` before the fault began and the read began

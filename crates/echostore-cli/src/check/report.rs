@@ -157,8 +157,8 @@ impl Report {
         );
         println!(
             "  events        {} ({} reads, {} of them in {} batches, {} at least a version, {} \
-             None; {} puts, {} invalidates, {} deletes; {} source reads, {} by the batch loader; {} calls \
-             failed, {} of them writes cut off by a kill)",
+             None; {} puts, {} invalidates, {} deletes; {} source reads, {} by the batch \
+             loader; {} calls failed, {} of them writes cut off by a kill)",
             self.events,
             self.reads,
             self.batch_reads,

@@ -681,8 +681,9 @@ mod tests {
     }
 
     /// A refusal is only the policy's own: the placeholder with the `Default` origin, `LockBusy`
-    /// or a spent budget where it fails fast, a wait that ran out at a read's own bound. The placeholder from anywhere else is an
-    /// answer (the model finds it phantom), and so is any other failure (a failed read).
+    /// or a spent budget where it fails fast, a wait that ran out at a read's own bound. The
+    /// placeholder from anywhere else is an answer (the model finds it phantom), and so is any
+    /// other failure (a failed read).
     #[test]
     fn only_a_policys_own_refusal_is_declined() {
         use echostore::Error;

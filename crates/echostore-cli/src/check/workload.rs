@@ -1,9 +1,9 @@
 //! The calls a worker's tasks make, and how each is recorded: reads (one in [`BATCH_EVERY`] a
 //! `fetch_many` of a few ids, recorded as a read of each; of the others one in [`PEEK_EVERY`] a
-//! cache-only `peek` or `peek_local`, and some with options of their own: a version to see at least, or a loser
-//! policy and a bound on the wait), puts, invalidates and deletes of a
-//! small hot set of ids, and now and then a group write (a tag, or the whole table). A write moves
-//! the source on first, so its version is what a later read must return.
+//! cache-only `peek` or `peek_local`, and some with options of their own: a version to see at
+//! least, or a loser policy and a bound on the wait), puts, invalidates and deletes of a small
+//! hot set of ids, and now and then a group write (a tag, or the whole table). A write moves the
+//! source on first, so its version is what a later read must return.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,8 +145,8 @@ impl Workload {
     /// One read that must see at least a version of `id`, recorded with it (the model's
     /// `at_least` rule): on a [`VERSIONED`] table the source's version when it began, as a
     /// service that changed the row without a put asks (a plain read while the row is gone);
-    /// on the other, a recent put's written
-    /// token, as a replica handed the writer's token asks (a plain read if no put kept one).
+    /// on the other, a recent put's written token, as a replica handed the writer's token asks
+    /// (a plain read if no put kept one).
     async fn read_at_least(&self, table: u8, id: u32) {
         let start = now_ns();
         let wanted = if VERSIONED[usize::from(table)] {
