@@ -1,6 +1,6 @@
 //! The wire: where the Valkey is and the connections to it, the breaker, key names, the Lua
-//! scripts and which native commands the server has, Valkey's clock, and trying a command again
-//! until it lands.
+//! scripts and which native commands the server has, Valkey's clock, trying a command again
+//! until it lands, and counting what is under way on it.
 
 pub(crate) mod breaker;
 pub(crate) mod connect;
@@ -10,3 +10,4 @@ pub(crate) mod natives;
 pub(crate) mod retry;
 pub(crate) mod scripts;
 pub(crate) mod server_clock;
+pub(crate) mod under_way;

@@ -361,9 +361,8 @@ async fn schedule(
 }
 
 /// The spans the model judges by: the faults, and the fleet's own stop at the end of the run,
-/// which excuses calls that fail only. A worker that exits leaves behind the locks of its
-/// flights still landing (the store has no graceful shutdown that waits for them: noted in
-/// docs/consistency.md), and a caller in a worker still running may wait on one past its bound.
+/// which excuses calls that fail only, as a `replace` does: a caller in a worker still running
+/// may wait on a lock of a worker that is leaving (each hands its locks back as it shuts down).
 fn with_the_stop(spans: &[FaultSpan], stopping: u64) -> Vec<FaultSpan> {
     let stop = FaultSpan {
         excuses: history::Excuses::FailedCalls,

@@ -82,6 +82,9 @@ fn nodes(url: &str) -> Vec<String> {
     }
 }
 
+/// How long a leaving worker waits for its store's work under way (`Store::shutdown`).
+const SHUTDOWN_WITHIN: Duration = Duration::from_secs(10);
+
 /// Runs one worker until the controller says `stop`.
 pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
     super::tables::quiet_deliberate_panics();
@@ -143,6 +146,11 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         task.await?;
     }
     recorder.flush()?;
+    // A leaving process hands back the locks its store's fills hold, as a deploy's should
+    // (docs/operations.md, "Stopping a process").
+    if let Err(e) = store.shutdown(SHUTDOWN_WITHIN).await {
+        tracing::warn!(error = %e, "work still under way as the worker leaves");
+    }
     // What the tables did, in the worker's stderr: which paths the run took (early refreshes,
     // fenced writes, coalesced reads), for whoever reads a kept run.
     for (name, stats) in TABLES.iter().zip([

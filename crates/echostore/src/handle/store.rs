@@ -77,6 +77,36 @@ impl Store {
         self.inner.l2.as_ref()
     }
 
+    /// Waits until what this store has under way on Valkey has finished — its tables' fills
+    /// (each holds its id's lock until its write lands; a fill whose callers stopped waiting goes
+    /// on), their writes, and the retried releases of locks and returns of source-budget leases —
+    /// or `within` has passed. Call it as a process leaves (a deploy, a scale-down), once it has
+    /// stopped making calls, before it exits: the locks it holds are handed back, where an exit
+    /// would leave every other process's readers of those ids waiting out their `lock_ttl`.
+    /// Calls made meanwhile still work, and are waited for too. Without a Valkey there is
+    /// nothing to hand back, and it returns at once.
+    ///
+    /// Fails with [`Error::WaitTimeout`] if work was still under way at `within`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> echostore::Result<()> {
+    /// let store = echostore::Store::builder().build().await?;
+    /// // … serve; then, on SIGTERM, once the server has stopped taking requests:
+    /// store.shutdown(std::time::Duration::from_secs(5)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, within: Duration) -> Result<()> {
+        let Some(l2) = self.l2() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(within, l2.under_way().idle()).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(Error::WaitTimeout { waited: within }),
+        }
+    }
+
     /// `true` while this store's coherence is working: its tracking connection is up and
     /// subscribed, so other processes' writes reach its L1. `false` without Valkey, with
     /// [`StoreBuilder::coherence`] off, and while the connection is being (re)established.

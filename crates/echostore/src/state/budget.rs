@@ -159,16 +159,18 @@ impl Drop for Lease {
         let (l2, key, token) = (self.l2.clone(), Arc::clone(&self.key), self.token.clone());
         let lease = self.lease;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+            let (counts, retries) = (Arc::clone(l2.under_way()), Arc::clone(l2.under_way()));
+            let give = async move {
                 if give_back(&l2, &key, &token).await.is_ok() {
                     return;
                 }
                 let pauses = (FIRST_PAUSE, LONGEST_PAUSE);
-                crate::wire::retry::in_background(lease, pauses, move || {
+                crate::wire::retry::in_background((lease, &retries), pauses, move || {
                     let (l2, key, token) = (l2.clone(), Arc::clone(&key), token.clone());
                     async move { give_back(&l2, &key, &token).await.is_ok() }
                 });
-            });
+            };
+            runtime.spawn(crate::wire::under_way::tracked(Some(&counts), give));
         }
     }
 }

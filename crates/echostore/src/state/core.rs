@@ -329,6 +329,15 @@ impl<K: crate::wire::key::Key, V> TableCore<K, V> {
         self.l2.as_ref().map_or(0, L2::connections_replaced)
     }
 
+    /// `work` (a fill, a write), counted among what the store has under way on Valkey until it
+    /// ends: what `Store::shutdown` waits for. Without a Valkey, nothing is counted.
+    pub(crate) fn under_way<F: Future>(
+        &self,
+        work: F,
+    ) -> impl Future<Output = F::Output> + use<K, V, F> {
+        crate::wire::under_way::tracked(self.l2.as_ref().map(L2::under_way), work)
+    }
+
     /// Now, in unix ms, as this table compares it with an envelope's `fresh_until`: Valkey's
     /// clock as estimated here, never this process's own wall clock once Valkey has answered.
     pub(crate) fn now_ms(&self) -> u64 {

@@ -24,6 +24,7 @@ use crate::wire::healing::{self, Live};
 use crate::wire::key::KeyNames;
 use crate::wire::natives::{self, Natives};
 use crate::wire::server_clock::{ServerClock, wall_ms};
+use crate::wire::under_way::UnderWay;
 
 /// How long a script refused with `TRYAGAIN` (a slot being migrated) waits before it is sent
 /// again.
@@ -48,6 +49,9 @@ pub(crate) struct L2 {
     /// this process learned of Valkey before such a loss may be out of date, since Valkey may have
     /// come back empty.
     losses: Arc<AtomicU64>,
+    /// What the store has under way on Valkey (fills, writes, retried releases): what
+    /// `Store::shutdown` waits for.
+    under_way: Arc<UnderWay>,
 }
 
 impl L2 {
@@ -69,6 +73,7 @@ impl L2 {
             clock: Arc::new(ServerClock::new()),
             timeout: endpoint.timeout,
             losses: Arc::default(),
+            under_way: Arc::default(),
         };
         if let Kind::Cluster(_) = endpoint.kind {
             tokio::spawn(healing::watch(Arc::downgrade(&l2.conn), endpoint.clone()));
@@ -313,6 +318,11 @@ impl L2 {
     /// `true` while the breaker makes L2 calls fail fast.
     pub(crate) fn is_degraded(&self) -> bool {
         self.breakers.iter().any(Breaker::is_open)
+    }
+
+    /// What the store has under way on Valkey.
+    pub(crate) fn under_way(&self) -> &Arc<UnderWay> {
+        &self.under_way
     }
 }
 

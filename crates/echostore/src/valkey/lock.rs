@@ -241,8 +241,9 @@ impl HeldLock<'_> {
 /// [`HeldLock::release_later`] for the lock `token` holds on `names` (a batch member's, whose
 /// write-many, which releases with the write, failed).
 pub(crate) fn release_later(l2: &L2, names: &KeyNames, token: &str, ttl_ms: u64) {
+    let under_way = std::sync::Arc::clone(l2.under_way());
     let (l2, names, token) = (l2.clone(), names.clone(), token.to_owned());
-    let lasting = std::time::Duration::from_millis(ttl_ms);
+    let lasting = (std::time::Duration::from_millis(ttl_ms), &under_way);
     crate::wire::retry::in_background(lasting, RELEASE_RETRY, move || {
         let (l2, names, token) = (l2.clone(), names.clone(), token.clone());
         async move {

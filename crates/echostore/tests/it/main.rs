@@ -21,6 +21,7 @@ mod a_failing_or_hanging_batch_loader_never_holds_the_locks;
 mod a_failing_or_hanging_loader_never_holds_the_lock;
 mod a_failing_or_hanging_reloader_never_holds_the_lock;
 mod a_key_its_parser_panics_on_keeps_coherence;
+mod a_leaving_process_hands_its_locks_back;
 mod a_load_slower_than_the_lock_is_the_one_source_read;
 mod a_million_key_storm_stays_bounded;
 mod a_namespace_keeps_two_apps_apart;

@@ -90,34 +90,34 @@ fn launch<K: Key, V: Value>(core: &Arc<TableCore<K, V>>, mut started: Vec<Starte
         let (id, flight, owner) = started.remove(0);
         return spawn_fill(Arc::clone(core), owner, id, flight, Start::default());
     }
-    let core = Arc::clone(core);
     let span = tracing::info_span!("echostore.batch_fill", echostore.table = %core.name, echostore.ids = started.len());
-    tokio::spawn(
-        async move {
-            let owners = started.iter().map(|(id, _, o)| (id.clone(), o.clone()));
-            let report = ToOwners {
-                owners: owners.collect(),
-                core: Arc::clone(&core),
-            };
-            let ids: Vec<(K, FlightId)> = started
-                .into_iter()
-                .map(|(id, flight, _)| (id, flight))
-                .collect();
-            let batch = BatchFill::new(&core, &report);
-            if AssertUnwindSafe(batch.run(ids.clone()))
-                .catch_unwind()
-                .await
-                .is_err()
-            {
-                // Flights that had landed ignore a second landing.
-                for (id, flight) in ids {
-                    let outcome = Err(Error::LoaderPanicked("the batch fill panicked".into()));
-                    report.landed(id, flight, outcome);
-                }
+    let counts = Arc::clone(core);
+    let core = Arc::clone(core);
+    let fill = async move {
+        let owners = started.iter().map(|(id, _, o)| (id.clone(), o.clone()));
+        let report = ToOwners {
+            owners: owners.collect(),
+            core: Arc::clone(&core),
+        };
+        let ids: Vec<(K, FlightId)> = started
+            .into_iter()
+            .map(|(id, flight, _)| (id, flight))
+            .collect();
+        let batch = BatchFill::new(&core, &report);
+        if AssertUnwindSafe(batch.run(ids.clone()))
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            // Flights that had landed ignore a second landing.
+            for (id, flight) in ids {
+                let outcome = Err(Error::LoaderPanicked("the batch fill panicked".into()));
+                report.landed(id, flight, outcome);
             }
         }
-        .instrument(span),
-    );
+    }
+    .instrument(span);
+    tokio::spawn(counts.under_way(fill));
 }
 
 /// A batch's landings and signals, each cast to the owner of its id's flight, as its single

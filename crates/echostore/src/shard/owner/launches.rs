@@ -49,7 +49,8 @@ pub(crate) fn spawn_fill<K: Key, V: Value>(
     flight: FlightId,
     start: Start<V>,
 ) {
-    tokio::spawn(fill_task(core, owner, id, flight, start));
+    let fill = core.under_way(fill_task(Arc::clone(&core), owner, id, flight, start));
+    tokio::spawn(fill);
 }
 
 /// Like [`spawn_fill`], for a caller that admitted the flight itself: the fill is polled once
@@ -64,7 +65,8 @@ pub(crate) fn launch_fill<K: Key, V: Value>(
     flight: FlightId,
     start: Start<V>,
 ) {
-    let mut fill = Box::pin(fill_task(core, owner, id, flight, start));
+    let fill = core.under_way(fill_task(Arc::clone(&core), owner, id, flight, start));
+    let mut fill = Box::pin(fill);
     // Nothing must wake this caller for the fill: the spawned task polls it again at once,
     // with its own waker, which is the one a pending future wakes.
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

@@ -58,7 +58,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         let running = self.core.board(&id).running_write(id.clone());
         let (core, myself) = (Arc::clone(&self.core), myself.clone());
-        tokio::spawn(async move {
+        let write = async move {
             let entry = pending.apply(&core, &id).await;
             drop(running);
             let _ = myself.cast(OwnerMsg::Written {
@@ -66,7 +66,8 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                 entry,
                 written_as,
             });
-        });
+        };
+        tokio::spawn(self.core.under_way(write));
     }
 
     /// The writes a crashed owner left running land with nobody to take them: each stays at the
