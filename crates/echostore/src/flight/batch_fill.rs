@@ -35,7 +35,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use futures::future::join_all;
 
-use self::on_valkey::{ToWrite, Wrote};
+use self::on_valkey::{Fate, ToWrite, Wrote};
 use crate::error::{Error, Result};
 use crate::flight::fill::Fill;
 use crate::flight::losers;
@@ -75,6 +75,8 @@ struct Member<K, V> {
     /// Answered from Valkey already.
     landed: bool,
     degraded: bool,
+    /// The batch loader left it out: the row is gone, and its copy on Valkey goes with the lock.
+    gone: bool,
     stale: Option<Stale<V>>,
     /// The generation its write is stamped with (`crate::state::marks`): taken before its lock
     /// attempt, and again when its source read begins (after any wait for the budget or a slot).
@@ -164,6 +166,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     load: false,
                     landed: false,
                     degraded: false,
+                    gone: false,
                     stale: None,
                     stamp: AtomicU64::new(stamp),
                     asked_from: Instant::now(),
@@ -282,15 +285,19 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     .as_deref()
                     .filter(|_| self.core.tracks_keys())
                     .map(envelope::fingerprint);
-                let unknown = wrote.is_err() && lives[i].is_some();
+                // A write or a gone row's delete that may or may not have run.
+                let unknown = wrote.is_err() && (lives[i].is_some() || members[i].gone);
                 if !matches!(wrote, Ok(Wrote::Written)) {
                     self.not_written(&members[i], envelopes[i].as_deref());
                 }
                 landings[i] = match self.written(wrote, &mut lives[i], written_as) {
-                    Some(landing) if unknown => Some(self.unknown_fate(l2, &members[i], landing)),
                     Some(landing) => Some(landing),
                     None => landings[i].take(),
-                };
+                }
+                .map(|landing| match unknown {
+                    true => self.unknown_fate(l2, &members[i], landing),
+                    false => landing,
+                });
             }
         }
         self.fail_safe(&mut members, &mut landings, &failed);
@@ -372,8 +379,14 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 .map(|&i| ToWrite {
                     names: &members[i].names,
                     token: &members[i].token,
-                    envelope: envelopes[i].as_deref(),
-                    px: lives[i].as_ref().map_or(1, |(life, _)| life.physical_ms()),
+                    fate: match (&envelopes[i], &lives[i]) {
+                        (Some(envelope), Some((life, _))) => Fate::Write {
+                            envelope,
+                            px: life.physical_ms(),
+                        },
+                        _ if members[i].gone => Fate::Delete,
+                        _ => Fate::Leave,
+                    },
                     others: match envelopes[i] {
                         Some(_) => self.core.other_copies(&members[i].id),
                         None => Vec::new(), // a release only

@@ -284,6 +284,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         Won::Done(match leased.await {
             Ok(Some((value, delta))) => self.store(at, held, stamp, (Arc::new(value), delta)).await,
             Ok(None) => return Won::LostWhileQueued(stale),
+            Err(e) if e.is_absent() => {
+                self.delete_gone(held).await;
+                Err(e)
+            }
             Err(e) => {
                 // Serve a stale copy only if the lock was still ours: then no put or invalidate
                 // (which drop the lock) and no other winner replaced the copy in the meantime.
@@ -427,13 +431,19 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         crate::spans::record("echostore.lock", "unreachable");
         tracing::debug!(table = %self.core.name, id = ?self.id, error = %error, "valkey unreachable: loading in-process");
         let life = self.core.unconfirmed_l1_life;
-        let landing = self.here().await?;
-        if matches!(&landing, Landing::Filled(f) if f.fetched.origin == Origin::Loaded) {
+        let landing = self.here().await;
+        // A row loaded here, or found gone: Valkey's copy may be older than either.
+        let read = match &landing {
+            Ok(Landing::Filled(f)) => f.fetched.origin == Origin::Loaded,
+            Err(e) => e.is_absent(),
+            Ok(_) => false,
+        };
+        if read {
             self.core
                 .unsettled
                 .mark(self.id.clone(), at.names.clone(), Repair::Load, at.l2);
         }
-        Ok(landing.capped(life))
+        Ok(landing?.capped(life))
     }
 }
 

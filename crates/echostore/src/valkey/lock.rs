@@ -207,6 +207,16 @@ impl HeldLock<'_> {
         })
     }
 
+    /// The source said the row is gone: delete the copy and release the lock, if the lock still
+    /// holds the token. `Ok(false)`: not ours (a write dropped it, and its value stands).
+    pub(crate) async fn delete_copy(&self) -> Result<bool> {
+        let (l2, names, token) = (self.l2, self.names, &self.token);
+        let mut inv = SCRIPTS.fenced_delete.prepare_invoke();
+        inv.key(&names.value).key(&names.lock).arg(token);
+        let deleted: i64 = l2.script("fenced delete", names, inv).await?;
+        Ok(deleted == 1)
+    }
+
     /// The token-checked release. `Ok(false)`: the lock was no longer this token's; nothing
     /// deleted. `DELIFEQ lock token` where the server has it ([`crate::wire::natives`]), the
     /// seed's script otherwise.

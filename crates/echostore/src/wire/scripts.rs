@@ -262,8 +262,9 @@ return out
 
 /// A batch's fenced writes and releases in one round trip (per hash slot on a cluster): for
 /// each id whose lock still holds its token, set its envelope as the single fenced write does
-/// (unless it is empty: release only), then delete the lock. Returns one code per id: 1
-/// (written), 2 (released, nothing to write), 0 (not our lock: nothing done) or -1 (a newer
+/// (unless it is empty: release only, or delete the copy too where the source said the row is
+/// gone), then delete the lock. Returns one code per id: 1 (written), 2 (released, nothing to
+/// write), 0 (not our lock: nothing done) or -1 (a newer
 /// value is stored: released, nothing written).
 pub(crate) const WRITE_MANY_SCRIPT: &str = concat!(
     newer_than_lua!(),
@@ -271,7 +272,7 @@ pub(crate) const WRITE_MANY_SCRIPT: &str = concat!(
     r#"
 -- KEYS = for each id i: its value and lock keys, then ARGV[4i] pairs of the other live schemas'
 -- value and lock keys; ARGV[4i - 3] = token, ARGV[4i - 2] = envelope ('' = release only),
--- ARGV[4i - 1] = px ms
+-- ARGV[4i - 1] = px ms, or 'gone' with no envelope: the copy is deleted with the lock
 local now = server_ms()
 local out = {}
 local first = 1
@@ -281,6 +282,7 @@ for i = 1, #ARGV / 4 do
   if envelope ~= '' then
     out[i] = fenced(first, last, token, envelope, px, now)
   elseif redis.call('GET', KEYS[first + 1]) == token then
+    if px == 'gone' then redis.call('DEL', KEYS[first]) end
     redis.call('DEL', KEYS[first + 1]); out[i] = 2
   else
     out[i] = 0
@@ -290,6 +292,15 @@ end
 return out
 "#
 );
+
+/// The source said the row is gone: while the lock holds this attempt's token, delete the copy
+/// with the lock. Returns 1 (deleted, released) or 0 (not our lock: nothing done).
+pub(crate) const FENCED_DELETE_SCRIPT: &str = r#"
+-- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"#;
 
 /// The seed's release: delete the lock only if it is still this attempt's. Returns 1 or 0.
 pub const RELEASE_SCRIPT: &str = r#"
@@ -468,6 +479,7 @@ pub(crate) struct Scripts {
     pub(crate) extend: Lua,
     pub(crate) fenced_write: Lua,
     pub(crate) renew: Lua,
+    pub(crate) fenced_delete: Lua,
     pub(crate) put: Lua,
     pub(crate) release: Lua,
     pub(crate) acquire_many: Lua,
@@ -490,6 +502,7 @@ impl Scripts {
             extend: Lua::new(EXTEND_SCRIPT),
             fenced_write: Lua::new(FENCED_WRITE_SCRIPT),
             renew: Lua::new(RENEW_SCRIPT),
+            fenced_delete: Lua::new(FENCED_DELETE_SCRIPT),
             put: Lua::new(PUT_SCRIPT),
             release: Lua::new(RELEASE_SCRIPT),
             acquire_many: Lua::new(ACQUIRE_MANY_SCRIPT),

@@ -31,6 +31,7 @@ mod a_read_takes_effect_when_it_is_made;
 mod a_ready_loader_answers_on_the_callers_task;
 mod a_release_that_fails_is_tried_again;
 mod a_reloader_renews_unchanged_values_in_place;
+mod a_row_the_batch_loader_leaves_out_leaves_no_copy;
 #[cfg(feature = "fault-injection")]
 mod a_skewed_clock_changes_no_life;
 mod a_slot_migration_delays_no_write;

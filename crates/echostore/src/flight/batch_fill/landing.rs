@@ -63,6 +63,15 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                     Err(e) => (Some(Err(e)), None, None),
                 }
             }
+            // Gone: its copy goes with the lock, or, degraded, before Valkey is trusted again.
+            Err(e) if e.is_absent() => {
+                m.gone = true;
+                if m.degraded {
+                    let (id, names) = (m.id.clone(), m.names.clone());
+                    self.core.unsettled.mark(id, names, Repair::Load, l2);
+                }
+                (Some(Err(e)), None, None)
+            }
             // A failed load's fail-safe waits for its release ([`BatchFill::fail_safe`]).
             Err(e) => (Some(Err(e)), None, None),
         }
@@ -102,8 +111,8 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
 
     /// A member whose write-many failed, so that whether it ran is unknown: as the single fill's
     /// (`Fill::unknown_fate`), its row is kept for the unconfirmed life only, and the id is marked
-    /// unsettled, so that Valkey's copy, which may be older than the row, is deleted before this
-    /// process trusts it again.
+    /// unsettled, so that Valkey's copy, which may be older than the row (or of a row gone), is
+    /// deleted before this process trusts it again.
     pub(super) fn unknown_fate(
         &self,
         l2: &L2,

@@ -164,15 +164,24 @@ pub(crate) enum Wrote {
     Superseded,
 }
 
-/// One id's entry of a write-many: its lock's token, its envelope (`None`: release only), its
-/// physical life, and the other live schemas' value and lock keys of the id (a newer copy there
-/// refuses the write, which drops the older ones).
+/// One id's entry of a write-many: its lock's token, what becomes of its copy, and the other
+/// live schemas' value and lock keys of the id (a newer copy there refuses the write, which
+/// drops the older ones).
 pub(crate) struct ToWrite<'a> {
     pub(crate) names: &'a KeyNames,
     pub(crate) token: &'a str,
-    pub(crate) envelope: Option<&'a [u8]>,
-    pub(crate) px: u64,
+    pub(crate) fate: Fate<'a>,
     pub(crate) others: Vec<Vec<u8>>,
+}
+
+/// What a write-many does to one id's copy under its lock.
+pub(crate) enum Fate<'a> {
+    /// Writes `envelope`, with a physical life of `px` ms.
+    Write { envelope: &'a [u8], px: u64 },
+    /// Leaves it: a release only.
+    Leave,
+    /// Deletes it: the source said the row is gone.
+    Delete,
 }
 
 /// One group's fenced writes and releases, in one script.
@@ -186,10 +195,13 @@ pub(crate) async fn write_many(l2: &L2, group: &[ToWrite<'_>]) -> Result<Vec<Wro
         for key in &w.others {
             inv.key(key);
         }
-        inv.arg(w.token)
-            .arg(w.envelope.unwrap_or_default())
-            .arg(w.px)
-            .arg(w.others.len() / 2);
+        inv.arg(w.token);
+        match w.fate {
+            Fate::Write { envelope, px } => inv.arg(envelope).arg(px),
+            Fate::Leave => inv.arg("").arg(1),
+            Fate::Delete => inv.arg("").arg("gone"),
+        };
+        inv.arg(w.others.len() / 2);
     }
     let codes: Vec<i64> = l2.script("write many", first.names, inv).await?;
     Ok(codes

@@ -1,5 +1,6 @@
 //! The winner's use of its [`HeldLock`]: the lease that extends it while the loader runs, one
-//! extension, and the release, each counted and logged.
+//! extension, the release, and the release that deletes a gone row's copy, each counted and
+//! logged.
 
 use super::*;
 
@@ -56,6 +57,25 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
                 tracing::warn!(table = %self.core.name, error = %e, "release failed; trying again in the background");
                 held.release_later();
                 None
+            }
+        }
+    }
+
+    /// The source said the row is gone ([`Error::Absent`]): Valkey's copy goes with the lock, as a
+    /// reloader's `Gone` deletes it, so that no later read here or elsewhere serves it (a failed
+    /// load's fail-safe, a loser's stale answer). Not ours: a write dropped the lock, and its
+    /// value stands. Failed: the copy may still be there, so the id is unsettled (it goes before
+    /// this process trusts Valkey for the id again) and the lock released later.
+    pub(super) async fn delete_gone(&self, held: &HeldLock<'_>) {
+        let counters = &self.core.stats.counters;
+        match held.delete_copy().await {
+            Ok(true) => bump(&counters.released),
+            Ok(false) => bump(&counters.release_skipped),
+            Err(e) => {
+                bump(&counters.l2_errors);
+                tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "deleting a gone row's copy failed");
+                held.release_later();
+                self.unsettle(held);
             }
         }
     }

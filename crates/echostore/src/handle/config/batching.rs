@@ -9,8 +9,10 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// [`Table::get_many`] and [`Table::fetch_many`] call it once for all the ids of a batch that
     /// neither L1 nor Valkey could answer and whose regeneration locks this process won (one
     /// `WHERE id = ANY(..)` instead of one query per id). An id the map leaves out is absent at the
-    /// source: nothing is cached for it and the batch answers without it ([`Error::Absent`] for a
-    /// single `get`). To cache "not found", make the value an `Option` and answer `None` for it.
+    /// source: nothing is cached for it, its copies go (L1's, and Valkey's with the won lock, so
+    /// that no later failed load serves the gone row stale), and the batch answers without it
+    /// ([`Error::Absent`] for a single `get`). To cache "not found", make the value an `Option`
+    /// and answer `None` for it.
     /// An error answers every id of that call with the same [`Error::Source`].
     ///
     /// With a batch loader, [`loader`](Self::loader) is optional: a `get` that misses then loads

@@ -251,7 +251,7 @@ impl<K: Key, V: Value> TableBuilder<K, V> {
     /// Answer a failed load with a stale copy (Valkey's, else L1's) when one is within `stale_for`
     /// (default off: the waiters get the loader's error). Counted as `fail_safe_served`. A row the
     /// batch loader leaves out is gone, not failed: that read answers [`Error::Absent`] whatever
-    /// copy is at hand.
+    /// copy is at hand, and the copies go (no later read serves the gone row).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -111,7 +111,12 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                     self.answered_own(id, &landed, filled.fetched)
                 }
             }),
-            Err(e) => Err(self.load_failed(id, refresh, landed.flight.waiters(), e)),
+            Err(e) => {
+                if e.is_absent() && landed.store {
+                    self.forget_gone(id);
+                }
+                Err(self.load_failed(id, refresh, landed.flight.waiters(), e))
+            }
         };
         tracing::debug!(
             table = %self.core.name,
@@ -137,7 +142,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// is an answer ("no such row"), not a fault.
     fn load_failed(&self, id: &K, refresh: bool, waiters: usize, e: Error) -> Error {
         let counters = &self.core.stats.counters;
-        if refresh {
+        if refresh && !e.is_absent() {
             bump(&counters.early_refresh_failures);
             tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
         }
@@ -162,6 +167,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         }
         self.retire_stand_in(id, &filled.fetched, filled.stand_in);
         self.answered_own(id, landed, filled.fetched)
+    }
+
+    /// The source said `id`'s row is gone ([`Error::Absent`]): L1's copy goes with it, a stale
+    /// one (else a later failed load's fail-safe would serve the gone row) or an early refresh's
+    /// current one, as the fill deleted Valkey's.
+    fn forget_gone(&self, id: &K) {
+        self.core.board(id).change_or_make(id.clone(), |state| {
+            state.unconfirmed = None;
+            self.core.l1.remove(id);
+        });
     }
 
     /// The flight `flight` of `id` answers its callers so far before it lands (a soft timeout's

@@ -3,7 +3,18 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-/// The example `name` next to this test binary, built first if this run did not build it.
+/// The features this test binary was built with, for an example built to match it.
+const FEATURES: &[(bool, &str)] = &[
+    (cfg!(feature = "moka"), "moka"),
+    (cfg!(feature = "metrics"), "metrics"),
+    (cfg!(feature = "cluster"), "cluster"),
+    (cfg!(feature = "tls"), "tls"),
+    (cfg!(feature = "uuid"), "uuid"),
+    (cfg!(feature = "fault-injection"), "fault-injection"),
+];
+
+/// The example `name` next to this test binary, built first (with this binary's features: a
+/// node of a cluster test needs `cluster`) if this run did not build it.
 pub fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe
@@ -13,8 +24,10 @@ pub fn example(name: &str) -> PathBuf {
     let node = profile_dir.join("examples").join(name);
     if !node.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let features: Vec<&str> = FEATURES.iter().filter(|f| f.0).map(|f| f.1).collect();
         let status = Command::new(cargo)
             .args(["build", "-p", "echostore", "--example", name])
+            .args(["--no-default-features", "--features", &features.join(",")])
             .status()
             .expect("cargo build --example");
         assert!(status.success(), "building example {name}");
