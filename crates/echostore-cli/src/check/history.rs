@@ -166,9 +166,17 @@ pub(crate) fn settle_begun(ops: Vec<Op>, spans: &[FaultSpan]) -> Vec<Op> {
         .collect()
 }
 
-/// What a batch read records for an id its answer left out: no id of the check is absent at the
-/// source, so every id asked for must be answered (a value or an error).
+/// What a batch read records for an id its answer left out where no id can be absent (every
+/// table but the optional one, or a worker whose batch loader answers `None` for a gone row):
+/// every id asked for must be answered (a value or an error).
 pub(crate) const LEFT_OUT: &str = "left out of the batch's answer";
+
+/// The origin of a load whose row the batch loader left out, gone at the source
+/// ([`rows::leaves_out`](super::rows::leaves_out)): nothing is cached of it, so it covers no
+/// later load. And of a read that answered `Error::Absent`, or that a `fetch_many` left out
+/// where the batch loader leaves gone rows out: recorded as a read of
+/// [`GONE`](super::rows::GONE).
+pub(crate) const ABSENT: &str = "absent";
 
 /// One fault the controller injected, from the moment it began to the moment it was over (the
 /// server answering again, the proxy healed, the crashed owner restarted).

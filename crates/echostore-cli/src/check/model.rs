@@ -54,7 +54,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::history::{Action, Excuses, FREEZE, FaultSpan, LEFT_OUT, Op};
+use super::history::{ABSENT, Action, Excuses, FREEZE, FaultSpan, LEFT_OUT, Op};
 use super::rows::{GONE, is_gone};
 
 /// The bounds the model is checked with, in nanoseconds.

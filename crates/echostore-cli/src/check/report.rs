@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::figures::{Figures, SLOW_READ_NS, figures, recovery_ns};
-use super::history::{Action, FaultSpan, KILLED, Op};
+use super::history::{ABSENT, Action, FaultSpan, KILLED, Op};
 use super::model::{Findings, Violations};
 use super::rows::GONE;
 use super::{CheckArgs, Verdict};
@@ -47,6 +47,9 @@ pub(crate) struct Report {
     at_least_reads: usize,
     /// Reads that answered `None`: a row gone at the source, on the optional table.
     none_reads: usize,
+    /// Of those, reads that answered `Error::Absent` (or that a batch left out) where the batch
+    /// loader leaves gone rows out.
+    absent_reads: usize,
     puts: usize,
     invalidates: usize,
     deletes: usize,
@@ -106,6 +109,9 @@ impl Report {
             none_reads: (ops.iter())
                 .filter(|o| o.action == Action::Read && o.ok && o.version == GONE)
                 .count(),
+            absent_reads: (ops.iter())
+                .filter(|o| o.action == Action::Read && o.origin == ABSENT)
+                .count(),
             puts: count(Action::Put),
             invalidates: count(Action::Invalidate),
             deletes: count(Action::Delete),
@@ -157,7 +163,7 @@ impl Report {
         );
         println!(
             "  events        {} ({} reads, {} of them in {} batches, {} at least a version, {} \
-             None; {} puts, {} invalidates, {} deletes; {} source reads, {} by the batch \
+             None ({} absent); {} puts, {} invalidates, {} deletes; {} source reads, {} by the batch \
              loader; {} calls failed, {} of them writes cut off by a kill)",
             self.events,
             self.reads,
@@ -165,6 +171,7 @@ impl Report {
             self.batches,
             self.at_least_reads,
             self.none_reads,
+            self.absent_reads,
             self.puts,
             self.invalidates,
             self.deletes,

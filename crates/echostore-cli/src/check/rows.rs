@@ -7,7 +7,9 @@
 //! is a row that is gone (one in three, so reads meet `None` often), and a delete moves the
 //! source to the next such version before it calls `Table::delete`. A `None` answer names no
 //! version; it is recorded as [`GONE`] and the model judges it as the gone version most in its
-//! favour (`model::Run::resolve`).
+//! favour (`model::Run::resolve`). In every other worker ([`leaves_out`]) the batch loader leaves
+//! a gone row out of its answer instead, as a service without `Option` values would: that read
+//! answers `Error::Absent`, recorded as [`GONE`] too.
 
 use echostore::{LoserPolicy, Value};
 
@@ -21,6 +23,13 @@ pub(crate) const GONE: u64 = u64::MAX - 1;
 /// Whether `version` of `table`'s rows is a row gone at the source.
 pub(crate) fn is_gone(table: u8, version: u64) -> bool {
     OPTIONAL.get(usize::from(table)) == Some(&true) && version % 3 == 2
+}
+
+/// Whether worker `process`'s batch loader of `table` leaves a gone row out of its answer
+/// (`Error::Absent`: nothing cached, the row's copies deleted) rather than answering `None`:
+/// on the optional table, in every other worker, so that the two meet on every id.
+pub(crate) fn leaves_out(process: u32, table: u8) -> bool {
+    OPTIONAL.get(usize::from(table)) == Some(&true) && process.is_multiple_of(2)
 }
 
 /// The first version after `version` that is a row gone at the source (what a delete moves the

@@ -11,8 +11,8 @@ use echostore::{
     Fetched, Key, L1Backend, LoserPolicy, ReadOptions, Reload, Store, Table, TableBuilder, Version,
 };
 
-use super::history::{Action, Op, Recorder, now_ns};
-use super::rows::{Row, is_gone, policy_for};
+use super::history::{ABSENT, Action, Op, Recorder, now_ns};
+use super::rows::{GONE, Row, is_gone, leaves_out, policy_for};
 use super::source::{Source, is_failing};
 use crate::CliResult;
 
@@ -264,9 +264,14 @@ impl Tables {
     }
 }
 
-/// A read's answer as the model takes it: the version shown, and the origin's name.
+/// A read's answer as the model takes it: the version shown, and the origin's name. An
+/// `Error::Absent` (a batch loader left the row out: gone) is a read of [`GONE`].
 fn answer<V: Row>(fetched: echostore::Result<Fetched<V>>) -> Answer {
-    fetched.map(|f| (f.value.shown(), f.origin.to_string()))
+    match fetched {
+        Ok(f) => Ok((f.value.shown(), f.origin.to_string())),
+        Err(e) if e.is_absent() => Ok((GONE, ABSENT.to_owned())),
+        Err(e) => Err(e),
+    }
 }
 
 fn name(id: u32) -> String {
@@ -370,16 +375,32 @@ impl Loading {
     }
 
     /// One batch loader call: every row of `ids`, read as one query (each row first, then one
-    /// latency for them all), each recorded as a `Load` of its own.
-    async fn many(&self, table: u8, ids: &[u32]) -> std::io::Result<Vec<u64>> {
+    /// latency for them all), each recorded as a `Load` of its own. `None`: a gone row this
+    /// worker's batch loader leaves out ([`leaves_out`]), recorded as an [`ABSENT`] load.
+    async fn many(&self, table: u8, ids: &[u32]) -> std::io::Result<Vec<Option<u64>>> {
         let start = now_ns();
         let versions = self.source.read_many(table, ids.to_vec()).await;
         let versions = panic_on_odd_failures(versions, ids)?;
         tokio::time::sleep(self.latency).await;
+        let left_out = |version| leaves_out(self.process, table) && is_gone(table, version);
+        let mut found = Vec::with_capacity(ids.len());
         for (&id, &version) in ids.iter().zip(&versions) {
-            self.record(table, id, version, (start, true));
+            let load = self.load(table, id, version, (start, true));
+            found.push(match left_out(version) {
+                true => {
+                    self.recorder.record(Op {
+                        origin: ABSENT.to_owned(),
+                        ..load
+                    });
+                    None
+                }
+                false => {
+                    self.recorder.record(load);
+                    Some(version)
+                }
+            });
         }
-        Ok(versions)
+        Ok(found)
     }
 
     /// One reloader call: the row of `id` read as [`Self::one`] reads it (the same source read,
@@ -396,7 +417,12 @@ impl Loading {
 
     /// Records a load of `version` that began at `from.0`, by the batch loader if `from.1`.
     fn record(&self, table: u8, id: u32, version: u64, from: (u64, bool)) {
-        self.recorder.record(Op {
+        self.recorder.record(self.load(table, id, version, from));
+    }
+
+    /// A load of `version` that began at `from.0` and ends now, by the batch loader if `from.1`.
+    fn load(&self, table: u8, id: u32, version: u64, from: (u64, bool)) -> Op {
+        Op {
             process: 0,
             table,
             id,
@@ -408,7 +434,7 @@ impl Loading {
             at_least: 0,
             start: from.0,
             end: now_ns(),
-        });
+        }
     }
 }
 
@@ -531,9 +557,10 @@ async fn open<K: Key, V: Row>(
         async move {
             let ids: Vec<u32> = keys.iter().map(id_of).collect();
             let versions = many.many(table, &ids).await?;
-            let values = versions.into_iter().map(|version| V::of(table, version));
-            // A gone row is answered `None` (cached as "not found"), never left out.
-            Ok::<_, std::io::Error>(keys.into_iter().zip(values).collect::<HashMap<_, _>>())
+            // A gone row is answered `None` (cached as "not found"), or left out (absent).
+            let values = keys.into_iter().zip(versions);
+            let found = values.filter_map(|(key, version)| Some((key, V::of(table, version?))));
+            Ok::<_, std::io::Error>(found.collect::<HashMap<_, _>>())
         }
     });
     Ok(builder.build().await?)

@@ -128,6 +128,7 @@ pub(crate) async fn run(url: &str, args: &WorkerArgs) -> CliResult<Outcome> {
         tokens: Tokens::in_dir(&args.dir),
         source,
         recorder: recorder.clone(),
+        process: args.process,
         keys: args.keys,
         reads: args.reads,
         declined: Default::default(),

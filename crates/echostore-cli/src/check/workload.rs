@@ -12,8 +12,8 @@ use std::time::Duration;
 use echostore::{Error, LoserPolicy, Version};
 use rand::{Rng, SeedableRng};
 
-use super::history::{Action, BEGUN, LEFT_OUT, Op, Recorder, now_ns};
-use super::rows::{OPTIONAL, is_gone};
+use super::history::{ABSENT, Action, BEGUN, LEFT_OUT, Op, Recorder, now_ns};
+use super::rows::{GONE, OPTIONAL, is_gone, leaves_out};
 use super::source::{Begun, Source};
 use super::tables::{PLACEHOLDER, TABLES, TAG_GROUPS, Tables, VERSIONED, declined};
 use super::tokens::Tokens;
@@ -58,6 +58,8 @@ pub(crate) struct Workload {
     /// Where puts keep their written tokens for the readers of every worker.
     pub(crate) tokens: Tokens,
     pub(crate) recorder: Recorder,
+    /// This worker's number: it picks which of its tables' batch loaders leave gone rows out.
+    pub(crate) process: u32,
     /// Ids per table.
     pub(crate) keys: u32,
     /// Percent of calls that are reads.
@@ -215,8 +217,9 @@ impl Workload {
     }
 
     /// One `fetch_many` of `ids`, recorded as a read of each with the batch's start and end: an
-    /// id whose answer is an error, or missing (no id of the check is absent at the source), or
-    /// a batch cut off, is a failed read.
+    /// id whose answer is an error, or missing where no id can be absent, or a batch cut off, is
+    /// a failed read. Missing where this worker's batch loader leaves gone rows out, it is a read
+    /// of [`GONE`] ([`ABSENT`]), which the model holds to the rules a `None` is held to.
     async fn read_many(&self, table: u8, ids: &[u32]) {
         let start = now_ns();
         let answers = tokio::time::timeout(CALL_LIMIT, self.tables.read_many(table, ids)).await;
@@ -233,6 +236,7 @@ impl Workload {
                 Some(Ok((version, origin))) => (*version, true, origin.clone()),
                 Some(Err(e)) => (0, false, e.to_string()),
                 None if cut_off => (0, false, format!("cut off after {CALL_LIMIT:?}")),
+                None if leaves_out(self.process, table) => (GONE, true, ABSENT.to_owned()),
                 None => (0, false, LEFT_OUT.to_owned()),
             };
             self.recorder.record(Op {

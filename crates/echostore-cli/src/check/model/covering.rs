@@ -3,7 +3,7 @@
 //! bisections over sorted arrays, so a long run's history is checked in time near linear in its
 //! operations rather than in loads times writes.
 
-use super::{Action, Bounds, Op};
+use super::{ABSENT, Action, Bounds, Op};
 
 /// The successful loads and puts of one id (the operations that set its value), and every write
 /// of it, arranged for [`Setters::covering`].
@@ -20,7 +20,9 @@ impl<'a> Setters<'a> {
         let mut by_start: Vec<&Op> = ops
             .iter()
             .copied()
+            // A load whose row was left out cached nothing ([`ABSENT`]).
             .filter(|o| o.ok && matches!(o.action, Action::Load | Action::Put))
+            .filter(|o| o.origin != ABSENT)
             .collect();
         by_start.sort_by_key(|s| s.start);
         let longest = by_start.iter().map(|s| s.end.saturating_sub(s.start)).max();

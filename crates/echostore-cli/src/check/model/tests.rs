@@ -738,6 +738,25 @@ fn delete(p: u32, v: u64, start: u64, end: u64) -> Op {
     op(p, Action::Delete, v, start, end)
 }
 
+/// A load whose row the batch loader left out cached nothing: the next load within its life is
+/// no extra source read, and itself is one if a fresh value covered it.
+#[test]
+fn an_absent_load_covers_no_later_load() {
+    let absent = |p, v, start, end| Op {
+        origin: ABSENT.to_owned(),
+        batch: true,
+        ..load(p, v, start, end)
+    };
+    let again = [
+        delete(1, 2, 1, 5),
+        absent(0, 2, 10, 20),
+        load(1, 2, 500, 510),
+    ];
+    assert_eq!(violations(&again, &[]).total(), 0);
+    let covered = [load(0, 2, 10, 20), absent(1, 2, 500, 510)];
+    only(&covered, "extra_source_reads", |v| v.extra_source_reads);
+}
+
 /// A read that answered `None` (on table 0, versions 2, 5, 8… are rows gone at the source) is
 /// held to the rules as the gone version most in its favour: after a delete it is right; once a
 /// later write of a live row has returned (past `B`) it is stale; before any row was gone it is
