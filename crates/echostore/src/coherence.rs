@@ -100,6 +100,9 @@ pub(crate) trait Sink: Send + Sync {
     fn pushed(&self, id: &[u8]);
     /// Pushes may have been missed: wake every loser of the table.
     fn wake_losers(&self);
+    /// Done once every shard has dealt with what was routed to it before this call (a push
+    /// routed is a message on its way to the id's owner, which drops the id from L1 in its turn).
+    fn caught_up(&self) -> futures::future::BoxFuture<'_, ()>;
 }
 
 /// The store's coherence: the tables to tell (which wake their own losers), and whether tracking
@@ -271,6 +274,12 @@ impl Tracker {
         let tables = lock(&self.tables);
         let sinks = tables.get(table).map(Vec::as_slice).unwrap_or_default();
         sinks.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Done once every table has dealt with the pushes routed to it so far.
+    pub(crate) async fn caught_up(&self) {
+        let sinks = self.all_sinks();
+        futures::future::join_all(sinks.iter().map(|sink| sink.caught_up())).await;
     }
 
     fn all_sinks(&self) -> Vec<Arc<dyn Sink>> {

@@ -150,7 +150,7 @@ async fn track(
     *life.healthy_at = std::time::Instant::now();
     *life.established = true;
     let vouched = crate::clock::coarse_ticks();
-    tracker.upgrade()?.vouch().renew(life.url, vouched);
+    session.vouch(life.url, vouched).await?;
     session.serve(tables, life).await
 }
 
@@ -291,8 +291,24 @@ impl Session<'_> {
                 return Some(Some(why));
             }
         }
-        self.tracker.upgrade()?.vouch().renew(life.url, sent_ticks);
+        self.vouch(life.url, sent_ticks).await?;
         Some(None)
+    }
+
+    /// Vouches for L1 from coarse-clock time `sent` once every push routed so far is dealt with:
+    /// routed, a push is only a message on its way to its owner, and an owner behind on its
+    /// messages would leave L1 answering what the push replaced. Owners that do not catch up
+    /// within the health bound leave the vouch as it was, to lapse: reads go to Valkey meanwhile.
+    /// `None`: the tracker is gone.
+    async fn vouch(&mut self, url: &str, sent: u64) -> Option<()> {
+        let this = self.tracker.upgrade()?;
+        if tokio::time::timeout(self.limit(), this.caught_up())
+            .await
+            .is_ok()
+        {
+            this.vouch().renew(url, sent);
+        }
+        Some(())
     }
 
     /// A push (or the channel's end). `None`: the tracker is gone; `Some(Some(why))`: the

@@ -1,6 +1,7 @@
 //! How long this store's L1 may answer on its own word: until [`VOUCH_FOR`] after the last
-//! moment every tracking connection that is up was known to have delivered, and routed, every
-//! push sent before it (a health PING's answer, read after the pushes ahead of it).
+//! moment every tracking connection that is up was known to have delivered every push sent
+//! before it (a health PING's answer, read after the pushes ahead of it), and every owner to
+//! have dealt with them (`Tracker::caught_up`).
 //!
 //! The tracking task drops what other processes changed; it only does so while it runs. A
 //! process paused whole (a VM descheduled, `SIGSTOP`) or a runtime starved of the task wakes to
@@ -51,7 +52,7 @@ impl Vouch {
         self.holds_at(coarse_ticks())
     }
 
-    /// The connection to `node` had routed every push sent before coarse-clock time `sent`.
+    /// Every push the connection to `node` received before coarse-clock time `sent` is dealt with.
     pub(crate) fn renew(&self, node: &str, sent: u64) {
         let until = sent.saturating_add(ticks_of(VOUCH_FOR));
         self.change(|up| {

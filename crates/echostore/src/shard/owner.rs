@@ -128,6 +128,9 @@ pub(crate) enum OwnerMsg<K, V> {
     Cap(Arc<EveryShard<K, V>>),
     /// Valkey pushed a change of the table's marks: read what changed (`full`: all of them).
     MarksChanged { full: bool },
+    /// Answered once every message sent to this owner before it has been handled: what the
+    /// pushes routed so far changed is out of L1 (the vouch waits for it, docs/coherence.md).
+    CaughtUp(RpcReplyPort<Result<()>>),
     /// This owner replaced one that crashed: every id is unknown (see `owner_ref.rs`).
     Restarted,
 }
@@ -257,6 +260,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             } => state.took_mark(&scope, reply, counted),
             OwnerMsg::MarksChanged { full } => state.read_marks(&myself, full),
             OwnerMsg::Restarted => state.restarted(&myself),
+            OwnerMsg::CaughtUp(reply) => _ = reply.send(Ok(())),
         }
         Ok(())
     }

@@ -59,6 +59,8 @@ mod key_tracking_confirms_what_l1_keeps;
 mod keys_and_envelopes_on_the_wire;
 mod l1_answers_only_while_tracking_keeps_up;
 mod l1_can_be_bounded_by_bytes;
+#[cfg(feature = "moka")] // the test's blocked weigher must hold no lock a read needs
+mod l1_is_vouched_for_once_pushes_are_applied;
 mod l1_keeps_what_valkey_could_not_confirm_briefly;
 mod l2_hits_are_read_on_the_callers_task;
 mod loader_errors_of_any_type_come_back_typed;

@@ -323,6 +323,11 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
             board.wake_all_losers();
         }
     }
+
+    fn caught_up(&self) -> futures::future::BoxFuture<'_, ()> {
+        // A stopped owner lost what was on its way to it; its successor starts from nothing.
+        Box::pin(async move { _ = self.call_all(OwnerMsg::CaughtUp).await })
+    }
 }
 
 /// How the supervisor replaces the owner of `shard` after a crash.

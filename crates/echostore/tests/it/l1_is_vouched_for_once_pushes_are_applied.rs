@@ -1,0 +1,98 @@
+//! L1 answers on the tracking connection's word (the vouch, docs/coherence.md): every push
+//! Valkey sent before a health PING's answer has been dealt with. A push is dealt with once the
+//! id's owner has dropped what it changed, not once it was handed to that owner: an owner behind
+//! on its messages (a loaded runtime; here, a weigher that blocks it) would otherwise leave L1
+//! answering a value another process's write replaced, for as long as it stays behind, with the
+//! vouch renewed every health tick. Reads then go to Valkey instead, as past a lapsed vouch.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use common::{Source, coherent_store, table_on, until, until_async, valkey};
+use echostore::{L1Backend, Table};
+
+/// A gate a weigher waits at for one id, closed until the test opens it.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    /// Someone is waiting at it.
+    met: AtomicBool,
+}
+
+impl Gate {
+    fn wait(&self) {
+        self.met.store(true, Ordering::SeqCst);
+        let open = self.open.lock().expect("gate");
+        let _open = self.opened.wait_while(open, |open| !*open).expect("gate");
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.opened.notify_all();
+    }
+}
+
+/// Opens the gate when dropped, a failed assertion's unwinding included: a runtime whose worker
+/// still waits at the gate would never shut down.
+struct Opens(Arc<Gate>);
+
+impl Drop for Opens {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// `jam` on a store of its own, one shard, whose weigher waits at `gate` for id 2.
+async fn table(url: &str, source: &Source, gate: &Arc<Gate>) -> Table<u64, String> {
+    let gate = Arc::clone(gate);
+    let store = coherent_store(url, None).await;
+    table_on(&store, "jam", source, move |t| {
+        // moka weighs an entry before it takes any lock a read of another id needs.
+        t.shards(1)
+            .l1_backend(L1Backend::Moka)
+            .l1_capacity_bytes(1 << 20)
+            .l1_weigher(move |id: &u64, _: &String| {
+                if *id == 2 {
+                    gate.wait();
+                }
+                64
+            })
+    })
+    .await
+}
+
+/// Another process's put of id 1 while this process's owner of id 1 is stuck: this process's
+/// reads of id 1 soon answer the put's value, not L1's older one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Source::open();
+    let gate = Arc::new(Gate::default());
+    let _opens = Opens(Arc::clone(&gate));
+    let here = table(&url, &source, &gate).await;
+    let there = table(&url, &source, &Arc::new(Gate::default())).await;
+    let old = here.get(&1).await.expect("load");
+    // The owner stores a put's value in L1 once written: the weigher holds it there.
+    let stuck = {
+        let here = here.clone();
+        tokio::spawn(async move { here.put(&2, "jammed".to_owned()).await })
+    };
+    until("the owner is stuck in the weigher", || {
+        gate.met.load(Ordering::SeqCst)
+    })
+    .await;
+    there
+        .put(&1, format!("{old} and after"))
+        .await
+        .expect("put");
+    until_async("this process answers the put's value", async || {
+        here.get(&1).await.expect("read").as_str() != old.as_str()
+    })
+    .await;
+    gate.open();
+    stuck.await.expect("the put's task").expect("put");
+}
