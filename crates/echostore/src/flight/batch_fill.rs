@@ -285,7 +285,6 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     .as_deref()
                     .filter(|_| self.core.tracks_keys())
                     .map(envelope::fingerprint);
-                // A write or a gone row's delete that may or may not have run.
                 let unknown = wrote.is_err() && (lives[i].is_some() || members[i].gone);
                 if !matches!(wrote, Ok(Wrote::Written)) {
                     self.not_written(&members[i], envelopes[i].as_deref());

@@ -246,9 +246,7 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
             } => state.confirmed(&myself, id, fingerprint, found),
             OwnerMsg::Reading { id, flight } => state.flights.reading(&id, flight),
             OwnerMsg::Writing { id, fingerprint } => state.writing(&id, fingerprint),
-            OwnerMsg::NotWritten { id, fingerprint } => {
-                state.own.withdraw(&state.flights, &id, fingerprint);
-            }
+            OwnerMsg::NotWritten { id, fingerprint } => state.not_written(&id, fingerprint),
             OwnerMsg::Invalidated { id, checked } => state.invalidated(&myself, id, checked),
             OwnerMsg::Behind { id, reply } => state.behind(&id, reply),
             OwnerMsg::Flush(flushed) => state.flushed(&myself, flushed),
@@ -271,6 +269,11 @@ impl<K: Key, V: Value> OwnerState<K, V> {
     /// process's own.
     fn writing(&self, id: &K, fingerprint: Fingerprint) {
         self.own.expect(&self.flights, id, fingerprint);
+    }
+
+    /// That write of `id` stored nothing, or failed: no push of it is to be expected.
+    fn not_written(&self, id: &K, fingerprint: Fingerprint) {
+        self.own.withdraw(&self.flights, id, fingerprint);
     }
 
     /// A fresh L1 entry for `id`, counted as a hit.

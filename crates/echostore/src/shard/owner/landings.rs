@@ -111,12 +111,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
                     self.answered_own(id, &landed, filled.fetched)
                 }
             }),
-            Err(e) => {
-                if e.is_absent() && landed.store {
-                    self.forget_gone(id);
-                }
-                Err(self.load_failed(id, refresh, landed.flight.waiters(), e))
-            }
+            Err(e) => Err(self.load_failed(id, refresh, &landed, e)),
         };
         tracing::debug!(
             table = %self.core.name,
@@ -139,9 +134,12 @@ impl<K: Key, V: Value> OwnerState<K, V> {
 
     /// A flight failed with `e`: counted (an early refresh's failure apart, logged: the current
     /// value stays until its freshness ends), unless it is an id the batch loader left out, which
-    /// is an answer ("no such row"), not a fault.
-    fn load_failed(&self, id: &K, refresh: bool, waiters: usize, e: Error) -> Error {
-        let counters = &self.core.stats.counters;
+    /// is an answer ("no such row"), not a fault: L1's copy goes then, if the flight may store.
+    fn load_failed(&self, id: &K, refresh: bool, landed: &Landed<V>, e: Error) -> Error {
+        let (counters, waiters) = (&self.core.stats.counters, landed.flight.waiters());
+        if e.is_absent() && landed.store {
+            self.forget_gone(id);
+        }
         if refresh && !e.is_absent() {
             bump(&counters.early_refresh_failures);
             tracing::warn!(table = %self.core.name, id = ?id, error = %e, "early refresh failed: the current value stays until its freshness ends");
