@@ -150,7 +150,7 @@ async fn track(
     *life.healthy_at = std::time::Instant::now();
     *life.established = true;
     let vouched = crate::clock::coarse_ticks();
-    session.vouch(life.url, vouched).await?;
+    tracker.upgrade()?.vouch().renew(life.url, vouched);
     session.serve(tables, life).await
 }
 
@@ -291,7 +291,7 @@ impl Session<'_> {
                 return Some(Some(why));
             }
         }
-        self.vouch(life.url, sent_ticks).await?;
+        self.vouch(life.url, sent_ticks)?;
         Some(None)
     }
 
@@ -299,15 +299,15 @@ impl Session<'_> {
     /// routed, a push is only a message on its way to its owner, and an owner behind on its
     /// messages would leave L1 answering what the push replaced. Owners that do not catch up
     /// within the health bound leave the vouch as it was, to lapse: reads go to Valkey meanwhile.
-    /// `None`: the tracker is gone.
-    async fn vouch(&mut self, url: &str, sent: u64) -> Option<()> {
-        let this = self.tracker.upgrade()?;
-        if tokio::time::timeout(self.limit(), this.caught_up())
-            .await
-            .is_ok()
-        {
-            this.vouch().renew(url, sent);
-        }
+    /// The wait runs beside this task, which goes on routing pushes (each one it held back
+    /// would be a change L1 goes on answering). `None`: the tracker is gone.
+    fn vouch(&self, url: &str, sent: u64) -> Option<()> {
+        let (this, limit, url) = (self.tracker.upgrade()?, self.limit(), url.to_owned());
+        tokio::spawn(async move {
+            if tokio::time::timeout(limit, this.caught_up()).await.is_ok() {
+                this.vouch().renew_if_up(&url, sent);
+            }
+        });
         Some(())
     }
 

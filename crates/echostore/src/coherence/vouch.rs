@@ -52,7 +52,20 @@ impl Vouch {
         self.holds_at(coarse_ticks())
     }
 
-    /// Every push the connection to `node` received before coarse-clock time `sent` is dealt with.
+    /// [`Vouch::renew`] for a connection still up, never moving its vouch back (renewals made
+    /// once the owners caught up may finish out of order; one for a connection since lost
+    /// must not count it up again).
+    pub(crate) fn renew_if_up(&self, node: &str, sent: u64) {
+        let until = sent.saturating_add(ticks_of(VOUCH_FOR));
+        self.change(|up| {
+            if let Some(vouched) = up.get_mut(node) {
+                *vouched = (*vouched).max(until);
+            }
+        });
+    }
+
+    /// The connection to `node` is up and vouches from coarse-clock time `sent` (it has just
+    /// subscribed, which flushed what L1 held while it was not).
     pub(crate) fn renew(&self, node: &str, sent: u64) {
         let until = sent.saturating_add(ticks_of(VOUCH_FOR));
         self.change(|up| {
