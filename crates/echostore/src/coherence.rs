@@ -291,12 +291,10 @@ impl Tracker {
             .collect()
     }
 
-    /// One pushed key changed.
+    /// One pushed key changed (key tracking's registry heard of it as the push arrived:
+    /// [`Registry::arrived`]).
     pub(crate) fn changed(&self, key: &[u8]) {
         tracing::trace!(key = %String::from_utf8_lossy(key), "pushed");
-        if let Some(registry) = &self.keys {
-            registry.changed(key);
-        }
         // The owner hears of the change before the loser wakes: a woken loser's next message to
         // its owner (it stops waiting) then comes after the invalidation, which leaves it attached.
         let (plain, schema) = split_schema(key);

@@ -123,13 +123,14 @@ async fn track(
     tables: &mut watch::Receiver<Vec<String>>,
     life: Life<'_>,
 ) -> Option<&'static str> {
-    let (conn, pushes) = match connect(endpoint, life.url).await {
-        Ok(connected) => connected,
-        Err(why) => return Some(why),
-    };
     let (namespace, by_keys) = {
         let this = tracker.upgrade()?;
         (this.namespace().to_owned(), this.keys().is_some())
+    };
+    let arrivals = by_keys.then(|| tracker.clone());
+    let (conn, pushes) = match connect(endpoint, life.url, arrivals).await {
+        Ok(connected) => connected,
+        Err(why) => return Some(why),
     };
     let mut session = Session {
         tracker,
@@ -155,20 +156,29 @@ async fn track(
 }
 
 /// A RESP3 connection to `url` whose pushes arrive on the receiver, named
-/// `echostore-tracking`; or why there is none.
+/// `echostore-tracking`; or why there is none. Under key tracking, `arrivals`' registry hears
+/// of each push as the connection reads it ([`keys::Registry::arrived`]), ahead of the receiver.
 async fn connect(
     endpoint: &Endpoint,
     url: &str,
+    arrivals: Option<Weak<Tracker>>,
 ) -> Result<(MultiplexedConnection, mpsc::UnboundedReceiver<PushInfo>), &'static str> {
     let client = resp3_client(endpoint, url).map_err(|e| {
         tracing::warn!(error = %e, "coherence: cannot make a tracking client");
         "no client"
     })?;
     let (pushes_tx, pushes) = mpsc::unbounded_channel::<PushInfo>();
+    let sender = move |push: PushInfo| {
+        let tracker = arrivals.as_ref().and_then(Weak::upgrade);
+        if let Some(registry) = tracker.as_deref().and_then(Tracker::keys) {
+            registry.arrived(&push);
+        }
+        pushes_tx.send(push)
+    };
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(endpoint.timeout))
         .set_response_timeout(Some(endpoint.timeout))
-        .set_push_sender(pushes_tx);
+        .set_push_sender(sender);
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await

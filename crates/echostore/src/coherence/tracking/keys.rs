@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc;
 
 use crate::coherence::Tracker;
@@ -68,6 +69,16 @@ struct Keys {
     reading: HashMap<Vec<u8>, (usize, bool)>,
 }
 
+impl Keys {
+    /// Valkey pushed a change of `key`: it no longer tracks the key for this store.
+    fn changed(&mut self, key: &[u8]) {
+        self.held.remove(key);
+        if let Some((_, pushed)) = self.reading.get_mut(key) {
+            *pushed = true;
+        }
+    }
+}
+
 /// A tracking connection that takes reads: a single server's, or a cluster primary's with the
 /// slots it serves.
 struct Node {
@@ -94,12 +105,23 @@ impl Registry {
         node.is_some_and(|node| node.reads.send(read).is_ok())
     }
 
-    /// Valkey pushed a change of `key`: it no longer tracks the key for this store.
-    pub(crate) fn changed(&self, key: &[u8]) {
+    /// A push arrived on a tracking connection. The keys it names are no longer held from this
+    /// moment, not from when the tracking task takes the push: an entry made in between (from
+    /// bytes read before the change) would otherwise be confirmed without a read and answer until
+    /// the push is routed, however late the task comes to it. A flush holds nothing.
+    pub(super) fn arrived(&self, push: &PushInfo) {
+        if push.kind != PushKind::Invalidate {
+            return;
+        }
+        let Some(redis::Value::Array(pushed)) = push.data.first() else {
+            self.forget();
+            return;
+        };
         let mut keys = lock(&self.keys);
-        keys.held.remove(key);
-        if let Some((_, pushed)) = keys.reading.get_mut(key) {
-            *pushed = true;
+        for key in pushed {
+            if let redis::Value::BulkString(key) = key {
+                keys.changed(key);
+            }
         }
     }
 

@@ -1,6 +1,17 @@
-//! The URLs of a cluster's primaries.
+//! The URLs of a cluster's primaries, and what key tracking's registry makes of a push.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use embedded_valkey::EmbeddedValkey;
+use redis::{AsyncCommands, PushKind};
 
 use super::cluster::with_host;
+use super::keys::{self, Read};
+use super::{Tracker, connect};
+use crate::Tracking;
+use crate::valkey::envelope::fingerprint;
+use crate::wire::connect::{Endpoint, Kind};
 
 /// A primary's URL keeps the seed's scheme and login.
 #[test]
@@ -12,5 +23,59 @@ fn node_urls_keep_scheme_and_login() {
     assert_eq!(
         with_host("rediss://app:secret@seed:7000/", "h", 7002),
         "rediss://app:secret@h:7002"
+    );
+}
+
+/// Under key tracking, a push takes its key out of the held ones as the connection reads it,
+/// before the tracking task routes it: an entry made meanwhile from the bytes read before the
+/// change would otherwise be confirmed without a read, and answer until the push is routed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_unholds_its_key_before_the_tracking_task_takes_it() {
+    let valkey = EmbeddedValkey::start().expect("valkey");
+    let endpoint = Endpoint {
+        kind: Kind::Single(valkey.url()),
+        ca: None,
+        timeout: Duration::from_secs(5),
+    };
+    let tracker = Tracker::new("", Tracking::Keys);
+    let registry = tracker.keys().expect("key tracking");
+    let arrivals = Some(Arc::downgrade(&tracker));
+    let (mut conn, mut pushes) = connect(&endpoint, &valkey.url(), arrivals)
+        .await
+        .expect("a tracking connection");
+    redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("tracking on");
+    let client = redis::Client::open(valkey.url()).expect("a client");
+    let mut writer = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a writer");
+    let (key, old) = (b"users:{1}".to_vec(), b"old".to_vec());
+    let _: () = writer.set(&key, &old).await.expect("SET old");
+
+    // The tracking connection reads the key: held, with the old bytes.
+    let read = Read {
+        key: key.clone(),
+        expect: None,
+    };
+    registry.sent(std::slice::from_ref(&read));
+    let (reads, answers) = keys::query(conn.clone(), vec![read]).await;
+    keys::answered(&tracker, reads, answers);
+    assert!(
+        registry.holds(&key, fingerprint(&old)),
+        "the read held the key"
+    );
+
+    let _: () = writer.set(&key, b"new").await.expect("SET new");
+    let push = pushes.recv().await.expect("the change's push");
+    assert_eq!(push.kind, PushKind::Invalidate);
+    // Taken off the channel and not routed: nothing has told the tracker of it.
+    assert!(
+        !registry.holds(&key, fingerprint(&old)),
+        "the old bytes were still held once their change's push had arrived"
     );
 }
