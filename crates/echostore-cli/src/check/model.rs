@@ -376,7 +376,7 @@ impl Run<'_> {
             return None;
         }
         let lag = read.start - superseded;
-        if self.excused_for(superseded, read.start, [read.process, writer]) {
+        if self.excused_for(superseded, read.start, &[read.process, writer]) {
             self.findings.worst_staleness_under_faults_ns =
                 self.findings.worst_staleness_under_faults_ns.max(lag);
             if lag > self.bounds.staleness {
@@ -404,23 +404,15 @@ impl Run<'_> {
         }
     }
 
-    /// Whether a fault excuses missing what happened at `since` until `until`: it began no more
-    /// than `B` after `since`, and its grace had not run out at `until`.
-    fn excused(&self, since: u64, until: u64) -> bool {
-        self.faults
-            .iter()
-            .any(|f| self.excuses_between(f, since, until))
-    }
-
-    /// [`Run::excused`] for a read by `who[0]` that missed a write by `who[1]`: a fault done to
-    /// some processes only (a freeze, a replacement, a proxied link) excuses it only if one of
-    /// the two is among them. A process that misses another's write while neither was touched
-    /// has no excuse in a fault done elsewhere.
+    /// Whether a fault excuses a read by `who[0]` that missed a write by one of the others in
+    /// `who`: a fault done to some processes only (a freeze, a replacement, a proxied link)
+    /// excuses it only if one of them is among them. A process that misses another's write
+    /// while neither was touched has no excuse in a fault done elsewhere.
     ///
     /// A frozen process that woke answers nothing from L1 until its tracking task has caught up
     /// (the vouch, docs/coherence.md): its own reads begun after it woke have no excuse in the
     /// freeze, though the others' reads of what it wrote keep the grace.
-    fn excused_for(&self, since: u64, until: u64, who: [u32; 2]) -> bool {
+    fn excused_for(&self, since: u64, until: u64, who: &[u32]) -> bool {
         self.faults.iter().any(|f| {
             let woke = f.name == FREEZE && f.processes.contains(&who[0]) && until > f.end;
             (f.processes.is_empty() || who.iter().any(|p| f.processes.contains(p)))
@@ -429,6 +421,8 @@ impl Run<'_> {
         })
     }
 
+    /// Whether `f` excuses missing what happened at `since` until `until`: it began no more
+    /// than `B` after `since`, and its grace had not run out at `until`.
     fn excuses_between(&self, f: &FaultSpan, since: u64, until: u64) -> bool {
         f.excuses.effects()
             && since.saturating_add(self.bounds.staleness) >= f.start
@@ -453,11 +447,13 @@ impl Run<'_> {
                 Some(g) if w.start <= g.end => {
                     g.end = g.end.max(w.end);
                     g.top = g.top.max(w.version);
+                    g.writers.push(w.process);
                 }
                 _ => groups.push(Group {
                     start: w.start,
                     end: w.end,
                     top: w.version,
+                    writers: vec![w.process],
                 }),
             }
         }
@@ -487,17 +483,17 @@ impl Run<'_> {
                     .filter(|l| l.start >= g.start && l.end < to)
                     .map(|l| l.end)
                     .collect();
-                self.agree_around(&quiet, reads, g.end, &moves);
+                self.agree_around(&quiet, reads, g, &moves);
             }
         }
     }
 
-    /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree:
+    /// The quiet reads `quiet` (of `reads`) after the group of writes `g` agree:
     /// those that ended before a load of the group's newest version ended (one of `moves`, the
     /// one around which the fewest disagree), and those from `B` after it. A read under way when
     /// that load ended may have taken either version (it may be the read that made the load, or
     /// one that joined it).
-    fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], end: u64, moves: &[u64]) {
+    fn agree_around(&mut self, quiet: &[usize], reads: &[&Op], g: &Group, moves: &[u64]) {
         let split = |moved: u64| {
             let settled_by = moved.saturating_add(self.bounds.staleness);
             let before: Vec<usize> = quiet
@@ -514,23 +510,34 @@ impl Run<'_> {
         };
         let best = moves.iter().copied().min_by_key(|&moved| {
             let (before, after) = split(moved);
-            self.disagreeing(&before, reads, end) + self.disagreeing(&after, reads, end)
+            self.disagreeing(&before, reads, g) + self.disagreeing(&after, reads, g)
         });
         let Some(moved) = best else {
-            return self.agree(quiet, reads, end);
+            return self.agree(quiet, reads, g);
         };
         let (before, after) = split(moved);
-        self.agree(&before, reads, end);
-        self.agree(&after, reads, end);
+        self.agree(&before, reads, g);
+        self.agree(&after, reads, g);
+    }
+
+    /// Whether a fault excuses `read`, in a quiet stretch after the group of writes `g`, for
+    /// differing from the fleet: one done to the whole fleet, to the reader or to a writer of
+    /// the group, as for a stale read ([`Run::excused_for`]). A fault done to other processes
+    /// cannot have kept the copy it answered from.
+    fn excused_after(&self, g: &Group, read: &Op) -> bool {
+        let who: Vec<u32> = std::iter::once(read.process)
+            .chain(g.writers.iter().copied())
+            .collect();
+        self.excused_for(g.end, read.start, &who)
     }
 
     /// How many of `quiet` (of `reads`) [`agree`](Self::agree) would find differing, excused
     /// or not.
-    fn disagreeing(&self, quiet: &[usize], reads: &[&Op], end: u64) -> usize {
+    fn disagreeing(&self, quiet: &[usize], reads: &[&Op], g: &Group) -> usize {
         let judged = quiet
             .iter()
             .map(|&r| reads[r])
-            .filter(|r| !self.excused(end, r.start));
+            .filter(|r| !self.excused_after(g, r));
         settled_version(judged).map_or(0, |settled| {
             quiet
                 .iter()
@@ -539,14 +546,14 @@ impl Run<'_> {
         })
     }
 
-    /// The quiet reads `quiet` (of `reads`) after a group of writes that ended at `end` agree.
-    /// A read a fault excuses settles nothing (its process may still hold what it took while the
-    /// fault lasted), and differing from the rest it is counted as excused.
-    fn agree(&mut self, quiet: &[usize], reads: &[&Op], end: u64) {
+    /// The quiet reads `quiet` (of `reads`) after the group of writes `g` agree. A read a
+    /// fault excuses ([`Run::excused_after`]) settles nothing (its process may still hold what
+    /// it took while the fault lasted), and differing from the rest it is counted as excused.
+    fn agree(&mut self, quiet: &[usize], reads: &[&Op], g: &Group) {
         let judged = quiet
             .iter()
             .map(|&r| reads[r])
-            .filter(|r| !self.excused(end, r.start));
+            .filter(|r| !self.excused_after(g, r));
         let Some(settled) = settled_version(judged) else {
             return;
         };
@@ -555,7 +562,7 @@ impl Run<'_> {
             if read.version == settled {
                 continue;
             }
-            if self.excused(end, read.start) {
+            if self.excused_after(g, read) {
                 self.findings.excused_reads += 1;
             } else {
                 self.count_divergent(read, settled);
@@ -822,6 +829,8 @@ struct Group {
     start: u64,
     end: u64,
     top: u64,
+    /// The processes whose writes make the group.
+    writers: Vec<u32>,
 }
 
 /// The version the fleet settled on in a quiet stretch: the one the most processes returned,

@@ -734,6 +734,34 @@ fn a_fault_done_to_one_process_excuses_only_what_involves_it() {
     );
 }
 
+/// The same for a copy the fleet moved past: a process that differs from the rest is excused
+/// by a fault done to it, or to a writer of the group, and by nothing done elsewhere.
+#[test]
+fn a_fault_done_to_one_process_excuses_only_its_divergence() {
+    let after = 300 + B;
+    let ops = [
+        put(0, 1, 100, 250),
+        put(1, 2, 150, 300),
+        read(2, 1, after + 10, after + 20),
+        read(3, 2, after + 10, after + 20),
+        read(4, 2, after + 30, after + 40),
+    ];
+    let done_to = |p: u32| [fault(200, 300).on(vec![p])];
+    for (p, who) in [(2, "the reader"), (0, "a writer"), (1, "the other writer")] {
+        assert_eq!(violations(&ops, &done_to(p)).total(), 0, "done to {who}");
+    }
+    assert_eq!(
+        violations(&ops, &done_to(5)).divergent,
+        1,
+        "done to a process that neither read nor wrote"
+    );
+    assert_eq!(
+        violations(&ops, &[fault(200, 300)]).total(),
+        0,
+        "everyone's"
+    );
+}
+
 fn delete(p: u32, v: u64, start: u64, end: u64) -> Op {
     op(p, Action::Delete, v, start, end)
 }
