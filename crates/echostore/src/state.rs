@@ -10,6 +10,7 @@ pub(crate) mod board;
 pub(crate) mod budget;
 pub(crate) mod core;
 pub(crate) mod flight_id;
+pub(crate) mod heard_marks;
 pub(crate) mod l1;
 pub(crate) mod loser_policy;
 pub(crate) mod marks;

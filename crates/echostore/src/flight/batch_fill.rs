@@ -117,6 +117,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
         };
         let mut deadline = None;
         let mut ids = ids;
+        self.core.hear_marks().await;
         while !ids.is_empty() {
             ids = self.round(l2, ids, &mut deadline).await;
         }

@@ -137,6 +137,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         if let Err(e) = self.core.unsettled.repair(self.id, l2).await {
             return self.degraded(&at, e).await;
         }
+        self.core.hear_marks().await;
         if self.after_read {
             return self.contend(&at, None).await;
         }

@@ -185,6 +185,7 @@ async fn read_here<'a, K: Key, V: Value>(
     }
     let names: Vec<&KeyNames> = readable.iter().map(|(_, names)| names).collect();
     let groups = crate::flight::batch_fill::on_valkey::groups(l2, &names);
+    core.hear_marks().await;
     let read = join_all(groups.iter().map(|group| {
         let keys: Vec<&KeyNames> = group.iter().map(|&g| names[g]).collect();
         async move { crate::flight::batch_fill::on_valkey::mget(l2, &keys).await }

@@ -238,6 +238,7 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         }
         let names = core.names(&self.id).map_err(|_| Unsettled::Unread)?;
         let max = core.config.max_value_bytes;
+        core.hear_marks().await;
         let read = crate::state::metrics::time_l2(&core.name, l2.get(&names, max));
         self.settle(read.await.map_err(|_| Unsettled::Unread)?, core.now_ms())
     }

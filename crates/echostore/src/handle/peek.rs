@@ -118,6 +118,7 @@ async fn on_valkey<K: Key, V: Value>(core: &TableCore<K, V>, id: &K) -> Result<O
     }
     let names = core.names(id)?;
     let max = core.config.max_value_bytes;
+    core.hear_marks().await;
     let Some(bytes) = l2.get(&names, max).await? else {
         return Ok(None);
     };

@@ -78,6 +78,12 @@ pub(crate) struct Marks {
     answered: AtomicU64,
     /// A task retries the owed read ([`Marks::claim_retries`]).
     retrying: AtomicBool,
+    /// When the latest read of the marks that landed was sent, in coarse-clock ticks: a copy
+    /// read after that is judged by every mark set before it.
+    read_sent: AtomicU64,
+    /// One read at a time for the reads of a process behind on its pushes
+    /// (`crate::state::heard_marks`), which share it.
+    behind: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -126,7 +132,19 @@ impl Marks {
             failed: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             retrying: AtomicBool::new(false),
+            read_sent: AtomicU64::new(0),
+            behind: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// `true` once a read of the marks sent at coarse-clock time `since` or later has landed.
+    pub(crate) fn read_since(&self, since: u64) -> bool {
+        self.read_sent.load(SeqCst) >= since
+    }
+
+    /// The one read at a time of a process behind on its pushes (`crate::state::heard_marks`).
+    pub(crate) fn one_behind(&self) -> &tokio::sync::Mutex<()> {
+        &self.behind
     }
 
     /// `true` if the caller is now the one task that retries an owed read, until
@@ -215,6 +233,7 @@ impl Marks {
     /// began.
     pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
         let failed_before = self.failed.load(SeqCst);
+        let sent = crate::clock::coarse_ticks();
         let key = &self.key;
         let known = self.stamp();
         let above = format!("({known}");
@@ -237,6 +256,7 @@ impl Marks {
                 return Err(e);
             }
         };
+        self.read_sent.fetch_max(sent, SeqCst);
         let now = now_us(l2.now_ms());
         if !full {
             return Ok(self.merge(&read, now));

@@ -4,6 +4,8 @@
 //! on its messages (a loaded runtime; here, a weigher that blocks it) would otherwise leave L1
 //! answering a value another process's write replaced, for as long as it stays behind, with the
 //! vouch renewed every health tick. Reads then go to Valkey instead, as past a lapsed vouch.
+//! And a copy read there is judged by the marks read first: a push of the marks waits unread
+//! behind such an owner too.
 
 use crate::common;
 
@@ -45,7 +47,8 @@ impl Drop for Opens {
     }
 }
 
-/// `jam` on a store of its own, one shard, whose weigher waits at `gate` for id 2.
+/// `jam` on a store of its own, one shard, whose weigher waits at `gate` for id 2; every value
+/// is tagged `all`.
 async fn table(url: &str, source: &Source, gate: &Arc<Gate>) -> Table<u64, String> {
     let gate = Arc::clone(gate);
     let store = coherent_store(url, None).await;
@@ -60,6 +63,7 @@ async fn table(url: &str, source: &Source, gate: &Arc<Gate>) -> Table<u64, Strin
                 }
                 64
             })
+            .tags(|_: &u64, _: &String| ["all"])
     })
     .await
 }
@@ -92,6 +96,43 @@ async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
     until_async("this process answers the put's value", async || {
         here.get(&1).await.expect("read").as_str() != old.as_str()
     })
+    .await;
+    gate.open();
+    stuck.await.expect("the put's task").expect("put");
+}
+
+/// Another process's invalidation of a tag while this process's owner is stuck, so that the push
+/// of the mark waits unread: the copy on Valkey that the mark made a miss is soon no longer
+/// answered here (a `peek`, which never waits on the owner, finds nothing), where this process
+/// went on taking it for current for as long as the owner stayed behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_behind_on_its_pushes_takes_no_copy_a_mark_made_a_miss() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let source = Source::open();
+    let gate = Arc::new(Gate::default());
+    let _opens = Opens(Arc::clone(&gate));
+    let here = table(&url, &source, &gate).await;
+    let there = table(&url, &source, &Arc::new(Gate::default())).await;
+    let old = there.get(&1).await.expect("load");
+    let seen = here.peek(&1).await.expect("peek").map(|f| f.value);
+    assert_eq!(seen, Some(old), "the copy on Valkey, before the mark");
+    let stuck = {
+        let here = here.clone();
+        tokio::spawn(async move { here.put(&2, "jammed".to_owned()).await })
+    };
+    until("the owner is stuck in the weigher", || {
+        gate.met.load(Ordering::SeqCst)
+    })
+    .await;
+    there
+        .invalidate_tag("all")
+        .await
+        .expect("invalidate the tag");
+    until_async(
+        "this process takes the marked copy for a miss",
+        async || here.peek(&1).await.expect("peek").is_none(),
+    )
     .await;
     gate.open();
     stuck.await.expect("the put's task").expect("put");
