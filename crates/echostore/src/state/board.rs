@@ -139,6 +139,8 @@ pub(crate) struct Cell<V> {
     woken: Notify,
     /// Callers who took the cell: its leader, and those who joined.
     joined: AtomicUsize,
+    /// When the first caller took it: the one whose miss started the flight, if any.
+    first_seated: OnceLock<Instant>,
 }
 
 /// One caller's place at a flight's cell: the cell, and when the caller took it.
@@ -590,6 +592,7 @@ impl<V> Answerer<V> {
             answer: OnceLock::new(),
             woken: Notify::new(),
             joined: AtomicUsize::new(0),
+            first_seated: OnceLock::new(),
         }))
     }
 
@@ -603,12 +606,19 @@ impl<V> Answerer<V> {
         self.0.joined.load(Relaxed)
     }
 
+    /// When the first caller took the cell, if one has.
+    pub(crate) fn first_seated(&self) -> Option<Instant> {
+        self.0.first_seated.get().copied()
+    }
+
     /// A seat at the cell, for one more caller to wait on.
     pub(crate) fn take(&self) -> Seat<V> {
         self.0.joined.fetch_add(1, Relaxed);
+        let taken_at = Instant::now();
+        self.0.first_seated.get_or_init(|| taken_at);
         Seat {
             cell: Arc::clone(&self.0),
-            taken_at: Instant::now(),
+            taken_at,
         }
     }
 

@@ -38,7 +38,8 @@ pub(super) fn land_on_own_task<K: Key, V: Value>(
     }));
     match landed.ok().flatten() {
         Some(mut flight) => {
-            flight.answer(&Ok(filled.fetched));
+            let cutoff = flight.behind_cutoff(core.vouch.holds());
+            flight.answer_before(&Ok(filled.fetched), cutoff);
             None
         }
         None => {
@@ -121,7 +122,10 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             stored = landed.store,
             "flight landed"
         );
-        landed.flight.answer_before(&answer, cutoff);
+        let behind = landed.flight.behind_cutoff(self.core.vouch.holds());
+        landed
+            .flight
+            .answer_before(&answer, earliest(cutoff, behind));
         self.launch_next(myself, id, landed);
     }
 
@@ -232,5 +236,16 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         if let Some(queued) = queued {
             self.launch_queued(myself, id.clone(), queued);
         }
+    }
+}
+
+/// The earlier of two cutoffs (`None`: no cutoff).
+fn earliest(
+    a: Option<std::time::Instant>,
+    b: Option<std::time::Instant>,
+) -> Option<std::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -111,6 +111,18 @@ impl<V> Flight<V> {
         self.answer_before(outcome, None);
     }
 
+    /// The cutoff of an answer given while this process is behind on its pushes (`vouched`
+    /// false: `crate::coherence::vouch`): its first caller's seat. A caller who joined later may
+    /// have begun after a write the flight read before, whose push has not overtaken the flight
+    /// only because this process has not dealt with it yet; such callers fly again. (With the
+    /// vouch holding, that push would have overtaken the flight before they could join it.)
+    pub(crate) fn behind_cutoff(&self, vouched: bool) -> Option<Instant> {
+        if vouched {
+            return None;
+        }
+        self.cell.first_seated()
+    }
+
     /// Sends the answer to the callers who joined by `cutoff` (every one: `None`); those who
     /// joined since fly again (the answer may be older than a write made before they joined).
     pub(crate) fn answer_before(&mut self, outcome: &Result<Fetched<V>>, cutoff: Option<Instant>) {

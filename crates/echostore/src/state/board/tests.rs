@@ -78,6 +78,32 @@ async fn an_answer_with_a_cutoff_sends_later_callers_to_fly_again() {
     map.landing_done(&1);
 }
 
+/// An answer given while this process is behind on its pushes (the vouch lapsed) reaches the
+/// caller who started the flight; one who joined it later flies again, since the flight may have
+/// read before a write that caller began after. With the vouch holding, every caller takes it.
+#[tokio::test]
+async fn an_answer_given_while_behind_sends_joiners_to_fly_again() {
+    for vouched in [false, true] {
+        let board = Arc::new(Board::new());
+        let mut map: Map = Flights::new(Arc::clone(&board), None);
+        let (miss, lead) = map.miss(&1);
+        let fid = launched(miss);
+        a_tick_after(std::time::Instant::now());
+        let joined = board.join(&1).expect("current");
+        let mut landed = map.land(&1, fid).expect("ours");
+        let cutoff = landed.flight.behind_cutoff(vouched);
+        landed.flight.answer_before(&loaded(7), cutoff);
+        let fetched = lead.wait().await.expect("an answer").expect("ok");
+        assert_eq!(*fetched.value, 7, "the caller who started the flight");
+        let joiner = joined.wait().await.map(|a| a.expect("ok").value);
+        match vouched {
+            true => assert_eq!(joiner.as_deref(), Some(&7)),
+            false => assert!(joiner.is_none(), "joined while behind: fly again"),
+        }
+        map.landing_done(&1);
+    }
+}
+
 /// An owner that goes (stops or crashes: its map is dropped) answers its flights' callers
 /// `Stopped` and leaves nothing of its ids; but an owner that goes after a newer one took the
 /// board over clears nothing of the newer one's.
