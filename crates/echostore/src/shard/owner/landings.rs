@@ -114,10 +114,24 @@ impl<K: Key, V: Value> OwnerState<K, V> {
             }),
             Err(e) => Err(self.load_failed(id, refresh, &landed, e)),
         };
+        self.answer_callers(id, &mut landed, &answer, cutoff);
+        self.launch_next(myself, id, landed);
+    }
+
+    /// Answers a landed flight's callers who joined by `cutoff` (every one: `None`), and, while
+    /// this process is behind on its pushes, only the one who started it
+    /// ([`Flight::behind_cutoff`](crate::state::board::Flight::behind_cutoff)).
+    fn answer_callers(
+        &self,
+        id: &K,
+        landed: &mut Landed<V>,
+        answer: &Result<Fetched<V>>,
+        cutoff: Option<std::time::Instant>,
+    ) {
         tracing::debug!(
             table = %self.core.name,
             id = ?id,
-            outcome = match &answer { Ok(f) => format!("{:?}", f.origin), Err(e) => e.to_string() },
+            outcome = match answer { Ok(f) => format!("{:?}", f.origin), Err(e) => e.to_string() },
             waiters = landed.flight.waiters(),
             stored = landed.store,
             "flight landed"
@@ -125,8 +139,7 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         let behind = landed.flight.behind_cutoff(self.core.vouch.holds());
         landed
             .flight
-            .answer_before(&answer, earliest(cutoff, behind));
-        self.launch_next(myself, id, landed);
+            .answer_before(answer, earliest(cutoff, behind));
     }
 
     /// The flight queued behind a landed one launches, if one may.
