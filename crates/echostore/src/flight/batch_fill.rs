@@ -279,7 +279,7 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                 if let Some(ours) = &mut failed[i] {
                     *ours = !matches!(wrote, Ok(Wrote::NotOurs));
                 }
-                if matches!(wrote, Ok(Wrote::NotOurs)) && lives[i].is_some() {
+                if matches!(wrote, Ok(Wrote::NotOurs)) && (lives[i].is_some() || members[i].gone) {
                     fenced_out.push(i);
                 }
                 let written_as = envelopes[i]
@@ -316,7 +316,8 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
     /// (`Fill::fenced_out`): later reads there find that copy, so answering the loaded row,
     /// when newer, would make them go back. With neither, the row answers the callers seated by
     /// the member's lock attempt, and the later ones fly again: the write that dropped the lock
-    /// may be unheard here.
+    /// may be unheard here. A row found gone answers none of them (every caller flies again): a
+    /// gone row carries no cutoff, and the write may have re-created it.
     async fn fenced_out(
         &self,
         l2: &L2,
@@ -337,7 +338,10 @@ impl<'a, K: Key, V: Value> BatchFill<'a, K, V> {
                     bump(&self.core.stats.counters.l2_hits);
                     Some(Ok(Landing::Filled(self.core.l2_filled(env))))
                 }
-                None => row.map(|row| row.map(|row| row.for_callers_before(members[i].asked_from))),
+                None => row.map(|row| match row {
+                    Err(e) if e.is_absent() => Ok(Landing::FlyAgain),
+                    row => row.map(|row| row.for_callers_before(members[i].asked_from)),
+                }),
             };
         }
     }

@@ -285,10 +285,10 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         Won::Done(match leased.await {
             Ok(Some((value, delta))) => self.store(at, held, stamp, (Arc::new(value), delta)).await,
             Ok(None) => return Won::LostWhileQueued(stale),
-            Err(e) if e.is_absent() => {
-                self.delete_gone(held).await;
-                Err(e)
-            }
+            Err(e) if e.is_absent() => match self.delete_gone(held).await {
+                true => Err(e),
+                false => Ok(self.gone_fenced_out(at).await),
+            },
             Err(e) => {
                 // Serve a stale copy only if the lock was still ours: then no put or invalidate
                 // (which drop the lock) and no other winner replaced the copy in the meantime.
@@ -396,6 +396,21 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             _ => Landing::Filled(
                 Filled::answer_only(value, Origin::Loaded).for_callers_before(held.sent_at()),
             ),
+        }
+    }
+
+    /// The row was found gone, but a write elsewhere dropped the lock meanwhile, and its value
+    /// stands: the callers take what it left, as a fenced-out load's do, or, with nothing there,
+    /// fly again. A caller who joined after that write must not take the gone row: unless a push
+    /// of the write overtook this flight first (none comes under key tracking for a key this
+    /// process has not read, nor with coherence off), it is still joinable.
+    async fn gone_fenced_out(&self, at: &OnValkey<'_>) -> Landing<V> {
+        let reading = || (self.signals)(Signal::Reading);
+        let decode = |bytes| self.decode(bytes);
+        let id = (self.id, &at.names);
+        match losers::after_fenced_out(self.core, at.l2, id, reading, decode).await {
+            Some(env) if self.takes(&env) => Landing::Filled(self.l2_hit(env)),
+            _ => Landing::FlyAgain,
         }
     }
 

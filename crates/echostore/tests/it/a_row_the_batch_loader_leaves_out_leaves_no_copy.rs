@@ -6,22 +6,25 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{store_on, until_async, valkey};
-use echostore::{Error, Store, Table};
+use common::{builder_on, store_on, until, until_async, until_stats, valkey};
+use echostore::{Error, Store, Table, Tracking};
 
 /// A life short enough to end within a test; the stale window long enough to outlive it.
 const SHORT: Duration = Duration::from_millis(40);
 const STALE_FOR: Duration = Duration::from_secs(60);
 
-/// The rows at the source, and whether the source is down (every call fails).
+/// The rows at the source, and whether the source is down (every call fails). A call reads the
+/// rows, then answers once `gate` lets it (a test holds the gate to keep a load in flight).
 #[derive(Default)]
 struct Source {
     rows: Mutex<HashMap<u64, String>>,
     down: AtomicBool,
+    gate: tokio::sync::RwLock<()>,
+    calls: AtomicUsize,
 }
 
 impl Source {
@@ -53,11 +56,16 @@ async fn table(store: &Store, source: &Arc<Source>) -> Table<u64, String> {
                 if source.down.load(Ordering::SeqCst) {
                     return Err(std::io::Error::other("the source is down"));
                 }
-                let rows = source.rows.lock().expect("rows");
-                let found = ids
-                    .iter()
-                    .filter_map(|id| Some((*id, rows.get(id)?.clone())));
-                Ok(found.collect::<HashMap<_, _>>())
+                let found: HashMap<_, _> = {
+                    let rows = source.rows.lock().expect("rows");
+                    let found = ids
+                        .iter()
+                        .filter_map(|id| Some((*id, rows.get(id)?.clone())));
+                    found.collect()
+                };
+                source.calls.fetch_add(1, Ordering::SeqCst);
+                let _answer = source.gate.read().await;
+                Ok(found)
             }
         })
         .ttl(SHORT)
@@ -145,4 +153,58 @@ async fn without_valkey_l1_keeps_no_stale_copy_of_a_gone_row() {
     source.go_down();
     let again = here.get(&1).await.map(|v| (*v).clone());
     assert!(is_source_error(&again), "served after Absent: {again:?}");
+}
+
+/// A row found gone while a write elsewhere re-created it: that write dropped the batch's lock
+/// of the row, so the batch's `Absent` answers no caller who joined after it, and they take the
+/// write's copy. Under key tracking no push of that write reaches a process whose tracking
+/// connection never read the key, so the batch's flight of the row stays joinable after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_re_created_while_a_batch_found_it_gone_is_answered_after_the_write() {
+    let valkey = valkey();
+    let source = Source::with(&[2]);
+    let untracked = builder_on(&valkey.url())
+        .require_valkey(true)
+        .tracking(Tracking::Keys)
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || untracked.is_coherent()).await;
+    let here = table(&untracked, &source).await;
+    let there = table(&store_on(&valkey.url()).await, &source).await;
+    let hold = source.gate.write().await;
+    let read = |here: &Table<u64, String>| {
+        let here = here.clone();
+        tokio::spawn(async move {
+            here.get_many(&[1, 2])
+                .await
+                .map(|found| found.get(&1).map(|v| (**v).clone()))
+        })
+    };
+    let first = read(&here);
+    until("the batch found row 1 gone", || {
+        source.calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    there.put(&1, "re-created".to_owned()).await.expect("put");
+    let second = read(&here);
+    until_stats(&here, "the second batch joined the first", |s| {
+        s.coalesced >= 1
+    })
+    .await;
+    drop(hold);
+    let second = second
+        .await
+        .expect("the second batch's task")
+        .expect("batch");
+    assert_eq!(
+        second.as_deref(),
+        Some("re-created"),
+        "row 1 to a batch begun after the write"
+    );
+    let first = first.await.expect("the first batch's task").expect("batch");
+    assert!(
+        matches!(first.as_deref(), Some("re-created") | None),
+        "row 1 to the batch begun before the write: {first:?}"
+    );
 }

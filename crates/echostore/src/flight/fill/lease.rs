@@ -63,14 +63,17 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
 
     /// The source said the row is gone ([`Error::Absent`]): Valkey's copy goes with the lock, as a
     /// reloader's `Gone` deletes it, so that no later read here or elsewhere serves it (a failed
-    /// load's fail-safe, a loser's stale answer). Not ours: a write dropped the lock, and its
-    /// value stands. Failed: the copy may still be there, so the id is unsettled (it goes before
-    /// this process trusts Valkey for the id again) and the lock released later.
-    pub(super) async fn delete_gone(&self, held: &HeldLock<'_>) {
+    /// load's fail-safe, a loser's stale answer). Not ours (`false`): a write dropped the lock,
+    /// and its value stands. Failed: the copy may still be there, so the id is unsettled (it goes
+    /// before this process trusts Valkey for the id again) and the lock released later.
+    pub(super) async fn delete_gone(&self, held: &HeldLock<'_>) -> bool {
         let counters = &self.core.stats.counters;
         match held.delete_copy().await {
             Ok(true) => bump(&counters.released),
-            Ok(false) => bump(&counters.release_skipped),
+            Ok(false) => {
+                bump(&counters.release_skipped);
+                return false;
+            }
             Err(e) => {
                 bump(&counters.l2_errors);
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "deleting a gone row's copy failed");
@@ -78,5 +81,6 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
                 self.unsettle(held);
             }
         }
+        true
     }
 }
