@@ -12,7 +12,7 @@ use crate::common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use common::{Source, coherent_store, table_on, until, until_async, valkey};
+use common::{Source, Valkey, coherent_store, table_on, until, until_async, valkey};
 use echostore::{L1Backend, Table};
 
 /// A gate a weigher waits at for one id, closed until the test opens it.
@@ -68,27 +68,50 @@ async fn table(url: &str, source: &Source, gate: &Arc<Gate>) -> Table<u64, Strin
     .await
 }
 
-/// Another process's put of id 1 while this process's owner of id 1 is stuck: this process's
-/// reads of id 1 soon answer the put's value, not L1's older one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
+/// Two stores' `jam` on one Valkey: `here`, whose weigher waits at `gate`, and `there`. The gate
+/// opens when this is dropped (`_opens` first), a failed assertion's unwinding included.
+struct Fleet {
+    _opens: Opens,
+    gate: Arc<Gate>,
+    here: Table<u64, String>,
+    there: Table<u64, String>,
+    _valkey: Valkey,
+}
+
+async fn fleet() -> Fleet {
     let valkey = valkey();
     let url = valkey.url();
     let source = Source::open();
     let gate = Arc::new(Gate::default());
-    let _opens = Opens(Arc::clone(&gate));
-    let here = table(&url, &source, &gate).await;
-    let there = table(&url, &source, &Arc::new(Gate::default())).await;
-    let old = here.get(&1).await.expect("load");
-    // The owner stores a put's value in L1 once written: the weigher holds it there.
-    let stuck = {
-        let here = here.clone();
-        tokio::spawn(async move { here.put(&2, "jammed".to_owned()).await })
-    };
+    Fleet {
+        _opens: Opens(Arc::clone(&gate)),
+        here: table(&url, &source, &gate).await,
+        there: table(&url, &source, &Arc::new(Gate::default())).await,
+        gate,
+        _valkey: valkey,
+    }
+}
+
+/// Holds `here`'s one owner in its weigher (it stores a put's value in L1 once written) until
+/// the gate opens; the put's task, to be awaited then.
+async fn jam(fleet: &Fleet) -> tokio::task::JoinHandle<echostore::Result<()>> {
+    let here = fleet.here.clone();
+    let stuck = tokio::spawn(async move { here.put(&2, "jammed".to_owned()).await.map(drop) });
     until("the owner is stuck in the weigher", || {
-        gate.met.load(Ordering::SeqCst)
+        fleet.gate.met.load(Ordering::SeqCst)
     })
     .await;
+    stuck
+}
+
+/// Another process's put of id 1 while this process's owner of id 1 is stuck: this process's
+/// reads of id 1 soon answer the put's value, not L1's older one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
+    let fleet = fleet().await;
+    let (here, there) = (&fleet.here, &fleet.there);
+    let old = here.get(&1).await.expect("load");
+    let stuck = jam(&fleet).await;
     there
         .put(&1, format!("{old} and after"))
         .await
@@ -97,7 +120,7 @@ async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
         here.get(&1).await.expect("read").as_str() != old.as_str()
     })
     .await;
-    gate.open();
+    fleet.gate.open();
     stuck.await.expect("the put's task").expect("put");
 }
 
@@ -107,24 +130,12 @@ async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
 /// went on taking it for current for as long as the owner stayed behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_owner_behind_on_its_pushes_takes_no_copy_a_mark_made_a_miss() {
-    let valkey = valkey();
-    let url = valkey.url();
-    let source = Source::open();
-    let gate = Arc::new(Gate::default());
-    let _opens = Opens(Arc::clone(&gate));
-    let here = table(&url, &source, &gate).await;
-    let there = table(&url, &source, &Arc::new(Gate::default())).await;
+    let fleet = fleet().await;
+    let (here, there) = (&fleet.here, &fleet.there);
     let old = there.get(&1).await.expect("load");
     let seen = here.peek(&1).await.expect("peek").map(|f| f.value);
     assert_eq!(seen, Some(old), "the copy on Valkey, before the mark");
-    let stuck = {
-        let here = here.clone();
-        tokio::spawn(async move { here.put(&2, "jammed".to_owned()).await })
-    };
-    until("the owner is stuck in the weigher", || {
-        gate.met.load(Ordering::SeqCst)
-    })
-    .await;
+    let stuck = jam(&fleet).await;
     there
         .invalidate_tag("all")
         .await
@@ -134,6 +145,6 @@ async fn an_owner_behind_on_its_pushes_takes_no_copy_a_mark_made_a_miss() {
         async || here.peek(&1).await.expect("peek").is_none(),
     )
     .await;
-    gate.open();
+    fleet.gate.open();
     stuck.await.expect("the put's task").expect("put");
 }
