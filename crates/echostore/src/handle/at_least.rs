@@ -9,13 +9,17 @@
 //! afresh. With `.version_by` the answer's version is checked too: an older answer, or one with
 //! no version to tell (a `None`) that the source did not give this read, drops Valkey's copy (its
 //! value, never the lock) and the read tries again, reading the source, while the source is
-//! still behind (a lagging read replica), up to its bound.
+//! still behind (a lagging read replica), up to its bound. A `None` another process wrote counts
+//! only past a drop made once every put sent before the read began has landed or been refused
+//! (one and a half `valkey_timeout`s): a put sent before the read may land after an earlier drop.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::fetched::{Fetched, Origin};
@@ -60,8 +64,8 @@ where
     });
     let behind = AtomicBool::new(false);
     let reads = async {
-        // Whether this read has dropped Valkey's copy: every answer since was read afresh.
-        let mut dropped = false;
+        let mut dropped = Dropped::Not;
+        let late_puts_settled = Instant::now() + late_puts_land_within(core);
         loop {
             let key = id.to_owned();
             owner
@@ -71,12 +75,12 @@ where
                 })
                 .await?;
             let fetched = crate::handle::miss::miss(core, owner, id, losers.clone()).await?;
-            if recent_enough(core, &fetched, wanted, dropped) {
+            if recent_enough(core, &fetched, wanted, dropped == Dropped::AfterLatePuts) {
                 return Ok(fetched);
             }
             behind.store(true, Relaxed);
-            drop_older_copy(core, &id.to_owned()).await;
-            dropped = true;
+            let id = id.to_owned();
+            dropped = drop_older_copy(core, &id, &fetched.value, dropped, late_puts_settled).await;
             tokio::time::sleep(AGAIN_AFTER).await;
         }
     };
@@ -91,15 +95,58 @@ where
     }
 }
 
+/// Whether, and when, the read has dropped Valkey's copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    Not,
+    /// Before every put sent before the read began had landed or been refused: one of those
+    /// may have written a copy since.
+    Early,
+    /// After: every copy on Valkey since was written by a write sent after the read began, or
+    /// read from the source by a flight that did.
+    AfterLatePuts,
+}
+
+/// How long after it is sent a put may still land: its deadline is its sender's estimate of
+/// Valkey's clock plus `valkey_timeout`, and that estimate is off by under half a round trip,
+/// itself under `valkey_timeout` (a longer one timed out and gave no sample).
+fn late_puts_land_within<K, V>(core: &TableCore<K, V>) -> Duration {
+    core.l2
+        .as_ref()
+        .map_or(Duration::ZERO, |l2| l2.timeout().saturating_mul(3) / 2)
+}
+
 /// The answer was older than the read must see, so Valkey's copy may be too (written before the
 /// source moved on, by a process that never heard of it): it goes, its value only (a lock stays its
 /// holder's), so that the next miss reads the source. A newer copy landed meanwhile costs one load.
-async fn drop_older_copy<K: Key, V>(core: &TableCore<K, V>, id: &K) {
-    let (Some(l2), Ok(names)) = (&core.l2, core.names(id)) else {
-        return;
+///
+/// An answer with no version read after an early drop may be a late put's: the drop then waits
+/// until every put sent before the read began (`settled`) has landed or been refused. Says which
+/// drop this was (a drop that failed changes nothing).
+async fn drop_older_copy<K: Key, V: Value>(
+    core: &TableCore<K, V>,
+    id: &K,
+    answer: &V,
+    before: Dropped,
+    settled: Instant,
+) -> Dropped {
+    if before == Dropped::Early && !has_version(core, answer) {
+        tokio::time::sleep_until(settled).await;
+    }
+    let dropped = if Instant::now() >= settled {
+        Dropped::AfterLatePuts
+    } else {
+        Dropped::Early
     };
-    if let Err(e) = l2.delete_value(&names).await {
-        tracing::debug!(table = %core.name, error = %e, "at_least: Valkey's older copy stays; reading on");
+    let (Some(l2), Ok(names)) = (&core.l2, core.names(id)) else {
+        return dropped;
+    };
+    match l2.delete_value(&names).await {
+        Ok(()) => dropped,
+        Err(e) => {
+            tracing::debug!(table = %core.name, error = %e, "at_least: Valkey's older copy stays; reading on");
+            before
+        }
     }
 }
 
@@ -117,15 +164,22 @@ fn shows<K, V: Value>(core: &TableCore<K, V>, value: &V, wanted: Version) -> boo
     }
 }
 
+/// `value`'s version can be told (with `.version_by`: not a deletion, and no panic).
+fn has_version<K, V: Value>(core: &TableCore<K, V>, value: &V) -> bool {
+    matches!(core.config.versioned(value), Versioned::At(_))
+}
+
 /// What a miss that followed the owner's drop answered is at least `wanted`: read afresh from
 /// Valkey or the source, it is, unless its version (with `.version_by`) says it is older.
 ///
 /// For a source token, an answer with no version to tell (a `None`, or a `.version_by` that
 /// panicked) says nothing from Valkey: the source may have moved to `wanted` after a delete
 /// wrote that `None` there, with the write that re-creates the row still on its way. Only the
-/// source can tell: the answer counts if this read's flight loaded it, or if this read has
-/// already dropped Valkey's copy (`dropped_valkeys`), so that it was read from the source or
-/// written there since.
+/// source can tell: the answer counts if this read's flight loaded it, or if this read dropped
+/// Valkey's copy once every put sent before it began had landed or been refused
+/// (`dropped_valkeys`), so that it was read from the source or written there since. A drop made
+/// sooner does not do: a put sent before the read may land after it (up to its deadline), and
+/// a `None` carries no version to refuse it by.
 fn recent_enough<K, V: Value>(
     core: &TableCore<K, V>,
     fetched: &Fetched<V>,

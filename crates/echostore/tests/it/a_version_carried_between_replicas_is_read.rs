@@ -245,3 +245,54 @@ async fn a_deletion_on_valkey_is_not_taken_for_a_row_re_created_at_the_source() 
         Some(2)
     );
 }
+
+/// A `None` that lands on Valkey after the read dropped an older copy shows no version either:
+/// a put sent before the read began may land after that drop, up to its deadline. Valkey holds
+/// version 1 and the source has moved to 2; the read finds 1 and drops it; another holder's lock
+/// keeps the read waiting, and the late put of a `None` lands (dropping that lock as any put
+/// does). The read must answer the source's 2, not that `None`.
+#[tokio::test]
+async fn a_none_landing_after_the_read_dropped_an_older_copy_is_not_taken() {
+    let valkey = valkey();
+    let (writer, reader) = replicas(&valkey.url()).await;
+    let row = Row(Arc::new(AtomicU64::new(1)));
+    let optional = |store: &Store| {
+        let row = row.clone();
+        store
+            .table::<u64, Option<u64>>("late_none")
+            .ttl(Duration::from_secs(60))
+            .version_by(|v: &Option<u64>| v.unwrap_or(0))
+            .loader(move |_id: u64| {
+                let row = row.clone();
+                async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
+            })
+            .build()
+    };
+    let (on_writer, on_reader) = (
+        optional(&writer).await.expect("the writer's table"),
+        optional(&reader).await.expect("the reader's table"),
+    );
+    on_writer
+        .put(&7, Some(1))
+        .await
+        .expect("version 1 on Valkey");
+    row.0.store(2, SeqCst); // the source moves on; no write tells the caches
+
+    let names = on_reader.key_names(&7).expect("key names");
+    let mut conn = common::raw(&valkey.url()).await;
+    let lock = String::from_utf8(names.lock).expect("a text lock key");
+    common::hold_lock(&mut conn, &lock, "another-holder").await;
+    let read = tokio::spawn(async move {
+        on_reader
+            .get_with(&7, ReadOptions::new().at_least(Version::from_source(2)))
+            .await
+    });
+    common::until_async("the read dropped version 1", async || {
+        !common::exists(&mut conn, &names.value).await
+    })
+    .await;
+    on_writer.put(&7, None).await.expect("the late put");
+
+    let read = read.await.expect("the read's task").expect("the read");
+    assert_eq!(*read, Some(2), "the read took the late put's None");
+}
