@@ -120,9 +120,11 @@ fn late_puts_land_within<K, V>(core: &TableCore<K, V>) -> Duration {
 /// source moved on, by a process that never heard of it): it goes, its value only (a lock stays its
 /// holder's), so that the next miss reads the source. A newer copy landed meanwhile costs one load.
 ///
-/// An answer with no version read after an early drop may be a late put's: the drop then waits
-/// until every put sent before the read began (`settled`) has landed or been refused. Says which
-/// drop this was (a drop that failed changes nothing).
+/// An answer with no version read after an early drop may be a late put's: nothing is dropped
+/// until every put sent before the read began (`settled`) has landed or been refused; the read
+/// waits for that and reads again (a copy that shows the version may be there by then, and is
+/// not to be dropped). Says which drop this was (a drop that failed or was put off changes
+/// nothing).
 async fn drop_older_copy<K: Key, V: Value>(
     core: &TableCore<K, V>,
     id: &K,
@@ -130,8 +132,9 @@ async fn drop_older_copy<K: Key, V: Value>(
     before: Dropped,
     settled: Instant,
 ) -> Dropped {
-    if before == Dropped::Early && !has_version(core, answer) {
+    if before == Dropped::Early && !has_version(core, answer) && Instant::now() < settled {
         tokio::time::sleep_until(settled).await;
+        return before;
     }
     let dropped = if Instant::now() >= settled {
         Dropped::AfterLatePuts
