@@ -23,8 +23,8 @@
 //!   one way to wait); `board` — the current flights and reads, where a miss finds them without a
 //!   message, each flight's cell, and the ids being written (`board::running`: a running write's
 //!   mark, held by its own task).
-//! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one `MGET` per
-//!   slot group, the rest to the owner in one message; `batch_fill` — the flights a batch
+//! - `batch` — `get_many` and `fetch_many` on the caller's side: L1, the board, one pipelined read
+//!   per slot group, the rest to the owner in one message; `batch_fill` — the flights a batch
 //!   started, run together (one acquire-many, one batch loader call, one write-many), with the
 //!   source call and its lease in `batch_fill::source` and each loaded id's write and landing in
 //!   `batch_fill::landing`; `batch_fill::on_valkey` — those round trips.

@@ -4,8 +4,8 @@
 //! ```text
 //! each id: L1 ─ hit ─▶ answered (on the caller's task, as `get`)
 //!   misses: board ─ flight listed ─▶ join it (coalesced)
-//!             ├──── nothing listed ─▶ MGET (one per slot group) ─ fresh ─▶ settle into L1, answer
-//!             └──── anything else ─┬───────────────────────────────────────┘ not settled
+//!             ├──── nothing listed ─▶ GETRANGE pipeline (per slot group) ─ fresh ─▶ settle, answer
+//!             └──── anything else ─┬──────────────────────────────────────┘ not settled
 //!                                  ▼
 //!              the owner, in one message: each id joins its flight or starts one, and the
 //!              started flights run as one batch ([`fill`]): one source call for them all
@@ -39,7 +39,7 @@ impl<K: Key, V: Value> Table<K, V> {
     /// (without one, the per-id loader for each, a few at a time).
     ///
     /// Ids in L1 answer at once; ids whose flight is running (a `get`, another batch) join it;
-    /// the rest are read from Valkey (`MGET`), and those missing or stale are locked and loaded,
+    /// the rest are read from Valkey (one pipeline), and those missing or stale are locked and loaded,
     /// with one source read per id per expiry across every process, as for single reads. Ids the
     /// batch loader leaves out are absent from the map. The first error of any other id is the
     /// answer; [`fetch_many`](Self::fetch_many) answers each id on its own.
@@ -162,7 +162,7 @@ pub(crate) async fn fetch_many<K: Key, V: Value>(
         .collect()
 }
 
-/// The reads listed for this caller, made with one `MGET` per slot group: each fresh value
+/// The reads listed for this caller, made with one pipeline of bounded reads per slot group: each fresh value
 /// settled into L1 is answered; the other ids are added to `to_owner`. Returns the reads, to be
 /// kept until the owner has answered.
 async fn read_here<'a, K: Key, V: Value>(
@@ -188,7 +188,8 @@ async fn read_here<'a, K: Key, V: Value>(
     core.hear_marks().await;
     let read = join_all(groups.iter().map(|group| {
         let keys: Vec<&KeyNames> = group.iter().map(|&g| names[g]).collect();
-        async move { crate::flight::batch_fill::on_valkey::mget(l2, &keys).await }
+        let max = core.config.max_value_bytes;
+        async move { crate::flight::batch_fill::on_valkey::read_values(l2, &keys, max).await }
     }));
     let read = crate::state::metrics::time_l2(&core.name, read).await;
     let now_ms = core.now_ms();

@@ -8,7 +8,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{
-    envelope, envelope_header, exists, raw, read_envelope, settled, store_on, unix_ms, valkey,
+    envelope, envelope_header, exists, info_count, raw, read_envelope, settled, store_on, unix_ms,
+    valkey,
 };
 use echostore::{Origin, Table};
 use redis::AsyncCommands;
@@ -118,6 +119,49 @@ async fn a_value_over_the_limit_on_valkey_is_a_counted_miss() {
         .await
         .expect("replaced");
     assert_eq!(stored.value, "small k");
+    settled(&t).await;
+}
+
+/// A batch read is bounded per value as a single read is: a fresh envelope of 8 MB planted on
+/// Valkey, in a batch with another id, costs Valkey at most one byte over the table's
+/// `max_value_bytes` to send, is a counted miss, and the loader's value replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_read_takes_no_more_of_a_huge_value_than_a_single_read() {
+    let valkey = valkey();
+    let mut conn = raw(&valkey.url()).await;
+    let now = unix_ms();
+    let planted = envelope(now + 3_600_000, now, &"x".repeat(8 << 20));
+    let _: () = conn
+        .set("capped_batch:{huge}", &planted)
+        .await
+        .expect("plant");
+    let t = store_on(&valkey.url())
+        .await
+        .table::<String, String>("capped_batch")
+        .ttl(Duration::from_secs(60))
+        .max_value_bytes(256)
+        .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("small {id}")) })
+        .build()
+        .await
+        .expect("table");
+
+    let sent_before = info_count(&mut conn, "stats", "total_net_output_bytes").await;
+    let found = t
+        .get_many(["huge".to_string(), "other".to_string()])
+        .await
+        .expect("a batch");
+    let sent = info_count(&mut conn, "stats", "total_net_output_bytes").await - sent_before;
+    assert_eq!(found["huge"].as_str(), "small huge");
+    assert_eq!(found["other"].as_str(), "small other");
+    assert!(
+        sent < 1 << 20,
+        "Valkey sent {sent} bytes for a batch whose values may be 257 bytes each"
+    );
+    assert_eq!(t.stats().decode_errors, 1);
+    let stored = read_envelope::<String>(&mut conn, "capped_batch:{huge}")
+        .await
+        .expect("replaced");
+    assert_eq!(stored.value, "small huge");
     settled(&t).await;
 }
 
