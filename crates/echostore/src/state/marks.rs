@@ -32,6 +32,8 @@
 //! over) puts back the missing ones ([`crate::wire::scripts::PUT_BACK_MARKS_SCRIPT`], never lowering a mark): a mark
 //! one process heard and another missed just before the loss would otherwise divide them until
 //! the table's next mark, the second stamping below it, each of its copies a miss to the first.
+//! A read above the latest known mark also asks for that mark's member: gone or lower (the key
+//! evicted or deleted alone), the marks are read in full, and so put back, at once.
 //!
 //! This state lives in the table's shared core, not in the owner, so an owner that crashes loses
 //! none of it. What a mark drops from L1 and which flights it overtakes is the owner's part
@@ -89,6 +91,9 @@ pub(crate) struct Marks {
 #[derive(Default)]
 struct View {
     latest: u64,
+    /// A member whose mark is `latest`: while Valkey holds the marks this process knows, it
+    /// holds this member at `latest` or above.
+    latest_member: Vec<u8>,
     cleared: u64,
     tags: HashMap<String, u64>,
 }
@@ -119,6 +124,20 @@ impl View {
 pub(crate) enum Scope {
     All,
     Tags(HashSet<String>),
+}
+
+impl Scope {
+    /// What `a` and `b` make stale together.
+    fn union(a: Option<Scope>, b: Option<Scope>) -> Option<Scope> {
+        match (a, b) {
+            (Some(Scope::Tags(mut a)), Some(Scope::Tags(b))) => {
+                a.extend(b);
+                Some(Scope::Tags(a))
+            }
+            (Some(_), Some(_)) => Some(Scope::All),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl Marks {
@@ -217,7 +236,10 @@ impl Marks {
                     continue;
                 }
             }
-            view.latest = view.latest.max(generation);
+            if generation > view.latest {
+                view.latest = generation;
+                view.latest_member.clone_from(member);
+            }
         }
         view.prune(now_us.saturating_sub(self.keep_us), self.keep_us > 0);
         self.latest.store(view.latest, SeqCst);
@@ -231,35 +253,34 @@ impl Marks {
     /// Reads the marks from Valkey: all of them (`full`), or those above the latest known. A read
     /// that fails leaves a full read owed; a full read that lands pays what was owed when it
     /// began.
+    ///
+    /// A read above the latest known also asks for the member that carries it: when Valkey no
+    /// longer holds it there (the key evicted or deleted, a replica that missed it promoted), the
+    /// marks are read in full at once, which puts back what Valkey lost. Without that, only a
+    /// full read at a table's start or a tracking reconnection noticed the loss: every process
+    /// that knew the marks went on judging by them while a newcomer, finding none, served the
+    /// copies they retired.
     pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
         let failed_before = self.failed.load(SeqCst);
         let sent = crate::clock::coarse_ticks();
-        let key = &self.key;
-        let known = self.stamp();
-        let above = format!("({known}");
-        let read: Result<Vec<(Vec<u8>, f64)>> = l2
-            .run("read the marks", None, |mut c| async move {
-                let mut cmd = redis::cmd(if full { "ZRANGE" } else { "ZRANGEBYSCORE" });
-                cmd.arg(key);
-                if full {
-                    cmd.arg(0).arg(-1);
-                } else {
-                    cmd.arg(above).arg("+inf");
-                }
-                cmd.arg("WITHSCORES").query_async(&mut c).await
-            })
-            .await;
-        let read = match read {
+        let (known, latest_member) = self.latest_known();
+        let read = match self.read(l2, full, known, latest_member).await {
             Ok(read) => read,
             Err(e) => {
                 self.owe_full_read();
                 return Err(e);
             }
         };
+        let (read, latest_score) = read;
         self.read_sent.fetch_max(sent, SeqCst);
         let now = now_us(l2.now_ms());
         if !full {
-            return Ok(self.merge(&read, now));
+            let scope = self.merge(&read, now);
+            if !self.lost_latest(&read, known, latest_score, now) {
+                return Ok(scope);
+            }
+            let in_full = Box::pin(self.refresh(l2, true)).await?;
+            return Ok(Scope::union(scope, in_full));
         }
         let (scope, lost) = self.take_in_full(&read, now, known);
         self.answered.fetch_max(failed_before, SeqCst);
@@ -267,6 +288,59 @@ impl Marks {
             self.put_back(l2, &lost, read.is_empty()).await;
         }
         Ok(scope)
+    }
+
+    /// The latest mark known here, and a member that carries it.
+    fn latest_known(&self) -> (u64, Vec<u8>) {
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        (view.latest, view.latest_member.clone())
+    }
+
+    /// One read of the marks: every one (`full`), or those above `known`, with the score of
+    /// `latest_member` (the member that carries `known`) beside them.
+    async fn read(
+        &self,
+        l2: &L2,
+        full: bool,
+        known: u64,
+        latest_member: Vec<u8>,
+    ) -> Result<(Vec<(Vec<u8>, f64)>, Option<f64>)> {
+        let key = &self.key;
+        let latest_member = &latest_member;
+        l2.run("read the marks", None, |mut c| async move {
+            let mut pipe = redis::pipe();
+            if full {
+                pipe.cmd("ZRANGE").arg(key).arg(0).arg(-1);
+            } else {
+                pipe.cmd("ZRANGEBYSCORE")
+                    .arg(key)
+                    .arg(format!("({known}"))
+                    .arg("+inf");
+            }
+            pipe.arg("WITHSCORES");
+            pipe.cmd("ZSCORE").arg(key).arg(latest_member);
+            pipe.query_async(&mut c).await
+        })
+        .await
+    }
+
+    /// Whether Valkey lost the latest mark known here (`known`, its member's score now
+    /// `latest_score`; `read`, the marks above it), where it should still hold it: a clear at or
+    /// above it removes every tag's mark below it (and covers them), and a mark kept for a while
+    /// only (`keep_us`) is let go with its key once the table has been quiet that long.
+    fn lost_latest(
+        &self,
+        read: &[(Vec<u8>, f64)],
+        known: u64,
+        latest_score: Option<f64>,
+        now_us: u64,
+    ) -> bool {
+        let missing = latest_score.is_none_or(|score| score < known as f64);
+        let kept = self.keep_us == 0 || known.saturating_add(self.keep_us) > now_us;
+        let cleared_since = read
+            .iter()
+            .any(|(member, score)| member == CLEAR.as_bytes() && *score >= known as f64);
+        known > 0 && missing && kept && !cleared_since
     }
 
     /// Takes in a full read of the marks (`read`), sent when the latest mark known here was

@@ -11,7 +11,7 @@ use common::{
     Proxy, Source, coherent_store, long_lived, patient_store, raw, settled, table_on, until,
     until_stats, valkey, warm,
 };
-use echostore::Origin;
+use echostore::{Origin, Tracking};
 
 /// Kills every store's tracking connection (named `echostore-tracking`), and only those.
 async fn kill_tracking_connections(conn: &mut common::RawConn) -> usize {
@@ -332,4 +332,64 @@ async fn minute_unconfirmed(url: &str) -> echostore::Store {
         .expect("store");
     until("tracking is up", || store.is_coherent()).await;
     store
+}
+
+/// The marks key lost alone, while Valkey keeps the copies a tag retired (the key evicted under
+/// `maxmemory`, deleted by hand, or a failover to a replica that missed the latest mark): a store
+/// that knew the marks hears the change, sees its latest mark gone and puts the marks back, so a
+/// store started after it takes the retired copy for a miss. Before, only a store's full read of
+/// the marks (at its start, or when tracking came back) noticed a loss: the store that knew kept
+/// judging by its own copy of the marks, and the newcomer, finding none, served the retired copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marks_key_lost_alone_is_put_back_before_a_newcomer_reads_a_retired_copy() {
+    marks_key_lost_alone(Tracking::Broadcast).await;
+}
+
+/// The same under key tracking: the store that knew the marks read them on its data connection,
+/// so the key's loss is pushed to it as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marks_key_lost_alone_is_put_back_under_key_tracking() {
+    marks_key_lost_alone(Tracking::Keys).await;
+}
+
+async fn marks_key_lost_alone(tracking: Tracking) {
+    let valkey = valkey();
+    let source = Source::open();
+    let store = common::builder_on(&valkey.url())
+        .require_valkey(true)
+        .tracking(tracking)
+        .build()
+        .await
+        .expect("store");
+    until("tracking is up", || store.is_coherent()).await;
+    let knew = table_on(&store, "lost_marks", &source, tagged).await;
+    let retired = knew.get(&1).await.expect("loaded").to_string();
+    knew.invalidate_tag("t").await.expect("invalidate");
+
+    let mut conn = raw(&valkey.url()).await;
+    let marks = "lost_marks:{}marks";
+    let _: () = redis::cmd("DEL")
+        .arg(marks)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    common::until_async("the store that knew the marks put them back", async || {
+        common::exists(&mut conn, marks).await
+    })
+    .await;
+
+    let newcomer = table_on(
+        &coherent_store(&valkey.url(), None).await,
+        "lost_marks",
+        &source,
+        tagged,
+    )
+    .await;
+    let read = newcomer.fetch(&1).await.expect("the newcomer's read");
+    assert_ne!(
+        (read.origin, read.value.to_string()),
+        (Origin::L2, retired),
+        "the newcomer served the copy the tag retired"
+    );
+    settled(&knew).await;
 }

@@ -135,3 +135,46 @@ async fn a_mark_without_valkey_is_local_and_above_the_latest() {
     assert!(marks.stamp() > first);
     assert!(!marks.is_current(&marking(first, &[])));
 }
+
+/// A read above the latest mark known finds its member gone or lower only when Valkey lost it:
+/// not when the member was marked again (higher), nor when a clear at or above it removed the
+/// tags below it, nor, for marks kept a while only, once the table has been quiet past the keep
+/// (the key then lapses whole, as designed).
+#[test]
+fn only_a_latest_mark_valkey_should_hold_is_lost() {
+    let marks = Marks::new(b"t:{}marks".to_vec(), None);
+    assert!(
+        !marks.lost_latest(&[], 0, None, NOW),
+        "no mark known: none lost"
+    );
+    let _ = marks.merge(&read(&[("tag:a", NOW - 2), ("tag:b", NOW)]), NOW);
+    assert_eq!(marks.latest_known(), (NOW, b"tag:b".to_vec()));
+    assert!(marks.lost_latest(&[], NOW, None, NOW), "the key gone");
+    assert!(
+        marks.lost_latest(&read(&[("tag:c", NOW + 9)]), NOW, None, NOW),
+        "the key gone, then another mark"
+    );
+    assert!(!marks.lost_latest(&[], NOW, Some(NOW as f64), NOW));
+    assert!(
+        !marks.lost_latest(
+            &read(&[("tag:b", NOW + 3)]),
+            NOW,
+            Some((NOW + 3) as f64),
+            NOW
+        ),
+        "marked again"
+    );
+    assert!(
+        !marks.lost_latest(&read(&[(CLEAR, NOW + 3)]), NOW, None, NOW),
+        "a clear removed it"
+    );
+
+    let keep = Duration::from_secs(60);
+    let timed = Marks::new(b"t:{}marks".to_vec(), Some(keep));
+    let _ = timed.merge(&read(&[("tag:a", NOW)]), NOW);
+    assert!(timed.lost_latest(&[], NOW, None, NOW + 1_000_000));
+    assert!(
+        !timed.lost_latest(&[], NOW, None, NOW + 61_000_000),
+        "quiet past its keep: the key lapsed"
+    );
+}
