@@ -54,6 +54,10 @@ pub(crate) enum Fault {
     PauseWrite,
     /// `CLIENT PAUSE … ALL`: every command waits.
     PauseAll,
+    /// Every table's marks key deleted, as `maxmemory` eviction or a hand's `DEL` would, while
+    /// the copies the marks retired stay on Valkey: the processes that knew the marks must put
+    /// them back before anyone takes a retired copy for current. It excuses nothing.
+    LoseMarks,
     /// Valkey killed and started again, empty, on the same port.
     Restart,
     /// Valkey killed, kept down for [`OUTAGE`], then started again empty: an outage.
@@ -98,11 +102,12 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 14] = [
+    pub(crate) const ALL: [Fault; 15] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
         Fault::PauseAll,
+        Fault::LoseMarks,
         Fault::Restart,
         Fault::Outage,
         Fault::Crash,
@@ -116,11 +121,12 @@ impl Fault {
     ];
 
     /// The cluster's faults: what `all` injects under `--cluster`.
-    pub(crate) const CLUSTER: [Fault; 8] = [
+    pub(crate) const CLUSTER: [Fault; 9] = [
         Fault::KillPrimary,
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
+        Fault::LoseMarks,
         Fault::Replace,
         Fault::KillWorker,
         Fault::SlowSource,
@@ -134,6 +140,7 @@ impl Fault {
             Fault::KillAll => "kill-all",
             Fault::PauseWrite => "pause-write",
             Fault::PauseAll => "pause-all",
+            Fault::LoseMarks => "lose-marks",
             Fault::Restart => "restart",
             Fault::Outage => "outage",
             Fault::Crash => "crash",
@@ -283,6 +290,14 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             };
             on_every_node(&reach.target.nodes(), &pause(PAUSE, mode)).await?;
             tokio::time::sleep(PAUSE).await;
+        }
+        Fault::LoseMarks => {
+            lose_marks(&reach.target.nodes(), reach.namespace).await?;
+            let span = FaultSpan::new(name, start, now_ns());
+            return Ok(FaultSpan {
+                excuses: Excuses::Nothing,
+                ..span
+            });
         }
         Fault::Restart | Fault::Outage => stop_server(fault, reach.target).await?,
         Fault::Crash | Fault::Skew | Fault::Freeze | Fault::Replace | Fault::KillWorker => {
@@ -460,6 +475,43 @@ async fn on_every_node(nodes: &[String], cmd: &redis::Cmd) -> CliResult<()> {
     }
 }
 
+/// `DEL` of every marks key of the run (`<namespace>:<table>:{}marks`), found with `SCAN` on
+/// every node and deleted there (a replica refuses, its primary does it); fails if no node
+/// answered.
+async fn lose_marks(nodes: &[String], namespace: &str) -> CliResult<()> {
+    let pattern = format!("{namespace}:*:{{}}marks");
+    let mut reached = 0;
+    for node in nodes {
+        let Ok(mut conn) = control(node).await else {
+            continue;
+        };
+        reached += 1;
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            for key in keys {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEL").arg(key).query_async(&mut conn).await;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    match reached {
+        0 => Err("no node answered".into()),
+        _ => Ok(()),
+    }
+}
+
 /// `CLIENT KILL ID` of every store's tracking connection, on every node that answers (fails if
 /// none does).
 async fn kill_tracking(nodes: &[String]) -> CliResult<()> {
@@ -516,7 +568,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(14));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(15));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());
