@@ -126,20 +126,6 @@ pub(crate) enum Scope {
     Tags(HashSet<String>),
 }
 
-impl Scope {
-    /// What `a` and `b` make stale together.
-    fn union(a: Option<Scope>, b: Option<Scope>) -> Option<Scope> {
-        match (a, b) {
-            (Some(Scope::Tags(mut a)), Some(Scope::Tags(b))) => {
-                a.extend(b);
-                Some(Scope::Tags(a))
-            }
-            (Some(_), Some(_)) => Some(Scope::All),
-            (a, b) => a.or(b),
-        }
-    }
-}
-
 impl Marks {
     /// No marks yet, kept on Valkey under `key` for `keep` (`None`: until the next clear).
     pub(crate) fn new(key: Vec<u8>, keep: Option<Duration>) -> Self {
@@ -275,12 +261,12 @@ impl Marks {
         self.read_sent.fetch_max(sent, SeqCst);
         let now = now_us(l2.now_ms());
         if !full {
-            let scope = self.merge(&read, now);
-            if !self.lost_latest(&read, known, latest_score, now) {
-                return Ok(scope);
+            if self.lost_latest(&read, known, latest_score, now) {
+                // Not merged: the full read takes these marks in with the rest and says what
+                // they make stale, or, failing, leaves a full read owed that will.
+                return Box::pin(self.refresh(l2, true)).await;
             }
-            let in_full = Box::pin(self.refresh(l2, true)).await?;
-            return Ok(Scope::union(scope, in_full));
+            return Ok(self.merge(&read, now));
         }
         let (scope, lost) = self.take_in_full(&read, now, known);
         self.answered.fetch_max(failed_before, SeqCst);
