@@ -54,10 +54,11 @@ pub(crate) enum Fault {
     PauseWrite,
     /// `CLIENT PAUSE … ALL`: every command waits.
     PauseAll,
-    /// Every table's marks key deleted, as `maxmemory` eviction or a hand's `DEL` would, while
-    /// the copies the marks retired stay on Valkey: the processes that knew the marks must put
-    /// them back before anyone takes a retired copy for current. It excuses nothing.
-    LoseMarks,
+    /// Every table's marks key and live-schemas key deleted, as `maxmemory` eviction or a hand's
+    /// `DEL` would, while the copies stay on Valkey: the processes that knew the marks must put
+    /// them back before anyone takes a copy they retired for current, and the schemas' members
+    /// put themselves back keeping their generations. It excuses nothing.
+    LoseTableKeys,
     /// Valkey killed and started again, empty, on the same port.
     Restart,
     /// Valkey killed, kept down for [`OUTAGE`], then started again empty: an outage.
@@ -107,7 +108,7 @@ impl Fault {
         Fault::KillAll,
         Fault::PauseWrite,
         Fault::PauseAll,
-        Fault::LoseMarks,
+        Fault::LoseTableKeys,
         Fault::Restart,
         Fault::Outage,
         Fault::Crash,
@@ -126,7 +127,7 @@ impl Fault {
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
-        Fault::LoseMarks,
+        Fault::LoseTableKeys,
         Fault::Replace,
         Fault::KillWorker,
         Fault::SlowSource,
@@ -140,7 +141,7 @@ impl Fault {
             Fault::KillAll => "kill-all",
             Fault::PauseWrite => "pause-write",
             Fault::PauseAll => "pause-all",
-            Fault::LoseMarks => "lose-marks",
+            Fault::LoseTableKeys => "lose-table-keys",
             Fault::Restart => "restart",
             Fault::Outage => "outage",
             Fault::Crash => "crash",
@@ -291,8 +292,8 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             on_every_node(&reach.target.nodes(), &pause(PAUSE, mode)).await?;
             tokio::time::sleep(PAUSE).await;
         }
-        Fault::LoseMarks => {
-            lose_marks(&reach.target.nodes(), reach.namespace).await?;
+        Fault::LoseTableKeys => {
+            lose_table_keys(&reach.target.nodes(), reach.namespace).await?;
             let span = FaultSpan::new(name, start, now_ns());
             return Ok(FaultSpan {
                 excuses: Excuses::Nothing,
@@ -475,40 +476,50 @@ async fn on_every_node(nodes: &[String], cmd: &redis::Cmd) -> CliResult<()> {
     }
 }
 
-/// `DEL` of every marks key of the run (`<namespace>:<table>:{}marks`), found with `SCAN` on
-/// every node and deleted there (a replica refuses, its primary does it); fails if no node
-/// answered.
-async fn lose_marks(nodes: &[String], namespace: &str) -> CliResult<()> {
-    let pattern = format!("{namespace}:*:{{}}marks");
+/// `DEL` of every marks key (`<namespace>:<table>:{}marks`) and live-schemas key
+/// (`<namespace>:schemas:<table>`) of the run, found with `SCAN` on every node and deleted there
+/// (a replica refuses, its primary does it); fails if no node answered.
+async fn lose_table_keys(nodes: &[String], namespace: &str) -> CliResult<()> {
+    let patterns = [
+        format!("{namespace}:*:{{}}marks"),
+        format!("{namespace}:schemas:*"),
+    ];
     let mut reached = 0;
     for node in nodes {
         let Ok(mut conn) = control(node).await else {
             continue;
         };
         reached += 1;
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            for key in keys {
-                let _: redis::RedisResult<()> =
-                    redis::cmd("DEL").arg(key).query_async(&mut conn).await;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        for pattern in &patterns {
+            delete_matching(&mut conn, pattern).await?;
         }
     }
     match reached {
         0 => Err("no node answered".into()),
         _ => Ok(()),
+    }
+}
+
+/// `DEL` of every key `SCAN` finds on `conn`'s node under `pattern` (one that is not the node's
+/// to delete is left).
+async fn delete_matching(conn: &mut MultiplexedConnection, pattern: &str) -> CliResult<()> {
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        for key in keys {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query_async(conn).await;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
     }
 }
 
