@@ -258,14 +258,15 @@ impl Marks {
             }
         };
         let (read, latest_score) = read;
-        self.read_sent.fetch_max(sent, SeqCst);
         let now = now_us(l2.now_ms());
+        if !full && self.lost_latest(&read, known, latest_score, now) {
+            // Neither merged nor counted as a read that landed: the full read takes these marks
+            // in with the rest and says what they make stale, or, failing, leaves a full read
+            // owed that will.
+            return Box::pin(self.refresh(l2, true)).await;
+        }
+        self.read_sent.fetch_max(sent, SeqCst);
         if !full {
-            if self.lost_latest(&read, known, latest_score, now) {
-                // Not merged: the full read takes these marks in with the rest and says what
-                // they make stale, or, failing, leaves a full read owed that will.
-                return Box::pin(self.refresh(l2, true)).await;
-            }
             return Ok(self.merge(&read, now));
         }
         let (scope, lost) = self.take_in_full(&read, now, known);
