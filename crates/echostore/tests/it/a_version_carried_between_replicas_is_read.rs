@@ -39,6 +39,23 @@ async fn table(store: &Store, name: &str, row: &Row, by_version: bool) -> Table<
         .expect("table")
 }
 
+/// A table of `name` on `store` whose values are rows that may be gone (`None`, which shows no
+/// version), ordered by `.version_by`; its loader reads `row` (0: the row is gone).
+async fn optional(store: &Store, name: &str, row: &Row) -> Table<u64, Option<u64>> {
+    let row = row.clone();
+    store
+        .table::<u64, Option<u64>>(name)
+        .ttl(Duration::from_secs(60))
+        .version_by(|v: &Option<u64>| v.unwrap_or(0))
+        .loader(move |_id: u64| {
+            let row = row.clone();
+            async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
+        })
+        .build()
+        .await
+        .expect("table")
+}
+
 /// Store A, coherent, and store B, which hears no push.
 async fn replicas(url: &str) -> (Store, Store) {
     let a = common::coherent_store(url, None).await;
@@ -175,21 +192,9 @@ async fn a_deletion_is_not_taken_for_a_later_re_creation() {
     let valkey = valkey();
     let (a, b) = replicas(&valkey.url()).await;
     let row = Row(Arc::new(AtomicU64::new(0))); // 0: the row is gone
-    let optional = |store: &Store| {
-        let row = row.clone();
-        store
-            .table::<u64, Option<u64>>("optional")
-            .ttl(Duration::from_secs(60))
-            .version_by(|v: &Option<u64>| v.unwrap_or(0))
-            .loader(move |_id: u64| {
-                let row = row.clone();
-                async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
-            })
-            .build()
-    };
     let (on_a, on_b) = (
-        optional(&a).await.expect("table on A"),
-        optional(&b).await.expect("table on B"),
+        optional(&a, "optional", &row).await,
+        optional(&b, "optional", &row).await,
     );
     assert_eq!(*on_b.get(&7).await.expect("B's first read"), None);
 
@@ -214,18 +219,7 @@ async fn a_deletion_on_valkey_is_not_taken_for_a_row_re_created_at_the_source() 
     let valkey = valkey();
     let store = common::coherent_store(&valkey.url(), None).await;
     let row = Row(Arc::new(AtomicU64::new(1)));
-    let source = row.clone();
-    let table = store
-        .table::<u64, Option<u64>>("re_created")
-        .ttl(Duration::from_secs(60))
-        .version_by(|v: &Option<u64>| v.unwrap_or(0))
-        .loader(move |_id: u64| {
-            let row = source.clone();
-            async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
-        })
-        .build()
-        .await
-        .expect("table");
+    let table = optional(&store, "re_created", &row).await;
     assert_eq!(*table.get(&7).await.expect("the first read"), Some(1));
     row.0.store(0, SeqCst);
     table.delete(&7).await.expect("the delete");
@@ -256,21 +250,9 @@ async fn a_none_landing_after_the_read_dropped_an_older_copy_is_not_taken() {
     let valkey = valkey();
     let (writer, reader) = replicas(&valkey.url()).await;
     let row = Row(Arc::new(AtomicU64::new(1)));
-    let optional = |store: &Store| {
-        let row = row.clone();
-        store
-            .table::<u64, Option<u64>>("late_none")
-            .ttl(Duration::from_secs(60))
-            .version_by(|v: &Option<u64>| v.unwrap_or(0))
-            .loader(move |_id: u64| {
-                let row = row.clone();
-                async move { Ok::<_, std::io::Error>(Some(row.0.load(SeqCst)).filter(|&v| v > 0)) }
-            })
-            .build()
-    };
     let (on_writer, on_reader) = (
-        optional(&writer).await.expect("the writer's table"),
-        optional(&reader).await.expect("the reader's table"),
+        optional(&writer, "late_none", &row).await,
+        optional(&reader, "late_none", &row).await,
     );
     on_writer
         .put(&7, Some(1))

@@ -91,24 +91,37 @@ async fn a_million_deep_payload_is_a_counted_miss_and_gets_replaced() {
     settled(&other).await;
 }
 
+/// A table `name` whose values may be 256 bytes, with a fresh envelope of a `bytes`-long string
+/// planted on Valkey for id `id` before it starts; its loader answers `small <id>`.
+async fn capped(
+    url: &str,
+    conn: &mut common::RawConn,
+    name: &str,
+    id: &str,
+    bytes: usize,
+) -> echostore::Table<String, String> {
+    let now = unix_ms();
+    let planted = envelope(now + 3_600_000, now, &"x".repeat(bytes));
+    let key = format!("{name}:{{{id}}}");
+    let _: () = conn.set(key, &planted).await.expect("plant");
+    store_on(url)
+        .await
+        .table::<String, String>(name)
+        .ttl(Duration::from_secs(60))
+        .max_value_bytes(256)
+        .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("small {id}")) })
+        .build()
+        .await
+        .expect("table")
+}
+
 /// A fresh envelope over the table's `max_value_bytes` planted on Valkey is a counted miss
 /// (Valkey is asked for at most one byte more than the limit), and the loader's value replaces it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_over_the_limit_on_valkey_is_a_counted_miss() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let now = unix_ms();
-    let planted = envelope(now + 3_600_000, now, &"x".repeat(1000));
-    let _: () = conn.set("capped:{k}", &planted).await.expect("plant");
-    let t = store_on(&valkey.url())
-        .await
-        .table::<String, String>("capped")
-        .ttl(Duration::from_secs(60))
-        .max_value_bytes(256)
-        .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("small {id}")) })
-        .build()
-        .await
-        .expect("table");
+    let t = capped(&valkey.url(), &mut conn, "capped", "k", 1000).await;
 
     let f = t.fetch(&"k".to_string()).await.expect("loaded instead");
     assert_eq!((f.origin, f.value.as_str()), (Origin::Loaded, "small k"));
@@ -129,21 +142,7 @@ async fn a_value_over_the_limit_on_valkey_is_a_counted_miss() {
 async fn a_batch_read_takes_no_more_of_a_huge_value_than_a_single_read() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
-    let now = unix_ms();
-    let planted = envelope(now + 3_600_000, now, &"x".repeat(8 << 20));
-    let _: () = conn
-        .set("capped_batch:{huge}", &planted)
-        .await
-        .expect("plant");
-    let t = store_on(&valkey.url())
-        .await
-        .table::<String, String>("capped_batch")
-        .ttl(Duration::from_secs(60))
-        .max_value_bytes(256)
-        .loader(|id: String| async move { Ok::<_, std::io::Error>(format!("small {id}")) })
-        .build()
-        .await
-        .expect("table");
+    let t = capped(&valkey.url(), &mut conn, "capped_batch", "huge", 8 << 20).await;
 
     let sent_before = info_count(&mut conn, "stats", "total_net_output_bytes").await;
     let found = t
