@@ -65,7 +65,10 @@ where
     let behind = AtomicBool::new(false);
     let reads = async {
         let mut dropped = Dropped::Not;
-        let late_puts_settled = Instant::now() + late_puts_land_within(core);
+        let aim = Aim {
+            wanted: wanted.as_source().unwrap_or(u64::MAX),
+            late_puts_settled: Instant::now() + late_puts_land_within(core),
+        };
         loop {
             let key = id.to_owned();
             owner
@@ -80,7 +83,7 @@ where
             }
             behind.store(true, Relaxed);
             let id = id.to_owned();
-            dropped = drop_older_copy(core, &id, &fetched.value, dropped, late_puts_settled).await;
+            dropped = drop_older_copy(core, &id, &fetched.value, dropped, &aim).await;
             tokio::time::sleep(AGAIN_AFTER).await;
         }
     };
@@ -107,6 +110,15 @@ enum Dropped {
     AfterLatePuts,
 }
 
+/// What the read's drops go by.
+struct Aim {
+    /// The source version the read must see (`u64::MAX` for a token that is not one: any copy
+    /// then goes).
+    wanted: u64,
+    /// When every put sent before the read began has landed or been refused.
+    late_puts_settled: Instant,
+}
+
 /// How long after it is sent a put may still land: its deadline is its sender's estimate of
 /// Valkey's clock plus `valkey_timeout`, and that estimate is off by under half a round trip,
 /// itself under `valkey_timeout` (a longer one timed out and gave no sample).
@@ -118,20 +130,23 @@ fn late_puts_land_within<K, V>(core: &TableCore<K, V>) -> Duration {
 
 /// The answer was older than the read must see, so Valkey's copy may be too (written before the
 /// source moved on, by a process that never heard of it): it goes, its value only (a lock stays its
-/// holder's), so that the next miss reads the source. A newer copy landed meanwhile costs one load.
+/// holder's), so that the next miss reads the source. Only a copy that does not show the wanted
+/// version goes, checked on Valkey as it is dropped: a recent enough copy that landed since the
+/// answer was read stays, and the next miss reads it rather than the source.
 ///
 /// An answer with no version read after an early drop may be a late put's: nothing is dropped
-/// until every put sent before the read began (`settled`) has landed or been refused; the read
-/// waits for that and reads again (a copy that shows the version may be there by then, and is
-/// not to be dropped). Says which drop this was (a drop that failed or was put off changes
-/// nothing).
+/// until every put sent before the read began has landed or been refused; the read waits for that
+/// and reads again (a copy that shows the version may be there by then). Says which drop this was
+/// (a drop that failed or was put off changes nothing; a copy that stayed counts as a drop: what
+/// Valkey holds since was written after it).
 async fn drop_older_copy<K: Key, V: Value>(
     core: &TableCore<K, V>,
     id: &K,
     answer: &V,
     before: Dropped,
-    settled: Instant,
+    aim: &Aim,
 ) -> Dropped {
+    let settled = aim.late_puts_settled;
     if before == Dropped::Early && !has_version(core, answer) && Instant::now() < settled {
         tokio::time::sleep_until(settled).await;
         return before;
@@ -144,8 +159,8 @@ async fn drop_older_copy<K: Key, V: Value>(
     let (Some(l2), Ok(names)) = (&core.l2, core.names(id)) else {
         return dropped;
     };
-    match l2.delete_value(&names).await {
-        Ok(()) => dropped,
+    match l2.drop_older(&names, aim.wanted).await {
+        Ok(_) => dropped,
         Err(e) => {
             tracing::debug!(table = %core.name, error = %e, "at_least: Valkey's older copy stays; reading on");
             before

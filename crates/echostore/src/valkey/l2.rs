@@ -23,6 +23,7 @@ use crate::wire::connect::{Connection, Endpoint, Kind};
 use crate::wire::healing::{self, Live};
 use crate::wire::key::KeyNames;
 use crate::wire::natives::{self, Natives};
+use crate::wire::scripts::SCRIPTS;
 use crate::wire::server_clock::{ServerClock, wall_ms};
 use crate::wire::under_way::UnderWay;
 
@@ -303,6 +304,16 @@ impl L2 {
         })
         .await
         .map(drop)
+    }
+
+    /// Drops the value unless it carries a source version of at least `wanted`
+    /// ([`crate::wire::scripts::DROP_OLDER_SCRIPT`]); the lock, if any, stays its holder's.
+    /// `Ok(false)`: a recent enough copy is there and stays.
+    pub(crate) async fn drop_older(&self, names: &KeyNames, wanted: u64) -> Result<bool> {
+        let mut inv = SCRIPTS.drop_older.prepare_invoke();
+        inv.key(&names.value).arg(wanted.to_le_bytes().as_slice());
+        let dropped: i64 = self.script("drop older copy", names, inv).await?;
+        Ok(dropped == 1)
     }
 
     /// The native lock commands this store uses now.

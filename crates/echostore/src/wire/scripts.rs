@@ -302,6 +302,28 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 "#;
 
+/// A read that must see at least a version found an older copy: delete the value, unless what
+/// Valkey holds by now carries a version at least that one (a write that landed since the read;
+/// deleting it would cost a source read nobody needs). The lock, if any, stays its holder's.
+/// Returns 1 (deleted, or nothing there) or 0 (a recent enough copy stays).
+pub(crate) const DROP_OLDER_SCRIPT: &str = concat!(
+    newer_than_lua!(),
+    r#"
+-- KEYS[1] = value key; ARGV[1] = the version wanted, 8 bytes little-endian
+local held = version(redis.pcall('GETRANGE', KEYS[1], 0, 28))
+if held then
+  local recent = true
+  for i = 8, 1, -1 do
+    local x, y = string.byte(held, 21 + i), string.byte(ARGV[1], i)
+    if x ~= y then recent = x > y; break end
+  end
+  if recent then return 0 end
+end
+redis.call('DEL', KEYS[1])
+return 1
+"#
+);
+
 /// The seed's release: delete the lock only if it is still this attempt's. Returns 1 or 0.
 pub const RELEASE_SCRIPT: &str = r#"
 -- KEYS[1] = lock key; ARGV[1] = this attempt's token
@@ -480,6 +502,7 @@ pub(crate) struct Scripts {
     pub(crate) fenced_write: Lua,
     pub(crate) renew: Lua,
     pub(crate) fenced_delete: Lua,
+    pub(crate) drop_older: Lua,
     pub(crate) put: Lua,
     pub(crate) release: Lua,
     pub(crate) acquire_many: Lua,
@@ -503,6 +526,7 @@ impl Scripts {
             fenced_write: Lua::new(FENCED_WRITE_SCRIPT),
             renew: Lua::new(RENEW_SCRIPT),
             fenced_delete: Lua::new(FENCED_DELETE_SCRIPT),
+            drop_older: Lua::new(DROP_OLDER_SCRIPT),
             put: Lua::new(PUT_SCRIPT),
             release: Lua::new(RELEASE_SCRIPT),
             acquire_many: Lua::new(ACQUIRE_MANY_SCRIPT),

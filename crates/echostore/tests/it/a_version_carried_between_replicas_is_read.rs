@@ -5,7 +5,7 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::valkey;
@@ -277,4 +277,56 @@ async fn a_none_landing_after_the_read_dropped_an_older_copy_is_not_taken() {
 
     let read = read.await.expect("the read's task").expect("the read");
     assert_eq!(*read, Some(2), "the read took the late put's None");
+}
+
+/// A copy recent enough that lands between the read's look at an older one and its drop stays:
+/// the drop takes only a copy that does not show the wanted version. Valkey holds version 1 and
+/// the source 2; the reader finds 1, and while it weighs it (its `.version_by`, the hook here)
+/// the writer's put of 2 lands. The read must answer that 2 from Valkey, and the source, which
+/// the put made needless to read, must not be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recent_copy_landing_before_the_drop_stays() {
+    let valkey = valkey();
+    let (writer, reader) = replicas(&valkey.url()).await;
+    let row = Row(Arc::new(AtomicU64::new(1)));
+    let on_writer = table(&writer, "landing", &row, true).await;
+    on_writer.put(&7, 1).await.expect("version 1 on Valkey");
+    row.0.store(2, SeqCst);
+
+    let runtime = tokio::runtime::Handle::current();
+    let landed = Arc::new(AtomicBool::new(false));
+    let put_of_2_lands = move |v: &u64| {
+        if *v == 1 && !landed.swap(true, SeqCst) {
+            let (on_writer, runtime) = (on_writer.clone(), runtime.clone());
+            std::thread::spawn(move || runtime.block_on(on_writer.put(&7, 2)))
+                .join()
+                .expect("the put's thread")
+                .expect("the put of 2");
+        }
+        *v
+    };
+    let loads = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&loads);
+    let on_reader = reader
+        .table::<u64, u64>("landing")
+        .ttl(Duration::from_secs(60))
+        .version_by(put_of_2_lands)
+        .loader(move |_id: u64| {
+            counted.fetch_add(1, SeqCst);
+            async move { Ok::<_, std::io::Error>(2) }
+        })
+        .build()
+        .await
+        .expect("the reader's table");
+
+    let read = on_reader
+        .get_with(&7, ReadOptions::new().at_least(Version::from_source(2)))
+        .await
+        .expect("the read at least version 2");
+    assert_eq!(*read, 2);
+    assert_eq!(
+        loads.load(SeqCst),
+        0,
+        "the read dropped the put's version 2 and read the source again"
+    );
 }
