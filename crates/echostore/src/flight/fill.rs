@@ -44,7 +44,6 @@ use crate::state::l1::Entry;
 use crate::state::loser_policy::{LoserPolicy, Lost};
 use crate::state::stale::{Filled, Landing, Signal, Signals, Stale};
 use crate::state::stats::bump;
-use crate::state::unsettled::Repair;
 use crate::valkey::envelope::{self, Envelope, Fingerprint};
 use crate::valkey::l2::L2;
 use crate::valkey::lock::{self, Fenced, HeldLock, Renewed};
@@ -422,17 +421,19 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
     /// Valkey's copy is deleted before this process trusts it again, else a later read here
     /// could go back to it (its stale copy served).
     fn unknown_fate(&self, held: &HeldLock<'_>, entry: Entry<V>) -> Landing<V> {
-        self.unsettle(held);
+        self.unsettle(held, Some(&entry.value));
         Landing::Filled(Filled::fresh(entry, Origin::Loaded)).capped(self.core.unconfirmed_l1_life)
     }
 
     /// Marks the id unsettled after a write back of its load whose outcome is unknown: Valkey's
-    /// copy of the value goes before this process trusts Valkey for the id again.
-    fn unsettle(&self, held: &HeldLock<'_>) {
+    /// copy of the value goes before this process trusts Valkey for the id again, unless it
+    /// shows the loaded row's version (`None`: the row was gone).
+    fn unsettle(&self, held: &HeldLock<'_>, row: Option<&V>) {
         let (names, l2) = held.on();
+        let repair = self.core.load_repair(row);
         self.core
             .unsettled
-            .mark(self.id.clone(), names.clone(), Repair::Load, l2);
+            .mark(self.id.clone(), names.clone(), repair, l2);
     }
 
     /// Valkey is unreachable or refused the acquire: count it and fall back to the loader in this
@@ -450,14 +451,17 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
         let landing = self.here().await;
         // A row loaded here, or found gone: Valkey's copy may be older than either.
         let read = match &landing {
-            Ok(Landing::Filled(f)) => f.fetched.origin == Origin::Loaded,
-            Err(e) => e.is_absent(),
-            Ok(_) => false,
+            Ok(Landing::Filled(f)) if f.fetched.origin == Origin::Loaded => {
+                Some(Some(&*f.fetched.value))
+            }
+            Err(e) if e.is_absent() => Some(None),
+            _ => None,
         };
-        if read {
+        if let Some(row) = read {
+            let repair = self.core.load_repair(row);
             self.core
                 .unsettled
-                .mark(self.id.clone(), at.names.clone(), Repair::Load, at.l2);
+                .mark(self.id.clone(), at.names.clone(), repair, at.l2);
         }
         Ok(landing?.capped(life))
     }

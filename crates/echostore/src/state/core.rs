@@ -20,7 +20,7 @@ use crate::state::l1::{Entry, L1, L1Cache};
 use crate::state::loser_policy::LoserPolicy;
 use crate::state::marks::Marks;
 use crate::state::stats::Stats;
-use crate::state::unsettled::Unsettled;
+use crate::state::unsettled::{Repair, Unsettled};
 use crate::valkey::envelope::{self, Envelope, Fingerprint, Marking, Stamp};
 use crate::valkey::l2::L2;
 use crate::wire::key::KeyNames;
@@ -414,6 +414,14 @@ impl<K: crate::wire::key::Key, V> TableCore<K, V> {
 }
 
 impl<K: crate::wire::key::Key, V: crate::wire::key::Value> TableCore<K, V> {
+    /// What an in-process load of `row` (`None`: the row was found gone) leaves owed on Valkey
+    /// ([`crate::state::unsettled`]): its copy goes unless it shows the row's version.
+    pub(crate) fn load_repair(&self, row: Option<&V>) -> Repair {
+        Repair::Load {
+            version: row.and_then(|value| self.config.version_of(value)),
+        }
+    }
+
     /// A snapshot of the table's counters and gauges.
     pub(crate) fn stats_now(&self) -> crate::TableStats {
         let mut stats = self

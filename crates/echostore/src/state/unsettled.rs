@@ -12,6 +12,8 @@
 //! have (a fill that read the source before it must not write back); a load's never does: after
 //! a degraded load that lock, if any, is another process's, which is loading the id as the one
 //! source read, and after a failed write back it may be too (this process released its own).
+//! With `.version_by` a load's repair keeps a copy that shows the loaded row's version or a later
+//! one: that copy is not older than the row, and deleting it would cost a source read.
 //!
 //! - a repair task retries every [`REPAIR_EVERY`] while any id is unsettled, through the circuit
 //!   breaker like any call (so a dead Valkey still costs one connection attempt per cooldown: a
@@ -79,10 +81,7 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, V: Send + Sync + 'static> Uns
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         self.boards.of(&id).change_or_make(id, |state| {
             let pending = state.unsettled.as_ref().map(|mark| mark.repair);
-            let repair = match pending {
-                Some(Repair::Write) => Repair::Write,
-                _ => repair,
-            };
+            let repair = pending.map_or(repair, |pending| pending.and(repair));
             let mark = UnsettledMark {
                 generation,
                 names,
@@ -181,7 +180,10 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, V: Send + Sync + 'static> Uns
 async fn apply(mark: &UnsettledMark, l2: &L2) -> Result<()> {
     match mark.repair {
         Repair::Write => l2.invalidate(&mark.names).await,
-        Repair::Load => l2.delete_value(&mark.names).await,
+        Repair::Load { version: None } => l2.delete_value(&mark.names).await,
+        Repair::Load {
+            version: Some(version),
+        } => l2.drop_older(&mark.names, version).await.map(drop),
     }
 }
 
@@ -234,9 +236,9 @@ mod tests {
         let names = crate::wire::key::key_names(None, "t", b"1").expect("names");
         // No await between the marks and the look: the repair task has not run yet.
         unsettled.mark(1, names.clone(), Repair::Write, &l2);
-        unsettled.mark(1, names.clone(), Repair::Load, &l2);
+        unsettled.mark(1, names.clone(), Repair::Load { version: None }, &l2);
         assert_eq!(unsettled.mark_of(&1).map(|m| m.repair), Some(Repair::Write));
-        unsettled.mark(2, names.clone(), Repair::Load, &l2);
+        unsettled.mark(2, names.clone(), Repair::Load { version: None }, &l2);
         unsettled.mark(2, names, Repair::Write, &l2);
         assert_eq!(unsettled.mark_of(&2).map(|m| m.repair), Some(Repair::Write));
     }

@@ -293,3 +293,58 @@ async fn a_failed_write_back_retires_valkeys_older_copy() {
 async fn a_batchs_failed_write_back_retires_valkeys_older_copy() {
     a_failed_write_back_retires_the_older_copy(true).await;
 }
+
+/// A load whose write back failed owes a repair (Valkey's copy may be older than the row it
+/// answered), but a copy that shows the row's version, written by another process before the
+/// repair lands, is not older: the repair keeps it, where deleting it would cost every process a
+/// source read nobody needs. Store A (user `writer`) loads version 2 while the test refuses it
+/// scripts and writes, so its write back fails; B puts version 2; A gets its rights back and
+/// repairs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_keeps_a_copy_that_shows_the_loaded_version() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut admin = raw(&url).await;
+    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    let source = common::Source::gated();
+    let versioned = |store: Store, source: common::Source| async move {
+        store
+            .table::<u64, u64>("versioned")
+            .ttl(Duration::from_secs(60))
+            .version_by(|v: &u64| *v)
+            .loader(move |_id: u64| {
+                let source = source.clone();
+                async move {
+                    source.read().await;
+                    Ok::<_, std::io::Error>(2)
+                }
+            })
+            .build()
+            .await
+            .expect("table")
+    };
+    let writer_url = url.replacen("redis://", "redis://writer:secret@", 1);
+    let a = versioned(coherent_store(&writer_url, None).await, source.clone()).await;
+    let b = versioned(coherent_store(&url, None).await, common::Source::open()).await;
+
+    let read = tokio::spawn({
+        let a = a.clone();
+        async move { a.fetch(&1).await }
+    });
+    common::until("A reads the source under the lock", || source.calls() >= 1).await;
+    acl(&mut admin, &["-@scripting", "-@write"]).await;
+    source.release();
+    let read = read.await.expect("A's read").expect("the loaded row");
+    assert_eq!((*read.value, read.origin), (2, echostore::Origin::Loaded));
+    b.put(&1, 2).await.expect("B puts version 2");
+
+    acl(&mut admin, &["+@all"]).await;
+    common::until("A's repair landed", || a.ids_held() == 0).await;
+    let key = "versioned:{1}";
+    let held = read_envelope::<u64>(&mut admin, key).await;
+    assert_eq!(
+        held.map(|copy| copy.value),
+        Some(2),
+        "the repair deleted B's copy of the version A answered"
+    );
+}

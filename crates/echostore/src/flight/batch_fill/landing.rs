@@ -12,7 +12,6 @@ use crate::flight::batch_fill::on_valkey::Wrote;
 use crate::flight::load::Load;
 use crate::state::stale::{Filled, Landing, Signal};
 use crate::state::stats::bump;
-use crate::state::unsettled::Repair;
 use crate::valkey::envelope;
 use crate::valkey::l2::L2;
 use crate::wire::key::{Key, Value};
@@ -39,9 +38,10 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 let life = self.core.loaded_life(&value, delta);
                 let value = Arc::new(value);
                 if m.degraded {
+                    let repair = self.core.load_repair(Some(&*value));
                     self.core
                         .unsettled
-                        .mark(m.id.clone(), m.names.clone(), Repair::Load, l2);
+                        .mark(m.id.clone(), m.names.clone(), repair, l2);
                     let entry = life.entry(Arc::clone(&value));
                     let landing = Landing::Filled(Filled::fresh(entry, Origin::Loaded))
                         .capped(self.core.unconfirmed_l1_life);
@@ -68,7 +68,8 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 m.gone = true;
                 if m.degraded {
                     let (id, names) = (m.id.clone(), m.names.clone());
-                    self.core.unsettled.mark(id, names, Repair::Load, l2);
+                    let repair = self.core.load_repair(None);
+                    self.core.unsettled.mark(id, names, repair, l2);
                 }
                 (Some(Err(e)), None, None)
             }
@@ -119,9 +120,14 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         m: &Member<K, V>,
         landing: Result<Landing<V>>,
     ) -> Result<Landing<V>> {
+        let row = match &landing {
+            Ok(Landing::Filled(f)) => Some(&*f.fetched.value),
+            _ => None,
+        };
+        let repair = self.core.load_repair(row);
         self.core
             .unsettled
-            .mark(m.id.clone(), m.names.clone(), Repair::Load, l2);
+            .mark(m.id.clone(), m.names.clone(), repair, l2);
         landing.map(|landing| landing.capped(self.core.unconfirmed_l1_life))
     }
 

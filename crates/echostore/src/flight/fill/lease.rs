@@ -78,7 +78,7 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
                 bump(&counters.l2_errors);
                 tracing::warn!(table = %self.core.name, id = ?self.id, error = %e, "deleting a gone row's copy failed");
                 held.release_later();
-                self.unsettle(held);
+                self.unsettle(held, None);
             }
         }
         true

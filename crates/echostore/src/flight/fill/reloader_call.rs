@@ -133,7 +133,7 @@ impl<K: Key, V: Value> Fill<'_, K, V> {
             // trusts Valkey for the id again, else a later read could serve it after `Absent`.
             Err(e) => {
                 self.renewal_failed(held, &e).await;
-                self.unsettle(held);
+                self.unsettle(held, None);
             }
         }
         Err(Error::Absent)

@@ -95,8 +95,24 @@ pub(crate) enum Repair {
     /// A `put` or `invalidate` that failed: the value and the lock, as the write would have.
     Write,
     /// A load answered in-process while Valkey could not be read, or whose write back failed:
-    /// the value only.
-    Load,
+    /// the value only, unless it shows `version` (the row's source version, with `.version_by`)
+    /// or a later one: such a copy is not older than what this process answered, and deleting
+    /// it would cost a source read nobody needs. `None` (no version, or a gone row): whatever
+    /// it holds.
+    Load { version: Option<u64> },
+}
+
+impl Repair {
+    /// The repair that covers both this pending one and `next`: a write's stands (it drops the
+    /// lock too); two loads' keeps only a copy recent enough for both.
+    pub(crate) fn and(self, next: Repair) -> Repair {
+        match (self, next) {
+            (Repair::Write, _) | (_, Repair::Write) => Repair::Write,
+            (Repair::Load { version: a }, Repair::Load { version: b }) => Repair::Load {
+                version: a.zip(b).map(|(a, b)| a.max(b)),
+            },
+        }
+    }
 }
 
 /// The phase of an id's current flight.

@@ -433,3 +433,18 @@ fn a_caller_admits_itself_only_as_the_owner_would() {
     assert!(matches!(admit(3, None), Admission::Owner), "its owner went");
     assert!(board.ids().is_empty(), "nothing started");
 }
+
+/// Two pending repairs of one id cover both: a failed write's drops the lock too, whatever came
+/// with it; two loads' keep only a copy recent enough for both, and nothing when either row had
+/// no version (a gone row, or a table without versions).
+#[test]
+fn pending_repairs_cover_both() {
+    use super::id_state::Repair;
+    let load = |version| Repair::Load { version };
+    assert_eq!(load(Some(3)).and(Repair::Write), Repair::Write);
+    assert_eq!(Repair::Write.and(load(Some(3))), Repair::Write);
+    assert_eq!(load(Some(3)).and(load(Some(5))), load(Some(5)));
+    assert_eq!(load(Some(5)).and(load(Some(3))), load(Some(5)));
+    assert_eq!(load(Some(5)).and(load(None)), load(None));
+    assert_eq!(load(None).and(load(Some(5))), load(None));
+}
