@@ -76,14 +76,14 @@ impl<V> ReadOptions<V> {
     /// process or another): the read skips an L1 copy it cannot show is that recent and reads on,
     /// from Valkey, then from the source under the lock, as a miss does. With `.version_by` the
     /// answer's own version is checked: an older one drops Valkey's copy (its value, never the
-    /// lock; a copy that shows the version, landed meanwhile, stays) and the read tries again (every 10 ms), from the source, while it still answers an
-    /// older one, failing with [`Error::VersionUnavailable`] past its bound
-    /// ([`wait_at_most`](Self::wait_at_most), else the loser policy's `up_to`, else `lock_ttl`).
-    /// An L1 copy that is a `None` (a deletion: a write after it re-creates the row, whatever
-    /// its version) or whose `version_by` panics shows no version, and is read past; a `None`
-    /// read afresh is taken. Without `.version_by` an L1 copy's
-    /// version is not known, so such a read always goes past L1 (one Valkey read, and this
-    /// process's copy is replaced by what it reads). It rests on what every write-through use
+    /// lock; a copy that shows the version, landed meanwhile, stays) and the read tries again
+    /// (every 10 ms), from the source, while it still answers an older one, failing with
+    /// [`Error::VersionUnavailable`] past its bound ([`wait_at_most`](Self::wait_at_most), else
+    /// the loser policy's `up_to`, else `lock_ttl`). An L1 copy that is a `None` (a deletion: a
+    /// write after it re-creates the row, whatever its version) or whose `version_by` panics
+    /// shows no version, and is read past; a `None` read afresh is taken. Without `.version_by`
+    /// an L1 copy's version is not known, so such a read always goes past L1 (one Valkey read,
+    /// and this process's copy is replaced by what it reads). It rests on what every write-through use
     /// of a table does: the source holds a write before its `put` is made.
     pub fn at_least(mut self, version: Version) -> Self {
         self.at_least = Some(version);
