@@ -160,7 +160,11 @@ async fn drop_older_copy<K: Key, V: Value>(
         return dropped;
     };
     match l2.drop_older(&names, aim.wanted).await {
-        Ok(_) => dropped,
+        Ok(true) => dropped,
+        Ok(false) => {
+            tracing::debug!(table = %core.name, id = ?id, "at_least: a copy that shows the version landed meanwhile; kept");
+            dropped
+        }
         Err(e) => {
             tracing::debug!(table = %core.name, error = %e, "at_least: Valkey's older copy stays; reading on");
             before

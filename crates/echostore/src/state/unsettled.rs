@@ -183,7 +183,15 @@ async fn apply(mark: &UnsettledMark, l2: &L2) -> Result<()> {
         Repair::Load { version: None } => l2.delete_value(&mark.names).await,
         Repair::Load {
             version: Some(version),
-        } => l2.drop_older(&mark.names, version).await.map(drop),
+        } => {
+            if !l2.drop_older(&mark.names, version).await? {
+                tracing::debug!(
+                    version,
+                    "repair: Valkey's copy shows the loaded version; kept"
+                );
+            }
+            Ok(())
+        }
     }
 }
 
