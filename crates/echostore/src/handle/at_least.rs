@@ -8,7 +8,8 @@
 //! as the write's push would, and misses: the miss reads Valkey, or the source under the lock,
 //! afresh. With `.version_by` the answer's version is checked too: an older answer, or one with
 //! no version to tell (a `None`) that the source did not give this read, drops Valkey's copy (its
-//! value, never the lock) and the read tries again, reading the source, while the source is
+//! value, never the lock, and only if it does not show the version by then: a recent copy that
+//! landed meanwhile stays) and the read tries again, reading the source, while the source is
 //! still behind (a lagging read replica), up to its bound. A `None` another process wrote counts
 //! only past a drop made once every put sent before the read began has landed or been refused
 //! (one and a half `valkey_timeout`s): a put sent before the read may land after an earlier drop.
