@@ -113,8 +113,8 @@ enum Dropped {
 
 /// What the read's drops go by.
 struct Aim {
-    /// The source version the read must see (`u64::MAX` for a token that is not one: any copy
-    /// then goes).
+    /// The source version the read must see. A token that is not one never drops (any answer
+    /// is recent enough for it, [`recent_enough`]); `u64::MAX` stands in for it.
     wanted: u64,
     /// When every put sent before the read began has landed or been refused.
     late_puts_settled: Instant,

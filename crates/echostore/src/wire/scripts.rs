@@ -309,16 +309,10 @@ return 1
 pub(crate) const DROP_OLDER_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
--- KEYS[1] = value key; ARGV[1] = the version wanted, 8 bytes little-endian
+-- KEYS[1] = value key; ARGV[1] = the version wanted, 8 bytes little-endian, placed where an
+-- envelope's version sits so that the writes' own compare reads it
 local held = version(redis.pcall('GETRANGE', KEYS[1], 0, 28))
-if held then
-  local recent = true
-  for i = 8, 1, -1 do
-    local x, y = string.byte(held, 21 + i), string.byte(ARGV[1], i)
-    if x ~= y then recent = x > y; break end
-  end
-  if recent then return 0 end
-end
+if held and not greater_version(string.rep('\0', 21) .. ARGV[1], held) then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 "#

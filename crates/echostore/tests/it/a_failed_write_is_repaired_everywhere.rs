@@ -294,15 +294,12 @@ async fn a_batchs_failed_write_back_retires_valkeys_older_copy() {
     a_failed_write_back_retires_the_older_copy(true).await;
 }
 
-/// A load whose write back failed owes a repair (Valkey's copy may be older than the row it
-/// answered), but a copy that shows the row's version, written by another process before the
-/// repair lands, is not older: the repair keeps it, where deleting it would cost every process a
-/// source read nobody needs. Store A (user `writer`) loads version 2 while the test refuses it
-/// scripts and writes, so its write back fails; B puts version 2; A gets its rights back and
-/// repairs (seen by the hook that counts what the table holds of its ids).
+/// What Valkey holds of id 1 once store A repaired it, after A loaded version 2 and its write
+/// back failed, and B put `b_puts` before the repair could land. Store A (user `writer`) is
+/// refused scripts and writes while its load writes back; it gets its rights back and repairs
+/// (seen by the hook that counts what the table holds of its ids).
 #[cfg(feature = "fault-injection")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_repair_keeps_a_copy_that_shows_the_loaded_version() {
+async fn after_a_load_repair_over(b_puts: u64) -> Option<u64> {
     let valkey = valkey();
     let url = valkey.url();
     let mut admin = raw(&url).await;
@@ -337,15 +334,34 @@ async fn a_repair_keeps_a_copy_that_shows_the_loaded_version() {
     source.release();
     let read = read.await.expect("A's read").expect("the loaded row");
     assert_eq!((*read.value, read.origin), (2, echostore::Origin::Loaded));
-    b.put(&1, 2).await.expect("B puts version 2");
+    b.put(&1, b_puts).await.expect("B's put");
 
     acl(&mut admin, &["+@all"]).await;
     common::until("A's repair landed", || a.ids_held() == 0).await;
-    let key = "versioned:{1}";
-    let held = read_envelope::<u64>(&mut admin, key).await;
+    let held = read_envelope::<u64>(&mut admin, "versioned:{1}").await;
+    held.map(|copy| copy.value)
+}
+
+/// A load's repair keeps a copy that shows the row's version, written by another process before
+/// the repair landed: it is not older than the row, and deleting it would cost every process a
+/// source read nobody needs.
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_keeps_a_copy_that_shows_the_loaded_version() {
     assert_eq!(
-        held.map(|copy| copy.value),
+        after_a_load_repair_over(2).await,
         Some(2),
         "the repair deleted B's copy of the version A answered"
+    );
+}
+
+/// And deletes one older than the row: A would go back to it otherwise.
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_deletes_a_copy_older_than_the_loaded_version() {
+    assert_eq!(
+        after_a_load_repair_over(1).await,
+        None,
+        "the repair kept B's copy, older than the version A answered"
     );
 }
