@@ -18,6 +18,22 @@ use std::time::{Duration, Instant};
 /// More than the coarse clock can lag the precise one (one kernel tick, 1–10 ms).
 const MARGIN: Duration = Duration::from_millis(25);
 
+/// The coarse clock in coarsetime's ticks (so that [`ticks_of`] converts spans to the same unit).
+///
+/// On Linux, read through rustix, which calls the vDSO's `clock_gettime` directly: glibc's
+/// wrapper around the same call (what coarsetime reads through) adds instructions between two
+/// hits' lookups, and a loop of hits pays for every one (the `l1_parts` bench has both reads).
+#[cfg(target_os = "linux")]
+#[inline]
+fn coarse_now() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    // Both fields are within range on a monotonic clock: seconds since boot, nanoseconds < 10^9.
+    let (secs, nanos) = (now.tv_sec as u64, now.tv_nsec as u32);
+    coarsetime::Duration::new(secs, nanos).as_ticks()
+}
+
+/// The coarse clock in coarsetime's ticks.
+#[cfg(not(target_os = "linux"))]
 #[inline]
 fn coarse_now() -> u64 {
     // Not `now()`: that also stores into a process-wide cell, one shared line for every hit.
@@ -164,5 +180,20 @@ mod tests {
         // An early window longer than the life leaves the deadline where it was.
         let whole = Deadline::early(hour, Duration::MAX);
         assert!(whole.moment().since(Moment::now()) > hour / 2 && whole.is_ahead());
+    }
+
+    /// The hit path's read is the same clock, in the same unit, as coarsetime's (whose
+    /// `Duration` converts every span the deadlines add): it falls between two of coarsetime's.
+    #[test]
+    fn the_coarse_read_is_coarsetimes_clock() {
+        for _ in 0..1000 {
+            let before = coarsetime::Instant::now_without_cache_update().as_ticks();
+            let read = coarse_ticks();
+            let after = coarsetime::Instant::now_without_cache_update().as_ticks();
+            assert!(
+                before <= read && read <= after,
+                "{before} <= {read} <= {after}"
+            );
+        }
     }
 }
