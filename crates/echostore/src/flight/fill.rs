@@ -195,7 +195,12 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
                     }
                     return Ok(Landing::Filled(self.l2_hit(env)));
                 }
-                Some(env) => stale = self.stale(env).or(stale),
+                Some(env) => {
+                    if acquired.held.is_some() {
+                        tracing::debug!(table = %self.core.name, id = ?self.id, fresh_until_ms = env.fresh_until_ms, now_ms = self.core.now_ms(), "lock won over a copy not taken: loading");
+                    }
+                    stale = self.stale(env).or(stale);
+                }
                 None => {}
             }
             if let Some(held) = &acquired.held {
@@ -358,6 +363,7 @@ impl<'a, K: Key, V: Value> Fill<'a, K, V> {
             Ok(Fenced::Superseded) => {
                 bump(&counters.writes_superseded);
                 bump(&counters.released);
+                tracing::debug!(table = %self.core.name, id = ?self.id, "fenced write superseded: a newer copy is stored");
                 Wrote::Refused
             }
             Err(e) => {

@@ -165,6 +165,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
             Ok(Wrote::Superseded) => {
                 bump(&counters.writes_superseded);
                 bump(&counters.released);
+                tracing::debug!(table = %self.core.name, "batch write of a member superseded: a newer copy is stored");
                 Filled::answer_only(value, Origin::Loaded)
             }
             // A write that failed may or may not have landed: the caller caps what L1 keeps of
