@@ -28,9 +28,10 @@
 //! A read that answered `None` (a row gone at the source, on a table of `Option` values:
 //! [`rows`](super::rows)) names no version. It is judged as the gone version most in its favour
 //! ([`GoneWrites::resolve`]), and sets no floor for the reads after it; in a quiet stretch it
-//! agrees with the other `None`s. A load its process made while a read that had to see at least
-//! a version answered `None` is no extra source read: a `None` shows no version, so such a read
-//! asks the source.
+//! agrees with the other `None`s. A load of its schema made while a read that had to see at
+//! least a version answered `None` is no extra source read: a `None` shows no version, so such a
+//! read drops Valkey's copy and asks the source, and any process of the schema may be the one to
+//! read it.
 //!
 //! And every source read is checked against the one-read rule: `extra_source_reads` counts loads
 //! that began while an earlier load's or put's value of the id was still fresh, with no write
@@ -580,14 +581,20 @@ impl Run<'_> {
         loads.sort_by_key(|l| l.start);
         self.findings.source_reads += loads.len() as u64;
         let setters = covering::Setters::new(ops);
-        // A `None` shows no version, so a read that must see at least one reads it from the
-        // source unless its own flight loaded it (`at_least`'s `recent_enough`): a load by design.
+        // A `None` shows no version, so a read that must see at least one drops Valkey's copy
+        // of its schema and reads the source unless its own flight loaded it (`at_least`'s
+        // `recent_enough`): a load by design, made by whichever process of the schema takes the
+        // lock first after the drop. The drop is recorded nowhere; the read's span bounds it.
         let asked: Vec<&Op> = (ops.iter().copied())
             .filter(|o| o.action == Action::Read && o.at_least > 0 && o.version == GONE)
             .collect();
+        let schemas = self.bounds.schemas.max(1);
         for load in loads {
-            let by_asking =
-                |r: &&Op| r.process == load.process && r.start <= load.start && load.start <= r.end;
+            let by_asking = |r: &&Op| {
+                r.process % schemas == load.process % schemas
+                    && r.start <= load.start
+                    && load.start <= r.end
+            };
             if asked.iter().any(by_asking) {
                 continue;
             }

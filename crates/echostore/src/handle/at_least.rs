@@ -161,7 +161,10 @@ async fn drop_older_copy<K: Key, V: Value>(
         return dropped;
     };
     match l2.drop_older(&names, aim.wanted).await {
-        Ok(true) => dropped,
+        Ok(true) => {
+            tracing::debug!(table = %core.name, id = ?id, "at_least: Valkey's copy did not show the version; dropped");
+            dropped
+        }
         Ok(false) => {
             tracing::debug!(table = %core.name, id = ?id, "at_least: a copy that shows the version landed meanwhile; kept");
             dropped

@@ -864,26 +864,44 @@ fn a_quiet_stretch_after_a_delete_settles_on_none() {
     );
 }
 
-/// A `None` shows no version, so a read that must see at least one asks the source for it: its
-/// process's load within the read is no extra source read, though an earlier load's `None` was
-/// still fresh. Another process's load then is.
+/// A `None` shows no version, so a read that must see at least one drops Valkey's copy and asks
+/// the source for it: a load of its schema within the read is no extra source read, though an
+/// earlier load's `None` was still fresh, whichever process made it (the first to take the lock
+/// after the drop). A load of another schema, whose copy the drop left, is; and so is one after
+/// the read answered.
 #[test]
 fn a_load_made_by_a_read_at_least_that_answered_none_is_no_extra_source_read() {
     let asking = Op {
         at_least: 1,
         ..read(2, GONE, 2_100, 2_200)
     };
-    let extra = |by: u32| {
+    let extra = |by: u32, at: u64, schemas: u32| {
         let ops = [
             delete(1, 2, 10, 20),
             load(0, 2, 2_000, 2_010),
+            load(1, 2, 2_000, 2_010),
             asking.clone(),
-            load(by, 2, 2_150, 2_160),
+            load(by, 2, at, at + 10),
         ];
-        check(&ops, &[], bounds()).violations.extra_source_reads
+        let bounds = Bounds {
+            schemas,
+            ..bounds()
+        };
+        check(&ops, &[], bounds).violations.extra_source_reads
     };
-    assert_eq!(extra(2), 0, "the asking read's own load");
-    assert_eq!(extra(3), 1, "another process's load");
+    assert_eq!(extra(2, 2_150, 1), 0, "the asking read's own load");
+    assert_eq!(
+        extra(3, 2_150, 1),
+        0,
+        "another process's load, after the drop"
+    );
+    assert_eq!(
+        extra(4, 2_150, 2),
+        0,
+        "another process of the reader's schema"
+    );
+    assert_eq!(extra(3, 2_150, 2), 1, "a process of another schema");
+    assert_eq!(extra(3, 2_250, 1), 1, "a load after the read answered");
 }
 
 /// On a table ordered by Valkey's clock (t2), a read at least a put's written token may return
