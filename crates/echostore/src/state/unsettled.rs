@@ -79,8 +79,6 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, V: Send + Sync + 'static> Uns
     /// the lock it deletes is what keeps a fill that read before the write from writing back.
     pub(crate) fn mark(self: &Arc<Self>, id: K, names: KeyNames, repair: Repair, l2: &L2) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let key = String::from_utf8_lossy(&names.value);
-        tracing::debug!(%key, ?repair, "unsettled: Valkey's copy to be repaired");
         self.boards.of(&id).change_or_make(id, |state| {
             let pending = state.unsettled.as_ref().map(|mark| mark.repair);
             let repair = pending.map_or(repair, |pending| pending.and(repair));
@@ -180,24 +178,24 @@ impl<K: Clone + Eq + Hash + Send + Sync + 'static, V: Send + Sync + 'static> Uns
 
 /// The repair on Valkey.
 async fn apply(mark: &UnsettledMark, l2: &L2) -> Result<()> {
-    let key = String::from_utf8_lossy(&mark.names.value);
+    let key = || String::from_utf8_lossy(&mark.names.value);
     match mark.repair {
         Repair::Write => {
             l2.invalidate(&mark.names).await?;
-            tracing::debug!(%key, "repair of a failed write: Valkey's copy and lock deleted");
+            tracing::debug!(key = %key(), "repair of a failed write: Valkey's copy and lock deleted");
         }
         Repair::Load { version: None } => {
             l2.delete_value(&mark.names).await?;
-            tracing::debug!(%key, "repair of a load answered here: Valkey's copy deleted");
+            tracing::debug!(key = %key(), "repair of a load answered here: Valkey's copy deleted");
         }
         Repair::Load {
             version: Some(version),
         } => match l2.drop_older(&mark.names, version).await? {
             true => {
-                tracing::debug!(%key, version, "repair: Valkey's copy older than the loaded version (or none): deleted")
+                tracing::debug!(key = %key(), version, "repair: Valkey's copy older than the loaded version (or none): deleted")
             }
             false => {
-                tracing::debug!(%key, version, "repair: Valkey's copy shows the loaded version; kept")
+                tracing::debug!(key = %key(), version, "repair: Valkey's copy shows the loaded version; kept")
             }
         },
     }

@@ -302,9 +302,10 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 "#;
 
-/// A read that must see at least a version found an older copy: delete the value, unless what
-/// Valkey holds by now carries a version at least that one (a write that landed since the read;
-/// deleting it would cost a source read nobody needs). The lock, if any, stays its holder's.
+/// A read that must see at least a version found an older copy, or a load answered here is
+/// repaired (`state/unsettled.rs`): delete the value, unless what Valkey holds by now carries a
+/// version at least that one (a write that landed since; deleting it would cost a source read
+/// nobody needs). The lock, if any, stays its holder's.
 /// Returns 1 (deleted, or nothing there) or 0 (a recent enough copy stays).
 pub(crate) const DROP_OLDER_SCRIPT: &str = concat!(
     newer_than_lua!(),
