@@ -340,6 +340,9 @@ impl<K: Key, V: Value> Table<K, V> {
         let write = match &core.l2 {
             None => None,
             Some(_) => {
+                // Stamped with every mark set before this call that Valkey has told us of: one
+                // set before it and not yet read would make the copy a miss everywhere else.
+                core.hear_marks().await;
                 let marking = core.marking(&id, &value, core.marks.stamp())?;
                 Some(L2Write::Put {
                     names: core.write_names(&id).await?,

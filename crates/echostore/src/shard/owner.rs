@@ -126,8 +126,6 @@ pub(crate) enum OwnerMsg<K, V> {
     /// A tracking connection was lost: every running flight is overtaken, and L1 keeps its
     /// entries briefly (the last shard's share caps it, [`EveryShard::cap`]).
     Cap(Arc<EveryShard<K, V>>),
-    /// Valkey pushed a change of the table's marks: read what changed (`full`: all of them).
-    MarksChanged { full: bool },
     /// Answered once every message sent to this owner before it has been handled: what the
     /// pushes routed so far changed is out of L1 (the vouch waits for it, docs/coherence.md).
     CaughtUp(RpcReplyPort<Result<()>>),
@@ -256,7 +254,6 @@ impl<K: Key, V: Value> Actor for Owner<K, V> {
                 reply,
                 counted,
             } => state.took_mark(&scope, reply, counted),
-            OwnerMsg::MarksChanged { full } => state.read_marks(&myself, full),
             OwnerMsg::Restarted => state.restarted(&myself),
             OwnerMsg::CaughtUp(reply) => _ = reply.send(Ok(())),
         }

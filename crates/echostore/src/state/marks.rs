@@ -83,6 +83,11 @@ pub(crate) struct Marks {
     /// When the latest read of the marks that landed was sent, in coarse-clock ticks: a copy
     /// read after that is judged by every mark set before it.
     read_sent: AtomicU64,
+    /// Pushes of the marks key received so far ([`Marks::pushed`]).
+    pushes: AtomicU64,
+    /// The count of `pushes` when the latest read of the marks that landed was sent: behind
+    /// `pushes`, a mark Valkey has told this process of is not known here yet.
+    heard: AtomicU64,
     /// One read at a time for the reads of a process behind on its pushes
     /// (`crate::state::heard_marks`), which share it.
     behind: tokio::sync::Mutex<()>,
@@ -138,8 +143,22 @@ impl Marks {
             answered: AtomicU64::new(0),
             retrying: AtomicBool::new(false),
             read_sent: AtomicU64::new(0),
+            pushes: AtomicU64::new(0),
+            heard: AtomicU64::new(0),
             behind: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Valkey pushed a change of the marks: until a read sent from now on lands, a mark may be
+    /// set that this process was told of and does not know ([`Marks::push_unread`]).
+    pub(crate) fn pushed(&self) {
+        self.pushes.fetch_add(1, SeqCst);
+    }
+
+    /// `true` while a push of the marks has had no read sent after it land: what is stamped or
+    /// judged meanwhile would miss a mark set before the caller began.
+    pub(crate) fn push_unread(&self) -> bool {
+        self.heard.load(SeqCst) < self.pushes.load(SeqCst)
     }
 
     /// `true` once a read of the marks sent at coarse-clock time `since` or later has landed.
@@ -248,6 +267,7 @@ impl Marks {
     /// copies they retired.
     pub(crate) async fn refresh(&self, l2: &L2, full: bool) -> Result<Option<Scope>> {
         let failed_before = self.failed.load(SeqCst);
+        let pushes_before = self.pushes.load(SeqCst);
         let sent = crate::clock::coarse_ticks();
         let (known, latest_member) = self.latest_known();
         let read = match self.read(l2, full, known, latest_member).await {
@@ -265,11 +285,18 @@ impl Marks {
             // owed that will.
             return Box::pin(self.refresh(l2, true)).await;
         }
-        self.read_sent.fetch_max(sent, SeqCst);
+        // Counted as landed once taken in, so that whoever sees it counted finds the marks.
+        let landed = || {
+            self.read_sent.fetch_max(sent, SeqCst);
+            self.heard.fetch_max(pushes_before, SeqCst);
+        };
         if !full {
-            return Ok(self.merge(&read, now));
+            let scope = self.merge(&read, now);
+            landed();
+            return Ok(scope);
         }
         let (scope, lost) = self.take_in_full(&read, now, known);
+        landed();
         self.answered.fetch_max(failed_before, SeqCst);
         if !lost.is_empty() {
             self.put_back(l2, &lost, read.is_empty()).await;

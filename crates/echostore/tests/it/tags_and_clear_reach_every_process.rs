@@ -8,8 +8,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{
-    Source, coherent_store, coherent_table, on_task, round_trips_of, store_on, table_on,
-    until_stats, valkey,
+    Proxy, Source, coherent_store, coherent_table, on_task, patient_store, round_trips_of,
+    store_on, table_on, until, until_stats, valkey,
 };
 use echostore::{Origin, Store, Table, TableBuilder};
 
@@ -186,6 +186,47 @@ async fn an_invalidation_covers_the_puts_made_before_it() {
         (read.value.as_str(), read.origin),
         ("value-1-1", Origin::Loaded)
     );
+}
+
+/// A put made after a mark's push reached its store is stamped with the mark, whether or not
+/// the read the push set off has landed: its copy is current in a store that knows the mark,
+/// which answers it from Valkey instead of reading the source. Here the push has come and the
+/// read waits at a proxy when the put is called. Stamped with the marks known at the call, the
+/// put was a miss to every store that knew the mark, each reading the source again, though it
+/// was the newest write (found by `echostore check`: an extra source read under key tracking).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_after_a_pushed_mark_is_current_where_the_mark_is_known() {
+    let valkey = valkey();
+    if common::cluster_seeds(&valkey.url()).is_some() {
+        return; // the proxy stands in front of one server; marks are the same on a cluster
+    }
+    let proxy = Proxy::start(&valkey.url()).await;
+    let source = Source::open();
+    let late_store = patient_store(&proxy.url(), Duration::from_secs(30)).await;
+    until("tracking is up", || late_store.is_coherent()).await;
+    let late = tagged(&late_store, &source).await;
+    let knowing = tagged(&coherent_store(&valkey.url(), None).await, &source).await;
+    late.put(&1, "first".into()).await.expect("a first put"); // loads the scripts, reads the clock
+
+    proxy.hold(); // the late store's commands wait; its tracking connection's pushes pass
+    knowing.invalidate_tag("odd").await.expect("invalidate");
+    until("the mark's push set off a read, held", || {
+        proxy.waiting() >= 1
+    })
+    .await;
+    let mut put = std::pin::pin!(late.put(&1, "after the mark".into()));
+    assert!(futures::poll!(put.as_mut()).is_pending(), "held");
+    proxy.release();
+    put.await.expect("the put lands");
+
+    let read = knowing.fetch(&1).await.expect("read");
+    assert_eq!(
+        (read.value.as_str(), read.origin),
+        ("after the mark", Origin::L2),
+        "the put's copy is current where the mark is known"
+    );
+    assert_eq!(source.calls(), 0, "no source read");
+    assert_eq!(knowing.stats().marked_misses, 0);
 }
 
 /// However many entries a tag covers, invalidating it is one round trip to Valkey (the mark

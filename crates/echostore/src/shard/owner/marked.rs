@@ -88,32 +88,44 @@ impl<K: Key, V: Value> OwnerState<K, V> {
         self.flights.overtake_writes();
     }
 
-    /// Reads the table's marks from Valkey off the owner (`full`: all of them, else those above
-    /// the latest known), and drops what a new one makes stale. A read that fails is retried
-    /// in full, quickly at first, until one lands ([`Marks::owes_full_read`]): a mark missed
-    /// meanwhile is heard of within `unconfirmed_l1_life` of Valkey answering again.
-    ///
-    /// [`Marks::owes_full_read`]: crate::state::marks::Marks::owes_full_read
+    /// Reads the table's marks from Valkey off the owner: [`read_marks`].
     pub(super) fn read_marks(&self, myself: &ActorRef<OwnerMsg<K, V>>, full: bool) {
-        let Some(l2) = self.core.l2.clone() else {
+        read_marks(&self.core, myself.clone(), full);
+    }
+}
+
+/// Reads the table's marks from Valkey on a task of its own (`full`: all of them, else those
+/// above the latest known), and has every shard drop what a new one makes stale (`myself`: the
+/// owner told when the table's owners are gone). Called where the need arises, a push or a
+/// poll, not behind an owner's mailbox: until the read lands, what this process stamps or
+/// judges waits for it (`crate::state::heard_marks`). A read that fails is retried in full,
+/// quickly at first, until one lands ([`Marks::owes_full_read`]): a mark missed meanwhile is
+/// heard of within `unconfirmed_l1_life` of Valkey answering again.
+///
+/// [`Marks::owes_full_read`]: crate::state::marks::Marks::owes_full_read
+pub(crate) fn read_marks<K: Key, V: Value>(
+    core: &Arc<TableCore<K, V>>,
+    myself: ActorRef<OwnerMsg<K, V>>,
+    full: bool,
+) {
+    let Some(l2) = core.l2.clone() else {
+        return;
+    };
+    let core = Arc::downgrade(core);
+    tokio::spawn(async move {
+        let Some(table) = core.upgrade() else {
             return;
         };
-        let (core, myself) = (Arc::downgrade(&self.core), myself.clone());
-        tokio::spawn(async move {
-            let Some(table) = core.upgrade() else {
-                return;
-            };
-            match table.marks.refresh(&l2, full).await {
-                Ok(scope) => return take_marks(&table, &myself, scope).await,
-                Err(e) => read_failed(&table, &e),
-            }
-            // One retry loop per table: a read that fails while one runs leaves it the retries.
-            if table.marks.claim_retries() {
-                drop(table);
-                retry_marks(core, l2, myself).await;
-            }
-        });
-    }
+        match table.marks.refresh(&l2, full).await {
+            Ok(scope) => return take_marks(&table, &myself, scope).await,
+            Err(e) => read_failed(&table, &e),
+        }
+        // One retry loop per table: a read that fails while one runs leaves it the retries.
+        if table.marks.claim_retries() {
+            drop(table);
+            retry_marks(core, l2, myself).await;
+        }
+    });
 }
 
 /// Reads the marks in full again after 10 ms, 20 ms, … up to `unconfirmed_l1_life`, until a read
@@ -204,7 +216,7 @@ pub(crate) fn poll_marks<K: Key, V: Value>(
             // here too.
             let full = owner.core().marks.owes_full_read();
             if full || tracker.as_ref().is_none_or(|t| !t.is_up()) {
-                let _ = owner.current(0).cast(OwnerMsg::MarksChanged { full });
+                read_marks(owner.core(), owner.current(0), full);
             }
         }
     });

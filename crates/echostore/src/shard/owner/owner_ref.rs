@@ -288,8 +288,9 @@ impl<K: Key, V: Value> Sink for OwnerRef<K, V> {
     }
 
     fn marks_changed(&self) {
-        // One shard reads the marks; what a new one covers reaches every shard (`read_marks`).
-        let _ = self.current(0).cast(OwnerMsg::MarksChanged { full: false });
+        self.core.marks.pushed();
+        // What a new mark covers reaches every shard (`read_marks`).
+        super::marked::read_marks(&self.core, self.current(0), false);
     }
 
     fn confirmed(&self, id: &[u8], fingerprint: Fingerprint, found: Found) {
