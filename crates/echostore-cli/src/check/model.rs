@@ -609,8 +609,22 @@ impl Run<'_> {
                 } else {
                     "put"
                 };
+                // The write before the setter: a clear or a tag invalidated just before it (an
+                // invalidate of many ids at once) is where a process that heard of it late stamps
+                // below it.
+                let before = (ops.iter())
+                    .filter(|w| w.is_write() && w.end <= set.start)
+                    .max_by_key(|w| w.end)
+                    .map_or(String::new(), |w| {
+                        format!(
+                            " (after p{}'s {:?} ended at {})",
+                            w.process,
+                            w.action,
+                            self.at(w.end)
+                        )
+                    });
                 let why = format!(
-                    "load by {} while p{}'s {what} of v{} at {} was fresh",
+                    "load by {} while p{}'s {what} of v{} at {} was fresh{before}",
                     self.who(load),
                     set.process,
                     set.version,

@@ -368,6 +368,21 @@ fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
     let expired = 20 + bounds().fresh_for + 1;
     let ops = [load(0, 0, 10, 20), load(1, 0, expired, expired + 10)];
     assert_eq!(violations(&ops, &[]).extra_source_reads, 0);
+    // The example names the write before the value that covered the load: a mark heard late
+    // shows as an invalidate there.
+    let set = 20 + B + 10;
+    let ops = [
+        invalidate(2, 1, 10, 20),
+        put(0, 2, set, set + 10),
+        load(1, 2, set + 10 + B + 1, set + 20 + B),
+    ];
+    let found = check(&ops, &[], bounds());
+    assert_eq!(found.violations.extra_source_reads, 1);
+    assert!(
+        found.examples[0].contains("was fresh (after p2's Invalidate ended at"),
+        "{:?}",
+        found.examples
+    );
 }
 
 /// A fault near the write excuses staleness until its grace runs out, and excuses the reload it
