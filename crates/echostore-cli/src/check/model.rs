@@ -177,6 +177,8 @@ pub(crate) struct Findings {
     /// had returned, outside any fault's excuse, and under faults (ns).
     pub(crate) worst_staleness_ns: u64,
     pub(crate) worst_staleness_under_faults_ns: u64,
+    /// The read behind `worst_staleness_ns`: its process, and the read described.
+    pub(crate) stalest_read: Option<(u32, String)>,
     /// A few violations of each rule, described.
     pub(crate) examples: Vec<String>,
 }
@@ -385,7 +387,10 @@ impl Run<'_> {
             }
             return None;
         }
-        self.findings.worst_staleness_ns = self.findings.worst_staleness_ns.max(lag);
+        if lag > self.findings.worst_staleness_ns {
+            self.findings.worst_staleness_ns = lag;
+            self.findings.stalest_read = Some((read.process, self.stale(read, writer, superseded)));
+        }
         (lag > self.bounds.staleness).then_some(Rule::StaleAfterWrite)
     }
 
@@ -680,6 +685,19 @@ impl Run<'_> {
             shown(read),
         );
         self.tally(rule, why);
+    }
+
+    /// A read that returned a version `writer`'s write had superseded at `superseded`.
+    fn stale(&self, read: &Op, writer: u32, superseded: u64) -> String {
+        format!(
+            "read by {}..{} ({}) returned {}, {:.1} ms after p{writer}'s newer write ended at {}",
+            self.who(read),
+            self.at(read.end),
+            how(read),
+            shown(read),
+            read.start.saturating_sub(superseded) as f64 / 1e6,
+            self.at(superseded),
+        )
     }
 
     fn count_divergent(&mut self, read: &Op, settled: u64) {

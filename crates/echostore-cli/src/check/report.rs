@@ -73,6 +73,10 @@ pub(crate) struct Report {
     bound_ms: f64,
     worst_staleness_ms: f64,
     worst_staleness_under_faults_ms: f64,
+    /// The read behind `worst_staleness_ms`, described (and whether its process reached Valkey
+    /// through the `proxy` fault's proxy: a hop on every push and reply, the whole run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stalest_read: Option<String>,
     excused_reads: u64,
     excused_source_reads: u64,
     #[serde(flatten)]
@@ -136,6 +140,7 @@ impl Report {
             bound_ms: args.bound.as_secs_f64() * 1e3,
             worst_staleness_ms: findings.worst_staleness_ns as f64 / 1e6,
             worst_staleness_under_faults_ms: findings.worst_staleness_under_faults_ns as f64 / 1e6,
+            stalest_read: findings.stalest_read.map(|read| proxied(read, spans)),
             excused_reads: findings.excused_reads,
             excused_source_reads: findings.excused_source_reads,
             figures: figures(ops, spans),
@@ -240,6 +245,9 @@ impl Report {
             "  worst staleness   {:.1} ms outside faults (B = {:.0} ms), {:.1} ms under faults",
             self.worst_staleness_ms, self.bound_ms, self.worst_staleness_under_faults_ms
         );
+        if let Some(read) = &self.stalest_read {
+            println!("  {:<18}{read}", "");
+        }
         println!(
             "  excused by faults {} reads, {} source reads",
             self.excused_reads, self.excused_source_reads
@@ -286,4 +294,37 @@ fn fault_rows(ops: &[Op], spans: &[FaultSpan], origin: u64) -> Vec<FaultRow> {
             recovery_ms: ms(recovery),
         })
         .collect()
+}
+
+/// The stalest read's description, with a word on the proxy when its process reached Valkey
+/// through it: that process's pushes and replies cross one more hop, in the checker's own
+/// process, for the whole run, not only within the fault's span.
+fn proxied((process, read): (u32, String), spans: &[FaultSpan]) -> String {
+    let behind = spans
+        .iter()
+        .any(|s| s.name == "proxy" && s.processes.contains(&process));
+    match behind {
+        true => format!("{read} (p{process} reaches Valkey through the proxy)"),
+        false => read,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stalest read of a process behind the proxy says so; another process's does not.
+    #[test]
+    fn the_stalest_read_names_the_proxy_only_for_its_process() {
+        let spans = [
+            FaultSpan::new("proxy", 10, 20).on(vec![0]),
+            FaultSpan::new("freeze", 30, 40).on(vec![1]),
+        ];
+        let read = |p: u32| (p, format!("read by p{p}"));
+        assert_eq!(
+            proxied(read(0), &spans),
+            "read by p0 (p0 reaches Valkey through the proxy)"
+        );
+        assert_eq!(proxied(read(1), &spans), "read by p1");
+    }
 }

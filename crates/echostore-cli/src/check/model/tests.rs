@@ -129,6 +129,13 @@ fn an_old_version_after_b_is_stale_after_write() {
     assert_eq!(found.violations.stale_after_write, 1);
     assert_eq!(found.violations.total(), 1);
     assert_eq!(found.worst_staleness_ns, B + 1);
+    // The figure names its read, and the write it missed.
+    let (process, stalest) = found.stalest_read.expect("the stalest read is described");
+    assert_eq!(process, 1);
+    assert!(
+        stalest.starts_with("read by p1 of t0") && stalest.contains("after p0's newer write"),
+        "{stalest}"
+    );
     assert!(
         found.examples[0].starts_with("stale_after_write:"),
         "{:?}",
