@@ -80,11 +80,37 @@ impl<V> Fetched<V> {
     }
 
     /// The same answer as seen by a caller that joined the flight instead of leading it.
-    pub(crate) fn for_joiner(&self) -> Self {
-        let mut joined = self.clone();
+    fn for_joiner(mut self) -> Self {
         if matches!(self.origin, Origin::L2 | Origin::Loaded | Origin::L1) {
-            joined.origin = Origin::Coalesced;
+            self.origin = Origin::Coalesced;
         }
-        joined
+        self
+    }
+}
+
+/// A flight's answer as one of its callers received it: the flight's own, and whether this
+/// caller joined the flight rather than leading it. The caller is shown [`Answered::shown`]
+/// (`Coalesced` for a joiner); a read that must know where the flight took its answer from (a
+/// read at least a version: `crate::handle::at_least`) looks at `flight`'s origin.
+pub(crate) struct Answered<V> {
+    pub(crate) flight: Fetched<V>,
+    pub(crate) joined: bool,
+}
+
+impl<V> Answered<V> {
+    /// The answer of a flight this caller led, or of no flight (an L1 or L2 hit of its own).
+    pub(crate) fn own(flight: Fetched<V>) -> Self {
+        Answered {
+            flight,
+            joined: false,
+        }
+    }
+
+    /// What the caller is shown.
+    pub(crate) fn shown(self) -> Fetched<V> {
+        match self.joined {
+            true => self.flight.for_joiner(),
+            false => self.flight,
+        }
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::fetched::{Fetched, Origin};
+use crate::fetched::{Answered, Fetched, Origin};
 use crate::shard::owner::OwnerMsg;
 use crate::shard::owner::owner_ref::OwnerRef;
 use crate::state::core::{TableCore, Versioned};
@@ -78,13 +78,13 @@ where
                     reply,
                 })
                 .await?;
-            let fetched = crate::handle::miss::miss(core, owner, id, losers.clone()).await?;
-            if recent_enough(core, &fetched, wanted, dropped == Dropped::AfterLatePuts) {
-                return Ok(fetched);
+            let answered = crate::handle::miss::miss(core, owner, id, losers.clone()).await?;
+            if recent_enough(core, &answered, wanted, dropped == Dropped::AfterLatePuts) {
+                return Ok(answered.shown());
             }
             behind.store(true, Relaxed);
             let id = id.to_owned();
-            dropped = drop_older_copy(core, &id, &fetched.value, dropped, &aim).await;
+            dropped = drop_older_copy(core, &id, &answered.flight.value, dropped, &aim).await;
             tokio::time::sleep(AGAIN_AFTER).await;
         }
     };
@@ -201,21 +201,24 @@ fn has_version<K, V: Value>(core: &TableCore<K, V>, value: &V) -> bool {
 /// For a source token, an answer with no version to tell (a `None`, or a `.version_by` that
 /// panicked) says nothing from Valkey: the source may have moved to `wanted` after a delete
 /// wrote that `None` there, with the write that re-creates the row still on its way. Only the
-/// source can tell: the answer counts if this read's flight loaded it, or if this read dropped
-/// Valkey's copy once every put sent before it began had landed or been refused
-/// (`dropped_valkeys`), so that it was read from the source or written there since. A drop made
-/// sooner does not do: a put sent before the read may land after it (up to its deadline), and
-/// a `None` carries no version to refuse it by.
+/// source can tell: the answer counts if the flight it came from loaded it (this read's, or one
+/// it joined: a flight the read's drop of L1 left running is overtaken, so any it joins began
+/// after that drop, and read the source after it), or if this read dropped Valkey's copy once
+/// every put sent before it began had landed or been refused (`dropped_valkeys`), so that it was
+/// read from the source or written there since. A drop made sooner does not do: a put sent
+/// before the read may land after it (up to its deadline), and a `None` carries no version to
+/// refuse it by.
 fn recent_enough<K, V: Value>(
     core: &TableCore<K, V>,
-    fetched: &Fetched<V>,
+    answered: &Answered<V>,
     wanted: Version,
     dropped_valkeys: bool,
 ) -> bool {
-    match (wanted.as_source(), core.config.versioned(&fetched.value)) {
+    let flight = &answered.flight;
+    match (wanted.as_source(), core.config.versioned(&flight.value)) {
         (Some(n), Versioned::At(have)) => have >= n,
         (Some(_), Versioned::Absent | Versioned::Unknown) => {
-            dropped_valkeys || fetched.origin == Origin::Loaded
+            dropped_valkeys || flight.origin == Origin::Loaded
         }
         _ => true,
     }

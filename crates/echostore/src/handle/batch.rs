@@ -21,7 +21,7 @@ use std::sync::Arc;
 use futures::future::join_all;
 
 use crate::error::{Error, Result};
-use crate::fetched::Fetched;
+use crate::fetched::{Answered, Fetched};
 use crate::handle::miss::{Reading, follow};
 use crate::handle::table::Table;
 use crate::shard::flights::Admitted;
@@ -149,7 +149,10 @@ pub(crate) async fn fetch_many<K: Key, V: Value>(
     let from_owner = ask_many(core, owner, &ids, &to_owner);
     let from_flights = join_all(joins.into_iter().map(|(i, joined)| {
         let id = ids[i].clone();
-        async move { (i, follow(core, owner, id, joined, None).await) }
+        async move {
+            let answer = follow(core, owner, id, joined, None).await;
+            (i, answer.map(Answered::shown))
+        }
     }));
     let (from_owner, from_flights) = futures::join!(from_owner, from_flights);
     drop(reads);
@@ -230,7 +233,10 @@ async fn ask_many<K: Key, V: Value>(
         let id = ids[i].clone();
         waits.push(async move {
             match rx.await.unwrap_or(Err(Error::Stopped)) {
-                Ok(admitted) => (i, follow(core, owner, id, admitted, None).await),
+                Ok(admitted) => {
+                    let answer = follow(core, owner, id, admitted, None).await;
+                    (i, answer.map(Answered::shown))
+                }
                 Err(e) => (i, Err(e)),
             }
         });

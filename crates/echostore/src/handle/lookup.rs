@@ -25,7 +25,7 @@ use std::task::{Context, Poll, ready};
 use futures::future::BoxFuture;
 
 use crate::error::Result;
-use crate::fetched::{Fetched, Origin};
+use crate::fetched::{Answered, Fetched, Origin};
 use crate::shard::owner::OwnerMsg;
 use crate::shard::owner::owner_ref::OwnerRef;
 use crate::state::core::TableCore;
@@ -69,7 +69,7 @@ enum State<'a, V> {
     /// L1 answered when the read was made.
     Hit(Option<Fetched<V>>),
     /// L1 missed: the miss path, once polled.
-    Miss(Option<BoxFuture<'a, Result<Fetched<V>>>>),
+    Miss(Option<BoxFuture<'a, Result<Answered<V>>>>),
 }
 
 impl<'a, K, V, Q, A> Lookup<'a, K, V, Q, A>
@@ -123,7 +123,7 @@ where
                     });
                     let answer = ready!(call.as_mut().poll(cx));
                     this.state = State::Hit(None);
-                    return Poll::Ready(answer.map(A::answer));
+                    return Poll::Ready(answer.map(|answer| A::answer(answer.shown())));
                 }
             }
         }

@@ -44,7 +44,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use crate::error::Result;
-use crate::fetched::{Fetched, Origin};
+use crate::fetched::{Answered, Fetched, Origin};
 use crate::shard::flights::Admitted;
 use crate::shard::owner::owner_ref::OwnerRef;
 use crate::shard::owner::{OwnerMsg, Start, launch_fill};
@@ -62,7 +62,7 @@ pub(crate) fn miss<'a, K, V, Q>(
     owner: &'a OwnerRef<K, V>,
     id: &Q,
     losers: Option<LoserPolicy<Arc<V>>>,
-) -> BoxFuture<'a, Result<Fetched<V>>>
+) -> BoxFuture<'a, Result<Answered<V>>>
 where
     K: Key + Borrow<Q>,
     V: Value,
@@ -87,7 +87,8 @@ where
             {
                 drop(reading);
                 core.stats.l1_hits.incr();
-                return std::future::ready(Ok(Fetched::new(entry.value, Origin::L1))).boxed();
+                let hit = Fetched::new(entry.value, Origin::L1);
+                return std::future::ready(Ok(Answered::own(hit))).boxed();
             }
             reading.run(owner, losers).boxed()
         }
@@ -105,7 +106,7 @@ async fn ask<K: Key, V: Value>(
     id: K,
     losers: Option<LoserPolicy<Arc<V>>>,
     read: bool,
-) -> Result<Fetched<V>> {
+) -> Result<Answered<V>> {
     let admitted = match admit_here(core, owner, &id, &losers, read) {
         Some(admitted) => admitted,
         None => admit(owner, id.clone(), losers.clone(), read).await?,
@@ -171,8 +172,8 @@ async fn admit<K: Key, V: Value>(
 }
 
 /// The one way a caller waits for a flight, however it was admitted to it (on the board, by
-/// the owner, in a batch): on the flight's cell, taking the flight's own origin if it leads it
-/// and `Coalesced` if it joined. A flight that ends with no answer for its callers (it changed
+/// the owner, in a batch): on the flight's cell, the flight's answer with whether it joined
+/// (shown to it as `Coalesced`: [`Answered::shown`]). A flight that ends with no answer for its callers (it changed
 /// nothing they may take) sends them through the owner again, as often as that happens. Counted
 /// `coalesced` here, once per read: if the first flight it waits on is another caller's.
 pub(crate) async fn follow<K: Key, V: Value>(
@@ -181,18 +182,20 @@ pub(crate) async fn follow<K: Key, V: Value>(
     id: K,
     mut admitted: Admitted<V>,
     losers: Option<LoserPolicy<Arc<V>>>,
-) -> Result<Fetched<V>> {
+) -> Result<Answered<V>> {
     if let Admitted::Flight { leads: false, .. } = admitted {
         bump(&core.stats.counters.coalesced);
     }
     loop {
         let (cell, leads) = match admitted {
-            Admitted::Hit(hit) => return Ok(hit),
+            Admitted::Hit(hit) => return Ok(Answered::own(hit)),
             Admitted::Flight { cell, leads } => (cell, leads),
         };
         match cell.wait().await {
-            Some(Ok(fetched)) if leads => return Ok(fetched),
-            Some(Ok(fetched)) => return Ok(fetched.for_joiner()),
+            Some(Ok(flight)) => {
+                let joined = !leads;
+                return Ok(Answered { flight, joined });
+            }
             Some(Err(e)) => return Err(e),
             None => admitted = admit(owner, id.clone(), losers.clone(), false).await?,
         }
@@ -216,9 +219,9 @@ impl<'a, K: Key, V: Value> Reading<'a, K, V> {
         self,
         owner: &OwnerRef<K, V>,
         losers: Option<LoserPolicy<Arc<V>>>,
-    ) -> Result<Fetched<V>> {
+    ) -> Result<Answered<V>> {
         let read = match self.read().await {
-            Ok(hit) => return Ok(hit),
+            Ok(hit) => return Ok(Answered::own(hit)),
             Err(unsettled) => unsettled == Unsettled::NotFresh,
         };
         // Not a fresh value: the id's flight takes it from here. The read stays listed until

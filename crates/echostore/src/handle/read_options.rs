@@ -160,11 +160,12 @@ impl<K: Key, V: Value> Table<K, V> {
             return Ok(hit);
         }
         let read = crate::handle::miss::miss(core, owner, id, losers);
-        match wait {
+        let answer = match wait {
             None => read.await,
             Some(bound) => tokio::time::timeout(bound, read)
                 .await
                 .unwrap_or(Err(Error::WaitTimeout { waited: bound })),
-        }
+        };
+        answer.map(crate::fetched::Answered::shown)
     }
 }

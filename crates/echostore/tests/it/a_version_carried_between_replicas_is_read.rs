@@ -329,3 +329,46 @@ async fn a_recent_copy_landing_before_the_drop_stays() {
         "the read dropped the put's version 2 and read the source again"
     );
 }
+
+/// A `None` the source gave a flight that a read joined counts as the source's answer, as it
+/// does for the flight's leader: the flight began after both reads had dropped what L1 held (any
+/// flight running before is overtaken by the drop), so its source read came after both began.
+/// Two reads at least the source's version 2 of a row gone at the source, together in one
+/// process: one leads the flight, the other joins it. Before, the joiner took the `None` for one
+/// with no version to tell, dropped it from Valkey and read the source again.
+#[tokio::test]
+async fn a_none_from_a_joined_flight_is_the_sources_answer() {
+    let valkey = valkey();
+    let store = common::coherent_store(&valkey.url(), None).await;
+    let loads = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&loads);
+    let table = store
+        .table::<u64, Option<u64>>("joined_none")
+        .ttl(Duration::from_secs(60))
+        .version_by(|v: &Option<u64>| v.unwrap_or(0))
+        .loader(move |_id: u64| {
+            counted.fetch_add(1, SeqCst);
+            async move { Ok::<_, std::io::Error>(None) }
+        })
+        .build()
+        .await
+        .expect("table");
+
+    let at_least_2 = || ReadOptions::new().at_least(Version::from_source(2));
+    let (one, other) = tokio::join!(
+        table.get_with(&7, at_least_2()),
+        table.get_with(&7, at_least_2())
+    );
+    assert_eq!(*one.expect("one read"), None);
+    assert_eq!(*other.expect("the other read"), None);
+    assert_eq!(
+        table.stats().coalesced,
+        1,
+        "one read joined the other's flight"
+    );
+    assert_eq!(
+        loads.load(SeqCst),
+        1,
+        "the joiner dropped the flight's None and read the source again"
+    );
+}
