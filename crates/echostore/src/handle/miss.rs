@@ -172,10 +172,11 @@ async fn admit<K: Key, V: Value>(
 }
 
 /// The one way a caller waits for a flight, however it was admitted to it (on the board, by
-/// the owner, in a batch): on the flight's cell, the flight's answer with whether it joined
-/// (shown to it as `Coalesced`: [`Answered::shown`]). A flight that ends with no answer for its callers (it changed
-/// nothing they may take) sends them through the owner again, as often as that happens. Counted
-/// `coalesced` here, once per read: if the first flight it waits on is another caller's.
+/// the owner, in a batch): on the flight's cell, for the flight's answer and whether it joined
+/// (a joiner is shown `Coalesced`: [`Answered::shown`]). A flight that ends with no answer for
+/// its callers (it changed nothing they may take) sends them through the owner again, as often
+/// as that happens. Counted `coalesced` here, once per read: if the first flight it waits on is
+/// another caller's.
 pub(crate) async fn follow<K: Key, V: Value>(
     core: &TableCore<K, V>,
     owner: &OwnerRef<K, V>,
