@@ -1,6 +1,6 @@
 //! The wire: where the Valkey is and the connections to it, the breaker, key names, the Lua
 //! scripts and which native commands the server has, Valkey's clock, trying a command again
-//! until it lands, and counting what is under way on it.
+//! until it lands, counting what is under way on it, and a round trip's timeout.
 
 pub(crate) mod breaker;
 pub(crate) mod connect;
@@ -10,4 +10,5 @@ pub(crate) mod natives;
 pub(crate) mod retry;
 pub(crate) mod scripts;
 pub(crate) mod server_clock;
+pub(crate) mod timeout;
 pub(crate) mod under_way;

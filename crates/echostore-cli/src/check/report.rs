@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::faults::Fault;
 use super::figures::{Figures, SLOW_READ_NS, figures, recovery_ns};
 use super::history::{ABSENT, Action, FaultSpan, KILLED, Op};
 use super::model::{Findings, Violations};
@@ -302,7 +303,7 @@ fn fault_rows(ops: &[Op], spans: &[FaultSpan], origin: u64) -> Vec<FaultRow> {
 fn proxied((process, read): (u32, String), spans: &[FaultSpan]) -> String {
     let behind = spans
         .iter()
-        .any(|s| s.name == "proxy" && s.processes.contains(&process));
+        .any(|s| s.name == Fault::Proxy.name() && s.processes.contains(&process));
     match behind {
         true => format!("{read} (p{process} reaches Valkey through the proxy)"),
         false => read,
@@ -317,8 +318,8 @@ mod tests {
     #[test]
     fn the_stalest_read_names_the_proxy_only_for_its_process() {
         let spans = [
-            FaultSpan::new("proxy", 10, 20).on(vec![0]),
-            FaultSpan::new("freeze", 30, 40).on(vec![1]),
+            FaultSpan::new(Fault::Proxy.name(), 10, 20).on(vec![0]),
+            FaultSpan::new(Fault::Freeze.name(), 30, 40).on(vec![1]),
         ];
         let read = |p: u32| (p, format!("read by p{p}"));
         assert_eq!(

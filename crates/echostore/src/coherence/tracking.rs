@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::coherence::Tracker;
 use crate::wire::connect::{Endpoint, Kind};
+use crate::wire::timeout::within;
 use keys::{Answer, Read};
 use subscribe::{Mode, reread_marks, subscribe};
 
@@ -175,9 +176,11 @@ async fn connect(
         }
         pushes_tx.send(push)
     };
+    // Every round trip is timed by the loop that waits on it ([`within`]): the client's own
+    // timer would take a pause of the process for a silent link.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(endpoint.timeout))
-        .set_response_timeout(Some(endpoint.timeout))
+        .set_response_timeout(None)
         .set_push_sender(sender);
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
@@ -186,11 +189,12 @@ async fn connect(
             tracing::debug!(error = %e, "coherence: tracking connection failed; retrying");
             "connect failed"
         })?;
-    let _: redis::RedisResult<()> = redis::cmd("CLIENT")
-        .arg("SETNAME")
-        .arg("echostore-tracking")
-        .query_async(&mut conn)
-        .await;
+    let mut name = redis::cmd("CLIENT");
+    name.arg("SETNAME").arg("echostore-tracking");
+    let named = within(limit(endpoint), name.query_async::<()>(&mut conn)).await;
+    if named.is_err() {
+        return Err("silent while naming the connection");
+    }
     Ok((conn, pushes))
 }
 
@@ -228,9 +232,14 @@ impl Session<'_> {
             },
             &mut self.conn,
         );
-        if let Err(e) = subscribe(conn, mode, &wanted, &mut self.subscribed).await {
-            tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
-            return Some(Some("CLIENT TRACKING refused"));
+        let subscribed = subscribe(conn, mode, &wanted, &mut self.subscribed);
+        match within(limit(self.endpoint), subscribed).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "coherence: CLIENT TRACKING refused; retrying");
+                return Some(Some("CLIENT TRACKING refused"));
+            }
+            Err(_) => return Some(Some("silent while subscribing")),
         }
         let this = self.tracker.upgrade()?;
         // Flush before announcing: a table waiting in `add_table` starts only after this, so the
@@ -253,6 +262,8 @@ impl Session<'_> {
         mut life: Life<'_>,
     ) -> Option<&'static str> {
         let mut health = tokio::time::interval(HEALTH_EVERY);
+        // After a pause, one PING, not one for every interval the pause spanned.
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         health.tick().await;
         loop {
             tokio::select! {
@@ -291,7 +302,7 @@ impl Session<'_> {
         let (sent, sent_ticks) = (std::time::Instant::now(), crate::clock::coarse_ticks());
         let (cmd, limit) = (redis::cmd("PING"), self.limit());
         let ping = cmd.query_async::<String>(&mut self.conn);
-        if !matches!(tokio::time::timeout(limit, ping).await, Ok(Ok(_))) {
+        if !matches!(within(limit, ping).await, Ok(Ok(_))) {
             return Some(Some("health PING failed"));
         }
         *life.healthy_at = sent;
@@ -340,7 +351,7 @@ impl Session<'_> {
         if self.by_keys {
             let limit = self.limit();
             let reread = reread_marks(&mut self.conn, &this, &push);
-            if tokio::time::timeout(limit, reread).await.is_err() {
+            if within(limit, reread).await.is_err() {
                 return Some(Some("silent while re-reading the marks"));
             }
         }
@@ -352,7 +363,7 @@ impl Session<'_> {
     /// the loop waits, no push is routed and no PING sent, so `valkey_timeout` alone would leave
     /// a silent link unnoticed that long.
     fn limit(&self) -> Duration {
-        HEALTH_TIMEOUT.min(self.endpoint.timeout)
+        limit(self.endpoint)
     }
 
     /// Sends a round trip of key tracking's reads. `None`: the tracker is gone.
@@ -382,12 +393,9 @@ impl Session<'_> {
             },
             &mut self.conn,
         );
-        let (sent, limit) = (
-            std::time::Instant::now(),
-            HEALTH_TIMEOUT.min(self.endpoint.timeout),
-        );
+        let (sent, limit) = (std::time::Instant::now(), limit(self.endpoint));
         let subscribed = subscribe(conn, mode, &wanted, &mut self.subscribed);
-        let Ok(subscribed) = tokio::time::timeout(limit, subscribed).await else {
+        let Ok(subscribed) = within(limit, subscribed).await else {
             return Some(Some("silent while subscribing"));
         };
         if let Err(e) = subscribed {
@@ -403,6 +411,12 @@ impl Session<'_> {
             .node_tracks(life.url, &self.subscribed);
         Some(None)
     }
+}
+
+/// How long a round trip the loop waits on may take, with the process running ([`within`]),
+/// before the link counts as silent: at most a health PING's time.
+fn limit(endpoint: &Endpoint) -> Duration {
+    HEALTH_TIMEOUT.min(endpoint.timeout)
 }
 
 /// Why a resubscribe failed. A connection that broke meanwhile is lost like any other (and at a

@@ -165,7 +165,8 @@ impl L2 {
         self.timeout
     }
 
-    /// Runs one Valkey call through the breaker, mapping failures to [`Error`].
+    /// Runs one Valkey call through the breaker, mapping failures to [`Error`]. It times out
+    /// once `valkey_timeout` has passed with this process running ([`crate::wire::timeout`]).
     pub(crate) async fn run<T, F, Fut>(
         &self,
         context: &'static str,
@@ -186,7 +187,7 @@ impl L2 {
             Permit::Closed => None,
         };
         let conn = fresh.clone().unwrap_or_else(|| self.conn.get());
-        match call(conn).await {
+        match crate::wire::timeout::call_within(self.timeout, call(conn)).await {
             Ok(v) => {
                 // The new connection first: a call let through once the breaker closes must not
                 // meet the old one's failed reconnect.

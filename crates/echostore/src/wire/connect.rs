@@ -70,11 +70,13 @@ impl Endpoint {
     /// A new connection to the one server at `url`, made when first used. A lost connection
     /// is made again with one attempt, no retry: the circuit breaker is what tries again (each
     /// trial on a connection of its own), so a dead server costs a trial per cooldown (its
-    /// attempt, and the one reconnect its client starts once it failed).
+    /// attempt, and the one reconnect its client starts once it failed). Its calls are timed by
+    /// their caller (`L2::run`, [`crate::wire::timeout`]), which a pause of the process does not
+    /// trip; the client's own timer would.
     pub(crate) fn single(&self, url: &str) -> Result<Connection> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
+            .set_response_timeout(None)
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(self.client(url)?, config)
             .map_err(|e| Error::valkey("creating the connection", e))?;
