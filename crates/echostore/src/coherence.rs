@@ -240,12 +240,24 @@ impl Tracker {
         self.subscribed.notify_waiters();
     }
 
-    /// The connection to `node` is gone.
+    /// The connection to `node` is gone. It goes on bounding the vouch until
+    /// [`Tracker::unvouch`].
     pub(crate) fn node_lost(&self, node: &str) {
         lock(&self.nodes).tracking.remove(node);
-        self.vouch.down(node);
         if let Some(registry) = &self.keys {
             registry.node_down(node);
+        }
+    }
+
+    /// The lost connection to `node` stops bounding the vouch once every owner has dealt with
+    /// what was sent to it before (the cap, the pushes routed): a connection down holds nothing
+    /// up, since L1 is capped then, but only once it is. Letting go before would let a lapsed
+    /// vouch (this process behind on its pushes) answer from L1, until the owners catch up, what
+    /// those pushes and the cap drop. Owners that do not catch up within `limit` leave the vouch
+    /// as it is, to lapse; the next reconnect attempt tries again.
+    pub(crate) async fn unvouch(&self, node: &str, limit: Duration) {
+        if tokio::time::timeout(limit, self.caught_up()).await.is_ok() {
+            self.vouch.down(node);
         }
     }
 

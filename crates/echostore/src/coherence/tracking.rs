@@ -96,6 +96,7 @@ async fn node(tracker: Weak<Tracker>, endpoint: Endpoint, url: String, slots: Ve
         if established {
             this.cap_all(lost, healthy_at);
         }
+        this.unvouch(&url, limit(&endpoint)).await;
         drop(this);
         pause = if established {
             first
@@ -144,15 +145,15 @@ async fn track(
         by_keys,
         subscribed: HashSet::new(),
     };
+    let subscribing = crate::clock::coarse_ticks();
     if let Some(why) = session.establish(tables, &life).await? {
         return Some(why);
     }
     // Set up and answering (and every L1 flushed on the way): a loss from now on caps L1 from
-    // here at the earliest.
+    // here at the earliest. L1 is vouched for once the owners have dropped what it held.
     *life.healthy_at = std::time::Instant::now();
     *life.established = true;
-    let vouched = crate::clock::coarse_ticks();
-    tracker.upgrade()?.vouch().renew(life.url, vouched);
+    session.vouch(life.url, subscribing)?;
     session.serve(tables, life).await
 }
 
@@ -242,6 +243,8 @@ impl Session<'_> {
             Err(_) => return Some(Some("silent while subscribing")),
         }
         let this = self.tracker.upgrade()?;
+        // Up, and vouching for nothing until the flush is dealt with (`track`).
+        this.vouch().pending(life.url);
         // Flush before announcing: a table waiting in `add_table` starts only after this, so the
         // flush reaches its owner before any value the table loads next.
         this.flush_established("tracking established");

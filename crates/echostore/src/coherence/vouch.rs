@@ -64,12 +64,12 @@ impl Vouch {
         });
     }
 
-    /// The connection to `node` is up and vouches from coarse-clock time `sent` (it has just
-    /// subscribed, which flushed what L1 held while it was not).
-    pub(crate) fn renew(&self, node: &str, sent: u64) {
-        let until = sent.saturating_add(ticks_of(VOUCH_FOR));
+    /// The connection to `node` is up and vouches for nothing yet: it has just subscribed, and
+    /// flushed what L1 held while it was not, which the owners have yet to deal with
+    /// ([`Vouch::renew_if_up`] once they have).
+    pub(crate) fn pending(&self, node: &str) {
         self.change(|up| {
-            up.insert(node.to_owned(), until);
+            up.insert(node.to_owned(), 0);
         });
     }
 
@@ -103,15 +103,22 @@ impl Default for Vouch {
 mod tests {
     use super::*;
 
-    /// No connection up vouches forever; each one up bounds it, the earliest wins, and one that
-    /// goes down bounds it no more.
+    /// No connection up vouches forever; each one up bounds it, from nothing until renewed, the
+    /// earliest wins, one not up is not renewed, and one that goes down bounds it no more.
     #[test]
     fn the_earliest_connection_up_bounds_the_vouch() {
         let vouch = Vouch::new();
         let now = coarse_ticks();
         assert!(vouch.holds_at(now) && vouch.holds_at(u64::MAX - 1));
-        vouch.renew("a", now);
-        vouch.renew("b", now + ticks_of(Duration::from_secs(60)));
+        vouch.pending("a");
+        assert!(
+            !vouch.holds_at(now),
+            "a connection just up vouches for nothing"
+        );
+        vouch.renew_if_up("a", now);
+        vouch.renew_if_up("c", now);
+        vouch.pending("b");
+        vouch.renew_if_up("b", now + ticks_of(Duration::from_secs(60)));
         let lapse = now + ticks_of(VOUCH_FOR);
         assert!(vouch.holds_at(lapse - 1));
         assert!(!vouch.holds_at(lapse), "a's vouch ran out");

@@ -12,8 +12,11 @@ use crate::common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use common::{Source, Valkey, coherent_store, table_on, until, until_async, valkey};
-use echostore::{L1Backend, Table};
+use common::{
+    Source, Valkey, coherent_store, kill_tracking_connections, raw, table_on, until, until_async,
+    valkey,
+};
+use echostore::{L1Backend, Store, Table};
 
 /// A gate a weigher waits at for one id, closed until the test opens it.
 #[derive(Default)]
@@ -49,10 +52,9 @@ impl Drop for Opens {
 
 /// `jam` on a store of its own, one shard, whose weigher waits at `gate` for id 2; every value
 /// is tagged `all`.
-async fn table(url: &str, source: &Source, gate: &Arc<Gate>) -> Table<u64, String> {
+async fn table(store: &Store, source: &Source, gate: &Arc<Gate>) -> Table<u64, String> {
     let gate = Arc::clone(gate);
-    let store = coherent_store(url, None).await;
-    table_on(&store, "jam", source, move |t| {
+    table_on(store, "jam", source, move |t| {
         // moka weighs an entry before it takes any lock a read of another id needs.
         t.shards(1)
             .l1_backend(L1Backend::Moka)
@@ -75,7 +77,9 @@ struct Fleet {
     gate: Arc<Gate>,
     here: Table<u64, String>,
     there: Table<u64, String>,
-    _valkey: Valkey,
+    /// `here`'s store.
+    store: Store,
+    valkey: Valkey,
 }
 
 async fn fleet() -> Fleet {
@@ -83,12 +87,15 @@ async fn fleet() -> Fleet {
     let url = valkey.url();
     let source = Source::open();
     let gate = Arc::new(Gate::default());
+    let store = coherent_store(&url, None).await;
+    let elsewhere = coherent_store(&url, None).await;
     Fleet {
         _opens: Opens(Arc::clone(&gate)),
-        here: table(&url, &source, &gate).await,
-        there: table(&url, &source, &Arc::new(Gate::default())).await,
+        here: table(&store, &source, &gate).await,
+        there: table(&elsewhere, &source, &Arc::new(Gate::default())).await,
+        store,
         gate,
-        _valkey: valkey,
+        valkey,
     }
 }
 
@@ -120,6 +127,61 @@ async fn an_owner_behind_on_its_pushes_leaves_no_old_value_answered() {
         here.get(&1).await.expect("read").as_str() != old.as_str()
     })
     .await;
+    fleet.gate.open();
+    stuck.await.expect("the put's task").expect("put");
+}
+
+/// Another process's put of id 1 while this process's owner of id 1 is stuck, then this
+/// process's tracking connection lost, kept from coming back (Valkey takes no new client), then
+/// back: its reads of id 1 answer the put's value throughout. A connection that is down holds
+/// the vouch up no longer, but only once the owners have capped L1 (before, it let go at once,
+/// and L1 answered its older value until the cap reached the stuck owner); one that comes up
+/// vouches once the owners have flushed L1 (before, as it came up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_connection_lost_while_behind_leaves_no_old_value_answered() {
+    let fleet = fleet().await;
+    let (here, there) = (&fleet.here, &fleet.there);
+    let mut admin = raw(&fleet.valkey.url()).await;
+    // Each read of id 1 or 4 from Valkey would replace L1's older value: each is read once.
+    let old = [
+        here.get(&1).await.expect("load"),
+        here.get(&4).await.expect("load"),
+    ];
+    here.get(&3).await.expect("load");
+    let stuck = jam(&fleet).await;
+    let new = old.map(|old| format!("{old} and after"));
+    there.put(&1, new[0].clone()).await.expect("put");
+    there.put(&4, new[1].clone()).await.expect("put");
+    until_async("this process's L1 answers nothing", async || {
+        let hits = here.stats().l1_hits;
+        here.get(&3).await.expect("read");
+        here.stats().l1_hits == hits
+    })
+    .await;
+
+    let clients = common::info_count(&mut admin, "clients", "connected_clients").await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(clients - 2)
+        .query_async(&mut admin)
+        .await
+        .expect("no new client");
+    assert_eq!(kill_tracking_connections(&mut admin).await, 2);
+    until("the loss is noticed", || !fleet.store.is_coherent()).await;
+    let read = here.get(&1).await.expect("read while tracking is down");
+    assert_eq!(*read, new[0], "L1's older value, with tracking down");
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(10_000)
+        .query_async(&mut admin)
+        .await
+        .expect("clients again");
+    until("tracking is back", || fleet.store.is_coherent()).await;
+    let read = here.get(&4).await.expect("read once tracking is back");
+    assert_eq!(*read, new[1], "L1's older value, once tracking is back");
     fleet.gate.open();
     stuck.await.expect("the put's task").expect("put");
 }

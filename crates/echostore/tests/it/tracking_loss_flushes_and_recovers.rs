@@ -8,41 +8,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::{
-    Proxy, Source, coherent_store, long_lived, patient_store, raw, settled, table_on, until,
-    until_stats, valkey, warm,
+    Proxy, Source, coherent_store, kill_tracking_connections, long_lived, patient_store, raw,
+    settled, table_on, until, until_stats, valkey, warm,
 };
 use echostore::{Origin, Tracking};
-
-/// Kills every store's tracking connection (named `echostore-tracking`), and only those.
-async fn kill_tracking_connections(conn: &mut common::RawConn) -> usize {
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(conn)
-        .await
-        .expect("CLIENT LIST");
-    let ids: Vec<String> = clients
-        .lines()
-        .filter(|line| {
-            line.split(' ')
-                .any(|field| field == "name=echostore-tracking")
-        })
-        .filter_map(|line| {
-            line.split(' ')
-                .find_map(|f| f.strip_prefix("id="))
-                .map(str::to_owned)
-        })
-        .collect();
-    for id in &ids {
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("ID")
-            .arg(id)
-            .query_async(conn)
-            .await
-            .expect("CLIENT KILL ID");
-    }
-    ids.len()
-}
 
 /// Killing the tracking connection leaves L1 serving what it holds, briefly (no reload at once);
 /// once tracking is back, L1 is flushed, and pushes work again.

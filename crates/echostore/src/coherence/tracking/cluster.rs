@@ -34,8 +34,12 @@ pub(super) async fn track(tracker: Weak<Tracker>, endpoint: Endpoint, seeds: Vec
                 task.abort();
                 this.node_lost(&primary.url);
             }
-            this.expect_nodes(primaries.len());
             this.cap_all("the cluster's primaries changed", std::time::Instant::now());
+            // The old connections bound the vouch until the owners have capped L1
+            // (`Tracker::unvouch`); gone from the topology, they are let go after a PING's time
+            // at the most, since none of them will vouch again.
+            let _ = tokio::time::timeout(super::limit(&endpoint), this.caught_up()).await;
+            this.expect_nodes(primaries.len());
             drop(this);
             for primary in primaries {
                 let (url, slots) = (primary.url.clone(), primary.slots.clone());

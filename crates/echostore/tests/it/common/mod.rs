@@ -41,6 +41,9 @@ pub use tables::{
     valkey_table, warm,
 };
 pub(crate) use target::{RawConn, raw};
-pub use target::{TARGET_ENV, Valkey, cluster_seeds, exists, pause_writes, unpause, valkey};
+pub use target::{
+    TARGET_ENV, Valkey, cluster_seeds, exists, kill_tracking_connections, pause_writes, unpause,
+    valkey,
+};
 pub use touchy::{POISON, Touchy, touchy};
 pub use wait::{settled, until, until_async, until_stats};

@@ -2,7 +2,8 @@
 //! and the `cluster` feature — a private three-primary cluster, so that the same lock and
 //! coherence tests run on both (`.ci/run` runs them twice). A cluster's URL for the helpers is
 //! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms. Through a
-//! [`raw`] connection, [`exists`] asks whether a key is there and [`pause_writes`] holds writes.
+//! [`raw`] connection, [`exists`] asks whether a key is there, [`pause_writes`] holds writes and
+//! [`kill_tracking_connections`] kills the stores' tracking connections.
 
 use std::ops::{Deref, DerefMut};
 
@@ -108,4 +109,35 @@ pub async fn unpause(conn: &mut RawConn) {
         .query_async(conn)
         .await
         .expect("CLIENT UNPAUSE");
+}
+
+/// Kills every store's tracking connection (named `echostore-tracking`), and only those.
+pub async fn kill_tracking_connections(conn: &mut RawConn) -> usize {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .expect("CLIENT LIST");
+    let ids: Vec<String> = clients
+        .lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|field| field == "name=echostore-tracking")
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_owned)
+        })
+        .collect();
+    for id in &ids {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query_async(conn)
+            .await
+            .expect("CLIENT KILL ID");
+    }
+    ids.len()
 }
