@@ -7,8 +7,9 @@
 //! process paused whole (a VM descheduled, `SIGSTOP`) or a runtime starved of the task wakes to
 //! pushes waiting unread in its socket, and its L1 would answer, until they are read, what they
 //! would drop. Past the vouch, an L1 entry is no hit: the read goes to Valkey, as a miss does,
-//! until the task has caught up and vouches again. A connection that is down holds nothing up:
-//! L1 is capped then (`Tracker::cap_all`), and its entries live on their capped lives.
+//! until the task has caught up and vouches again. A connection that is down holds nothing up
+//! once L1 is capped (`Tracker::cap_all`, `Tracker::unvouch`), and its entries live on their
+//! capped lives; one that comes up vouches once L1 is flushed ([`Vouch::pending`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
