@@ -40,7 +40,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_millis(500);
 /// still open) goes unnoticed before the store caps its L1 and reconnects: one health interval,
 /// then one PING's time. Until then, another process's write may not reach this L1. Every other
 /// round trip the connection's loop waits on is held to a PING's time as well
-/// ([`Session::limit`]): a link that goes silent during one is noticed at most a PING's time
+/// ([`limit`]): a link that goes silent during one is noticed at most a PING's time
 /// after that round trip was sent.
 pub(crate) const SILENT_LINK_BOUND: Duration = HEALTH_EVERY.saturating_add(HEALTH_TIMEOUT);
 
@@ -303,7 +303,7 @@ impl Session<'_> {
     /// `None`: the tracker is gone; `Some(Some(why))`: the connection is lost.
     async fn health(&mut self, life: &mut Life<'_>) -> Option<Option<&'static str>> {
         let (sent, sent_ticks) = (std::time::Instant::now(), crate::clock::coarse_ticks());
-        let (cmd, limit) = (redis::cmd("PING"), self.limit());
+        let (cmd, limit) = (redis::cmd("PING"), limit(self.endpoint));
         let ping = cmd.query_async::<String>(&mut self.conn);
         if !matches!(within(limit, ping).await, Ok(Ok(_))) {
             return Some(Some("health PING failed"));
@@ -326,7 +326,11 @@ impl Session<'_> {
     /// The wait runs beside this task, which goes on routing pushes (each one it held back
     /// would be a change L1 goes on answering). `None`: the tracker is gone.
     fn vouch(&self, url: &str, sent: u64) -> Option<()> {
-        let (this, limit, url) = (self.tracker.upgrade()?, self.limit(), url.to_owned());
+        let (this, limit, url) = (
+            self.tracker.upgrade()?,
+            limit(self.endpoint),
+            url.to_owned(),
+        );
         tokio::spawn(async move {
             if tokio::time::timeout(limit, this.caught_up()).await.is_ok() {
                 this.vouch().renew_if_up(&url, sent);
@@ -352,7 +356,7 @@ impl Session<'_> {
         *life.healthy_at = std::time::Instant::now();
         let this = self.tracker.upgrade()?;
         if self.by_keys {
-            let limit = self.limit();
+            let limit = limit(self.endpoint);
             let reread = reread_marks(&mut self.conn, &this, &push);
             if within(limit, reread).await.is_err() {
                 return Some(Some("silent while re-reading the marks"));
@@ -360,13 +364,6 @@ impl Session<'_> {
         }
         route(&this, push);
         Some(None)
-    }
-
-    /// How long a round trip the loop waits on may take before the link counts as silent: while
-    /// the loop waits, no push is routed and no PING sent, so `valkey_timeout` alone would leave
-    /// a silent link unnoticed that long.
-    fn limit(&self) -> Duration {
-        limit(self.endpoint)
     }
 
     /// Sends a round trip of key tracking's reads. `None`: the tracker is gone.
@@ -417,7 +414,8 @@ impl Session<'_> {
 }
 
 /// How long a round trip the loop waits on may take, with the process running ([`within`]),
-/// before the link counts as silent: at most a health PING's time.
+/// before the link counts as silent: while the loop waits, no push is routed and no PING sent,
+/// so `valkey_timeout` alone would leave a silent link unnoticed that long.
 fn limit(endpoint: &Endpoint) -> Duration {
     HEALTH_TIMEOUT.min(endpoint.timeout)
 }

@@ -53,9 +53,9 @@ impl Vouch {
         self.holds_at(coarse_ticks())
     }
 
-    /// [`Vouch::renew`] for a connection still up, never moving its vouch back (renewals made
-    /// once the owners caught up may finish out of order; one for a connection since lost
-    /// must not count it up again).
+    /// The connection to `node`, if still up, vouches from coarse-clock time `sent`, never
+    /// moving its vouch back (renewals made once the owners caught up may finish out of order;
+    /// one for a connection since lost must not count it up again).
     pub(crate) fn renew_if_up(&self, node: &str, sent: u64) {
         let until = sent.saturating_add(ticks_of(VOUCH_FOR));
         self.change(|up| {

@@ -225,13 +225,7 @@ async fn maxmemory(conn: &mut common::RawConn, bytes: u64) {
         ("maxmemory-policy", "noeviction".to_owned()),
         ("maxmemory", bytes.to_string()),
     ] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(name)
-            .arg(value)
-            .query_async(conn)
-            .await
-            .expect("CONFIG SET");
+        common::config_set(conn, name, value).await;
     }
 }
 

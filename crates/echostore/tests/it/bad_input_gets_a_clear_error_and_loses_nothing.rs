@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{exists, raw, settled, store_on, valkey};
+use common::{config_set, exists, raw, settled, store_on, valkey};
 use echostore::{Error, MAX_ID_BYTES, Origin, Table};
 use redis::AsyncCommands;
 
@@ -116,20 +116,8 @@ async fn valkey_error_replies_surface_with_context() {
     let valkey = valkey();
     let mut conn = raw(&valkey.url()).await;
     let t = text_table(&valkey.url(), "oom").await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query_async(&mut conn)
-        .await
-        .expect("CONFIG");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .expect("CONFIG");
+    config_set(&mut conn, "maxmemory-policy", "noeviction").await;
+    config_set(&mut conn, "maxmemory", 1).await;
 
     let err = t.put(&"k".to_string(), "v".into()).await.expect_err("OOM");
     let Error::Valkey { context, source } = &err else {

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use common::{
-    Source, Valkey, coherent_store, kill_tracking_connections, raw, table_on, until, until_async,
-    valkey,
+    Source, Valkey, coherent_store, config_set, kill_tracking_connections, raw, table_on, until,
+    until_async, valkey,
 };
 use echostore::{L1Backend, Store, Table};
 
@@ -160,25 +160,13 @@ async fn a_connection_lost_while_behind_leaves_no_old_value_answered() {
     .await;
 
     let clients = common::info_count(&mut admin, "clients", "connected_clients").await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxclients")
-        .arg(clients - 2)
-        .query_async(&mut admin)
-        .await
-        .expect("no new client");
+    config_set(&mut admin, "maxclients", clients - 2).await; // no new client
     assert_eq!(kill_tracking_connections(&mut admin).await, 2);
     until("the loss is noticed", || !fleet.store.is_coherent()).await;
     let read = here.get(&1).await.expect("read while tracking is down");
     assert_eq!(*read, new[0], "L1's older value, with tracking down");
 
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxclients")
-        .arg(10_000)
-        .query_async(&mut admin)
-        .await
-        .expect("clients again");
+    config_set(&mut admin, "maxclients", 10_000).await;
     until("tracking is back", || fleet.store.is_coherent()).await;
     let read = here.get(&4).await.expect("read once tracking is back");
     assert_eq!(*read, new[1], "L1's older value, once tracking is back");

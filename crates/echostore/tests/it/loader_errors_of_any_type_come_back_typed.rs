@@ -190,13 +190,7 @@ async fn valkey_errors_are_wrapped() {
         .await
         .expect("table");
     for (setting, value) in [("maxmemory-policy", "noeviction"), ("maxmemory", "1")] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(setting)
-            .arg(value)
-            .query_async(&mut conn)
-            .await
-            .expect("CONFIG SET");
+        common::config_set(&mut conn, setting, value).await;
     }
     let err = table.put(&1, "v".to_owned()).await.expect_err("OOM");
     let Error::Valkey { source, .. } = &err else {

@@ -2,8 +2,9 @@
 //! and the `cluster` feature — a private three-primary cluster, so that the same lock and
 //! coherence tests run on both (`.ci/run` runs them twice). A cluster's URL for the helpers is
 //! `cluster:<seed>,<seed>,…`; [`raw`] and the store builders understand both forms. Through a
-//! [`raw`] connection, [`exists`] asks whether a key is there, [`pause_writes`] holds writes and
-//! [`kill_tracking_connections`] kills the stores' tracking connections.
+//! [`raw`] connection, [`exists`] asks whether a key is there, [`pause_writes`] holds writes,
+//! [`config_set`] changes a setting and [`kill_tracking_connections`] kills the stores' tracking
+//! connections.
 
 use std::ops::{Deref, DerefMut};
 
@@ -100,6 +101,17 @@ pub async fn pause_writes(conn: &mut RawConn, ms: u64) {
         .query_async(conn)
         .await
         .expect("CLIENT PAUSE WRITE");
+}
+
+/// `CONFIG SET <name> <value>` on the server `conn` reaches.
+pub async fn config_set(conn: &mut RawConn, name: &str, value: impl redis::ToRedisArgs) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .expect("CONFIG SET");
 }
 
 /// `CLIENT UNPAUSE`.
