@@ -87,7 +87,12 @@ impl Endpoint {
     async fn cluster(&self, seeds: &[String]) -> Result<Connection> {
         let builder = redis::cluster::ClusterClientBuilder::new(seeds.to_vec())
             .connection_timeout(self.timeout)
+            // Each node's timer lets the client try a silent node again and keeps its slot
+            // refreshes from waiting on one forever. The call as a whole is timed by its caller
+            // (`L2::run`), which a pause of the process does not trip: the client's overall timer
+            // would fail every call in flight at a pause, though Valkey answered.
             .response_timeout(self.timeout)
+            .overall_response_timeout(None)
             .retries(2)
             // A `TRYAGAIN` (a slot being migrated) lasts milliseconds: the client's retries of
             // it wait a few ms, not its default 1.28 s and more, which outlasts every timeout.

@@ -79,9 +79,13 @@ end
 }
 
 /// `SET lock NX PX` and a bounded read of the value, in one round trip. Returns `{won, value}`.
+/// A lock that already holds this attempt's token is won: a cluster client sends a call again
+/// when a node's reply came later than its timer (a pause of the process), and the first send
+/// took the lock.
 pub(crate) const ACQUIRE_OR_READ_SCRIPT: &str = r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms, ARGV[3] = max bytes
 local won = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])
+  or redis.call('GET', KEYS[2]) == ARGV[1]
 local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[3])
 if type(value) == 'table' and value.err then value = false end -- another type: a miss
 if won then return {1, value} end
@@ -216,13 +220,15 @@ return {1, now}
 
 /// A batch's acquire-or-read: for each id, `SET lock NX PX` and a bounded read of the value, in
 /// one round trip (on a cluster, one per hash slot: the keys of one call share a slot). Returns
-/// `{won_1, value_1, won_2, value_2, …}`.
+/// `{won_1, value_1, won_2, value_2, …}`. A lock already holding its id's token is won, as in
+/// [`ACQUIRE_OR_READ_SCRIPT`].
 pub(crate) const ACQUIRE_MANY_SCRIPT: &str = r#"
 -- KEYS = value_1, lock_1, value_2, lock_2, …; ARGV[1] = lock ttl ms, ARGV[2] = max bytes,
 -- ARGV[2 + i] = the token of id i
 local out = {}
 for i = 1, #KEYS / 2 do
   local won = redis.call('SET', KEYS[2 * i], ARGV[2 + i], 'NX', 'PX', ARGV[1])
+    or redis.call('GET', KEYS[2 * i]) == ARGV[2 + i]
   local value = redis.pcall('GETRANGE', KEYS[2 * i - 1], 0, ARGV[2])
   if type(value) == 'table' and value.err then value = false end -- another type: a miss
   out[2 * i - 1] = won and 1 or 0
@@ -625,5 +631,52 @@ mod tests {
         let skew = format!("a <= now + {MAX_CLOCK_SKEW_MS}");
         assert!(FENCED_WRITE_SCRIPT.contains(&skew) && PUT_SCRIPT.contains(&skew));
         assert!(WRITE_MANY_SCRIPT.contains(&skew));
+    }
+
+    /// Runs `SCRIPTS.acquire_or_read` for `token` on `lock`; whether it won.
+    async fn acquire(conn: &mut impl redis::aio::ConnectionLike, token: &str) -> bool {
+        let mut call = SCRIPTS.acquire_or_read.prepare_invoke();
+        call.key("value").key("lock").arg(token).arg(60_000).arg(64);
+        let (won, _): (i64, Option<Vec<u8>>) = call.invoke_async(conn).await.expect("acquire");
+        won == 1
+    }
+
+    /// Runs `SCRIPTS.acquire_many` for one id, `token` on `lock`; whether it won.
+    async fn acquire_many(conn: &mut impl redis::aio::ConnectionLike, token: &str) -> bool {
+        let mut call = SCRIPTS.acquire_many.prepare_invoke();
+        call.key("value").key("lock").arg(60_000).arg(64).arg(token);
+        let answer: Vec<redis::Value> = call.invoke_async(conn).await.expect("acquire many");
+        answer.first() == Some(&redis::Value::Int(1))
+    }
+
+    /// An acquire sent again (a cluster client does so when a node's reply came after its timer,
+    /// a pause of the process) wins: the first send took the lock for the same token. Another
+    /// token loses it. Before, the second send lost to the first, and the flight waited for its
+    /// own lock's push until the lock's life ended.
+    #[tokio::test]
+    async fn an_acquire_sent_again_wins_its_own_lock() {
+        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
+        let client = redis::Client::open(valkey.url()).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let sent = [
+            acquire(&mut conn, "one").await,
+            acquire(&mut conn, "one").await,
+            acquire(&mut conn, "two").await,
+        ];
+        assert_eq!(sent, [true, true, false], "acquire_or_read");
+        let _: () = redis::cmd("DEL")
+            .arg("lock")
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        let sent = [
+            acquire_many(&mut conn, "one").await,
+            acquire_many(&mut conn, "one").await,
+            acquire_many(&mut conn, "two").await,
+        ];
+        assert_eq!(sent, [true, true, false], "acquire_many");
     }
 }

@@ -25,6 +25,7 @@ mod a_leaving_process_hands_its_locks_back;
 mod a_load_slower_than_the_lock_is_the_one_source_read;
 mod a_million_key_storm_stays_bounded;
 mod a_namespace_keeps_two_apps_apart;
+mod a_pause_of_the_process_fails_no_call;
 mod a_process_never_reads_back_in_time;
 mod a_put_racing_a_foreign_write_leaves_no_stale_l1;
 mod a_read_takes_effect_when_it_is_made;

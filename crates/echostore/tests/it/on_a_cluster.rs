@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::common::TARGET_ENV;
 
 /// The suites whose promises must hold on a cluster as on one server.
-const SUITES: [&str; 18] = [
+const SUITES: [&str; 19] = [
     "one_source_read_per_expiry_across_stores",
     "loser_policies",
     "release_never_deletes_another_holders_lock",
@@ -27,6 +27,7 @@ const SUITES: [&str; 18] = [
     "a_spent_source_budget_follows_the_loser_policy",
     "a_version_carried_between_replicas_is_read",
     "schemas_run_side_by_side",
+    "a_pause_of_the_process_fails_no_call",
 ];
 
 /// Every test of the lock and coherence suites passes against a cluster.

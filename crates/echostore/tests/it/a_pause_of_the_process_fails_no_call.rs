@@ -1,0 +1,96 @@
+//! A pause of this process (stopped, descheduled, its runtime starved) with a Valkey call in
+//! flight fails no call: a timer that fired late timed the pause, not Valkey, and the reply Valkey
+//! sends is taken. Taken for a timeout, a miss's lock call would load in-process and a fill's write
+//! would fail (docs/failure-semantics.md): source reads Valkey would have spared, and under key
+//! tracking values no push retires. On a cluster as on one server (`on_a_cluster` runs this suite
+//! there): the cluster client's own timer over a whole call was such a timer.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{
+    RawConn, Source, cluster_seeds, patient_store, pause_writes, raw, table_on, unpause, until,
+    until_async, valkey,
+};
+
+/// Each call's limit (`valkey_timeout`); the pause is twice as long.
+const LIMIT: Duration = Duration::from_secs(1);
+
+/// The loaded value's size: the fill's write carries it, and so is told from every other call.
+const BIG: usize = 64 * 1024;
+
+/// A connection of its own to each node (the one server, or every node of the cluster).
+async fn nodes(url: &str) -> Vec<RawConn> {
+    let mut nodes = Vec::new();
+    for node in cluster_seeds(url).unwrap_or_else(|| vec![url.to_owned()]) {
+        nodes.push(raw(&node).await);
+    }
+    nodes
+}
+
+/// Whether a node holds a client waiting on a paused write whose arguments take `BIG` bytes or
+/// more (`CLIENT LIST`'s `flags=b` and `argv-mem`): the fill's write, sent.
+async fn big_write_waits(nodes: &mut [RawConn]) -> bool {
+    for node in nodes {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(node)
+            .await
+            .expect("CLIENT LIST");
+        let waits = clients.lines().any(|client| {
+            let field = |name: &str| {
+                client
+                    .split(' ')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            };
+            let held = field("flags").is_some_and(|flags| flags.contains('b'));
+            let bytes = field("argv-mem").and_then(|m| m.parse::<usize>().ok());
+            held && bytes.is_some_and(|bytes| bytes >= BIG)
+        });
+        if waits {
+            return true;
+        }
+    }
+    false
+}
+
+/// A miss's write of what it loaded waits at Valkey (writes held there) while this process is
+/// paused past the call's limit; Valkey answers once the process runs again. No call failed: the
+/// miss took the lock, read the source once and wrote its value. (Before, on a cluster, the
+/// write failed as it woke: `l2_errors` 1.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_in_flight_at_a_pause_is_answered() {
+    let valkey = valkey();
+    let url = valkey.url();
+    let mut nodes = nodes(&url).await;
+    let store = patient_store(&url, LIMIT).await;
+    let source = Source::gated();
+    let loader = source.answering(|_, _| Ok("x".repeat(BIG)));
+    let table = table_on(&store, "paused", &source, |t| t.loader(loader)).await;
+
+    let miss = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&1).await }
+    });
+    until("the miss reads the source", || source.calls() == 1).await;
+    for node in &mut nodes {
+        pause_writes(node, 60_000).await;
+    }
+    source.release();
+    until_async("the miss's write waits at Valkey", async || {
+        big_write_waits(&mut nodes).await
+    })
+    .await;
+    // The pause: the runtime's one thread, which every task of the store runs on, stops.
+    std::thread::sleep(LIMIT * 2);
+    for node in &mut nodes {
+        unpause(node).await;
+    }
+
+    let read = miss.await.expect("the miss's task").expect("the read");
+    assert_eq!(read.len(), BIG);
+    let stats = table.stats();
+    assert_eq!(stats.l2_errors, 0, "a call in flight at the pause failed");
+    assert_eq!((stats.lock_won, source.calls()), (1, 1));
+}
