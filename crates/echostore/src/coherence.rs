@@ -14,7 +14,7 @@
 //!
 //! **When the connection is lost** (killed, Valkey restarted, a failed health PING), invalidations
 //! may have been missed: every table of the store caps its L1 (what it holds lives at most
-//! `unconfirmed_l1_life` from the link's last sign of delivering) and detaches its running
+//! `unconfirmed_l1_life` from when the link's last answered round trip was sent) and detaches its running
 //! flights at once, and flushes its L1 when tracking is re-established. While tracking is down, values enter L1 for at
 //! most the store's `unconfirmed_l1_life` (default [`DOWN_L1_LIFE`]), and losers fall back to
 //! their safety poll.

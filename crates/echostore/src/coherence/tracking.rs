@@ -6,7 +6,7 @@
 //! A connection that fails (a read error, a disconnection push, a health `PING` or any other round
 //! trip of its loop that fails or goes unanswered in a PING's time, so a silent link is noticed
 //! within [`SILENT_LINK_BOUND`], or a PING's time after a round trip it went silent during) tells the tracker, which caps every L1 of the store (entries live at
-//! most `unconfirmed_l1_life` from the link's last sign of delivering); it reconnects with
+//! most `unconfirmed_l1_life` from when the last round trip it answered was sent); it reconnects with
 //! backoff, resubscribes, and the tracker flushes every L1 once it is back. A dropped table's
 //! prefixes are removed (tracking turned off and on again with the rest, atomically). On a
 //! cluster, a watcher re-reads `CLUSTER SLOTS` every second: when the set of primaries changes (a
@@ -114,7 +114,10 @@ struct Life<'a> {
     slots: &'a [(u16, u16)],
     /// Set once the connection tracked the store's tables.
     established: &'a mut bool,
-    /// The last time the connection was known to deliver: a push, or a health PING answered.
+    /// When the last round trip answered (a health PING, a subscribe) was sent: every push
+    /// Valkey sent before then has been read. A push taken says only that it came, not when it
+    /// was sent: behind a backlog, or read after a pause, long before, with the pushes after it
+    /// lost with the connection. A loss caps L1 from here.
     healthy_at: &'a mut std::time::Instant,
 }
 
@@ -271,7 +274,7 @@ impl Session<'_> {
         loop {
             tokio::select! {
                 push = self.pushes.recv() => {
-                    if let Some(why) = self.pushed(push, &mut life).await? {
+                    if let Some(why) = self.pushed(push).await? {
                         return Some(why);
                     }
                 },
@@ -311,7 +314,7 @@ impl Session<'_> {
         *life.healthy_at = sent;
         // The connection hands a push over before the reply read after it.
         while let Ok(push) = self.pushes.try_recv() {
-            if let Some(why) = self.pushed(Some(push), life).await? {
+            if let Some(why) = self.pushed(Some(push)).await? {
                 return Some(Some(why));
             }
         }
@@ -341,11 +344,7 @@ impl Session<'_> {
 
     /// A push (or the channel's end). `None`: the tracker is gone; `Some(Some(why))`: the
     /// connection is lost.
-    async fn pushed(
-        &mut self,
-        push: Option<PushInfo>,
-        life: &mut Life<'_>,
-    ) -> Option<Option<&'static str>> {
+    async fn pushed(&mut self, push: Option<PushInfo>) -> Option<Option<&'static str>> {
         let push = match push {
             None => return Some(Some("push channel closed")),
             Some(push) if push.kind == PushKind::Disconnection => {
@@ -353,7 +352,6 @@ impl Session<'_> {
             }
             Some(push) => push,
         };
-        *life.healthy_at = std::time::Instant::now();
         let this = self.tracker.upgrade()?;
         if self.by_keys {
             let limit = limit(self.endpoint);

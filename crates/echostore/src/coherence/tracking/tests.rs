@@ -1,4 +1,5 @@
-//! The URLs of a cluster's primaries, and what key tracking's registry makes of a push.
+//! The URLs of a cluster's primaries, what key tracking's registry makes of a push, and when a
+//! lost connection caps L1 from.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,5 +78,78 @@ async fn a_push_unholds_its_key_before_the_tracking_task_takes_it() {
     assert!(
         !registry.holds(&key, fingerprint(&old)),
         "the old bytes were still held once their change's push had arrived"
+    );
+}
+
+/// A connection's loss caps L1 from when the last round trip it answered was sent, not from the
+/// last push it took: a push says only that it came. Here a health PING is answered, a change's
+/// push arrives, and the connection is killed before the next PING; the loop takes the push,
+/// then the disconnection. Before, taking the push set the moment to cap from to then, though it
+/// could have been sent long before (read after a pause, or behind a backlog) with the pushes
+/// after it lost: the cap kept entries those pushes retired.
+#[tokio::test(flavor = "current_thread")]
+async fn a_push_taken_is_no_sign_the_link_delivered_everything() {
+    let valkey = EmbeddedValkey::start().expect("valkey");
+    let url = valkey.url();
+    let endpoint = Endpoint {
+        kind: Kind::Single(url.clone()),
+        ca: None,
+        timeout: Duration::from_secs(5),
+    };
+    let tracker = Tracker::new("", Tracking::Broadcast);
+    let weak = Arc::downgrade(&tracker);
+    let (conn, pushes) = connect(&endpoint, &url, None).await.expect("connect");
+    let mut session = super::Session {
+        tracker: &weak,
+        endpoint: &endpoint,
+        conn,
+        pushes,
+        reads: None,
+        reading: futures::stream::FuturesOrdered::new(),
+        namespace: String::new(),
+        by_keys: false,
+        subscribed: std::collections::HashSet::new(),
+    };
+    redis::cmd("CLIENT")
+        .arg(&["TRACKING", "ON", "BCAST", "PREFIX", "users:"][..])
+        .query_async::<()>(&mut session.conn)
+        .await
+        .expect("tracking on");
+    let (mut established, mut healthy_at) = (true, std::time::Instant::now());
+    let mut life = super::Life {
+        url: &url,
+        slots: &[],
+        established: &mut established,
+        healthy_at: &mut healthy_at,
+    };
+    assert_eq!(session.health(&mut life).await, Some(None), "PING");
+    let answered = *life.healthy_at;
+
+    let client = redis::Client::open(url.as_str()).expect("a client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = admin.set("users:{1}", "new").await.expect("SET");
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT KILL");
+    // The change's push, then the disconnection, wait on the channel.
+    let waiting = async {
+        while session.pushes.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the push and the disconnection");
+    let (_tables_tx, mut tables) = tokio::sync::watch::channel(Vec::new());
+    let lost = session.serve(&mut tables, life).await;
+    assert_eq!(lost, Some("disconnected"));
+    assert_eq!(
+        healthy_at, answered,
+        "the loss caps from the push taken, not from the PING answered"
     );
 }
