@@ -85,7 +85,7 @@ end
 pub(crate) const ACQUIRE_OR_READ_SCRIPT: &str = r#"
 -- KEYS[1] = value key, KEYS[2] = lock key; ARGV[1] = token, ARGV[2] = lock ttl ms, ARGV[3] = max bytes
 local won = redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2])
-  or redis.call('GET', KEYS[2]) == ARGV[1]
+  or redis.pcall('GET', KEYS[2]) == ARGV[1]
 local value = redis.pcall('GETRANGE', KEYS[1], 0, ARGV[3])
 if type(value) == 'table' and value.err then value = false end -- another type: a miss
 if won then return {1, value} end
@@ -228,7 +228,7 @@ pub(crate) const ACQUIRE_MANY_SCRIPT: &str = r#"
 local out = {}
 for i = 1, #KEYS / 2 do
   local won = redis.call('SET', KEYS[2 * i], ARGV[2 + i], 'NX', 'PX', ARGV[1])
-    or redis.call('GET', KEYS[2 * i]) == ARGV[2 + i]
+    or redis.pcall('GET', KEYS[2 * i]) == ARGV[2 + i]
   local value = redis.pcall('GETRANGE', KEYS[2 * i - 1], 0, ARGV[2])
   if type(value) == 'table' and value.err then value = false end -- another type: a miss
   out[2 * i - 1] = won and 1 or 0
@@ -651,8 +651,9 @@ mod tests {
 
     /// An acquire sent again (a cluster client does so when a node's reply came after its timer,
     /// a pause of the process) wins: the first send took the lock for the same token. Another
-    /// token loses it. Before, the second send lost to the first, and the flight waited for its
-    /// own lock's push until the lock's life ended.
+    /// token loses it, and so does any token when the lock key holds another type. Before, the
+    /// second send lost to the first, and the flight waited for its own lock's push until the
+    /// lock's life ended.
     #[tokio::test]
     async fn an_acquire_sent_again_wins_its_own_lock() {
         let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
@@ -678,5 +679,21 @@ mod tests {
             acquire_many(&mut conn, "two").await,
         ];
         assert_eq!(sent, [true, true, false], "acquire_many");
+        // A lock key of another type (hostile bytes) is another holder's, not an error.
+        let _: () = redis::cmd("DEL")
+            .arg("lock")
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        let _: () = redis::cmd("HSET")
+            .arg(&["lock", "field", "value"][..])
+            .query_async(&mut conn)
+            .await
+            .expect("HSET");
+        let sent = [
+            acquire(&mut conn, "one").await,
+            acquire_many(&mut conn, "one").await,
+        ];
+        assert_eq!(sent, [false, false], "a lock key of another type");
     }
 }
