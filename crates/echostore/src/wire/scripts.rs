@@ -633,20 +633,36 @@ mod tests {
         assert!(WRITE_MANY_SCRIPT.contains(&skew));
     }
 
-    /// Runs `SCRIPTS.acquire_or_read` for `token` on `lock`; whether it won.
-    async fn acquire(conn: &mut impl redis::aio::ConnectionLike, token: &str) -> bool {
-        let mut call = SCRIPTS.acquire_or_read.prepare_invoke();
-        call.key("value").key("lock").arg(token).arg(60_000).arg(64);
-        let (won, _): (i64, Option<Vec<u8>>) = call.invoke_async(conn).await.expect("acquire");
-        won == 1
+    /// Runs an acquire script on the lock key `lock` (`many`: the batch's, for one id) for
+    /// `token`; whether it won.
+    async fn acquire(conn: &mut impl redis::aio::ConnectionLike, many: bool, token: &str) -> bool {
+        let (lua, ttl, max) = (&SCRIPTS, 60_000, 64);
+        let mut call = if many {
+            lua.acquire_many.prepare_invoke()
+        } else {
+            lua.acquire_or_read.prepare_invoke()
+        };
+        call.key("value").key("lock");
+        if many {
+            call.arg(ttl).arg(max).arg(token);
+        } else {
+            call.arg(token).arg(ttl).arg(max);
+        }
+        let answer: Vec<redis::Value> = call.invoke_async(conn).await.expect("acquire");
+        answer.first() == Some(&redis::Value::Int(1))
     }
 
-    /// Runs `SCRIPTS.acquire_many` for one id, `token` on `lock`; whether it won.
-    async fn acquire_many(conn: &mut impl redis::aio::ConnectionLike, token: &str) -> bool {
-        let mut call = SCRIPTS.acquire_many.prepare_invoke();
-        call.key("value").key("lock").arg(60_000).arg(64).arg(token);
-        let answer: Vec<redis::Value> = call.invoke_async(conn).await.expect("acquire many");
-        answer.first() == Some(&redis::Value::Int(1))
+    /// Sets the lock key afresh: gone, or (`hash`) holding a hash.
+    async fn reset_lock(conn: &mut impl redis::aio::ConnectionLike, hash: bool) {
+        let mut reset = redis::pipe();
+        reset.cmd("DEL").arg("lock").ignore();
+        if hash {
+            reset
+                .cmd("HSET")
+                .arg(&["lock", "field", "value"][..])
+                .ignore();
+        }
+        let _: () = reset.query_async(conn).await.expect("reset the lock key");
     }
 
     /// An acquire sent again (a cluster client does so when a node's reply came after its timer,
@@ -662,38 +678,17 @@ mod tests {
             .get_multiplexed_async_connection()
             .await
             .expect("connect");
-        let sent = [
-            acquire(&mut conn, "one").await,
-            acquire(&mut conn, "one").await,
-            acquire(&mut conn, "two").await,
-        ];
-        assert_eq!(sent, [true, true, false], "acquire_or_read");
-        let _: () = redis::cmd("DEL")
-            .arg("lock")
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
-        let sent = [
-            acquire_many(&mut conn, "one").await,
-            acquire_many(&mut conn, "one").await,
-            acquire_many(&mut conn, "two").await,
-        ];
-        assert_eq!(sent, [true, true, false], "acquire_many");
-        // A lock key of another type (hostile bytes) is another holder's, not an error.
-        let _: () = redis::cmd("DEL")
-            .arg("lock")
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
-        let _: () = redis::cmd("HSET")
-            .arg(&["lock", "field", "value"][..])
-            .query_async(&mut conn)
-            .await
-            .expect("HSET");
-        let sent = [
-            acquire(&mut conn, "one").await,
-            acquire_many(&mut conn, "one").await,
-        ];
-        assert_eq!(sent, [false, false], "a lock key of another type");
+        for many in [false, true] {
+            reset_lock(&mut conn, false).await;
+            let sent = [
+                acquire(&mut conn, many, "one").await,
+                acquire(&mut conn, many, "one").await,
+                acquire(&mut conn, many, "two").await,
+            ];
+            assert_eq!(sent, [true, true, false], "many: {many}");
+            // A lock key of another type (hostile bytes) is another holder's, not an error.
+            reset_lock(&mut conn, true).await;
+            assert!(!acquire(&mut conn, many, "one").await, "many: {many}");
+        }
     }
 }

@@ -13,6 +13,7 @@ use common::{
     RawConn, Source, cluster_seeds, patient_store, pause_writes, raw, table_on, unpause, until,
     until_async, valkey,
 };
+use echostore::Origin;
 
 /// Each call's limit (`valkey_timeout`); the pause is twice as long.
 const LIMIT: Duration = Duration::from_secs(1);
@@ -57,8 +58,8 @@ async fn big_write_waits(nodes: &mut [RawConn]) -> bool {
 
 /// A miss's write of what it loaded waits at Valkey (writes held there) while this process is
 /// paused past the call's limit; Valkey answers once the process runs again. No call failed: the
-/// miss took the lock, read the source once and wrote its value. (Before, on a cluster, the
-/// write failed as it woke: `l2_errors` 1.)
+/// miss took the lock, read the source once and wrote its value, which another store then reads
+/// from Valkey. (Before, on a cluster, the write failed as it woke: `l2_errors` 1.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_write_in_flight_at_a_pause_is_answered() {
     let valkey = valkey();
@@ -93,4 +94,10 @@ async fn a_write_in_flight_at_a_pause_is_answered() {
     let stats = table.stats();
     assert_eq!(stats.l2_errors, 0, "a call in flight at the pause failed");
     assert_eq!((stats.lock_won, source.calls()), (1, 1));
+    // The write landed: another store (another process) reads it from Valkey, no second load.
+    let elsewhere = patient_store(&url, LIMIT).await;
+    let there = table_on(&elsewhere, "paused", &source, |t| t).await;
+    let read = there.fetch(&1).await.expect("the read elsewhere");
+    assert_eq!((read.origin, read.value.len()), (Origin::L2, BIG));
+    assert_eq!(source.calls(), 1, "the value was loaded again");
 }
