@@ -17,10 +17,4 @@ impl FlightId {
     pub(crate) fn next() -> Self {
         FlightId(NEXT.fetch_add(1, Relaxed))
     }
-
-    /// The flight named `n` (the tests' hand-made names).
-    #[cfg(test)]
-    pub(crate) fn new(n: u64) -> Self {
-        FlightId(n)
-    }
 }

@@ -75,9 +75,9 @@ fn a_miss_waits_for_the_writes_of_its_id() {
     assert_eq!(map.write(&1, "put a", true), Some("put a"));
     assert_eq!(map.write(&1, "put b", true), None, "one write at a time");
     assert_eq!(map.miss(&1).0, Miss::Queued);
-    assert_eq!(
-        map.miss(&2).0,
-        Miss::Launch(FlightId::new(2)),
+    // Flight names are process-wide: other tests running beside this one take some.
+    assert!(
+        matches!(map.miss(&2).0, Miss::Launch(_)),
         "other ids are free"
     );
     assert_eq!(
