@@ -128,4 +128,27 @@ mod tests {
         vouch.clear();
         assert!(vouch.holds_at(u64::MAX - 1));
     }
+
+    /// Renewals made once the owners caught up may finish out of order: one for an earlier
+    /// PING never moves the vouch back, and one for a connection lost meanwhile does not count
+    /// it up again (it would bound L1 by a connection that delivers nothing).
+    #[test]
+    fn a_late_renewal_moves_no_vouch_back_nor_counts_a_lost_connection_up() {
+        let vouch = Vouch::new();
+        let now = coarse_ticks();
+        let later = now + ticks_of(Duration::from_millis(250));
+        vouch.pending("a");
+        vouch.renew_if_up("a", later);
+        vouch.renew_if_up("a", now);
+        assert!(
+            vouch.holds_at(later + ticks_of(VOUCH_FOR) - 1),
+            "the earlier PING's renewal moved the vouch back"
+        );
+        vouch.down("a");
+        vouch.renew_if_up("a", later);
+        assert!(
+            vouch.holds_at(u64::MAX - 1),
+            "a renewal counted a lost connection up again"
+        );
+    }
 }

@@ -23,6 +23,7 @@ mod a_failing_or_hanging_reloader_never_holds_the_lock;
 mod a_key_its_parser_panics_on_keeps_coherence;
 mod a_leaving_process_hands_its_locks_back;
 mod a_load_slower_than_the_lock_is_the_one_source_read;
+mod a_mark_heard_while_the_marks_cannot_be_read_is_taken;
 mod a_million_key_storm_stays_bounded;
 mod a_namespace_keeps_two_apps_apart;
 mod a_pause_of_the_process_fails_no_call;
