@@ -16,7 +16,7 @@
 //! Values are read with `GETRANGE <key> 0 <max_value_bytes>`, so a value over the table's limit is
 //! never pulled into memory whole: at most one byte more than the limit comes back.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::valkey::l2::L2;
@@ -27,6 +27,15 @@ use crate::wire::scripts::SCRIPTS;
 /// A token unique to one fill attempt: 128 random bits as 32 hex digits.
 pub fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// How long a lease waits before its next extension: `every` (a third of the lock's life) after
+/// one that landed, a quarter of that after one that failed (a timeout under load, a refused
+/// call). The lock then has only what is left of its life since the last extension that landed,
+/// and a full period's wait would leave it one more try at most, none when the failed call was
+/// slow: a load slower than the lock stays the one source read only while its lease holds.
+pub(crate) fn next_extension(every: Duration, failed: bool) -> Duration {
+    if failed { every / 4 } else { every }
 }
 
 /// What the acquire saw.

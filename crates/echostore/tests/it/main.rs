@@ -16,6 +16,7 @@ mod a_crashed_owner_leaves_l1_agreeing_with_valkey;
 mod a_deleted_row_is_gone_everywhere;
 mod a_dropped_store_lets_go_of_valkey;
 mod a_dropped_tables_keys_are_no_longer_tracked;
+mod a_failed_extension_keeps_the_lease;
 mod a_failed_write_is_repaired_everywhere;
 mod a_failing_or_hanging_batch_loader_never_holds_the_locks;
 mod a_failing_or_hanging_loader_never_holds_the_lock;

@@ -265,9 +265,10 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
     }
 
     /// The lease of every won lock among `loading`: extended every `lock_ttl / 3` while the
-    /// batch loads, one command per group. A lock found lost is not asked for again: another
-    /// holder has it, and it is counted lost once, as a single fill's lease counts it. Never
-    /// returns; the load ending drops it.
+    /// batch loads, one command per group, and sooner after a round in which a group's command
+    /// failed (`next_extension`). A lock found lost is not asked for again: another holder has
+    /// it, and it is counted lost once, as a single fill's lease counts it. Never returns; the
+    /// load ending drops it.
     pub(super) async fn lease(
         &self,
         l2: &L2,
@@ -282,20 +283,23 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         let names: Vec<&KeyNames> = won.iter().map(|(names, _)| *names).collect();
         let groups = on_valkey::groups(l2, &names);
         let mut held = vec![true; won.len()];
+        let mut pause = every;
         loop {
-            tokio::time::sleep(every).await;
-            self.extend(l2, &won, &groups, &mut held).await;
+            tokio::time::sleep(pause).await;
+            let failed = self.extend(l2, &won, &groups, &mut held).await;
+            pause = crate::valkey::lock::next_extension(every, failed);
         }
     }
 
-    /// One round of the lease: extends the locks of `won` still `held`, group by group.
+    /// One round of the lease: extends the locks of `won` still `held`, group by group; `true`
+    /// if a group's command failed (its locks live on what is left of their lives).
     async fn extend(
         &self,
         l2: &L2,
         won: &[(&KeyNames, &str)],
         groups: &[Vec<usize>],
         held: &mut [bool],
-    ) {
+    ) -> bool {
         let ttl = millis(self.core.config.lock_ttl);
         let asked: Vec<Vec<usize>> = groups
             .iter()
@@ -307,6 +311,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         }))
         .await;
         let counters = &self.core.stats.counters;
+        let mut failed = false;
         for (group, extended) in asked.iter().zip(extended) {
             match extended {
                 Ok(each) => {
@@ -320,11 +325,13 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                     }
                 }
                 Err(_) => {
+                    failed = true;
                     counters
                         .l2_errors
                         .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
+        failed
     }
 }

@@ -3,17 +3,21 @@
 //! logged.
 
 use super::*;
+use crate::valkey::lock::next_extension;
 
 impl<K: Key, V: Value> Fill<'_, K, V> {
-    /// The lease: every `lock_ttl / 3`, extend the lock while it is ours. Never returns: it stops
-    /// extending (and waits forever) once the lock is not ours; the load ending drops it.
+    /// The lease: every `lock_ttl / 3`, extend the lock while it is ours, and sooner after an
+    /// extension that failed ([`next_extension`]). Never returns: it stops extending (and
+    /// waits forever) once the lock is not ours; the load ending drops it.
     pub(super) async fn lease(&self, held: &HeldLock<'_>) -> Infallible {
         let every = (self.core.config.lock_ttl / 3).max(Duration::from_millis(1));
+        let mut pause = every;
         loop {
-            tokio::time::sleep(every).await;
-            if self.extend(held).await == Some(false) {
-                return std::future::pending().await;
-            }
+            tokio::time::sleep(pause).await;
+            pause = match self.extend(held).await {
+                Some(false) => return std::future::pending().await,
+                extended => next_extension(every, extended.is_none()),
+            };
         }
     }
 
