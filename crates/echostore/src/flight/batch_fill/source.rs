@@ -21,6 +21,7 @@ use crate::state::flight_id::FlightId;
 use crate::state::stale::{Filled, Landing};
 use crate::state::stats::bump;
 use crate::valkey::l2::L2;
+use crate::valkey::lock::next_extension;
 use crate::wire::key::{Key, KeyNames, Value};
 
 /// How many per-id loader calls a batch runs at once when the table has no batch loader.
@@ -287,7 +288,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
         loop {
             tokio::time::sleep(pause).await;
             let failed = self.extend(l2, &won, &groups, &mut held).await;
-            pause = crate::valkey::lock::next_extension(every, failed);
+            pause = next_extension(every, failed);
         }
     }
 
@@ -326,9 +327,7 @@ impl<K: Key, V: Value> BatchFill<'_, K, V> {
                 }
                 Err(_) => {
                     failed = true;
-                    counters
-                        .l2_errors
-                        .fetch_add(group.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    counters.l2_errors.fetch_add(group.len() as u64, Relaxed);
                 }
             }
         }
