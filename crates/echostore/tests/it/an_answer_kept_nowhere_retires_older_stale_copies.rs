@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{on_task, until, valkey};
+use common::{on_task, until, until_stats, valkey};
 use echostore::{Store, Table};
 use tokio::sync::watch;
 
@@ -83,6 +83,9 @@ async fn an_answer_kept_nowhere_retires_the_older_stale_copy() {
     // Valkey goes away under the flight: the tracking connection is lost, which overtakes it.
     valkey.stop();
     until("coherence is lost", || !store.is_coherent()).await;
+    // Lost once the owners have taken the loss (every running flight overtaken), not only once
+    // the tracking task has seen it: a flight landing between the two would keep v2 in L1.
+    until_stats(&t, "the owners took the loss", |s| s.coherence_caps >= 1).await;
     rows.gate.send_replace(true);
     let second = second.await.expect("task").expect("the flight's own load");
     assert_eq!(*second, "v2", "the overtaken flight answers what it loaded");
