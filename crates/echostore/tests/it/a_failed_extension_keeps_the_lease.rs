@@ -9,24 +9,12 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{RawConn, Source, on_task, raw, store_on, until_stats, valkey};
+use common::{Source, on_task, raw, store_on, until_stats, valkey};
 use echostore::{LoserPolicy, Table};
 
 /// Long enough that the test's own steps (a poll, an `ACL SETUSER`), even on a loaded machine,
 /// fit many times in what is left of the lock's life after three failed extensions (3 s).
 const LOCK_TTL: Duration = Duration::from_secs(6);
-
-/// Sets the rights of user `winner`, the store that wins the lock: a connection logged in feels
-/// them at once.
-async fn acl(admin: &mut RawConn, rules: &[&str]) {
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("winner")
-        .arg(rules)
-        .query_async(admin)
-        .await
-        .expect("ACL SETUSER");
-}
 
 /// A table of `url`'s store reading `source` under a lock of [`LOCK_TTL`], whose losers wait as
 /// long as the test does.
@@ -64,7 +52,12 @@ async fn a_batch_lease_refused_three_times_still_holds_the_locks() {
 async fn refused_three_times(batch: bool) {
     let valkey = valkey();
     let mut admin = raw(&valkey.url()).await;
-    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    common::acl_setuser(
+        &mut admin,
+        "winner",
+        &["on", ">secret", "~*", "&*", "+@all"],
+    )
+    .await;
     let source = Source::gated();
     let winner_url = valkey
         .url()
@@ -86,11 +79,11 @@ async fn refused_three_times(batch: bool) {
     })
     .await;
     let extended = winner.stats().lease_extended;
-    acl(&mut admin, &["-set", "-eval", "-evalsha"]).await;
+    common::acl_setuser(&mut admin, "winner", &["-set", "-eval", "-evalsha"]).await;
     // A refused round counts an error for each lock.
     let refused = 3 * locks;
     until_stats(&winner, "three rounds refused", |s| s.l2_errors >= refused).await;
-    acl(&mut admin, &["+set", "+eval", "+evalsha"]).await;
+    common::acl_setuser(&mut admin, "winner", &["+set", "+eval", "+evalsha"]).await;
     until_stats(
         &winner,
         "the next extension landed or found the lock gone",

@@ -30,24 +30,13 @@ async fn rows_table(store: &Store, row: &Row) -> Table<u64, String> {
         .expect("table")
 }
 
-/// An ACL user for store A, whose rights the test can take away while Valkey stays up.
-async fn acl(conn: &mut common::RawConn, rules: &[&str]) {
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("writer")
-        .arg(rules)
-        .query_async(conn)
-        .await
-        .expect("ACL SETUSER");
-}
-
 /// Stores A (as user `writer`) and B share the row; both hold "v1" in L1.
 async fn two_stores(
     url: &str,
     admin: &mut common::RawConn,
     row: &Row,
 ) -> (Table<u64, String>, Table<u64, String>) {
-    acl(admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    common::acl_setuser(admin, "writer", &["on", ">secret", "~*", "&*", "+@all"]).await;
     let writer_url = url.replacen("redis://", "redis://writer:secret@", 1);
     let a = rows_table(&coherent_store(&writer_url, None).await, row).await;
     let b = rows_table(&coherent_store(url, None).await, row).await;
@@ -96,7 +85,7 @@ async fn a_failed_put_is_repaired_on_valkey_and_in_every_l1() {
     })
     .await;
 
-    acl(&mut admin, &["-@scripting"]).await;
+    common::acl_setuser(&mut admin, "writer", &["-@scripting"]).await;
     *row.lock().expect("row") = "v2".into(); // the database committed
     let errors = a.stats().l2_errors;
     let mut events = a.events();
@@ -117,7 +106,7 @@ async fn a_failed_put_is_repaired_on_valkey_and_in_every_l1() {
 
     repaired_everywhere(&b, &mut admin).await;
     assert_eq!(*a.get(&1).await.expect("A reads"), "v2");
-    acl(&mut admin, &["+@all"]).await;
+    common::acl_setuser(&mut admin, "writer", &["+@all"]).await;
     settled(&a).await;
 }
 
@@ -131,7 +120,7 @@ async fn a_failed_invalidate_is_repaired_once_valkey_takes_it() {
     let row: Row = Arc::new(Mutex::new("v1".into()));
     let (a, b) = two_stores(&url, &mut admin, &row).await;
 
-    acl(&mut admin, &["-del"]).await;
+    common::acl_setuser(&mut admin, "writer", &["-del"]).await;
     *row.lock().expect("row") = "v2".into();
     let errors = a.stats().l2_errors;
     let mut events = a.events();
@@ -154,7 +143,7 @@ async fn a_failed_invalidate_is_repaired_once_valkey_takes_it() {
         "A loads in-process rather than trust Valkey's v1"
     );
 
-    acl(&mut admin, &["+del"]).await;
+    common::acl_setuser(&mut admin, "writer", &["+del"]).await;
     until_async("A's repair landed and reached B", async || {
         b.fetch(&1).await.expect("B reads").value.as_str() == "v2"
     })
@@ -173,7 +162,12 @@ async fn a_process_that_answered_from_its_loader_never_reads_valkeys_older_copy(
     let url = valkey.url();
     let mut admin = raw(&url).await;
     let row: Row = Arc::new(Mutex::new("v1".into()));
-    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    common::acl_setuser(
+        &mut admin,
+        "writer",
+        &["on", ">secret", "~*", "&*", "+@all"],
+    )
+    .await;
     let b = rows_table(&coherent_store(&url, None).await, &row).await;
     b.put(&1, "v1".into()).await.expect("put v1");
     let writer_url = url.replacen("redis://", "redis://writer:secret@", 1);
@@ -187,9 +181,9 @@ async fn a_process_that_answered_from_its_loader_never_reads_valkeys_older_copy(
     let a = rows_table(&a_store, &row).await;
 
     *row.lock().expect("row") = "v2".into(); // committed; Valkey was never told
-    acl(&mut admin, &["-@scripting", "-getrange"]).await; // A cannot read Valkey; DEL still goes
+    common::acl_setuser(&mut admin, "writer", &["-@scripting", "-getrange"]).await; // A cannot read Valkey; DEL still goes
     assert_eq!(*a.get(&1).await.expect("A loads in-process"), "v2");
-    acl(&mut admin, &["+@all"]).await;
+    common::acl_setuser(&mut admin, "writer", &["+@all"]).await;
 
     assert_eq!(
         *a.get(&1).await.expect("A reads again"),
@@ -211,7 +205,7 @@ async fn a_refused_clear_is_counted_and_still_drops_l1() {
     let (a, _b) = two_stores(&url, &mut admin, &row).await;
     assert_eq!(a.peek_local(&1).as_deref().map(String::as_str), Some("v1"));
 
-    acl(&mut admin, &["-@scripting"]).await;
+    common::acl_setuser(&mut admin, "writer", &["-@scripting"]).await;
     let errors = a.stats().l2_errors;
     let refused = a.clear().await;
     assert!(
@@ -223,7 +217,7 @@ async fn a_refused_clear_is_counted_and_still_drops_l1() {
         "the refused clear was not counted"
     );
     assert!(a.peek_local(&1).is_none(), "L1 kept what the clear covers");
-    acl(&mut admin, &["+@all"]).await;
+    common::acl_setuser(&mut admin, "writer", &["+@all"]).await;
 }
 
 /// Sets Valkey's `maxmemory` (1: every write is refused with OOM; 0: no limit).
@@ -304,7 +298,12 @@ async fn after_a_load_repair_over(b_puts: u64) -> Option<u64> {
     let valkey = valkey();
     let url = valkey.url();
     let mut admin = raw(&url).await;
-    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    common::acl_setuser(
+        &mut admin,
+        "writer",
+        &["on", ">secret", "~*", "&*", "+@all"],
+    )
+    .await;
     let source = common::Source::gated();
     let versioned = |store: Store, source: common::Source| async move {
         store
@@ -331,13 +330,13 @@ async fn after_a_load_repair_over(b_puts: u64) -> Option<u64> {
         async move { a.fetch(&1).await }
     });
     common::until("A reads the source under the lock", || source.calls() >= 1).await;
-    acl(&mut admin, &["-@scripting", "-@write"]).await;
+    common::acl_setuser(&mut admin, "writer", &["-@scripting", "-@write"]).await;
     source.release();
     let read = read.await.expect("A's read").expect("the loaded row");
     assert_eq!((*read.value, read.origin), (2, echostore::Origin::Loaded));
     b.put(&1, b_puts).await.expect("B's put");
 
-    acl(&mut admin, &["+@all"]).await;
+    common::acl_setuser(&mut admin, "writer", &["+@all"]).await;
     common::until("A's repair landed", || a.ids_held() == 0).await;
     let held = read_envelope::<u64>(&mut admin, "versioned:{1}").await;
     held.map(|copy| copy.value)

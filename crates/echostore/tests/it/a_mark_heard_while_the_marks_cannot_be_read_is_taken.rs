@@ -10,7 +10,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{RawConn, Source, coherent_store, raw, table_on, until_stats, valkey};
+use common::{Source, coherent_store, raw, table_on, until_stats, valkey};
 use echostore::{Origin, TableBuilder};
 
 /// A minute's life, no jitter, every entry under tag `t`.
@@ -18,17 +18,6 @@ fn tagged(t: TableBuilder<u64, String>) -> TableBuilder<u64, String> {
     t.ttl(Duration::from_secs(60))
         .jitter(0.0)
         .tags(|_: &u64, _: &String| ["t"])
-}
-
-/// Sets the rights of user `reader`, the store's: a connection logged in feels them at once.
-async fn acl(admin: &mut RawConn, rules: &[&str]) {
-    let _: () = redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("reader")
-        .arg(rules)
-        .query_async(admin)
-        .await
-        .expect("ACL SETUSER");
 }
 
 /// One change of the marks key, one push: the key lost with the latest mark the store knows,
@@ -47,7 +36,12 @@ redis.call('ZADD', KEYS[1], now[1] * 1000000 + now[2], 'tag:t')
 async fn a_mark_found_beside_a_lost_one_is_taken_when_the_full_read_lands() {
     let valkey = valkey();
     let mut admin = raw(&valkey.url()).await;
-    acl(&mut admin, &["on", ">secret", "~*", "&*", "+@all"]).await;
+    common::acl_setuser(
+        &mut admin,
+        "reader",
+        &["on", ">secret", "~*", "&*", "+@all"],
+    )
+    .await;
     let url = valkey
         .url()
         .replacen("redis://", "redis://reader:secret@", 1);
@@ -59,7 +53,7 @@ async fn a_mark_found_beside_a_lost_one_is_taken_when_the_full_read_lands() {
         .expect("a mark, which Valkey is about to lose");
     table.get(&1).await.expect("id 1 loaded");
 
-    acl(&mut admin, &["-zrange"]).await;
+    common::acl_setuser(&mut admin, "reader", &["-zrange"]).await;
     let _: () = redis::cmd("EVAL")
         .arg(LOSE_AND_MARK)
         .arg(1)
@@ -72,7 +66,7 @@ async fn a_mark_found_beside_a_lost_one_is_taken_when_the_full_read_lands() {
     })
     .await;
     let taken = table.stats().marks_taken;
-    acl(&mut admin, &["+zrange"]).await;
+    common::acl_setuser(&mut admin, "reader", &["+zrange"]).await;
 
     until_stats(&table, "t's mark taken", |s| s.marks_taken > taken).await;
     let read = table.fetch(&1).await.expect("a read of id 1");

@@ -11,13 +11,6 @@ use std::time::Duration;
 
 use common::{Source, builder_on, exists, raw, spawn_fetch, table_on, until, until_async, valkey};
 
-/// `ACL SETUSER releaser <rules>` on the server.
-async fn acl(conn: &mut common::RawConn, rules: &[&str]) {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg("releaser").arg(rules);
-    let _: () = cmd.query_async(conn).await.expect("ACL SETUSER");
-}
-
 /// A store that reaches the server as user `releaser`, which `ACL SETUSER` can then refuse
 /// everything; and an admin connection to do it with. `None` on a cluster.
 async fn refusable_store(valkey: &common::Valkey) -> Option<(common::RawConn, echostore::Store)> {
@@ -25,7 +18,12 @@ async fn refusable_store(valkey: &common::Valkey) -> Option<(common::RawConn, ec
         return None;
     }
     let mut admin = raw(&valkey.url()).await;
-    acl(&mut admin, &["on", "nopass", "~*", "&*", "+@all"]).await;
+    common::acl_setuser(
+        &mut admin,
+        "releaser",
+        &["on", "nopass", "~*", "&*", "+@all"],
+    )
+    .await;
     let url = valkey
         .url()
         .replacen("redis://", "redis://releaser:any@", 1);
@@ -42,7 +40,7 @@ async fn refusable_store(valkey: &common::Valkey) -> Option<(common::RawConn, ec
 /// takes the store's commands again, the store's retry (or repair) removes it.
 async fn gone_once_allowed(admin: &mut common::RawConn, key: &str, what: &str) {
     assert!(exists(admin, key).await, "{what} was refused");
-    acl(admin, &["+@all"]).await;
+    common::acl_setuser(admin, "releaser", &["+@all"]).await;
     until_async(&format!("{what} landed"), async || {
         !exists(admin, key).await
     })
@@ -76,7 +74,7 @@ async fn a_refused_release_lands_once_valkey_takes_commands_again() {
         source.calls() == 1
     })
     .await;
-    acl(&mut admin, &["-@all"]).await;
+    common::acl_setuser(&mut admin, "releaser", &["-@all"]).await;
     source.release();
     let answered = read.await.expect("task").expect("the load's answer");
     assert_eq!(*answered.value, "value-1-1");
@@ -124,7 +122,7 @@ async fn a_batchs_refused_write_many_releases_its_locks_later() {
         source.calls() == 2
     })
     .await;
-    acl(&mut admin, &["-@all"]).await;
+    common::acl_setuser(&mut admin, "releaser", &["-@all"]).await;
     source.release();
     let found = batch.await.expect("task").expect("the batch's answer");
     assert_eq!((found[&1].as_str(), found[&2].as_str()), ("row 1", "row 2"));
@@ -150,7 +148,7 @@ async fn a_batchs_refused_write_many_releases_its_locks_later() {
         .await
         .expect("CONFIG RESETSTAT");
 
-    acl(&mut admin, &["+@all"]).await;
+    common::acl_setuser(&mut admin, "releaser", &["+@all"]).await;
     until_async("the lock still its own was released", async || {
         !exists(&mut admin, ours).await
     })
@@ -203,7 +201,7 @@ async fn a_gone_whose_delete_was_refused_is_deleted_later() {
 
     let read = spawn_fetch(&table, 1);
     until("the reloader runs", || gate.calls() == 1).await;
-    acl(&mut admin, &["-@all"]).await;
+    common::acl_setuser(&mut admin, "releaser", &["-@all"]).await;
     gate.release();
     let answered = read.await.expect("task");
     assert!(

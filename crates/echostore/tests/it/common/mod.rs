@@ -42,8 +42,8 @@ pub use tables::{
 };
 pub(crate) use target::{RawConn, raw};
 pub use target::{
-    TARGET_ENV, Valkey, cluster_seeds, config_set, exists, kill_tracking_connections, pause_writes,
-    unpause, valkey,
+    TARGET_ENV, Valkey, acl_setuser, cluster_seeds, config_set, exists, kill_tracking_connections,
+    pause_writes, unpause, valkey,
 };
 pub use touchy::{POISON, Touchy, touchy};
 pub use wait::{settled, until, until_async, until_stats};

@@ -114,6 +114,18 @@ pub async fn config_set(conn: &mut RawConn, name: &str, value: impl redis::ToRed
         .expect("CONFIG SET");
 }
 
+/// `ACL SETUSER <user> <rules>` on the server `conn` reaches: a connection logged in as `user`
+/// feels the new rights at once.
+pub async fn acl_setuser(conn: &mut RawConn, user: &str, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg(rules)
+        .query_async(conn)
+        .await
+        .expect("ACL SETUSER");
+}
+
 /// `CLIENT UNPAUSE`.
 pub async fn unpause(conn: &mut RawConn) {
     let _: () = redis::cmd("CLIENT")
