@@ -119,14 +119,29 @@ return 0
 /// and no push would retire it before its life ends. Without versions, the other copies stay:
 /// nothing says they are older. Returns 1 (written), 0 (not our lock: nothing done) or -1
 /// (superseded: released, nothing written).
+///
+/// A call sent again (a cluster client does so when a node's reply came after its timer: a pause
+/// of the process) finds the lock gone, released by its first send. When the value key holds, still
+/// fresh, exactly the copy that send stored (`envelope` stamped at that copy's `written_at`), the
+/// answer is 1 again: what Valkey holds is this write, and a "not our lock" would have the winner
+/// read its own write back as another's and drop its own-write record.
 macro_rules! fenced_lua {
     () => {
         r#"
 local function older(old, new)
   return version(old) ~= nil and version(new) ~= nil and greater_version(new, old)
 end
+local function written_before(key, envelope, now)
+  local stored = redis.pcall('GET', key)
+  if type(stored) ~= 'string' or #stored ~= #envelope or not written_at(stored) then return false end
+  local at = written_at(stored)
+  return at <= now and u64_at(stored, 2) > now and stored == stamped(envelope, at)
+end
 local function fenced(first, last, token, envelope, px, now)
-  if redis.call('GET', KEYS[first + 1]) ~= token then return 0 end
+  if redis.call('GET', KEYS[first + 1]) ~= token then
+    if written_before(KEYS[first], envelope, now) then return 1 end
+    return 0
+  end
   for i = first, last, 2 do
     if newer(redis.pcall('GETRANGE', KEYS[i], 0, 28), now, envelope) then
       if i > first then redis.call('DEL', KEYS[first]) end
@@ -650,6 +665,79 @@ mod tests {
         }
         let answer: Vec<redis::Value> = call.invoke_async(conn).await.expect("acquire");
         answer.first() == Some(&redis::Value::Int(1))
+    }
+
+    /// An envelope of format 1 holding `body`, fresh for `fresh_ms` from its writer's clock.
+    fn envelope(body: &[u8], fresh_ms: u64) -> Vec<u8> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as u64;
+        let mut bytes = vec![1];
+        bytes.extend((now + fresh_ms).to_le_bytes());
+        bytes.extend(now.to_le_bytes());
+        bytes.extend(body);
+        bytes
+    }
+
+    /// Runs a fenced write (`many`: the batch's, for one id) of `envelope` under `token` on the
+    /// keys `value` and `lock`; its answer (1 written, 0 not our lock, -1 superseded).
+    async fn fenced_write(
+        conn: &mut impl redis::aio::ConnectionLike,
+        many: bool,
+        token: &str,
+        envelope: &[u8],
+    ) -> i64 {
+        let px = 60_000;
+        if many {
+            let mut call = SCRIPTS.write_many.prepare_invoke();
+            call.key("value")
+                .key("lock")
+                .arg(token)
+                .arg(envelope)
+                .arg(px)
+                .arg(0);
+            let answer: Vec<i64> = call.invoke_async(conn).await.expect("write many");
+            answer[0]
+        } else {
+            let mut call = SCRIPTS.fenced_write.prepare_invoke();
+            call.key("value")
+                .key("lock")
+                .arg(token)
+                .arg(envelope)
+                .arg(px);
+            call.invoke_async(conn).await.expect("fenced write")
+        }
+    }
+
+    /// A fenced write sent again (a cluster client does so when a node's reply came after its
+    /// timer) answers "written" again: the value key holds, fresh, the copy its first send stored.
+    /// Before, the second send answered "not our lock" (its first had released the lock). Another
+    /// envelope, or a copy past its fresh life, still answers "not our lock".
+    #[tokio::test]
+    async fn a_fenced_write_sent_again_answers_written() {
+        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
+        let client = redis::Client::open(valkey.url()).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        for many in [false, true] {
+            for (fresh_ms, again) in [(60_000, 1), (0, 0)] {
+                let sent = envelope(b"row 1", fresh_ms);
+                let _: () = redis::cmd("SET")
+                    .arg(&["lock", "one"][..])
+                    .query_async(&mut conn)
+                    .await
+                    .expect("take the lock");
+                let answers = [
+                    fenced_write(&mut conn, many, "one", &sent).await,
+                    fenced_write(&mut conn, many, "one", &sent).await,
+                    fenced_write(&mut conn, many, "one", &envelope(b"row 2", fresh_ms)).await,
+                ];
+                assert_eq!(answers, [1, again, 0], "many: {many}, fresh {fresh_ms} ms");
+            }
+        }
     }
 
     /// Sets the lock key afresh: gone, or (`hash`) holding a hash.
