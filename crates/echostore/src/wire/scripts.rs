@@ -132,10 +132,10 @@ local function older(old, new)
   return version(old) ~= nil and version(new) ~= nil and greater_version(new, old)
 end
 local function written_before(key, envelope, now)
-  local stored = redis.pcall('GET', key)
-  if type(stored) ~= 'string' or #stored ~= #envelope or not written_at(stored) then return false end
-  local at = written_at(stored)
-  return at <= now and u64_at(stored, 2) > now and stored == stamped(envelope, at)
+  local head = redis.pcall('GETRANGE', key, 0, 16)
+  local at = written_at(head)
+  if not at or at > now or u64_at(head, 2) <= now then return false end
+  return redis.call('GET', key) == stamped(envelope, at)
 end
 local function fenced(first, last, token, envelope, px, now)
   if redis.call('GET', KEYS[first + 1]) ~= token then
