@@ -59,6 +59,10 @@ pub(crate) enum Fault {
     /// them back before anyone takes a copy they retired for current, and the schemas' members
     /// put themselves back keeping their generations. It excuses nothing.
     LoseTableKeys,
+    /// `SCRIPT FLUSH` on every node: each script's next call meets `NOSCRIPT` and is sent again
+    /// in full (`EVAL`), a write's included, as after a failover to a node that never ran it or
+    /// an operator's flush. It excuses nothing.
+    ScriptFlush,
     /// Valkey killed and started again, empty, on the same port.
     Restart,
     /// Valkey killed, kept down for [`OUTAGE`], then started again empty: an outage.
@@ -103,12 +107,13 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The faults of one server, in the order `all` injects them.
-    pub(crate) const ALL: [Fault; 15] = [
+    pub(crate) const ALL: [Fault; 16] = [
         Fault::KillTracking,
         Fault::KillAll,
         Fault::PauseWrite,
         Fault::PauseAll,
         Fault::LoseTableKeys,
+        Fault::ScriptFlush,
         Fault::Restart,
         Fault::Outage,
         Fault::Crash,
@@ -122,12 +127,13 @@ impl Fault {
     ];
 
     /// The cluster's faults: what `all` injects under `--cluster`.
-    pub(crate) const CLUSTER: [Fault; 9] = [
+    pub(crate) const CLUSTER: [Fault; 10] = [
         Fault::KillPrimary,
         Fault::Failover,
         Fault::Migrate,
         Fault::PausePrimary,
         Fault::LoseTableKeys,
+        Fault::ScriptFlush,
         Fault::Replace,
         Fault::KillWorker,
         Fault::SlowSource,
@@ -142,6 +148,7 @@ impl Fault {
             Fault::PauseWrite => "pause-write",
             Fault::PauseAll => "pause-all",
             Fault::LoseTableKeys => "lose-table-keys",
+            Fault::ScriptFlush => "script-flush",
             Fault::Restart => "restart",
             Fault::Outage => "outage",
             Fault::Crash => "crash",
@@ -292,8 +299,12 @@ pub(crate) async fn inject(fault: Fault, reach: &mut Reach<'_>) -> CliResult<Fau
             on_every_node(&reach.target.nodes(), &pause(PAUSE, mode)).await?;
             tokio::time::sleep(PAUSE).await;
         }
-        Fault::LoseTableKeys => {
-            lose_table_keys(&reach.target.nodes(), reach.namespace).await?;
+        Fault::LoseTableKeys | Fault::ScriptFlush => {
+            let nodes = reach.target.nodes();
+            match fault {
+                Fault::LoseTableKeys => lose_table_keys(&nodes, reach.namespace).await?,
+                _ => on_every_node(&nodes, redis::cmd("SCRIPT").arg("FLUSH")).await?,
+            }
             let span = FaultSpan::new(name, start, now_ns());
             return Ok(FaultSpan {
                 excuses: Excuses::Nothing,
@@ -579,7 +590,7 @@ mod tests {
     #[test]
     fn fault_lists_parse() {
         assert_eq!(resolved("none", false), Ok(vec![]));
-        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(15));
+        assert_eq!(resolved("all", false).map(|f| f.len()), Ok(16));
         assert_eq!(resolved("skew", false), Ok(vec![Fault::Skew]));
         assert!(unavailable(Fault::Skew, true).is_none());
         assert!(unavailable(Fault::Restart, false).is_some());

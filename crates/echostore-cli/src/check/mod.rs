@@ -80,11 +80,11 @@ pub(crate) struct CheckArgs {
     seconds: Option<Duration>,
 
     /// Faults to inject, in turn: none, all, or a comma-separated list of kill-tracking,
-    /// kill-all, pause-write, pause-all, lose-table-keys, restart, outage, crash, proxy, freeze,
-    /// replace, kill-worker, slow-source, failing-source, skew (`kill` and `pause` name both),
-    /// and with --cluster kill-primary, failover, migrate, pause-primary (`all` under --cluster:
-    /// those four and lose-table-keys, replace, kill-worker, slow-source, failing-source; restart,
-    /// outage and proxy are refused there).
+    /// kill-all, pause-write, pause-all, lose-table-keys, script-flush, restart, outage, crash,
+    /// proxy, freeze, replace, kill-worker, slow-source, failing-source, skew (`kill` and `pause`
+    /// name both), and with --cluster kill-primary, failover, migrate, pause-primary (`all` under
+    /// --cluster: those four and lose-table-keys, script-flush, replace, kill-worker, slow-source,
+    /// failing-source; restart, outage and proxy are refused there).
     #[arg(long, default_value = "none", value_parser = faults::FaultList::parse)]
     faults: faults::FaultList,
 
