@@ -28,7 +28,10 @@ pub const MAX_CLOCK_SKEW_MS: u64 = 300_000;
 /// `newer(old, now, new)` is `true` when the stored envelope `old` must win over `new`: both carry
 /// a source version (format 3 or 5) and `old`'s is greater, compared byte by byte (a Lua number
 /// would round versions past 2^53); or, failing versions, `old` (formats 1 to 5) was stamped after
-/// `now` but no more than the skew allowance after it.
+/// `now` but no more than the skew allowance after it. `written_before(key, new, now)` is `true`
+/// when `key` holds, still fresh, exactly `new` stamped at that copy's `written_at`: the write's
+/// own first send landed, and a cluster client sent it again (it does so when a node's reply came
+/// after its timer: a pause of the process).
 macro_rules! newer_than_lua {
     () => {
         r#"
@@ -73,6 +76,12 @@ local function newer(old, now, new)
   if version(old) and version(new) then return greater_version(old, new) end
   local a = written_at(old)
   return a ~= nil and a > now and a <= now + 300000
+end
+local function written_before(key, envelope, now)
+  local head = redis.pcall('GETRANGE', key, 0, 16)
+  local at = written_at(head)
+  if not at or at > now or u64_at(head, 2) <= now then return false end
+  return redis.call('GET', key) == stamped(envelope, at)
 end
 "#
     };
@@ -120,22 +129,14 @@ return 0
 /// nothing says they are older. Returns 1 (written), 0 (not our lock: nothing done) or -1
 /// (superseded: released, nothing written).
 ///
-/// A call sent again (a cluster client does so when a node's reply came after its timer: a pause
-/// of the process) finds the lock gone, released by its first send. When the value key holds, still
-/// fresh, exactly the copy that send stored (`envelope` stamped at that copy's `written_at`), the
-/// answer is 1 again: what Valkey holds is this write, and a "not our lock" would have the winner
-/// read its own write back as another's and drop its own-write record.
+/// A write sent again finds the lock gone, released by its first send; when that send's copy is
+/// what the value key holds (`written_before`), the answer is 1 again: a "not our lock" would have
+/// the winner read its own write back as another's and drop its own-write record.
 macro_rules! fenced_lua {
     () => {
         r#"
 local function older(old, new)
   return version(old) ~= nil and version(new) ~= nil and greater_version(new, old)
-end
-local function written_before(key, envelope, now)
-  local head = redis.pcall('GETRANGE', key, 0, 16)
-  local at = written_at(head)
-  if not at or at > now or u64_at(head, 2) <= now then return false end
-  return redis.call('GET', key) == stamped(envelope, at)
 end
 local function fenced(first, last, token, envelope, px, now)
   if redis.call('GET', KEYS[first + 1]) ~= token then
@@ -211,7 +212,9 @@ return 1
 /// schema's copy and lock, which are older than the put: the newer write may not have known them
 /// (a process not yet settled on its generation keeps copies that only it reads), and they must
 /// not outlive this put. Returns `{1, now}` (written), `{0, now}` (superseded: a newer value is
-/// stored) or `{-2, now}` (too late: its caller has given up), with the server's time.
+/// stored) or `{-2, now}` (too late: its caller has given up), with the server's time. A put sent
+/// again past its deadline whose first send landed (`written_before`) answers `{1, now}`, writing
+/// nothing: the node's timer that made the client send it again fires no sooner than the deadline.
 pub(crate) const PUT_SCRIPT: &str = concat!(
     newer_than_lua!(),
     r#"
@@ -219,7 +222,10 @@ pub(crate) const PUT_SCRIPT: &str = concat!(
 -- ARGV[1] = envelope, ARGV[2] = physical life ms, ARGV[3] = deadline, server unix ms (0: none)
 local now = server_ms()
 local deadline = tonumber(ARGV[3])
-if deadline > 0 and now > deadline then return {-2, now} end
+if deadline > 0 and now > deadline then
+  if written_before(KEYS[1], ARGV[1], now) then return {1, now} end -- its first send landed
+  return {-2, now}
+end
 for i = 1, #KEYS, 2 do
   if newer(redis.pcall('GETRANGE', KEYS[i], 0, 28), now, ARGV[1]) then
     if i > 1 then redis.call('DEL', KEYS[1], KEYS[2]) end -- another schema's: drop our older copy
@@ -737,6 +743,47 @@ mod tests {
                 ];
                 assert_eq!(answers, [1, again, 0], "many: {many}, fresh {fresh_ms} ms");
             }
+        }
+    }
+
+    /// Runs a put of `envelope` on the key `value` with a `deadline` (server unix ms; 0: none); its
+    /// answer (1 written, 0 superseded, -2 too late).
+    async fn put(
+        conn: &mut impl redis::aio::ConnectionLike,
+        envelope: &[u8],
+        deadline: u64,
+    ) -> i64 {
+        let mut call = SCRIPTS.put.prepare_invoke();
+        call.key("value")
+            .key("lock")
+            .arg(envelope)
+            .arg(60_000)
+            .arg(deadline);
+        let answer: Vec<i64> = call.invoke_async(conn).await.expect("put");
+        answer[0]
+    }
+
+    /// A put sent again past its deadline (the node's timer that makes a cluster client send it
+    /// again fires no sooner) answers "written" when its first send's copy is what Valkey holds,
+    /// fresh; before, "too late", though it had landed. Another envelope, or a copy past its
+    /// fresh life, is still too late, and nothing is written.
+    #[tokio::test]
+    async fn a_put_sent_again_past_its_deadline_answers_written() {
+        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
+        let client = redis::Client::open(valkey.url()).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let long_past = 1;
+        for (fresh_ms, again) in [(60_000, 1), (0, -2)] {
+            let sent = envelope(b"row 1", fresh_ms);
+            let answers = [
+                put(&mut conn, &sent, 0).await,
+                put(&mut conn, &sent, long_past).await,
+                put(&mut conn, &envelope(b"row 2", fresh_ms), long_past).await,
+            ];
+            assert_eq!(answers, [1, again, -2], "fresh {fresh_ms} ms");
         }
     }
 
