@@ -654,6 +654,20 @@ mod tests {
         assert!(WRITE_MANY_SCRIPT.contains(&skew));
     }
 
+    /// A private server and a connection to it (the server lives as long as the handle).
+    async fn server() -> (
+        embedded_valkey::EmbeddedValkey,
+        redis::aio::MultiplexedConnection,
+    ) {
+        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
+        let client = redis::Client::open(valkey.url()).expect("url");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        (valkey, conn)
+    }
+
     /// Runs an acquire script on the lock key `lock` (`many`: the batch's, for one id) for
     /// `token`; whether it won.
     async fn acquire(conn: &mut impl redis::aio::ConnectionLike, many: bool, token: &str) -> bool {
@@ -722,12 +736,7 @@ mod tests {
     /// envelope, or a copy past its fresh life, still answers "not our lock".
     #[tokio::test]
     async fn a_fenced_write_sent_again_answers_written() {
-        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
-        let client = redis::Client::open(valkey.url()).expect("url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let (_valkey, mut conn) = server().await;
         for many in [false, true] {
             for (fresh_ms, again) in [(60_000, 1), (0, 0)] {
                 let sent = envelope(b"row 1", fresh_ms);
@@ -769,12 +778,7 @@ mod tests {
     /// fresh life, is still too late, and nothing is written.
     #[tokio::test]
     async fn a_put_sent_again_past_its_deadline_answers_written() {
-        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
-        let client = redis::Client::open(valkey.url()).expect("url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let (_valkey, mut conn) = server().await;
         let long_past = 1;
         for (fresh_ms, again) in [(60_000, 1), (0, -2)] {
             let sent = envelope(b"row 1", fresh_ms);
@@ -807,12 +811,7 @@ mod tests {
     /// lock's life ended.
     #[tokio::test]
     async fn an_acquire_sent_again_wins_its_own_lock() {
-        let valkey = embedded_valkey::EmbeddedValkey::start().expect("valkey");
-        let client = redis::Client::open(valkey.url()).expect("url");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let (_valkey, mut conn) = server().await;
         for many in [false, true] {
             reset_lock(&mut conn, false).await;
             let sent = [

@@ -14,7 +14,7 @@ use common::{
     RawConn, Source, cluster_seeds, patient_store, pause_writes, raw, table_on, unpause, until,
     until_async, valkey,
 };
-use echostore::Origin;
+use echostore::{Origin, Table};
 
 /// Each call's limit (`valkey_timeout`); the pause is twice as long.
 const LIMIT: Duration = Duration::from_secs(1);
@@ -81,6 +81,31 @@ async fn big_write_sent_again(nodes: &mut [RawConn]) -> bool {
     false
 }
 
+/// Starts a read of id 1 on `table` (a miss) and holds its write at Valkey: once the miss reads
+/// the gated `source`, every node holds writes and the source answers. Returns the read's task
+/// once its write waits at a node.
+async fn a_miss_whose_write_waits(
+    table: &Table<u64, String>,
+    source: &Source,
+    nodes: &mut [RawConn],
+) -> tokio::task::JoinHandle<echostore::Result<std::sync::Arc<String>>> {
+    let reads = source.calls();
+    let miss = tokio::spawn({
+        let table = table.clone();
+        async move { table.get(&1).await }
+    });
+    until("the miss reads the source", || source.calls() > reads).await;
+    for node in nodes.iter_mut() {
+        pause_writes(node, 60_000).await;
+    }
+    source.release();
+    until_async("the miss's write waits at Valkey", async || {
+        big_write_waits(nodes).await
+    })
+    .await;
+    miss
+}
+
 /// On a cluster, the client sends a call again when its node's timer fires past the call's
 /// limit (`response_timeout`), and a pause of the process fires it late: a fill's fenced write
 /// then runs twice at Valkey, the second run finding the lock its first released. The fill must
@@ -106,19 +131,7 @@ async fn a_write_sent_again_after_a_pause_is_still_written() {
     table.invalidate(&1).await.expect("the invalidate");
     source.hold();
 
-    let miss = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&1).await }
-    });
-    until("the miss reads the source", || source.calls() == 2).await;
-    for node in &mut nodes {
-        pause_writes(node, 60_000).await;
-    }
-    source.release();
-    until_async("the miss's write waits at Valkey", async || {
-        big_write_waits(&mut nodes).await
-    })
-    .await;
+    let miss = a_miss_whose_write_waits(&table, &source, &mut nodes).await;
     // The pause: the runtime's one thread stops past the node's timer, which then fires.
     std::thread::sleep(LIMIT * 2);
     until_async("the write is sent again", async || {
@@ -153,19 +166,7 @@ async fn a_write_in_flight_at_a_pause_is_answered() {
     let loader = source.answering(|_, _| Ok("x".repeat(BIG)));
     let table = table_on(&store, "paused", &source, |t| t.loader(loader)).await;
 
-    let miss = tokio::spawn({
-        let table = table.clone();
-        async move { table.get(&1).await }
-    });
-    until("the miss reads the source", || source.calls() == 1).await;
-    for node in &mut nodes {
-        pause_writes(node, 60_000).await;
-    }
-    source.release();
-    until_async("the miss's write waits at Valkey", async || {
-        big_write_waits(&mut nodes).await
-    })
-    .await;
+    let miss = a_miss_whose_write_waits(&table, &source, &mut nodes).await;
     // The pause: the runtime's one thread, which every task of the store runs on, stops.
     std::thread::sleep(LIMIT * 2);
     for node in &mut nodes {
