@@ -38,7 +38,8 @@
 //! that could have dropped it in between (on a table that refreshes early, before the load's
 //! value reached its early window: [`Bounds::early_by`]). A flight decides to load (takes its
 //! lock) a little before its loader is called, so writes and puts within `B` of a load's start
-//! are given the benefit of the doubt.
+//! (or of the start of a read of its process still waiting then, which may have begun the
+//! flight) are given the benefit of the doubt.
 //!
 //! A fault excuses `stale_after_write`, `divergent` and `extra_source_reads` when the write (or
 //! the earlier value) it concerns is no older than `B` before the fault began and the read began

@@ -1,7 +1,9 @@
 //! The one-read rule's search: which earlier load or put of an id still covered a load of it
-//! (its value fresh, no write in between that could have dropped it). Both searches are
+//! (its value fresh, no write in between that could have dropped it). The searches are
 //! bisections over sorted arrays, so a long run's history is checked in time near linear in its
 //! operations rather than in loads times writes.
+
+use std::collections::HashMap;
 
 use super::{ABSENT, Action, Bounds, Op};
 
@@ -13,6 +15,7 @@ pub(super) struct Setters<'a> {
     /// The longest any of them took: how far back a setter can still have ended late.
     longest: u64,
     writes: Writes<'a>,
+    reads: Reads,
 }
 
 impl<'a> Setters<'a> {
@@ -30,6 +33,7 @@ impl<'a> Setters<'a> {
             by_start,
             longest: longest.unwrap_or(0),
             writes: Writes::new(ops),
+            reads: Reads::new(ops),
         }
     }
 
@@ -41,10 +45,14 @@ impl<'a> Setters<'a> {
     /// A load's flight took its lock, and a put began, up to `B` before the times on record: a
     /// write that ended within `B` before a load began may have dropped that load's lock (and its
     /// value with it), and a put that ended within `B` before a load began may have landed after
-    /// the load's flight found nothing.
+    /// the load's flight found nothing. A flight's lock may be older still when its process was
+    /// held up between the lock and the loader (a machine short of cores): a read of the
+    /// process's own that was waiting when the load began may have started the flight, so a put
+    /// must also have ended `B` before the earliest of those began.
     pub(super) fn covering(&self, load: &Op, bounds: &Bounds) -> Option<&'a Op> {
         let schemas = bounds.schemas.max(1);
         let b = bounds.staleness;
+        let decided = self.reads.earliest_waiting(load).min(load.start);
         let earlier = self.by_start.partition_point(|s| s.start < load.start);
         self.by_start[..earlier]
             .iter()
@@ -57,7 +65,7 @@ impl<'a> Setters<'a> {
             .find(|set| {
                 !std::ptr::eq(**set, load)
                     && set.process % schemas == load.process % schemas
-                    && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
+                    && (set.action == Action::Load || set.end.saturating_add(b) < decided)
                     && load.start
                         < (set.end.saturating_add(bounds.fresh_for_of(set)))
                             .saturating_sub(bounds.early_by(set))
@@ -67,6 +75,46 @@ impl<'a> Setters<'a> {
                         .is_none_or(|end| end.saturating_add(b) <= set.start)
             })
             .copied()
+    }
+}
+
+/// The reads of one id, per process by start, with the latest end among the reads up to each:
+/// the earliest start of a read still waiting at a moment, in one bisection.
+struct Reads {
+    by_process: HashMap<u32, Vec<(u64, u64)>>,
+}
+
+impl Reads {
+    fn new(ops: &[&Op]) -> Self {
+        let mut by_process: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        for read in ops.iter().filter(|o| o.action == Action::Read) {
+            let spans = by_process.entry(read.process).or_default();
+            spans.push((read.start, read.end));
+        }
+        for spans in by_process.values_mut() {
+            spans.sort_unstable();
+            let mut latest = 0;
+            for span in spans.iter_mut() {
+                latest = latest.max(span.1);
+                span.1 = latest;
+            }
+        }
+        Reads { by_process }
+    }
+
+    /// The start of the earliest read of `load`'s process that began before `load` and had not
+    /// ended when it began; `u64::MAX` with none.
+    fn earliest_waiting(&self, load: &Op) -> u64 {
+        let Some(spans) = self.by_process.get(&load.process) else {
+            return u64::MAX;
+        };
+        // The latest ends only grow: the first read whose running latest end reaches the load's
+        // start is the earliest begun of those still waiting then.
+        let first = spans.partition_point(|&(_, latest)| latest < load.start);
+        match spans.get(first) {
+            Some(&(start, _)) if start <= load.start => start,
+            _ => u64::MAX,
+        }
     }
 }
 

@@ -392,6 +392,35 @@ fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
     );
 }
 
+/// A load whose process was held up between its lock and its loader began more than `B` after
+/// a put ended, but a read of its own process that was waiting when it began started before the
+/// put ended: its flight may have taken the lock before the put landed (a put drops the lock,
+/// then fences the flight's write out), so the load is no extra source read. A read of another
+/// process, or one that began `B` after the put ended, gives no such doubt.
+#[test]
+fn a_load_held_up_after_its_lock_is_judged_from_the_read_that_waited_for_it() {
+    let held_up = 20 + B + 50;
+    let ops = [
+        put(0, 1, 10, 20),
+        read(1, 1, 15, held_up + 20),
+        load(1, 1, held_up, held_up + 10),
+    ];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 0);
+    let ops = [
+        put(0, 1, 10, 20),
+        read(2, 1, 15, held_up + 20),
+        load(1, 1, held_up, held_up + 10),
+    ];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
+    let late = held_up + B;
+    let ops = [
+        put(0, 1, 10, 20),
+        read(1, 1, 20 + B + 1, late + 20),
+        load(1, 1, late, late + 10),
+    ];
+    assert_eq!(violations(&ops, &[]).extra_source_reads, 1);
+}
+
 /// A fault near the write excuses staleness until its grace runs out, and excuses the reload it
 /// caused; it never excuses going back in one process.
 #[test]
@@ -537,6 +566,14 @@ fn covering_by_scan<'a>(ops: &[&'a Op], load: &Op, bounds: &Bounds) -> Option<&'
     setters.sort_by_key(|s| s.start);
     let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.is_write()).collect();
     let (schemas, b) = (bounds.schemas.max(1), bounds.staleness);
+    let waiting = ops.iter().filter(|r| {
+        r.action == Action::Read
+            && r.process == load.process
+            && r.start <= load.start
+            && load.start <= r.end
+    });
+    let decided = waiting.map(|r| r.start).min().unwrap_or(u64::MAX);
+    let decided = decided.min(load.start);
     let earlier = setters.partition_point(|s| s.start < load.start);
     setters[..earlier]
         .iter()
@@ -544,7 +581,7 @@ fn covering_by_scan<'a>(ops: &[&'a Op], load: &Op, bounds: &Bounds) -> Option<&'
         .find(|set| {
             !std::ptr::eq(**set, load)
                 && set.process % schemas == load.process % schemas
-                && (set.action == Action::Load || set.end.saturating_add(b) < load.start)
+                && (set.action == Action::Load || set.end.saturating_add(b) < decided)
                 && load.start
                     < (set.end.saturating_add(bounds.fresh_for))
                         .saturating_sub(bounds.early_by(set))
