@@ -150,7 +150,7 @@ pub(crate) struct CheckArgs {
     expect: Option<Verdict>,
 
     /// Keep the run's directory (the workers' histories, one JSON line per call, and their
-    /// stderr) and print where it is.
+    /// stderr) and print where it is; a run whose verdict is not the one expected keeps it always.
     #[arg(long)]
     keep: bool,
 
@@ -208,18 +208,20 @@ pub(crate) async fn run(url: Option<&str>, args: &CheckArgs) -> CliResult<Outcom
     workers.stop().await?;
     let ops = history::settle_begun(histories(dir.path(), &workers.processes())?, &spans);
     let findings = model::check(&ops, &with_the_stop(&spans, stopping), args.bounds());
-    if args.keep {
+    let report = Report::new(args, &ops, &spans, skipped, findings);
+    let held = report.verdict() == args.expect.unwrap_or(Verdict::Pass);
+    // A run that did not hold keeps its histories whatever the flags: a failure met once (in
+    // CI, on a loaded machine) can then be read call by call.
+    if args.keep || !held {
         let kept = dir.keep();
         std::fs::write(kept.join("faults.json"), serde_json::to_string(&spans)?)?;
         eprintln!("check: the run's histories are in {}", kept.display());
     }
-    let report = Report::new(args, &ops, &spans, skipped, findings);
     match args.json {
         true => crate::output::print_json(&report)?,
         false => report.print(),
     }
-    let wanted = args.expect.unwrap_or(Verdict::Pass);
-    Ok(match report.verdict() == wanted {
+    Ok(match held {
         true => Outcome::Held,
         false => Outcome::Failed,
     })

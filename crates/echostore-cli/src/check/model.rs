@@ -629,8 +629,17 @@ impl Run<'_> {
                             self.at(w.end)
                         )
                     });
+                // When its flight may have begun: a log with no history left still tells a
+                // process held up after its lock from a flight that ignored a copy.
+                let waiting = setters.waiting_since(load).map_or(String::new(), |since| {
+                    format!(
+                        ", p{}'s read waiting since {}",
+                        load.process,
+                        self.at(since)
+                    )
+                });
                 let why = format!(
-                    "load by {} while p{}'s {what} of v{} at {} was fresh{before}",
+                    "load by {} while p{}'s {what} of v{} at {} was fresh{before}{waiting}",
                     self.who(load),
                     set.process,
                     set.version,

@@ -52,7 +52,7 @@ impl<'a> Setters<'a> {
     pub(super) fn covering(&self, load: &Op, bounds: &Bounds) -> Option<&'a Op> {
         let schemas = bounds.schemas.max(1);
         let b = bounds.staleness;
-        let decided = self.reads.earliest_waiting(load).min(load.start);
+        let decided = self.waiting_since(load).unwrap_or(load.start);
         let earlier = self.by_start.partition_point(|s| s.start < load.start);
         self.by_start[..earlier]
             .iter()
@@ -75,6 +75,12 @@ impl<'a> Setters<'a> {
                         .is_none_or(|end| end.saturating_add(b) <= set.start)
             })
             .copied()
+    }
+
+    /// The start of the earliest read of `load`'s process that began before `load` and had not
+    /// ended when it began: the read that may have begun its flight.
+    pub(super) fn waiting_since(&self, load: &Op) -> Option<u64> {
+        self.reads.earliest_waiting(load)
     }
 }
 
@@ -103,18 +109,14 @@ impl Reads {
     }
 
     /// The start of the earliest read of `load`'s process that began before `load` and had not
-    /// ended when it began; `u64::MAX` with none.
-    fn earliest_waiting(&self, load: &Op) -> u64 {
-        let Some(spans) = self.by_process.get(&load.process) else {
-            return u64::MAX;
-        };
+    /// ended when it began.
+    fn earliest_waiting(&self, load: &Op) -> Option<u64> {
+        let spans = self.by_process.get(&load.process)?;
         // The latest ends only grow: the first read whose running latest end reaches the load's
         // start is the earliest begun of those still waiting then.
         let first = spans.partition_point(|&(_, latest)| latest < load.start);
-        match spans.get(first) {
-            Some(&(start, _)) if start <= load.start => start,
-            _ => u64::MAX,
-        }
+        let (start, _) = spans.get(first)?;
+        (*start <= load.start).then_some(*start)
     }
 }
 
