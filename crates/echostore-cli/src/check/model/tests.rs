@@ -383,13 +383,19 @@ fn a_second_load_within_a_fresh_life_is_an_extra_source_read() {
         put(0, 2, set, set + 10),
         load(1, 2, set + 10 + B + 1, set + 20 + B),
     ];
-    let found = check(&ops, &[], bounds());
-    assert_eq!(found.violations.extra_source_reads, 1);
+    let example = the_extra_read(&ops);
     assert!(
-        found.examples[0].contains("was fresh (after p2's Invalidate ended at"),
-        "{:?}",
-        found.examples
+        example.contains("was fresh (after p2's Invalidate ended at"),
+        "{example}"
     );
+}
+
+/// The one violation `ops` hold, an extra source read: its example.
+fn the_extra_read(ops: &[Op]) -> String {
+    let found = check(ops, &[], bounds());
+    assert_eq!(found.violations.total(), 1, "{:?}", found.examples);
+    assert_eq!(found.violations.extra_source_reads, 1);
+    found.examples[0].clone()
 }
 
 /// A load whose process was held up between its lock and its loader began more than `B` after
@@ -418,15 +424,10 @@ fn a_load_held_up_after_its_lock_is_judged_from_the_read_that_waited_for_it() {
         read(1, 1, 20 + B + 1, late + 20),
         load(1, 1, late, late + 10),
     ];
-    let found = check(&ops, &[], bounds());
-    assert_eq!(found.violations.extra_source_reads, 1);
     // The example says when the flight may have begun: a log with no history left still tells
     // the two apart.
-    assert!(
-        found.examples[0].contains("p1's read waiting since"),
-        "{:?}",
-        found.examples
-    );
+    let example = the_extra_read(&ops);
+    assert!(example.contains("p1's read waiting since"), "{example}");
 }
 
 /// A fault near the write excuses staleness until its grace runs out, and excuses the reload it
