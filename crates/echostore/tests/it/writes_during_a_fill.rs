@@ -53,7 +53,12 @@ async fn a_fill_fenced_out_by_another_processs_put_answers_the_put() {
     let elsewhere = valkey_table(&valkey.url(), "fenced", &source, |t| t).await;
 
     let leader = spawn_fetch(&here, 1);
-    until_stats(&here, "the fill is in flight", |s| s.in_flight == 1).await;
+    // In flight is not yet locked: a put that lands before the fill's lock attempt is an L2 hit,
+    // with nothing to fence out.
+    until("the fill holds the lock and reads the source", || {
+        source.calls() == 1
+    })
+    .await;
     elsewhere
         .put(&1, "from-elsewhere".into())
         .await
